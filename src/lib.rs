@@ -1,0 +1,27 @@
+//! anteroom: a self-hosted virtual waiting room in front of an origin.
+//!
+//! The map, in the order a request meets it:
+//!
+//! - [`config`]   — the YAML file, `ANTEROOM_*` environment and flags, merged and validated.
+//! - [`cli`]      — the command line: run, `init`, `check`, `demo`, `--version`.
+//! - [`server`]   — the accept loop: connection cap, header-read timeout, graceful drain.
+//! - [`http`]     — the one request path (identify, classify, decide, respond), the proxy,
+//!   the waiting page and its live stream.
+//! - [`token`]    — the signed visitor cookie.
+//! - [`admission`] — the per-replica side of admission: pass driver, session cache,
+//!   statistics cache and ETA.
+//! - [`queue`]    — the store boundary: one small trait, the embedded store behind it, and
+//!   the conformance suite every store must pass.
+//! - [`clock`]    — wall time that tokio's paused clock can drive in tests.
+//! - [`demo`]     — the built-in demo origin.
+#![forbid(unsafe_code)]
+
+pub mod admission;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod demo;
+pub mod http;
+pub mod queue;
+pub mod server;
+pub mod token;

@@ -1,1 +1,58 @@
-//! TODO
+//! Wall time that tokio's paused clock drives, so every time-dependent rule (bucket refill,
+//! session reclaim, abandonment) is exact and instant in tests.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+
+/// Unix milliseconds, read as a fixed wall-clock origin plus tokio's monotonic time since.
+/// In production that is the system clock without its jumps; under `tokio::time::pause`
+/// it advances only when the test says so.
+#[derive(Clone, Debug)]
+pub struct Clock {
+    origin_unix_ms: u64,
+    origin: Instant,
+}
+
+impl Clock {
+    pub fn system() -> Self {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Self::starting_at(now.as_millis() as u64)
+    }
+
+    /// A clock that reads `unix_ms` now.
+    pub fn starting_at(unix_ms: u64) -> Self {
+        Clock {
+            origin_unix_ms: unix_ms,
+            origin: Instant::now(),
+        }
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.origin_unix_ms + self.origin.elapsed().as_millis() as u64
+    }
+
+    pub fn now(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.now_ms())
+    }
+}
+
+/// Milliseconds of a duration, saturating, for arithmetic on unix-ms timestamps.
+pub fn ms(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn follows_paused_time_exactly() {
+        let clock = Clock::starting_at(1_000);
+        assert_eq!(clock.now_ms(), 1_000);
+        tokio::time::advance(Duration::from_millis(2_500)).await;
+        assert_eq!(clock.now_ms(), 3_500);
+    }
+}

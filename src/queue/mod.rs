@@ -18,7 +18,7 @@ pub mod memory;
 #[cfg(test)]
 pub mod conformance;
 
-
+pub use memory::MemoryStore;
 
 /// A visitor's random 128-bit identity, carried in the signed cookie. Stored as 16 raw
 /// bytes (not 32 hex characters) because the line may hold millions of them.
@@ -228,29 +228,19 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub trait QueueStore: Send + Sync + 'static {
     /// Makes `room` known, seeding its runtime settings from the file when the store has
     /// none. With `reseed`, the file's settings replace live ones.
-    async fn open_room(
-        &self,
-        room: &str,
-        seed: &RoomSettings,
-        reseed: bool,
-    ) -> StoreResult<Seeded>;
+    async fn open_room(&self, room: &str, seed: &RoomSettings, reseed: bool)
+    -> StoreResult<Seeded>;
 
-    /// Decides one request: an active session is admitted (and its activity recorded); a
+    /// Decides one request: an active session is admitted (and its activity recorded, which
+    /// is how sessions stay alive: the proxy re-confirms each session every few seconds); a
     /// waiting visitor gets their place (and a heartbeat); a newcomer is admitted on the
     /// spot when nobody waits and both limits allow, otherwise joins the back of the line.
     async fn resolve(&self, room: &str, visitor: VisitorId) -> StoreResult<Resolution>;
 
     /// The live stream's tick for many visitors of one room at once: each waiting visitor's
     /// place (recording a heartbeat), admitted ones as such. Never joins anyone.
-    async fn heartbeat(
-        &self,
-        room: &str,
-        visitors: &[VisitorId],
-    ) -> StoreResult<Vec<VisitorState>>;
-
-    /// Records activity of admitted sessions, batched by the proxy so a proxied request
-    /// costs no store round trip. Visitors not on the site are ignored.
-    async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<()>;
+    async fn heartbeat(&self, room: &str, visitors: &[VisitorId])
+    -> StoreResult<Vec<VisitorState>>;
 
     /// One admission pass: reap idle sessions and abandoned waiters (bounded, catching up
     /// over passes), refill the bucket, admit from the head while both limits allow.

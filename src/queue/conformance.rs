@@ -1,0 +1,553 @@
+//! The store conformance suite: the admission rules of SPEC §3, written once against
+//! [`QueueStore`] and run against every store through a [`Harness`] that owns its time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{
+    Place, QueueStore, Resolution, RoomSettings, Seeded, SettingsPatch, VisitorId, VisitorState,
+};
+
+/// A store under test plus control of the time it reads.
+#[async_trait]
+pub trait Harness: Send + Sync {
+    type Store: QueueStore;
+    fn store(&self) -> Arc<Self::Store>;
+    /// Moves the store's clock forward.
+    async fn advance(&self, by: Duration);
+    /// Closes the store and opens it again on the same durable state after `downtime`.
+    async fn reopen(&mut self, downtime: Duration);
+}
+
+/// Instantiates every conformance test for one store. `$make` builds a fresh harness.
+macro_rules! suite {
+    ($make:expr) => {
+        $crate::queue::conformance::suite!(@tests $make;
+            fast_path_admits_when_nobody_waits,
+            fifo_under_concurrent_joins,
+            rate_is_exact_over_a_minute,
+            burst_is_capped_after_a_long_pause,
+            max_active_is_held,
+            idle_sessions_are_reclaimed,
+            abandoned_visitors_drop_and_rejoin_at_the_back,
+            pause_holds_even_the_fast_path,
+            flush_empties_the_line_and_leaves_sessions,
+            settings_survive_a_reopen,
+            line_survives_a_reopen,
+            heartbeat_never_joins,
+            reaping_is_bounded_but_catches_up,
+            invalid_settings_change_nothing,
+            rooms_are_independent,
+        );
+    };
+    (@tests $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(start_paused = true)]
+            async fn $name() {
+                #[allow(unused_mut)]
+                let mut harness = $make;
+                $crate::queue::conformance::$name(&mut harness).await;
+            }
+        )*
+    };
+}
+pub(crate) use suite;
+
+const ROOM: &str = "main";
+
+pub fn settings(rate: f64, max_active: u64) -> RoomSettings {
+    RoomSettings {
+        rate,
+        max_active,
+        session_ttl: Duration::from_secs(300),
+        // Long enough that tests about other rules need no heartbeats.
+        abandon_after: Duration::from_secs(7_200),
+        paused: false,
+    }
+}
+
+fn visitors(n: usize) -> Vec<VisitorId> {
+    (0..n).map(|_| VisitorId::random()).collect()
+}
+
+fn place(resolution: Resolution) -> Place {
+    match resolution {
+        Resolution::Waiting(place) => place,
+        Resolution::Admitted => panic!("expected to wait, was admitted"),
+    }
+}
+
+async fn open<H: Harness>(h: &H, seed: RoomSettings) -> Arc<H::Store> {
+    let store = h.store();
+    store.open_room(ROOM, &seed, false).await.unwrap();
+    store
+}
+
+async fn pause<S: QueueStore>(store: &S) {
+    store
+        .update_settings(ROOM, &SettingsPatch::pause())
+        .await
+        .unwrap();
+}
+
+async fn resume<S: QueueStore>(store: &S) {
+    store
+        .update_settings(ROOM, &SettingsPatch::resume())
+        .await
+        .unwrap();
+}
+
+/// Joins everyone in order and returns their places.
+async fn join_all<S: QueueStore>(store: &S, who: &[VisitorId]) -> Vec<Place> {
+    let mut places = Vec::with_capacity(who.len());
+    for &v in who {
+        places.push(place(store.resolve(ROOM, v).await.unwrap()));
+    }
+    places
+}
+
+/// Runs passes every 250 ms for `span`, returning everyone admitted in order.
+async fn run_passes<H: Harness>(h: &H, span: Duration) -> Vec<VisitorId> {
+    let store = h.store();
+    let step = Duration::from_millis(250);
+    let mut admitted = Vec::new();
+    let mut elapsed = Duration::ZERO;
+    while elapsed < span {
+        h.advance(step).await;
+        elapsed += step;
+        admitted.extend(store.admit_pass(ROOM).await.unwrap().admitted);
+    }
+    admitted
+}
+
+pub async fn fast_path_admits_when_nobody_waits<H: Harness>(h: &mut H) {
+    let store = open(h, settings(10.0, 100)).await;
+    let first = VisitorId::random();
+    assert_eq!(
+        store.resolve(ROOM, first).await.unwrap(),
+        Resolution::Admitted
+    );
+    // Still admitted on the next request, without taking another token.
+    assert_eq!(
+        store.resolve(ROOM, first).await.unwrap(),
+        Resolution::Admitted
+    );
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!(
+        (stats.total_admitted, stats.total_joined, stats.active),
+        (1, 0, 1)
+    );
+}
+
+pub async fn fifo_under_concurrent_joins<H: Harness>(h: &mut H) {
+    let store = open(h, settings(50.0, 10_000)).await;
+    pause(&*store).await;
+    let mut tasks = Vec::new();
+    for _ in 0..500 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let v = VisitorId::random();
+            (v, place(store.resolve(ROOM, v).await.unwrap()).position)
+        }));
+    }
+    let mut joined = Vec::new();
+    for task in tasks {
+        joined.push(task.await.unwrap());
+    }
+    joined.sort_by_key(|&(_, position)| position);
+    let positions: Vec<u64> = joined.iter().map(|&(_, p)| p).collect();
+    assert_eq!(
+        positions,
+        (1..=500).collect::<Vec<_>>(),
+        "every place taken once"
+    );
+
+    resume(&*store).await;
+    let admitted = run_passes(h, Duration::from_secs(20)).await;
+    let expected: Vec<VisitorId> = joined.iter().map(|&(v, _)| v).collect();
+    assert_eq!(
+        admitted, expected,
+        "admitted in exactly the order of the line"
+    );
+}
+
+pub async fn rate_is_exact_over_a_minute<H: Harness>(h: &mut H) {
+    let store = open(h, settings(1_000.0, 1_000_000)).await;
+    pause(&*store).await;
+    join_all(&*store, &visitors(62_000)).await;
+    resume(&*store).await;
+    // The first pass spends the bucket's burst; the rate is measured after it.
+    let burst = store.admit_pass(ROOM).await.unwrap().admitted.len();
+    assert_eq!(burst, 1_000, "a full bucket holds one second's worth");
+    let admitted = run_passes(h, Duration::from_secs(60)).await.len() as i64;
+    assert!(
+        (admitted - 60_000).abs() <= 1,
+        "admitted {admitted} in 60 s at 1000/s"
+    );
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!(stats.waiting, 62_000 - 1_000 - admitted as u64);
+}
+
+pub async fn burst_is_capped_after_a_long_pause<H: Harness>(h: &mut H) {
+    let store = open(h, settings(10.0, 1_000)).await;
+    pause(&*store).await;
+    join_all(&*store, &visitors(200)).await;
+    h.advance(Duration::from_secs(3_600)).await;
+    assert!(
+        store.admit_pass(ROOM).await.unwrap().admitted.is_empty(),
+        "paused"
+    );
+    resume(&*store).await;
+    let first = store.admit_pass(ROOM).await.unwrap().admitted.len();
+    assert_eq!(
+        first, 10,
+        "an hour's pause still releases one second's worth"
+    );
+    h.advance(Duration::from_millis(500)).await;
+    let next = store.admit_pass(ROOM).await.unwrap().admitted.len();
+    assert_eq!(next, 5, "then the configured rate");
+
+    // A rate below one per second still lets one through: the burst is at least 1.
+    store
+        .update_settings(
+            ROOM,
+            &SettingsPatch {
+                rate: Some(0.1),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    h.advance(Duration::from_secs(100)).await;
+    assert_eq!(store.admit_pass(ROOM).await.unwrap().admitted.len(), 1);
+}
+
+pub async fn max_active_is_held<H: Harness>(h: &mut H) {
+    let store = open(h, settings(100.0, 5)).await;
+    let crowd = visitors(20);
+    let mut admitted_now = 0;
+    for &v in &crowd {
+        if store.resolve(ROOM, v).await.unwrap() == Resolution::Admitted {
+            admitted_now += 1;
+        }
+    }
+    assert_eq!(admitted_now, 5, "the fast path stops at max_active");
+    for _ in 0..40 {
+        h.advance(Duration::from_millis(250)).await;
+        // Keep every session busy so none is reclaimed.
+        for &v in &crowd {
+            store.resolve(ROOM, v).await.unwrap();
+        }
+        store.admit_pass(ROOM).await.unwrap();
+        let stats = store.stats(ROOM).await.unwrap();
+        assert_eq!((stats.active, stats.waiting), (5, 15));
+    }
+    // Raising the limit applies on the next pass.
+    store
+        .update_settings(
+            ROOM,
+            &SettingsPatch {
+                max_active: Some(8),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    h.advance(Duration::from_millis(250)).await;
+    assert_eq!(store.admit_pass(ROOM).await.unwrap().admitted.len(), 3);
+}
+
+pub async fn idle_sessions_are_reclaimed<H: Harness>(h: &mut H) {
+    let mut seed = settings(100.0, 2);
+    seed.session_ttl = Duration::from_secs(10);
+    let store = open(h, seed).await;
+    let [busy, idle, waiting] = [
+        VisitorId::random(),
+        VisitorId::random(),
+        VisitorId::random(),
+    ];
+    assert_eq!(
+        store.resolve(ROOM, busy).await.unwrap(),
+        Resolution::Admitted
+    );
+    assert_eq!(
+        store.resolve(ROOM, idle).await.unwrap(),
+        Resolution::Admitted
+    );
+    assert_eq!(
+        place(store.resolve(ROOM, waiting).await.unwrap()).position,
+        1
+    );
+
+    h.advance(Duration::from_secs(9)).await;
+    store.resolve(ROOM, busy).await.unwrap();
+    store.heartbeat(ROOM, &[waiting]).await.unwrap();
+    assert!(store.admit_pass(ROOM).await.unwrap().admitted.is_empty());
+
+    h.advance(Duration::from_secs(2)).await;
+    let report = store.admit_pass(ROOM).await.unwrap();
+    assert_eq!(
+        report.expired,
+        vec![idle],
+        "only the idle session is reclaimed"
+    );
+    assert_eq!(
+        report.admitted,
+        vec![waiting],
+        "and its slot goes to the next in line"
+    );
+    assert_eq!(
+        store.resolve(ROOM, busy).await.unwrap(),
+        Resolution::Admitted
+    );
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.active, stats.total_expired), (2, 1));
+}
+
+pub async fn abandoned_visitors_drop_and_rejoin_at_the_back<H: Harness>(h: &mut H) {
+    let mut seed = settings(10.0, 100);
+    seed.abandon_after = Duration::from_secs(60);
+    let store = open(h, seed).await;
+    pause(&*store).await;
+    let line = visitors(3);
+    join_all(&*store, &line).await;
+    for _ in 0..4 {
+        h.advance(Duration::from_secs(20)).await;
+        store.heartbeat(ROOM, &line[1..]).await.unwrap();
+        store.admit_pass(ROOM).await.unwrap();
+    }
+    // 80 s without a heartbeat: the first visitor was dropped at the 60 s mark.
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.waiting, stats.total_abandoned), (2, 1));
+    let states = store.heartbeat(ROOM, &line).await.unwrap();
+    assert_eq!(states[0], VisitorState::Unknown);
+    assert!(matches!(states[1], VisitorState::Waiting(p) if p.position == 1));
+    // Coming back puts them at the end of the line.
+    let back = place(store.resolve(ROOM, line[0]).await.unwrap());
+    assert_eq!((back.position, back.waiting), (3, 3));
+}
+
+pub async fn pause_holds_even_the_fast_path<H: Harness>(h: &mut H) {
+    let store = open(h, settings(10.0, 100)).await;
+    pause(&*store).await;
+    let v = VisitorId::random();
+    let waiting = place(store.resolve(ROOM, v).await.unwrap());
+    assert!(waiting.paused);
+    h.advance(Duration::from_secs(5)).await;
+    assert!(store.admit_pass(ROOM).await.unwrap().admitted.is_empty());
+    assert_eq!(store.stats(ROOM).await.unwrap().total_admitted, 0);
+    resume(&*store).await;
+    h.advance(Duration::from_millis(250)).await;
+    assert_eq!(store.admit_pass(ROOM).await.unwrap().admitted, vec![v]);
+}
+
+pub async fn flush_empties_the_line_and_leaves_sessions<H: Harness>(h: &mut H) {
+    let store = open(h, settings(1.0, 100)).await;
+    let on_site = VisitorId::random();
+    assert_eq!(
+        store.resolve(ROOM, on_site).await.unwrap(),
+        Resolution::Admitted
+    );
+    let line = visitors(10);
+    join_all(&*store, &line).await;
+    assert_eq!(store.flush(ROOM).await.unwrap(), 10);
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.waiting, stats.active), (0, 1));
+    assert_eq!(
+        store.resolve(ROOM, on_site).await.unwrap(),
+        Resolution::Admitted
+    );
+    assert_eq!(
+        store.heartbeat(ROOM, &line[..1]).await.unwrap(),
+        vec![VisitorState::Unknown]
+    );
+    // The line works normally afterwards, numbered from 1 again.
+    let again = place(store.resolve(ROOM, line[5]).await.unwrap());
+    assert_eq!((again.position, again.waiting), (1, 1));
+}
+
+pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
+    let seed = settings(10.0, 100);
+    let store = open(h, seed.clone()).await;
+    store
+        .update_settings(
+            ROOM,
+            &SettingsPatch {
+                rate: Some(25.0),
+                max_active: Some(7),
+                session_ttl: Some(Duration::from_secs(90)),
+                abandon_after: Some(Duration::from_secs(30)),
+                paused: Some(true),
+            },
+        )
+        .await
+        .unwrap();
+    drop(store);
+    h.reopen(Duration::from_secs(5)).await;
+    let store = h.store();
+    // The file still says rate 10: the live settings win and the caller is told.
+    match store.open_room(ROOM, &seed, false).await.unwrap() {
+        Seeded::KeptLive(live) => assert_eq!((live.rate, live.max_active), (25.0, 7)),
+        other => panic!("expected the live settings to be kept, got {other:?}"),
+    }
+    let live = store.stats(ROOM).await.unwrap().settings;
+    assert_eq!(live.session_ttl, Duration::from_secs(90));
+    assert_eq!(live.abandon_after, Duration::from_secs(30));
+    assert!(live.paused);
+    // --reseed makes the file win, but does not lift an operator's pause.
+    assert_eq!(
+        store.open_room(ROOM, &seed, true).await.unwrap(),
+        Seeded::Reseeded
+    );
+    let live = store.stats(ROOM).await.unwrap().settings;
+    assert_eq!((live.rate, live.max_active, live.paused), (10.0, 100, true));
+    assert_eq!(
+        store.open_room(ROOM, &seed, false).await.unwrap(),
+        Seeded::Unchanged
+    );
+}
+
+pub async fn line_survives_a_reopen<H: Harness>(h: &mut H) {
+    let store = open(h, settings(5.0, 100)).await;
+    let on_site = VisitorId::random();
+    assert_eq!(
+        store.resolve(ROOM, on_site).await.unwrap(),
+        Resolution::Admitted
+    );
+    pause(&*store).await;
+    let line = visitors(50);
+    join_all(&*store, &line).await;
+    drop(store);
+    // Downtime longer than abandon_after and session_ttl must not cost anyone their place.
+    h.reopen(Duration::from_secs(7_200 + 300)).await;
+    let store = h.store();
+    store
+        .open_room(ROOM, &settings(5.0, 100), false)
+        .await
+        .unwrap();
+    store.admit_pass(ROOM).await.unwrap();
+    let states = store.heartbeat(ROOM, &line).await.unwrap();
+    for (i, state) in states.iter().enumerate() {
+        assert!(
+            matches!(state, VisitorState::Waiting(p) if p.position == i as u64 + 1),
+            "visitor {i} lost their place: {state:?}"
+        );
+    }
+    assert_eq!(
+        store.resolve(ROOM, on_site).await.unwrap(),
+        Resolution::Admitted
+    );
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.total_joined, stats.total_admitted), (50, 1));
+}
+
+pub async fn heartbeat_never_joins<H: Harness>(h: &mut H) {
+    let store = open(h, settings(10.0, 100)).await;
+    let stranger = VisitorId::random();
+    assert_eq!(
+        store.heartbeat(ROOM, &[stranger]).await.unwrap(),
+        vec![VisitorState::Unknown]
+    );
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.waiting, stats.active, stats.total_joined), (0, 0, 0));
+    assert_eq!(
+        store.resolve(ROOM, stranger).await.unwrap(),
+        Resolution::Admitted
+    );
+    assert_eq!(
+        store.heartbeat(ROOM, &[stranger]).await.unwrap(),
+        vec![VisitorState::Admitted]
+    );
+}
+
+pub async fn reaping_is_bounded_but_catches_up<H: Harness>(h: &mut H) {
+    let mut seed = settings(10.0, 100);
+    seed.abandon_after = Duration::from_secs(60);
+    let store = open(h, seed).await;
+    pause(&*store).await;
+    let n = 25_000;
+    join_all(&*store, &visitors(n)).await;
+    h.advance(Duration::from_secs(61)).await;
+    let first = store.admit_pass(ROOM).await.unwrap().abandoned.len();
+    assert!(
+        first > 0 && first < n,
+        "one pass reaps a bounded batch ({first})"
+    );
+    let mut reaped = first;
+    for _ in 0..10 {
+        reaped += store.admit_pass(ROOM).await.unwrap().abandoned.len();
+    }
+    assert_eq!(reaped, n, "later passes catch up");
+    assert_eq!(store.stats(ROOM).await.unwrap().waiting, 0);
+}
+
+pub async fn invalid_settings_change_nothing<H: Harness>(h: &mut H) {
+    let store = open(h, settings(10.0, 100)).await;
+    for (patch, field) in [
+        (
+            SettingsPatch {
+                rate: Some(-1.0),
+                ..Default::default()
+            },
+            "rate",
+        ),
+        (
+            SettingsPatch {
+                rate: Some(f64::NAN),
+                ..Default::default()
+            },
+            "rate",
+        ),
+        (
+            SettingsPatch {
+                max_active: Some(0),
+                ..Default::default()
+            },
+            "max_active",
+        ),
+        (
+            SettingsPatch {
+                rate: Some(20.0),
+                session_ttl: Some(Duration::ZERO),
+                ..Default::default()
+            },
+            "session_ttl",
+        ),
+    ] {
+        match store.update_settings(ROOM, &patch).await {
+            Err(super::StoreError::Invalid { field: named, .. }) => assert_eq!(named, field),
+            other => panic!("{patch:?} should be refused, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        store.stats(ROOM).await.unwrap().settings,
+        settings(10.0, 100)
+    );
+    assert!(matches!(
+        store.resolve("nowhere", VisitorId::random()).await,
+        Err(super::StoreError::UnknownRoom(_))
+    ));
+}
+
+pub async fn rooms_are_independent<H: Harness>(h: &mut H) {
+    let store = open(h, settings(1.0, 1)).await;
+    store
+        .open_room("other", &settings(1.0, 1), false)
+        .await
+        .unwrap();
+    let v = VisitorId::random();
+    assert_eq!(store.resolve(ROOM, v).await.unwrap(), Resolution::Admitted);
+    // The first room is full; the other is not.
+    assert!(matches!(
+        store.resolve(ROOM, VisitorId::random()).await.unwrap(),
+        Resolution::Waiting(_)
+    ));
+    assert_eq!(
+        store.resolve("other", VisitorId::random()).await.unwrap(),
+        Resolution::Admitted
+    );
+    pause(&*store).await;
+    assert!(!store.stats("other").await.unwrap().settings.paused);
+}

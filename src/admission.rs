@@ -1,1 +1,434 @@
-//! TODO
+//! The per-replica side of admission: the pass driver that runs each room's admission pass
+//! every `admit_interval`, the session cache that lets admitted visitors through without a
+//! store round trip per request, and the one-second statistics cache that pages, ETAs and
+//! metrics read instead of the store.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use crate::queue::{QueueStore, Resolution, RoomStats, StoreError, StoreResult, VisitorId};
+
+/// How long a replica trusts that a visitor it saw admitted is still on the site before
+/// asking the store again. Re-confirming also records the session's activity in the store,
+/// so an active visitor costs one store round trip per window, not one per request. It is
+/// capped at half the room's `session_ttl` so the store never reclaims a session this
+/// replica still believes in.
+pub const SESSION_CONFIRM_WINDOW: Duration = Duration::from_secs(5);
+
+/// The observed admission rate is measured over this window (SPEC §5).
+const RATE_WINDOW: Duration = Duration::from_secs(60);
+
+/// How often the statistics cache refreshes.
+pub const STATS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Admission as the HTTP layer sees it: a store plus this replica's caches.
+pub struct Admission {
+    store: Arc<dyn QueueStore>,
+    sessions: SessionCache,
+    stats: StatsCache,
+    health: StoreHealth,
+}
+
+/// The outcome of deciding one request for the site.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    Admitted,
+    Waiting(crate::queue::Place),
+    /// The store did not answer; `fail_open` says whether to proxy anyway.
+    Stalled { fail_open: bool },
+}
+
+impl Admission {
+    pub fn new(store: Arc<dyn QueueStore>, fail_open_after: Option<Duration>) -> Self {
+        Admission {
+            store,
+            sessions: SessionCache::default(),
+            stats: StatsCache::default(),
+            health: StoreHealth::new(fail_open_after),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn QueueStore> {
+        &self.store
+    }
+
+    /// Decides one request for the site from `visitor` in `room`.
+    pub async fn decide(&self, room: &str, visitor: VisitorId) -> Decision {
+        if self.sessions.is_confirmed(room, visitor, self.confirm_window(room)) {
+            return Decision::Admitted;
+        }
+        match self.store.resolve(room, visitor).await {
+            Ok(Resolution::Admitted) => {
+                self.health.record_ok();
+                self.sessions.confirm(room, visitor);
+                Decision::Admitted
+            }
+            Ok(Resolution::Waiting(place)) => {
+                self.health.record_ok();
+                Decision::Waiting(place)
+            }
+            Err(StoreError::Unavailable(reason)) => {
+                self.health.record_failure(&reason);
+                Decision::Stalled {
+                    fail_open: self.health.failing_open(),
+                }
+            }
+            Err(other) => {
+                // An unknown room here means the store lost it (e.g. Redis flushed); hold
+                // the visitor rather than admit.
+                tracing::error!(room, error = %other, "store refused to resolve a visitor");
+                Decision::Stalled { fail_open: false }
+            }
+        }
+    }
+
+    fn confirm_window(&self, room: &str) -> Duration {
+        self.stats
+            .get(room)
+            .map(|s| SESSION_CONFIRM_WINDOW.min(s.stats.settings.session_ttl / 2))
+            .unwrap_or(SESSION_CONFIRM_WINDOW)
+    }
+
+    /// The last known counters of `room`, at most about a second old.
+    pub fn cached_stats(&self, room: &str) -> Option<CachedStats> {
+        self.stats.get(room)
+    }
+
+    pub fn health(&self) -> &StoreHealth {
+        &self.health
+    }
+
+    /// An estimated wait for the visitor at `position`, from the admission rate observed
+    /// over the last minute (the configured rate until anything has been observed).
+    pub fn eta(&self, room: &str, position: u64) -> Eta {
+        let rate = self
+            .stats
+            .get(room)
+            .map(|s| s.observed_rate.unwrap_or(s.stats.settings.rate))
+            .unwrap_or(0.0);
+        Eta::for_position(position, rate)
+    }
+
+    /// Forgets cached sessions that can no longer be valid, bounding memory.
+    fn prune_sessions(&self) {
+        self.sessions.prune(SESSION_CONFIRM_WINDOW);
+    }
+
+    /// Refreshes the statistics of every room once.
+    pub async fn refresh_stats(&self, rooms: &[String]) {
+        for room in rooms {
+            match self.store.stats(room).await {
+                Ok(stats) => {
+                    self.health.record_ok();
+                    self.stats.record(room, stats);
+                }
+                Err(StoreError::Unavailable(reason)) => self.health.record_failure(&reason),
+                Err(other) => tracing::error!(room, error = %other, "cannot read room stats"),
+            }
+        }
+        self.prune_sessions();
+    }
+
+    /// Runs until `stop`: one admission pass per room every `interval`, and the statistics
+    /// refresh every second.
+    pub async fn run(
+        self: Arc<Self>,
+        rooms: Vec<String>,
+        interval: Duration,
+        on_pass: impl Fn(&str, &crate::queue::PassReport) + Send + Sync + 'static,
+        stop: CancellationToken,
+    ) {
+        let mut passes = tokio::time::interval(interval);
+        passes.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut stats = tokio::time::interval(STATS_INTERVAL);
+        stats.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let failures = crate::http::client::LogLimiter::new(Duration::from_secs(10));
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = passes.tick() => {
+                    for room in &rooms {
+                        let started = Instant::now();
+                        match self.store.admit_pass(room).await {
+                            Ok(report) => {
+                                self.health.record_ok();
+                                self.stats.record_pass(room, started.elapsed());
+                                on_pass(room, &report);
+                            }
+                            Err(e) => {
+                                if let StoreError::Unavailable(reason) = &e {
+                                    self.health.record_failure(reason);
+                                }
+                                if failures.allow() {
+                                    tracing::warn!(room, error = %e, "admission pass failed; nobody is admitted until the store answers");
+                                }
+                            }
+                        }
+                    }
+                }
+                _ = stats.tick() => self.refresh_stats(&rooms).await,
+            }
+        }
+    }
+}
+
+/// An estimated wait in whole seconds, as a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Eta {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl Eta {
+    /// Visitors ahead divided by the rate, widened by a quarter either way because the
+    /// rate is observed, not promised.
+    pub fn for_position(position: u64, rate: f64) -> Eta {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Eta { min: 0, max: 0 };
+        }
+        let central = position as f64 / rate;
+        let min = (central * 0.8).floor().max(0.0) as u64;
+        let max = (central * 1.25).ceil().max(min as f64) as u64;
+        Eta { min, max }
+    }
+}
+
+/// Admitted visitors this replica has recently confirmed with the store.
+#[derive(Default)]
+struct SessionCache {
+    confirmed: Mutex<HashMap<(String, VisitorId), Instant>>,
+}
+
+impl SessionCache {
+    fn is_confirmed(&self, room: &str, visitor: VisitorId, window: Duration) -> bool {
+        let confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
+        confirmed
+            .get(&(room.to_owned(), visitor))
+            .is_some_and(|at| at.elapsed() < window)
+    }
+
+    fn confirm(&self, room: &str, visitor: VisitorId) {
+        let mut confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
+        confirmed.insert((room.to_owned(), visitor), Instant::now());
+    }
+
+    fn prune(&self, window: Duration) {
+        let mut confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
+        confirmed.retain(|_, at| at.elapsed() < window);
+    }
+}
+
+/// A room's counters as last read, with what this replica derived from them.
+#[derive(Clone, Debug)]
+pub struct CachedStats {
+    pub stats: RoomStats,
+    /// Admissions per second over the last minute; `None` until two samples exist or
+    /// while nothing was admitted in that window.
+    pub observed_rate: Option<f64>,
+    pub last_pass: Option<Duration>,
+    pub read_at: Instant,
+}
+
+#[derive(Default)]
+struct StatsCache {
+    rooms: RwLock<HashMap<String, RoomSamples>>,
+}
+
+#[derive(Default)]
+struct RoomSamples {
+    latest: Option<CachedStats>,
+    /// (when, total_admitted) over the last minute, oldest first.
+    admitted: VecDeque<(Instant, u64)>,
+    last_pass: Option<Duration>,
+}
+
+impl StatsCache {
+    fn get(&self, room: &str) -> Option<CachedStats> {
+        let rooms = self.rooms.read().unwrap_or_else(|p| p.into_inner());
+        rooms.get(room).and_then(|r| r.latest.clone())
+    }
+
+    fn record(&self, room: &str, stats: RoomStats) {
+        let now = Instant::now();
+        let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
+        let samples = rooms.entry(room.to_owned()).or_default();
+        samples.admitted.push_back((now, stats.total_admitted));
+        while samples
+            .admitted
+            .front()
+            .is_some_and(|&(at, _)| now.duration_since(at) > RATE_WINDOW)
+        {
+            samples.admitted.pop_front();
+        }
+        let observed_rate = match (samples.admitted.front(), samples.admitted.back()) {
+            (Some(&(t0, a0)), Some(&(t1, a1))) if t1 > t0 && a1 > a0 => {
+                Some((a1 - a0) as f64 / t1.duration_since(t0).as_secs_f64())
+            }
+            _ => None,
+        };
+        samples.latest = Some(CachedStats {
+            stats,
+            observed_rate,
+            last_pass: samples.last_pass,
+            read_at: now,
+        });
+    }
+
+    fn record_pass(&self, room: &str, took: Duration) {
+        let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
+        rooms.entry(room.to_owned()).or_default().last_pass = Some(took);
+    }
+}
+
+/// Whether the store answers, and since when it has not.
+pub struct StoreHealth {
+    down_since: Mutex<Option<Instant>>,
+    fail_open_after: Option<Duration>,
+    failing_open_logged: std::sync::atomic::AtomicBool,
+}
+
+impl StoreHealth {
+    fn new(fail_open_after: Option<Duration>) -> Self {
+        StoreHealth {
+            down_since: Mutex::new(None),
+            fail_open_after,
+            failing_open_logged: false.into(),
+        }
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.down_since.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+    }
+
+    /// How long the store has been down, if it is.
+    pub fn down_for(&self) -> Option<Duration> {
+        self.down_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|since| since.elapsed())
+    }
+
+    /// With `fail_open`, whether the outage has lasted long enough to proxy everyone.
+    pub fn failing_open(&self) -> bool {
+        let failing = match (self.fail_open_after, self.down_for()) {
+            (Some(after), Some(down)) => down >= after,
+            _ => false,
+        };
+        if failing
+            && !self
+                .failing_open_logged
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::error!("FAILING OPEN: the queue store has been down too long; every visitor is proxied to the origin unqueued");
+        }
+        failing
+    }
+
+    fn record_ok(&self) {
+        let mut down = self.down_since.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(since) = down.take() {
+            tracing::warn!(down_for = ?since.elapsed(), "queue store is back; admissions resume");
+            self.failing_open_logged
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn record_failure(&self, reason: &str) {
+        let mut down = self.down_since.lock().unwrap_or_else(|p| p.into_inner());
+        if down.is_none() {
+            tracing::error!(reason, "queue store unavailable; nobody is admitted until it answers");
+            *down = Some(Instant::now());
+        }
+    }
+}
+
+/// Ping helper for readiness checks.
+pub async fn store_ready(store: &dyn QueueStore) -> StoreResult<()> {
+    store.ping().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Clock;
+    use crate::queue::{MemoryStore, conformance::settings};
+
+    #[test]
+    fn eta_is_a_range_and_never_negative() {
+        assert_eq!(Eta::for_position(100, 10.0), Eta { min: 8, max: 13 });
+        assert_eq!(Eta::for_position(0, 10.0), Eta { min: 0, max: 0 });
+        assert_eq!(Eta::for_position(5, 0.0), Eta { min: 0, max: 0 });
+        let e = Eta::for_position(1, 0.5);
+        assert!(e.min <= e.max);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn observed_rate_replaces_the_configured_one() {
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
+        store.open_room("main", &settings(100.0, 1_000_000), false).await.unwrap();
+        store
+            .update_settings("main", &crate::queue::SettingsPatch::pause())
+            .await
+            .unwrap();
+        for _ in 0..1_000 {
+            store.resolve("main", VisitorId::random()).await.unwrap();
+        }
+        let admission = Arc::new(Admission::new(store.clone(), None));
+        let rooms = vec!["main".to_owned()];
+        admission.refresh_stats(&rooms).await;
+        // Nothing observed yet: the configured rate stands in.
+        assert_eq!(admission.eta("main", 100), Eta::for_position(100, 100.0));
+        // The origin is slower than configured: only 10 a second get in.
+        store
+            .update_settings(
+                "main",
+                &crate::queue::SettingsPatch { rate: Some(10.0), paused: Some(false), ..Default::default() },
+            )
+            .await
+            .unwrap();
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            store.admit_pass("main").await.unwrap();
+            admission.refresh_stats(&rooms).await;
+        }
+        let rate = admission.cached_stats("main").unwrap().observed_rate.unwrap();
+        assert!((rate - 10.0).abs() < 1.01, "observed {rate}");
+        // Settings say 10 now too, so check the ETA follows the observation.
+        assert_eq!(admission.eta("main", 100), Eta::for_position(100, rate));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn confirmed_sessions_skip_the_store_then_reconfirm() {
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
+        store.open_room("main", &settings(1.0, 1), false).await.unwrap();
+        let admission = Admission::new(store.clone(), None);
+        let v = VisitorId::random();
+        assert_eq!(admission.decide("main", v).await, Decision::Admitted);
+        let joined_before = store.stats("main").await.unwrap();
+        // A flush of the line leaves the session, and the cache answers without the store.
+        store.flush("main").await.unwrap();
+        assert_eq!(admission.decide("main", v).await, Decision::Admitted);
+        assert_eq!(store.stats("main").await.unwrap(), joined_before);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fail_open_only_after_the_configured_outage() {
+        let health = StoreHealth::new(Some(Duration::from_secs(30)));
+        assert!(health.is_up());
+        health.record_failure("gone");
+        tokio::time::advance(Duration::from_secs(29)).await;
+        assert!(!health.failing_open());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(health.failing_open());
+        health.record_ok();
+        assert!(health.is_up() && !health.failing_open());
+        let closed = StoreHealth::new(None);
+        closed.record_failure("gone");
+        tokio::time::advance(Duration::from_secs(3_600)).await;
+        assert!(!closed.failing_open(), "fail_open off: never");
+    }
+}

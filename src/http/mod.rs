@@ -1,5 +1,337 @@
-//! Everything HTTP: the request path, the proxy, client identification, pages and streams.
+//! Everything HTTP. [`App::handle`] is the one request path, read top to bottom:
+//! identify (client, room, visitor cookie), classify (reserved path or the site), decide
+//! (the store, through [`Admission`]), respond (proxy, waiting page, or a page of ours).
 
 pub mod body;
 pub mod client;
+pub mod live;
+pub mod pages;
 pub mod proxy;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+
+use crate::admission::{Admission, Decision, Eta};
+use crate::config::{Config, RoomConfig};
+use crate::queue::{Place, VisitorId};
+use crate::token::{self, CookieKeys};
+use body::Body;
+use client::{LogLimiter, TrustedProxies};
+use live::LiveHub;
+use pages::{Pages, Phase, RoomText, VisitorStatus, WaitingView};
+use proxy::{ForwardContext, Origin, OriginClient, ProxyError};
+
+/// Everything under this prefix is anteroom's own and never proxied.
+pub const RESERVED_PREFIX: &str = "/__anteroom/";
+
+/// One room as the request path needs it.
+pub struct Room {
+    pub config: RoomConfig,
+    pub origin: Origin,
+}
+
+/// The shared state of the public listener.
+pub struct App {
+    rooms: Vec<Room>,
+    /// Lower-cased host (no port) → index into `rooms`.
+    hosts: HashMap<String, usize>,
+    catch_all: Option<usize>,
+    pub admission: Arc<Admission>,
+    pub live: LiveHub,
+    cookies: CookieKeys,
+    secure_cookies: bool,
+    trusted: TrustedProxies,
+    origin_client: OriginClient,
+    pages: Pages,
+    origin_errors: LogLimiter,
+}
+
+/// What a request is for, decided from its path alone.
+enum Class {
+    Healthz,
+    Readyz,
+    Events,
+    /// Under `/__anteroom/` but nothing we serve.
+    UnknownReserved,
+    Site,
+}
+
+fn classify(req: &Request<Incoming>) -> Class {
+    let path = req.uri().path();
+    let Some(reserved) = path.strip_prefix(RESERVED_PREFIX) else {
+        // `/__anteroom` without the slash is reserved too.
+        if path == "/__anteroom" {
+            return Class::UnknownReserved;
+        }
+        return Class::Site;
+    };
+    match (req.method(), reserved) {
+        (&Method::GET | &Method::HEAD, "healthz") => Class::Healthz,
+        (&Method::GET | &Method::HEAD, "readyz") => Class::Readyz,
+        (&Method::GET, "events") => Class::Events,
+        _ => Class::UnknownReserved,
+    }
+}
+
+/// Who is asking, established before anything else runs.
+struct Identity {
+    client_ip: IpAddr,
+    room: Option<usize>,
+    /// The verified visitor of this room, if the cookie verified.
+    visitor: Option<VisitorId>,
+    wants_json: bool,
+}
+
+impl App {
+    pub fn new(config: &Config, admission: Arc<Admission>) -> anyhow::Result<App> {
+        let mut rooms = Vec::new();
+        let mut hosts = HashMap::new();
+        let mut catch_all = None;
+        for (i, room) in config.rooms.iter().enumerate() {
+            let origin = Origin::new(&room.origin)
+                .map_err(|e| anyhow::anyhow!("rooms.{}.origin: {e}", room.name))?;
+            match &room.match_host {
+                Some(host) => {
+                    hosts.insert(host.to_ascii_lowercase(), i);
+                }
+                None => catch_all = Some(i),
+            }
+            rooms.push(Room {
+                config: room.clone(),
+                origin,
+            });
+        }
+        let previous: Vec<&[u8]> = config
+            .previous_cookie_secrets
+            .iter()
+            .map(|s| s.expose())
+            .collect();
+        Ok(App {
+            rooms,
+            hosts,
+            catch_all,
+            admission,
+            live: LiveHub::default(),
+            cookies: CookieKeys::new(config.cookie_secret.expose(), &previous),
+            secure_cookies: config.secure_cookies,
+            trusted: TrustedProxies::new(config.trusted_proxies.clone()),
+            origin_client: OriginClient::new(proxy::ProxyTimeouts {
+                connect: config.server.origin_connect_timeout,
+                response: config.server.origin_timeout,
+                idle: config.server.idle_timeout,
+            }),
+            pages: Pages::default(),
+            origin_errors: LogLimiter::new(std::time::Duration::from_secs(10)),
+        })
+    }
+
+    pub fn room_names(&self) -> Vec<String> {
+        self.rooms.iter().map(|r| r.config.name.clone()).collect()
+    }
+
+    /// The one request path.
+    pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        // Identify.
+        let identity = self.identify(&req, peer);
+
+        // Classify. Absolute-form targets name a host of the client's choosing; a reverse
+        // proxy never needs them, so they are refused before anything can route on them.
+        if is_absolute_form(&req) {
+            return self.message(StatusCode::BAD_REQUEST, "Bad request", "Absolute-form request targets are not accepted.", identity.wants_json);
+        }
+        if req.method() == Method::CONNECT {
+            return self.message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed", "CONNECT is not supported.", identity.wants_json);
+        }
+        match classify(&req) {
+            Class::Healthz => return pages::plain(StatusCode::OK, "ok\n"),
+            Class::Readyz => return self.readyz().await,
+            Class::UnknownReserved => {
+                return self.message(StatusCode::NOT_FOUND, "Not found", "There is nothing here.", identity.wants_json);
+            }
+            Class::Events => return self.events(&identity),
+            Class::Site => {}
+        }
+        let Some(room_index) = identity.room else {
+            return self.message(StatusCode::NOT_FOUND, "Unknown site", "This address is not served here.", identity.wants_json);
+        };
+        let room = &self.rooms[room_index];
+
+        // Decide.
+        let (visitor, new_cookie) = match identity.visitor {
+            Some(v) => (v, false),
+            None => (VisitorId::random(), true),
+        };
+        let decision = self.admission.decide(&room.config.name, visitor).await;
+
+        // Respond.
+        let mut response = match decision {
+            Decision::Admitted | Decision::Stalled { fail_open: true } => {
+                self.proxy(room, req, &identity).await
+            }
+            Decision::Waiting(place) => self.waiting(room, place, identity.wants_json),
+            Decision::Stalled { fail_open: false } => self.stalled(room, identity.wants_json),
+        };
+        if new_cookie || matches!(decision, Decision::Waiting(_)) {
+            // Re-issued on every waiting page so the cookie's age slides while they wait.
+            let value = self.cookies.issue(visitor, &room.config.name, SystemTime::now());
+            response.headers_mut().append(
+                header::SET_COOKIE,
+                token::set_cookie(&value, self.secure_cookies),
+            );
+        }
+        response
+    }
+
+    fn identify(&self, req: &Request<Incoming>, peer: SocketAddr) -> Identity {
+        let client_ip = client::client_ip(peer.ip(), req.headers(), &self.trusted);
+        let room = request_host(req)
+            .and_then(|host| self.hosts.get(&host).copied())
+            .or(self.catch_all);
+        let visitor = room.and_then(|i| {
+            let value = token::find_cookie(req.headers())?;
+            match self.cookies.verify(value, SystemTime::now()) {
+                Ok(claim) if claim.room == self.rooms[i].config.name => Some(claim.visitor),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::debug!(%client_ip, error = %e, "visitor cookie rejected");
+                    None
+                }
+            }
+        });
+        Identity {
+            client_ip,
+            room,
+            visitor,
+            wants_json: pages::prefers_json(req.headers().get(header::ACCEPT)),
+        }
+    }
+
+    async fn readyz(&self) -> Response<Body> {
+        match self.admission.store().ping().await {
+            Ok(()) => pages::plain(StatusCode::OK, "ready\n"),
+            Err(_) => pages::plain(StatusCode::SERVICE_UNAVAILABLE, "queue store unavailable\n"),
+        }
+    }
+
+    fn events(&self, identity: &Identity) -> Response<Body> {
+        match (identity.room, identity.visitor) {
+            (Some(room), Some(visitor)) => self.live.subscribe(&self.rooms[room].config.name, visitor),
+            _ => self.message(
+                StatusCode::NOT_FOUND,
+                "Not in line",
+                "There is no place in line for this browser.",
+                identity.wants_json,
+            ),
+        }
+    }
+
+    async fn proxy(&self, room: &Room, mut req: Request<Incoming>, identity: &Identity) -> Response<Body> {
+        token::strip_cookie(req.headers_mut());
+        let ctx = ForwardContext {
+            client_ip: identity.client_ip,
+            proto: "http",
+            preserve_host: room.config.preserve_host,
+        };
+        match self.origin_client.forward(&room.origin, req, &ctx).await {
+            Ok(response) => response,
+            Err(e) => {
+                if self.origin_errors.allow() {
+                    tracing::warn!(room = %room.config.name, error = %e, "origin request failed");
+                }
+                let (title, detail) = match e {
+                    ProxyError::Timeout => ("Gateway timeout", "The site took too long to answer. Please try again shortly."),
+                    ProxyError::BadRequest(_) => ("Bad request", "The request could not be forwarded."),
+                    _ => ("Bad gateway", "The site could not be reached. Please try again shortly."),
+                };
+                self.message(e.status(), title, detail, identity.wants_json)
+            }
+        }
+    }
+
+    fn waiting(&self, room: &Room, place: Place, json: bool) -> Response<Body> {
+        let eta = self.admission.eta(&room.config.name, place.position);
+        let view = WaitingView {
+            status: VisitorStatus::Waiting,
+            room: room.config.name.clone(),
+            position: Some(place.position),
+            waiting: place.waiting,
+            eta_secs: eta,
+            retry_after_secs: retry_after(eta),
+            phase: Phase::Queueing,
+            paused: place.paused,
+        };
+        let status = StatusCode::from_u16(room.config.queue_status_code).unwrap_or(StatusCode::OK);
+        self.pages.waiting(&view, &room_text(room), status, json)
+    }
+
+    fn stalled(&self, room: &Room, json: bool) -> Response<Body> {
+        if json {
+            let view = WaitingView {
+                status: VisitorStatus::Stalled,
+                room: room.config.name.clone(),
+                position: None,
+                waiting: 0,
+                eta_secs: Eta { min: 0, max: 0 },
+                retry_after_secs: 5,
+                phase: Phase::Queueing,
+                paused: false,
+            };
+            return self.pages.waiting(&view, &room_text(room), StatusCode::SERVICE_UNAVAILABLE, true);
+        }
+        self.pages.message(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(VisitorStatus::Stalled),
+            &room.config.title,
+            "We are having trouble reaching the line. If you were waiting, you keep your place; this page will try again by itself.",
+            Some(5),
+            false,
+        )
+    }
+
+    fn message(&self, status: StatusCode, title: &str, detail: &str, json: bool) -> Response<Body> {
+        self.pages.message(status, None, title, detail, None, json)
+    }
+}
+
+fn room_text(room: &Room) -> RoomText<'_> {
+    RoomText {
+        title: &room.config.title,
+        message: &room.config.message,
+    }
+}
+
+/// How long a waiting client should wait before asking again: the soonest they could be
+/// let in, kept between 2 and 30 seconds.
+fn retry_after(eta: Eta) -> u64 {
+    eta.min.clamp(2, 30)
+}
+
+/// The request's host, lower-cased and without a port: from the URI for HTTP/2, else the
+/// `Host` header.
+fn request_host<B>(req: &Request<B>) -> Option<String> {
+    let raw = match req.uri().host() {
+        Some(host) if req.version() == http::Version::HTTP_2 => host.to_owned(),
+        _ => req.headers().get(header::HOST)?.to_str().ok()?.to_owned(),
+    };
+    let host = match raw.strip_prefix('[') {
+        // [v6]:port
+        Some(rest) => rest.split(']').next()?.to_owned(),
+        None => raw.rsplit_once(':').map_or(raw.as_str(), |(h, _)| h).to_owned(),
+    };
+    Some(host.trim_end_matches('.').to_ascii_lowercase())
+}
+
+/// An HTTP/1 request whose target names a host (`GET http://elsewhere/ HTTP/1.1`).
+fn is_absolute_form<B>(req: &Request<B>) -> bool {
+    req.version() < http::Version::HTTP_2 && req.uri().authority().is_some()
+}
+
+/// Ensures a header value is ASCII-safe; used for values derived from config.
+pub fn header_value(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}

@@ -1,0 +1,198 @@
+//! The waiting page's live stream (`GET /__anteroom/events`, Server-Sent Events).
+//!
+//! One ticker per replica: every [`TICK`] it asks the store, in one batched call per room,
+//! for the state of every visitor with an open stream, and fans the answers out. A held
+//! stream is a small struct and a channel, not a task polling on its own, so a visitor with
+//! ten tabs or an impatient reconnect loop still costs at most one store read per tick.
+//! The tick is also the waiting visitor's heartbeat: a closed tab stops it, and the
+//! visitor is abandoned after `abandon_after`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::{HeaderValue, Response, StatusCode, header};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+use super::body::Body;
+use crate::admission::Admission;
+use crate::queue::{StoreError, VisitorId, VisitorState};
+
+/// At most one store read per waiting visitor this often (SPEC §5).
+pub const TICK: Duration = Duration::from_secs(2);
+
+/// Events queued per stream before a slow client starts missing (stale) updates.
+const STREAM_BUFFER: usize = 4;
+
+/// One event on the wire.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LiveEvent {
+    Position(serde_json::Value),
+    Admitted,
+    Stalled,
+}
+
+impl LiveEvent {
+    fn encode(&self) -> Bytes {
+        let (name, data) = match self {
+            LiveEvent::Position(v) => ("position", v.to_string()),
+            LiveEvent::Admitted => ("admitted", "{}".to_owned()),
+            LiveEvent::Stalled => ("stalled", "{}".to_owned()),
+        };
+        Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+    }
+}
+
+struct Listener {
+    room: String,
+    visitor: VisitorId,
+    tx: mpsc::Sender<LiveEvent>,
+}
+
+/// Every open stream of this replica.
+#[derive(Default)]
+pub struct LiveHub {
+    listeners: Mutex<HashMap<u64, Listener>>,
+    next_id: AtomicU64,
+    /// Closed at shutdown: every stream ends and the page reloads on its jittered timer.
+    closing: CancellationToken,
+}
+
+impl LiveHub {
+    /// Opens a stream for `visitor` in `room`. The first update arrives on the next tick.
+    pub fn subscribe(&self, room: &str, visitor: VisitorId) -> Response<Body> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(
+            id,
+            Listener {
+                room: room.to_owned(),
+                visitor,
+                tx,
+            },
+        );
+        let closing = self.closing.clone();
+        // `retry:` asks a reconnecting EventSource to wait, and a comment opens the stream
+        // at once so proxies and browsers see it is alive.
+        let preamble = futures_util::stream::once(async {
+            Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from_static(
+                b"retry: 5000\n: anteroom\n\n",
+            )))
+        });
+        let events = ReceiverStream::new(rx)
+            .map(|event| Ok(Frame::data(event.encode())))
+            .take_until(closing.cancelled_owned());
+        let body = StreamBody::new(preamble.chain(events))
+            .map_err(|never: std::convert::Infallible| match never {})
+            .boxed();
+        let mut response = Response::new(body);
+        *response.status_mut() = StatusCode::OK;
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        response
+    }
+
+    pub fn open_streams(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Ends every stream (graceful shutdown).
+    pub fn close_all(&self) {
+        self.closing.cancel();
+        self.lock().clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Listener>> {
+        self.listeners.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One tick: a batched read per room, fanned out to every stream.
+    pub async fn tick(&self, admission: &Admission) {
+        let mut by_room: HashMap<String, HashSet<VisitorId>> = HashMap::new();
+        {
+            let mut listeners = self.lock();
+            listeners.retain(|_, l| !l.tx.is_closed());
+            for l in listeners.values() {
+                by_room.entry(l.room.clone()).or_default().insert(l.visitor);
+            }
+        }
+        for (room, visitors) in by_room {
+            let visitors: Vec<VisitorId> = visitors.into_iter().collect();
+            let states = admission.store().heartbeat(&room, &visitors).await;
+            let events: HashMap<VisitorId, Option<LiveEvent>> = match states {
+                Ok(states) => visitors
+                    .iter()
+                    .zip(states)
+                    .map(|(&v, state)| (v, self.event_for(admission, &room, state)))
+                    .collect(),
+                Err(StoreError::Unavailable(_)) => visitors
+                    .iter()
+                    .map(|&v| (v, Some(LiveEvent::Stalled)))
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!(room, error = %e, "live stream tick failed");
+                    continue;
+                }
+            };
+            let mut listeners = self.lock();
+            listeners.retain(|_, l| {
+                if l.room != room {
+                    return true;
+                }
+                match events.get(&l.visitor) {
+                    // Gone from the line (abandoned or flushed): end the stream so the
+                    // page reloads and rejoins at the back.
+                    Some(None) => false,
+                    Some(Some(event)) => match l.tx.try_send(event.clone()) {
+                        Ok(()) => *event != LiveEvent::Admitted,
+                        Err(mpsc::error::TrySendError::Full(_)) => true,
+                        Err(mpsc::error::TrySendError::Closed(_)) => false,
+                    },
+                    // Subscribed after this tick's read: served next tick.
+                    None => true,
+                }
+            });
+        }
+    }
+
+    fn event_for(&self, admission: &Admission, room: &str, state: VisitorState) -> Option<LiveEvent> {
+        match state {
+            VisitorState::Admitted => Some(LiveEvent::Admitted),
+            VisitorState::Unknown => None,
+            VisitorState::Waiting(place) => {
+                let eta = admission.eta(room, place.position);
+                Some(LiveEvent::Position(serde_json::json!({
+                    "position": place.position,
+                    "waiting": place.waiting,
+                    "eta_secs": eta,
+                    "phase": "queueing",
+                    "paused": place.paused,
+                })))
+            }
+        }
+    }
+
+    /// Ticks every [`TICK`] until `stop`.
+    pub async fn run(&self, admission: &Admission, stop: CancellationToken) {
+        let mut ticks = tokio::time::interval(TICK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = ticks.tick() => self.tick(admission).await,
+            }
+        }
+    }
+}

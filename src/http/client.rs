@@ -1,1 +1,423 @@
-//! TODO
+//! Who is this client: the address behind trusted proxies (SPEC §3) and the key that
+//! per-address limits and bans use, with IPv6 grouped by /64 (SPEC §10).
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use http::HeaderMap;
+use ipnet::IpNet;
+use tokio::time::Instant;
+
+/// The `X-Forwarded-For` header name.
+pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
+
+/// The peers whose `X-Forwarded-For` is believed (`trusted_proxies`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrustedProxies {
+    nets: Vec<IpNet>,
+}
+
+impl TrustedProxies {
+    pub fn new(nets: Vec<IpNet>) -> Self {
+        TrustedProxies { nets }
+    }
+
+    /// Whether `ip` (an IPv4-mapped IPv6 address counts as IPv4) is a trusted proxy.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.nets.iter().any(|net| net.contains(&ip))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nets.is_empty()
+    }
+
+    pub fn nets(&self) -> &[IpNet] {
+        &self.nets
+    }
+}
+
+impl From<Vec<IpNet>> for TrustedProxies {
+    fn from(nets: Vec<IpNet>) -> Self {
+        TrustedProxies::new(nets)
+    }
+}
+
+/// One warning about `X-Forwarded-For` from an untrusted peer a minute, for the whole
+/// process.
+static UNTRUSTED_XFF_WARNING: LogLimiter = LogLimiter::new(Duration::from_secs(60));
+
+/// The client's address. An untrusted peer is the client, whatever its `X-Forwarded-For`
+/// says. From a trusted peer, the `X-Forwarded-For` chain (every such header, in order) is
+/// walked from the right, past trusted proxies, to the first untrusted address. If every
+/// hop is trusted, the leftmost one is the answer; a malformed entry stops the walk at the
+/// last good address (the peer if there is none). IPv4-mapped IPv6 addresses come back as
+/// IPv4.
+pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> IpAddr {
+    let peer = peer.to_canonical();
+    if !trusted.contains(peer) {
+        if headers.contains_key(X_FORWARDED_FOR) && UNTRUSTED_XFF_WARNING.allow() {
+            tracing::warn!(
+                %peer,
+                "ignoring X-Forwarded-For from a peer that is not in trusted_proxies \
+                 (add it there if it is your proxy); further warnings suppressed for a minute"
+            );
+        }
+        return peer;
+    }
+    let mut answer = peer;
+    // Newest hop last: the last header's last entry is the closest to us.
+    for value in headers.get_all(X_FORWARDED_FOR).iter().rev() {
+        let Ok(value) = value.to_str() else {
+            return answer;
+        };
+        for entry in value.rsplit(',') {
+            let entry = entry.trim();
+            if entry.is_empty() {
+                continue;
+            }
+            let Some(ip) = parse_forwarded_ip(entry) else {
+                return answer;
+            };
+            if !trusted.contains(ip) {
+                return ip;
+            }
+            answer = ip;
+        }
+    }
+    answer
+}
+
+/// One `X-Forwarded-For` entry: an address, optionally with a port (`1.2.3.4:5678`,
+/// `[2001:db8::1]:443`) or in brackets (`[2001:db8::1]`).
+fn parse_forwarded_ip(entry: &str) -> Option<IpAddr> {
+    if entry.len() > 64 {
+        return None;
+    }
+    let ip = if let Ok(ip) = entry.parse::<IpAddr>() {
+        ip
+    } else if let Ok(sock) = entry.parse::<SocketAddr>() {
+        sock.ip()
+    } else {
+        entry
+            .strip_prefix('[')?
+            .strip_suffix(']')?
+            .parse::<Ipv6Addr>()
+            .ok()?
+            .into()
+    };
+    Some(ip.to_canonical())
+}
+
+/// The identity per-address limits and bans use: an IPv4 address, or an IPv6 /64 (one
+/// subscriber usually holds a whole /64). IPv4-mapped IPv6 addresses are IPv4.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClientKey(IpAddr);
+
+impl ClientKey {
+    /// The key's address: the IPv4 address, or the /64's network address.
+    pub fn ip(&self) -> IpAddr {
+        self.0
+    }
+
+    /// The key as a network: `a.b.c.d/32` or `prefix::/64`.
+    pub fn net(&self) -> IpNet {
+        let prefix = if self.0.is_ipv4() { 32 } else { 64 };
+        IpNet::new(self.0, prefix).expect("32 and 64 are valid prefix lengths")
+    }
+}
+
+impl From<IpAddr> for ClientKey {
+    fn from(ip: IpAddr) -> Self {
+        match ip.to_canonical() {
+            IpAddr::V4(v4) => ClientKey(IpAddr::V4(v4)),
+            IpAddr::V6(v6) => {
+                let masked = u128::from(v6) & !(u128::MAX >> 64);
+                ClientKey(IpAddr::V6(Ipv6Addr::from(masked)))
+            }
+        }
+    }
+}
+
+impl From<Ipv4Addr> for ClientKey {
+    fn from(ip: Ipv4Addr) -> Self {
+        ClientKey::from(IpAddr::V4(ip))
+    }
+}
+
+impl From<Ipv6Addr> for ClientKey {
+    fn from(ip: Ipv6Addr) -> Self {
+        ClientKey::from(IpAddr::V6(ip))
+    }
+}
+
+impl fmt::Display for ClientKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            IpAddr::V4(v4) => write!(f, "{v4}"),
+            IpAddr::V6(v6) => write!(f, "{v6}/64"),
+        }
+    }
+}
+
+impl fmt::Debug for ClientKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ClientKey({self})")
+    }
+}
+
+/// "Log this at most once every N": [`LogLimiter::allow`] says yes at most once per
+/// interval. Thread-safe, usable in a `static`, and driven by tokio's clock so tests can
+/// pause and advance time. Works outside a runtime too (it then uses the real clock).
+#[derive(Debug)]
+pub struct LogLimiter {
+    every: Duration,
+    state: Mutex<LimiterState>,
+}
+
+#[derive(Debug)]
+struct LimiterState {
+    next: Option<Instant>,
+    suppressed: u64,
+}
+
+impl LogLimiter {
+    pub const fn new(every: Duration) -> Self {
+        LogLimiter {
+            every,
+            state: Mutex::new(LimiterState {
+                next: None,
+                suppressed: 0,
+            }),
+        }
+    }
+
+    /// Whether to log now. The first call says yes; after a yes, the answer is no until
+    /// the interval has passed.
+    pub fn allow(&self) -> bool {
+        self.allow_counted().is_some()
+    }
+
+    /// Like [`allow`](Self::allow), but a yes carries how many calls were refused since
+    /// the last yes, for a "(N more suppressed)" note.
+    pub fn allow_counted(&self) -> Option<u64> {
+        let now = Instant::now();
+        // A panic while holding this lock cannot leave the state inconsistent.
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match state.next {
+            Some(next) if now < next => {
+                state.suppressed = state.suppressed.saturating_add(1);
+                None
+            }
+            _ => {
+                state.next = now.checked_add(self.every);
+                Some(std::mem::take(&mut state.suppressed))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn trusted(nets: &[&str]) -> TrustedProxies {
+        TrustedProxies::new(nets.iter().map(|n| n.parse().unwrap()).collect())
+    }
+
+    fn xff(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append(X_FORWARDED_FOR, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn untrusted_peer_ignores_forged_xff() {
+        let t = trusted(&["10.0.0.0/8"]);
+        let peer = ip("203.0.113.9");
+        assert_eq!(client_ip(peer, &xff(&["1.2.3.4"]), &t), peer);
+        assert_eq!(client_ip(peer, &xff(&["10.0.0.1, 1.2.3.4"]), &t), peer);
+        assert_eq!(client_ip(peer, &HeaderMap::new(), &t), peer);
+        // Nothing trusted at all.
+        assert_eq!(
+            client_ip(peer, &xff(&["1.2.3.4"]), &TrustedProxies::default()),
+            peer
+        );
+    }
+
+    #[test]
+    fn trusted_peer_rightmost_untrusted() {
+        let t = trusted(&["10.0.0.0/8"]);
+        let peer = ip("10.0.0.2");
+        // The client forged the leftmost entry; the proxy appended the real one.
+        let h = xff(&["6.6.6.6, 198.51.100.7"]);
+        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
+        // No header: the peer itself.
+        assert_eq!(client_ip(peer, &HeaderMap::new(), &t), peer);
+    }
+
+    #[test]
+    fn chain_through_two_trusted_proxies() {
+        let t = trusted(&["10.0.0.0/8", "2001:db8:ffff::/48"]);
+        let peer = ip("10.0.0.2");
+        let h = xff(&["6.6.6.6, 198.51.100.7, 2001:db8:ffff::1", "10.1.1.1"]);
+        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
+        let h = xff(&["6.6.6.6,198.51.100.7,10.9.9.9,10.1.1.1"]);
+        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
+        // Every hop trusted: the leftmost.
+        let h = xff(&["10.3.3.3, 10.2.2.2", "10.1.1.1"]);
+        assert_eq!(client_ip(peer, &h, &t), ip("10.3.3.3"));
+    }
+
+    #[test]
+    fn garbage_xff() {
+        let t = trusted(&["10.0.0.0/8"]);
+        let peer = ip("10.0.0.2");
+        for garbage in [
+            "",
+            " ",
+            ",",
+            "garbage",
+            "unknown",
+            "1.2.3",
+            "1.2.3.4.5",
+            "::g",
+            "[1.2.3.4]",
+            "1.2.3.4:99999",
+            "[2001:db8::1",
+            "😀",
+        ] {
+            assert_eq!(client_ip(peer, &xff(&[garbage]), &t), peer, "{garbage:?}");
+        }
+        // Garbage stops the walk at the last good (trusted) hop.
+        let h = xff(&["1.2.3.4, nonsense, 10.1.1.1"]);
+        assert_eq!(client_ip(peer, &h, &t), ip("10.1.1.1"));
+        // Garbage left of the real client does not matter.
+        let h = xff(&["nonsense, 198.51.100.7, 10.1.1.1"]);
+        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
+        // Empty entries are skipped.
+        let h = xff(&["198.51.100.7,, 10.1.1.1,"]);
+        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
+        // A non-ASCII header stops the walk.
+        let mut h = xff(&["198.51.100.7"]);
+        h.append(X_FORWARDED_FOR, HeaderValue::from_bytes(b"\xe9").unwrap());
+        assert_eq!(client_ip(peer, &h, &t), peer);
+        // A huge header is fine.
+        let huge = "x".repeat(10_000) + &",10.1.1.1".repeat(10_000);
+        assert_eq!(client_ip(peer, &xff(&[&huge]), &t), ip("10.1.1.1"));
+    }
+
+    #[test]
+    fn ports_and_brackets() {
+        let t = trusted(&["10.0.0.0/8"]);
+        let peer = ip("10.0.0.2");
+        assert_eq!(client_ip(peer, &xff(&["1.2.3.4:5678"]), &t), ip("1.2.3.4"));
+        assert_eq!(
+            client_ip(peer, &xff(&["[2001:db8::1]:443"]), &t),
+            ip("2001:db8::1")
+        );
+        assert_eq!(
+            client_ip(peer, &xff(&["[2001:db8::1]"]), &t),
+            ip("2001:db8::1")
+        );
+        assert_eq!(
+            client_ip(peer, &xff(&["2001:db8::1"]), &t),
+            ip("2001:db8::1")
+        );
+    }
+
+    #[test]
+    fn mapped_ipv4_is_ipv4() {
+        let t = trusted(&["10.0.0.0/8"]);
+        // A trusted IPv4 proxy seen on a dual-stack socket.
+        let peer = ip("::ffff:10.0.0.2");
+        let h = xff(&["::ffff:198.51.100.7"]);
+        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
+        // A mapped trusted hop is skipped like its IPv4 self.
+        let h = xff(&["198.51.100.7, ::ffff:10.1.1.1"]);
+        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
+        // An untrusted mapped peer comes back as IPv4.
+        assert_eq!(
+            client_ip(ip("::ffff:203.0.113.9"), &HeaderMap::new(), &t),
+            ip("203.0.113.9")
+        );
+        assert_eq!(
+            ClientKey::from(ip("::ffff:1.2.3.4")),
+            ClientKey::from(ip("1.2.3.4"))
+        );
+    }
+
+    #[test]
+    fn ipv6_grouped_by_64() {
+        let a = ClientKey::from(ip("2001:db8:1:2:aaaa::1"));
+        let b = ClientKey::from(ip("2001:db8:1:2:ffff:ffff:ffff:ffff"));
+        let c = ClientKey::from(ip("2001:db8:1:3::1"));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.to_string(), "2001:db8:1:2::/64");
+        assert_eq!(a.ip(), ip("2001:db8:1:2::"));
+        assert_eq!(a.net(), "2001:db8:1:2::/64".parse::<IpNet>().unwrap());
+        assert!(a.net().contains(&ip("2001:db8:1:2::9")));
+
+        let v4 = ClientKey::from(ip("1.2.3.4"));
+        assert_ne!(v4, ClientKey::from(ip("1.2.3.5")));
+        assert_eq!(v4.to_string(), "1.2.3.4");
+        assert_eq!(v4.net(), "1.2.3.4/32".parse::<IpNet>().unwrap());
+        assert_eq!(format!("{v4:?}"), "ClientKey(1.2.3.4)");
+
+        let mut set = std::collections::HashSet::new();
+        set.insert(a);
+        set.insert(b);
+        set.insert(c);
+        set.insert(v4);
+        assert_eq!(set.len(), 3);
+    }
+
+    #[test]
+    fn trusted_proxies_contains() {
+        let t = trusted(&["10.0.0.0/8", "2001:db8::/32"]);
+        assert!(t.contains(ip("10.255.0.1")));
+        assert!(t.contains(ip("::ffff:10.0.0.1")));
+        assert!(t.contains(ip("2001:db8::5")));
+        assert!(!t.contains(ip("11.0.0.1")));
+        assert!(!t.contains(ip("2001:db9::5")));
+        assert!(!t.is_empty());
+        assert!(TrustedProxies::default().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn log_limiter_once_a_minute() {
+        let limiter = LogLimiter::new(Duration::from_secs(60));
+        assert!(limiter.allow());
+        assert!(!limiter.allow());
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(!limiter.allow());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(limiter.allow_counted(), Some(2));
+        assert_eq!(limiter.allow_counted(), None);
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(limiter.allow_counted(), Some(1));
+        assert!(!limiter.allow());
+    }
+
+    #[test]
+    fn log_limiter_static_and_threads() {
+        static LIMITER: LogLimiter = LogLimiter::new(Duration::from_secs(3600));
+        let allowed: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| (0..100).filter(|_| LIMITER.allow()).count()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(allowed, 1);
+    }
+}

@@ -1,1 +1,122 @@
-fn main() {}
+//! The `anteroom` binary: parse the command line, set up logging, and hand over to
+//! [`anteroom::run`]. Everything of substance lives in the library.
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use anteroom::cli::{self, Command, LogFormat, RunOptions};
+use anteroom::config::Config;
+use anteroom::{demo, run};
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+fn main() -> ExitCode {
+    let command = match cli::parse() {
+        Ok(command) => command,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match command {
+        Command::Version => {
+            println!(
+                "anteroom {} (front-end: {})",
+                env!("CARGO_PKG_VERSION"),
+                if anteroom::http::pages::FRONTEND_BUILT_IN { "built in" } else { "not built in; plain pages" }
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Init => {
+            print!("{}", anteroom::config::init_yaml());
+            ExitCode::SUCCESS
+        }
+        Command::Check { config } => {
+            println!("configuration is valid\n\n{}", config.describe());
+            ExitCode::SUCCESS
+        }
+        Command::Run { config, options, generated } => {
+            init_logging(&options);
+            if generated.admin_token {
+                println!("admin token (generated for this run; set ANTEROOM_ADMIN_TOKEN to keep one): {}", config.admin_token.as_str());
+            }
+            if generated.cookie_secret {
+                tracing::warn!("cookie_secret was generated for this run: visitors' places will not survive a restart unless ANTEROOM_COOKIE_SECRET is set");
+            }
+            exit(serve(config, options.reseed))
+        }
+        Command::Demo { options } => {
+            init_logging(&options);
+            exit(serve_demo())
+        }
+    }
+}
+
+fn exit(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_logging(options: &RunOptions) {
+    let default = match options.verbosity {
+        0 => "info",
+        1 => "anteroom=debug,info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ANTEROOM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match options.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn serve(config: Config, reseed: bool) -> anyhow::Result<()> {
+    runtime()?.block_on(serve_until_signal(config, reseed, None))
+}
+
+async fn serve_until_signal(config: Config, reseed: bool, banner: Option<String>) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listen: cannot bind {}", config.listen))?;
+    let store = run::open_store(&config)?;
+    let running = run::start(&config, store, listener, reseed).await?;
+    tracing::info!(addr = %running.addr, rooms = config.rooms.len(), "anteroom is listening");
+    if let Some(banner) = banner {
+        println!("{banner}");
+    }
+    let stop = running.stop_handle();
+    tokio::spawn(async move {
+        run::shutdown_signal().await;
+        stop.cancel();
+    });
+    running.wait().await
+}
+
+fn serve_demo() -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let origin = TcpListener::bind("127.0.0.1:0").await.context("demo origin: cannot bind")?;
+        let origin_addr = origin.local_addr()?;
+        tokio::spawn(demo::serve_origin(origin));
+        // A fresh directory for the demo's snapshots, so every demo starts with an empty line.
+        let data_dir = std::env::temp_dir().join(format!("anteroom-demo-{}", std::process::id()));
+        let config = demo::config(origin_addr, &data_dir)?;
+        let banner = demo::banner(config.listen);
+        let result = serve_until_signal(config, false, Some(banner)).await;
+        let _ = std::fs::remove_dir_all(&data_dir);
+        result
+    })
+}

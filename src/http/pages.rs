@@ -14,6 +14,10 @@ use crate::admission::Eta;
 
 pub const STATUS_HEADER: &str = "x-anteroom-status";
 
+/// Whether the animated front-end (`web/`) is compiled into this binary. Not yet: every
+/// page is the plain server-rendered one, which works without JavaScript.
+pub const FRONTEND_BUILT_IN: bool = false;
+
 /// The value of `X-Anteroom-Status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -1,0 +1,197 @@
+//! Wiring for a running anteroom: open the store and its rooms, start the admission driver,
+//! the live-stream ticker and the snapshot loop, serve until a signal, then drain and
+//! snapshot. `main` and the end-to-end tests both start the product through here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::admission::Admission;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::http::App;
+use crate::queue::{MemoryStore, QueueStore, RoomSettings, Seeded};
+use crate::server::{self, ServerLimits};
+
+/// How often the embedded store is snapshotted; a crash loses at most this much.
+pub const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A started instance: where it listens and how to stop it.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub app: Arc<App>,
+    stop: CancellationToken,
+    done: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    /// Stops accepting, drains, snapshots, and waits for all of it.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        self.done.await.context("server task panicked")?
+    }
+
+    /// Waits until the instance stops by itself (after [`Running::stop_handle`] is used).
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.done.await.context("server task panicked")?
+    }
+
+    pub fn stop_handle(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+}
+
+/// The runtime settings a room's config seeds into the store.
+pub fn seed_settings(room: &crate::config::RoomConfig) -> RoomSettings {
+    RoomSettings {
+        rate: room.rate,
+        max_active: room.max_active,
+        session_ttl: room.session_ttl,
+        abandon_after: room.abandon_after,
+        paused: false,
+    }
+}
+
+/// Opens the store the config asks for.
+pub fn open_store(config: &Config) -> anyhow::Result<Arc<dyn QueueStore>> {
+    if !config.redis.url.is_empty() {
+        anyhow::bail!("redis.url: the Redis store is not available in this build yet; leave it empty for the embedded store");
+    }
+    let store = MemoryStore::open(Clock::system(), &config.data_dir)
+        .with_context(|| format!("data_dir: cannot open {}", config.data_dir.display()))?;
+    Ok(Arc::new(store))
+}
+
+/// Starts anteroom on `listener` with `store`.
+pub async fn start(
+    config: &Config,
+    store: Arc<dyn QueueStore>,
+    listener: TcpListener,
+    reseed: bool,
+) -> anyhow::Result<Running> {
+    for room in &config.rooms {
+        let seed = seed_settings(room);
+        match store.open_room(&room.name, &seed, reseed).await? {
+            Seeded::KeptLive(live) => tracing::warn!(
+                room = %room.name,
+                file = ?seed,
+                live = ?live,
+                "the config file's settings differ from the live ones kept in the store; the live ones stay (use --reseed to make the file win)"
+            ),
+            Seeded::Reseeded => tracing::warn!(room = %room.name, "--reseed: the config file's settings replaced the live ones"),
+            Seeded::Fresh | Seeded::Unchanged => {}
+        }
+    }
+
+    let fail_open_after = config.fail_open.then_some(config.fail_open_after);
+    let admission = Arc::new(Admission::new(store.clone(), fail_open_after));
+    let app = Arc::new(App::new(config, admission.clone())?);
+    let rooms = app.room_names();
+    admission.refresh_stats(&rooms).await;
+
+    let addr = listener.local_addr()?;
+    let stop = CancellationToken::new();
+    let background = CancellationToken::new();
+
+    tokio::spawn(admission.clone().run(
+        rooms,
+        config.admit_interval,
+        |_room, _report| {},
+        background.clone(),
+    ));
+    {
+        let app = app.clone();
+        let background = background.clone();
+        tokio::spawn(async move { app.live.run(&app.admission, background).await });
+    }
+    tokio::spawn(snapshot_loop(store.clone(), background.clone()));
+
+    let limits = ServerLimits {
+        header_read_timeout: config.server.header_read_timeout,
+        idle_timeout: config.server.idle_timeout,
+        max_connections: config.server.max_connections,
+        shutdown_grace: config.server.shutdown_grace,
+    };
+    let done = {
+        let app = app.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let handler = {
+                let app = app.clone();
+                move |req, peer| {
+                    let app = app.clone();
+                    async move { app.handle(req, peer).await }
+                }
+            };
+            let shutdown = {
+                let app = app.clone();
+                let stop = stop.clone();
+                async move {
+                    stop.cancelled().await;
+                    // Streams would hold the drain open; end them so pages reload on
+                    // their jittered timers.
+                    app.live.close_all();
+                }
+            };
+            let served = server::serve(listener, limits, handler, shutdown).await;
+            background.cancel();
+            let persisted = store.persist().await;
+            served.context("server failed")?;
+            persisted.context("final snapshot failed")?;
+            tracing::info!("stopped");
+            Ok(())
+        })
+    };
+    Ok(Running {
+        addr,
+        app,
+        stop,
+        done,
+    })
+}
+
+async fn snapshot_loop(store: Arc<dyn QueueStore>, stop: CancellationToken) {
+    let mut ticks = tokio::time::interval(SNAPSHOT_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    let failures = crate::http::client::LogLimiter::new(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = ticks.tick() => {
+                if let Err(e) = store.persist().await
+                    && failures.allow()
+                {
+                    tracing::error!(error = %e, "snapshot failed; the queue is only in memory until it succeeds");
+                }
+            }
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("signal received: draining (up to the shutdown grace), then snapshotting");
+}

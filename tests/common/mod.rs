@@ -1,0 +1,136 @@
+//! Shared pieces of the end-to-end tests: a real origin on loopback that reports what it
+//! received, and a real anteroom started in front of it.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anteroom::config::{Config, from_yaml_str};
+use anteroom::http::body::{Body, full};
+use anteroom::run::{self, Running};
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+pub const COOKIE_SECRET: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// A real HTTP origin on loopback. Every response is JSON describing the request it got:
+/// method, path and query, headers and body length. `hits` counts requests.
+pub struct Origin {
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicU64>,
+}
+
+impl Origin {
+    pub async fn start() -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicU64::new(0));
+        let counter = hits.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let counter = counter.clone();
+                        async move {
+                            counter.fetch_add(1, Ordering::SeqCst);
+                            Ok::<_, std::convert::Infallible>(echo(req).await)
+                        }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Origin { addr, hits }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+async fn echo(req: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let len = body.collect().await.map(|b| b.to_bytes().len()).unwrap_or(0);
+    let headers: serde_json::Map<String, serde_json::Value> = parts
+        .headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(v.to_str().unwrap_or("<binary>"))))
+        .collect();
+    let report = serde_json::json!({
+        "origin": true,
+        "method": parts.method.as_str(),
+        "uri": parts.uri.to_string(),
+        "headers": headers,
+        "body_len": len,
+    });
+    let mut response = Response::new(full(report.to_string()));
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response
+}
+
+/// A config for one catch-all room in front of `origin`; `room_extra` is added to the
+/// room's YAML (indented by the caller's string as written).
+pub fn config(origin: &str, data_dir: &std::path::Path, room_extra: &str) -> Config {
+    let yaml = format!(
+        r#"listen: "127.0.0.1:0"
+admit_interval: 100ms
+cookie_secret: "{COOKIE_SECRET}"
+admin_token: "{ADMIN_TOKEN}"
+data_dir: "{dir}"
+rooms:
+  main:
+    origin: {origin}
+{room_extra}
+"#,
+        dir = data_dir.display()
+    );
+    from_yaml_str(&yaml, "test.yaml").unwrap_or_else(|e| panic!("test config: {e}\n{yaml}"))
+}
+
+/// A running anteroom on a free loopback port.
+pub async fn start(config: &Config) -> Running {
+    let store = run::open_store(config).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    run::start(config, store, listener, false).await.unwrap()
+}
+
+/// A client that keeps no cookies of its own: tests pass cookies explicitly.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The `ar_visitor` cookie value a response set.
+pub fn visitor_cookie(response: &reqwest::Response) -> Option<String> {
+    response
+        .headers()
+        .get_all(http::header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.strip_prefix("ar_visitor="))
+        .map(|v| v.split(';').next().unwrap_or("").to_owned())
+}
+
+pub fn status_header(response: &reqwest::Response) -> Option<String> {
+    response
+        .headers()
+        .get("x-anteroom-status")
+        .map(|v| v.to_str().unwrap().to_owned())
+}

@@ -188,7 +188,13 @@ pub(super) fn key_path_at(text: &str, line: usize, column: usize) -> Option<Stri
     if let Some(open) = here.find('{')
         && col > open
     {
-        let upto: String = here.chars().take(col + 1).collect();
+        // Up to the end of the word at the column.
+        let word = here
+            .chars()
+            .skip(col)
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+            .count();
+        let upto: String = here.chars().take(col + word.max(1)).collect();
         let mut last = None;
         for part in upto[open + 1..].split(',') {
             let part = part.trim_start();

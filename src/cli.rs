@@ -1,1 +1,448 @@
-//! TODO
+//! The command line (SPEC §2): run (default), `init`, `check`, `demo`, `--version`.
+//!
+//! Flags are parsed with clap; the environment is read through an injectable lookup so
+//! tests never touch the process environment. Clap's own errors (unknown flag, bad value)
+//! are usage errors (exit 2); configuration errors are returned for the caller to print
+//! (exit 1).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{ArgAction, Parser, Subcommand, ValueEnum};
+
+use crate::config::{self, Config, ConfigError, Generated, Overrides};
+
+/// What the process should do.
+#[derive(Debug)]
+pub enum Command {
+    /// Serve. `generated` says which secrets were made up (print a generated admin token).
+    Run {
+        config: Config,
+        options: RunOptions,
+        generated: Generated,
+    },
+    /// Print [`config::init_yaml`].
+    Init,
+    /// The validated config; the caller prints [`Config::describe`].
+    Check { config: Config },
+    /// The built-in demo origin plus a room in front of it.
+    Demo { options: RunOptions },
+    /// Print the version (and whether the front-end is built in).
+    Version,
+}
+
+/// Process-wide options that are not part of the config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunOptions {
+    /// `--reseed`: the file's runtime settings win over the ones stored.
+    pub reseed: bool,
+    pub log_format: LogFormat,
+    /// Number of `-v` given.
+    pub verbosity: u8,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// A command line that could not be turned into a [`Command`].
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Bad usage, `--help`: print with `err.print()` / `err.exit()`.
+    #[error("{0}")]
+    Clap(#[from] clap::Error),
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+}
+
+impl CliError {
+    /// 2 for usage errors (0 for `--help`), 1 for configuration errors.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Clap(e) => e.exit_code(),
+            CliError::Config(_) => 1,
+        }
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "anteroom",
+    about = "A self-hosted virtual waiting room: a reverse proxy that queues visitors fairly \
+             in front of an origin.",
+    disable_version_flag = true,
+    after_help = "Examples:\n  anteroom --origin http://localhost:3000 --rate 50\n  \
+                  anteroom init > anteroom.yaml && anteroom --config anteroom.yaml\n  \
+                  anteroom demo"
+)]
+struct Args {
+    #[command(subcommand)]
+    command: Option<Sub>,
+
+    /// Config file (YAML; `anteroom init` writes one) [env: ANTEROOM_CONFIG]
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// URL of the site to protect, with no config file [env: ANTEROOM_ORIGIN]
+    #[arg(long, value_name = "URL")]
+    origin: Option<String>,
+
+    /// Visitors admitted per second [env: ANTEROOM_RATE]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    rate: Option<f64>,
+
+    /// Visitors on the site at once [env: ANTEROOM_MAX_ACTIVE]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    max_active: Option<i64>,
+
+    /// Address to listen on, e.g. :8080 or 127.0.0.1:8080 [default: :8080] [env: ANTEROOM_LISTEN]
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+
+    /// Redis URL for a shared queue (redis://host:6379/0) [env: ANTEROOM_REDIS_URL]
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+
+    /// Directory for the embedded store [default: ./anteroom-data] [env: ANTEROOM_DATA_DIR]
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Make the file's runtime settings (rate, max_active, ...) win over the stored ones
+    #[arg(long, global = true)]
+    reseed: bool,
+
+    /// Let everyone through when the queue store has been down for fail_open_after [env: ANTEROOM_FAIL_OPEN]
+    #[arg(long)]
+    fail_open: bool,
+
+    /// Log format [default: text] [env: ANTEROOM_LOG_FORMAT]
+    #[arg(long, value_enum, global = true, value_name = "FORMAT")]
+    log_format: Option<LogFormat>,
+
+    /// More logging (repeat for more)
+    #[arg(short = 'v', action = ArgAction::Count, global = true)]
+    verbose: u8,
+
+    /// Print the version
+    #[arg(short = 'V', long = "version", action = ArgAction::SetTrue)]
+    version: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// Print a commented config file with freshly generated secrets
+    Init,
+    /// Validate a config (--config FILE) and print what it would run
+    Check,
+    /// Run a built-in demo origin behind a waiting room on http://localhost:8080
+    Demo,
+}
+
+/// Parse `std::env::args` and the process environment. Usage errors and `--help` print
+/// clap's message and exit (code 2, or 0 for help); configuration errors are returned.
+pub fn parse() -> Result<Command, ConfigError> {
+    let env = |k: &str| std::env::var(k).ok();
+    match parse_from(std::env::args_os(), &env) {
+        Ok(cmd) => Ok(cmd),
+        Err(CliError::Clap(e)) => e.exit(),
+        Err(CliError::Config(e)) => Err(e),
+    }
+}
+
+/// Parse `args` (including the program name) with `env` looking up environment variables.
+pub fn parse_from<I, T>(args: I, env: &dyn Fn(&str) -> Option<String>) -> Result<Command, CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args = Args::try_parse_from(args)?;
+    if args.version {
+        return Ok(Command::Version);
+    }
+    let log_format = match args.log_format {
+        Some(f) => f,
+        None => match env("ANTEROOM_LOG_FORMAT").filter(|v| !v.is_empty()) {
+            None => LogFormat::Text,
+            Some(v) => LogFormat::from_str(&v, true).map_err(|_| ConfigError::Invalid {
+                file: None,
+                line: None,
+                key: "ANTEROOM_LOG_FORMAT".to_string(),
+                message: format!("must be text or json (got {v:?})"),
+            })?,
+        },
+    };
+    let options = RunOptions {
+        reseed: args.reseed,
+        log_format,
+        verbosity: args.verbose,
+    };
+    let max_active = match args.max_active {
+        None => None,
+        Some(n) if n >= 1 => Some(n as u64),
+        Some(n) => {
+            return Err(ConfigError::Invalid {
+                file: None,
+                line: None,
+                key: "--max-active".to_string(),
+                message: format!("must be a whole number of at least 1 (got {n})"),
+            }
+            .into());
+        }
+    };
+    let overrides = Overrides {
+        config: args.config,
+        origin: args.origin,
+        rate: args.rate,
+        max_active,
+        listen: args.listen,
+        redis: args.redis,
+        data_dir: args.data_dir,
+        fail_open: args.fail_open,
+    };
+    match args.command {
+        Some(Sub::Init) => Ok(Command::Init),
+        Some(Sub::Demo) => Ok(Command::Demo { options }),
+        Some(Sub::Check) => {
+            let has_config =
+                overrides.config.is_some() || env("ANTEROOM_CONFIG").is_some_and(|v| !v.is_empty());
+            if !has_config {
+                return Err(ConfigError::Usage(
+                    "check needs a config file: anteroom check --config FILE".to_string(),
+                )
+                .into());
+            }
+            let loaded = config::load(&overrides, env)?;
+            Ok(Command::Check {
+                config: loaded.config,
+            })
+        }
+        None => {
+            let loaded = config::load(&overrides, env)?;
+            Ok(Command::Run {
+                config: loaded.config,
+                options,
+                generated: loaded.generated,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn run(args: &[&str], env: &dyn Fn(&str) -> Option<String>) -> Result<Command, CliError> {
+        let mut all = vec!["anteroom"];
+        all.extend_from_slice(args);
+        parse_from(all, env)
+    }
+
+    fn yaml_file(text: &str) -> tempfile::NamedTempFile {
+        use std::io::Write;
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn origin_only_mode() {
+        let cmd = run(
+            &[
+                "--origin",
+                "http://localhost:3000",
+                "--rate",
+                "7",
+                "--max-active",
+                "9",
+            ],
+            &no_env,
+        )
+        .unwrap();
+        let Command::Run {
+            config,
+            options,
+            generated,
+        } = cmd
+        else {
+            panic!("expected Run")
+        };
+        assert_eq!(config.rooms.len(), 1);
+        assert_eq!(config.rooms[0].name, "main");
+        assert_eq!(config.rooms[0].rate, 7.0);
+        assert_eq!(config.rooms[0].max_active, 9);
+        assert!(generated.admin_token && generated.cookie_secret);
+        assert_eq!(options.log_format, LogFormat::Text);
+        assert_eq!(options.verbosity, 0);
+        assert!(!options.reseed);
+    }
+
+    #[test]
+    fn options_and_flags() {
+        let cmd = run(
+            &[
+                "--origin",
+                "http://localhost:3000",
+                "-vv",
+                "--reseed",
+                "--log-format",
+                "json",
+                "--listen",
+                "127.0.0.1:9000",
+                "--fail-open",
+                "--data-dir",
+                "/tmp/x",
+                "--redis",
+                "redis://localhost:6379/0",
+            ],
+            &no_env,
+        )
+        .unwrap();
+        let Command::Run {
+            config, options, ..
+        } = cmd
+        else {
+            panic!("expected Run")
+        };
+        assert_eq!(
+            options,
+            RunOptions {
+                reseed: true,
+                log_format: LogFormat::Json,
+                verbosity: 2
+            }
+        );
+        assert_eq!(config.listen.to_string(), "127.0.0.1:9000");
+        assert!(config.fail_open);
+        assert_eq!(config.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(config.redis.url, "redis://localhost:6379/0");
+    }
+
+    #[test]
+    fn log_format_from_env_and_flag_beats_it() {
+        let env = env_of(&[("ANTEROOM_LOG_FORMAT", "json")]);
+        let Command::Demo { options } = run(&["demo"], &env).unwrap() else {
+            panic!()
+        };
+        assert_eq!(options.log_format, LogFormat::Json);
+        let Command::Demo { options } = run(&["demo", "--log-format", "text"], &env).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(options.log_format, LogFormat::Text);
+        let bad = env_of(&[("ANTEROOM_LOG_FORMAT", "xml")]);
+        let err = run(&["demo"], &bad).unwrap_err();
+        assert_eq!(err.exit_code(), 1);
+        assert!(err.to_string().contains("ANTEROOM_LOG_FORMAT"), "{err}");
+    }
+
+    #[test]
+    fn version_init_demo() {
+        assert!(matches!(
+            run(&["--version"], &no_env).unwrap(),
+            Command::Version
+        ));
+        assert!(matches!(run(&["-V"], &no_env).unwrap(), Command::Version));
+        assert!(matches!(run(&["init"], &no_env).unwrap(), Command::Init));
+        let Command::Demo { options } = run(&["demo", "-v"], &no_env).unwrap() else {
+            panic!()
+        };
+        assert_eq!(options.verbosity, 1);
+    }
+
+    #[test]
+    fn nothing_to_do_is_a_clear_error() {
+        let err = run(&[], &no_env).unwrap_err();
+        let msg = err.to_string();
+        assert_eq!(err.exit_code(), 1);
+        assert!(msg.contains("--origin") && msg.contains("--config") && msg.contains("demo"));
+    }
+
+    #[test]
+    fn usage_errors_are_clap_errors_with_code_2() {
+        let err = run(&["--bogus"], &no_env).unwrap_err();
+        assert!(matches!(err, CliError::Clap(_)));
+        assert_eq!(err.exit_code(), 2);
+        let err = run(&["--rate", "fast"], &no_env).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        let err = run(&["--log-format", "xml"], &no_env).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+    }
+
+    #[test]
+    fn check_needs_config_and_validates() {
+        let err = run(&["check"], &no_env).unwrap_err();
+        assert!(err.to_string().contains("--config"), "{err}");
+
+        let f = yaml_file(&format!(
+            "cookie_secret: \"{SECRET}\"\nadmin_token: \"abcdefghijklmnop\"\nrooms:\n  shop:\n    origin: http://127.0.0.1:3000\n"
+        ));
+        let path = f.path().to_str().unwrap();
+        let Command::Check { config } = run(&["check", "--config", path], &no_env).unwrap() else {
+            panic!()
+        };
+        assert_eq!(config.rooms[0].name, "shop");
+        // ANTEROOM_CONFIG works too.
+        let env = env_of(&[("ANTEROOM_CONFIG", path)]);
+        assert!(matches!(
+            run(&["check"], &env).unwrap(),
+            Command::Check { .. }
+        ));
+
+        let bad = yaml_file(&format!(
+            "cookie_secret: \"{SECRET}\"\nadmin_token: \"abcdefghijklmnop\"\nrooms:\n  shop:\n    origin: http://127.0.0.1:3000\n    rate: -5\n"
+        ));
+        let bad_path = bad.path().to_str().unwrap();
+        let err = run(&["check", "--config", bad_path], &no_env).unwrap_err();
+        assert_eq!(err.exit_code(), 1);
+        assert_eq!(
+            err.to_string(),
+            format!("{bad_path}:6: rooms.shop.rate: must be a number greater than 0 (got -5)")
+        );
+    }
+
+    #[test]
+    fn negative_rate_flag_reaches_validation() {
+        let err = run(&["--origin", "http://a:1", "--rate", "-5"], &no_env).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("rooms.main.rate") && msg.contains("--rate"),
+            "{msg}"
+        );
+        let err = run(&["--origin", "http://a:1", "--max-active", "0"], &no_env).unwrap_err();
+        assert!(err.to_string().contains("--max-active"), "{err}");
+    }
+
+    #[test]
+    fn config_flag_with_overrides() {
+        let f = yaml_file(&format!(
+            "cookie_secret: \"{SECRET}\"\nadmin_token: \"abcdefghijklmnop\"\nrooms:\n  shop:\n    origin: http://127.0.0.1:3000\n    rate: 10\n"
+        ));
+        let path = f.path().to_str().unwrap();
+        let Command::Run {
+            config, generated, ..
+        } = run(&["--config", path, "--rate", "99"], &no_env).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(config.rooms[0].rate, 99.0);
+        assert_eq!(generated, Generated::default());
+    }
+}

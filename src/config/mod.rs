@@ -1,1 +1,351 @@
-//! TODO
+//! The validated configuration every other module reads.
+//!
+//! Sources, highest precedence first: command-line flags, `ANTEROOM_*` environment
+//! variables, the YAML file, built-in defaults (SPEC §2). [`load`] merges them and validates
+//! the result into a [`Config`]; every error names the offending key as a dotted path
+//! (`rooms.main.rate`) and, when the value came from the file, its line.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+mod describe;
+mod file;
+mod init;
+mod load;
+mod validate;
+
+pub use init::init_yaml;
+pub use load::{Generated, Loaded, Overrides, from_yaml_str, load};
+pub use validate::{normalize_host, parse_rfc3339};
+
+/// The whole validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Address to listen on. `:8080` in the file means `0.0.0.0:8080`.
+    pub listen: SocketAddr,
+    /// How often an admission pass runs per room (≥ 10 ms).
+    pub admit_interval: Duration,
+    /// HMAC key for the visitor cookie (≥ 32 bytes).
+    pub cookie_secret: Secret,
+    /// Older cookie keys still accepted while rotating.
+    pub previous_cookie_secrets: Vec<Secret>,
+    /// Bearer token for the admin API (≥ 16 characters).
+    pub admin_token: Secret,
+    /// Mark the visitor cookie `Secure`.
+    pub secure_cookies: bool,
+    /// Peers whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Embedded store snapshots, bans, audit log.
+    pub data_dir: PathBuf,
+    /// Proxy everyone through after `fail_open_after` of continuous store outage.
+    pub fail_open: bool,
+    pub fail_open_after: Duration,
+    pub redis: RedisConfig,
+    pub kafka: KafkaConfig,
+    pub server: ServerConfig,
+    /// In file order; never empty.
+    pub rooms: Vec<RoomConfig>,
+}
+
+/// `redis.url`: empty means the embedded store.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// `""`, `redis://…`, `rediss://…`, or several cluster nodes separated by commas.
+    pub url: String,
+}
+
+impl RedisConfig {
+    /// Whether the embedded store is used (no Redis URL).
+    pub fn is_embedded(&self) -> bool {
+        self.url.is_empty()
+    }
+
+    /// The individual node URLs (one unless a cluster is given comma-separated).
+    pub fn nodes(&self) -> Vec<&str> {
+        self.url
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+}
+
+/// Event publishing (§9). No brokers: events are not published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KafkaConfig {
+    pub brokers: Vec<String>,
+    pub topic: String,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            brokers: Vec::new(),
+            topic: "anteroom.events".to_string(),
+        }
+    }
+}
+
+/// Connection-level limits and timeouts (optional `server:` section).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Time allowed for a client to send the request headers.
+    pub header_read_timeout: Duration,
+    /// Keep-alive idle timeout.
+    pub idle_timeout: Duration,
+    /// Time allowed to connect to an origin.
+    pub origin_connect_timeout: Duration,
+    /// Time allowed for an origin's response headers.
+    pub origin_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// How long in-flight requests may finish at shutdown.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            origin_connect_timeout: Duration::from_secs(5),
+            origin_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// One room (§7): a host, the origin behind it, and its admission limits.
+#[derive(Clone, Debug)]
+pub struct RoomConfig {
+    /// `[A-Za-z0-9_-]{1,64}`.
+    pub name: String,
+    /// Normalized with [`normalize_host`]; `None` is the catch-all room.
+    pub match_host: Option<String>,
+    /// Absolute `http://` URL; may carry a path prefix.
+    pub origin: http::Uri,
+    /// Visitors admitted per second (> 0, finite).
+    pub rate: f64,
+    /// Visitors on the site at once (≥ 1).
+    pub max_active: u64,
+    pub session_ttl: Duration,
+    pub abandon_after: Duration,
+    /// Joins per client address per window; 0 disables the limit.
+    pub join_limit_per_ip: u32,
+    pub join_limit_window: Duration,
+    pub title: String,
+    pub message: String,
+    pub preserve_host: bool,
+    pub lottery: bool,
+    /// 200, 202, 429 or 503.
+    pub queue_status_code: u16,
+    pub schedule: Schedule,
+}
+
+impl RoomConfig {
+    /// Whether this is the catch-all room (no `match_host`).
+    pub fn is_catch_all(&self) -> bool {
+        self.match_host.is_none()
+    }
+}
+
+/// A scheduled drop; all optional, in order when several are given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Schedule {
+    pub queue_opens_at: Option<SystemTime>,
+    pub admits_at: Option<SystemTime>,
+    pub closes_at: Option<SystemTime>,
+}
+
+impl Schedule {
+    pub fn is_empty(&self) -> bool {
+        self.queue_opens_at.is_none() && self.admits_at.is_none() && self.closes_at.is_none()
+    }
+}
+
+impl Config {
+    /// The room with this name.
+    pub fn room(&self, name: &str) -> Option<&RoomConfig> {
+        self.rooms.iter().find(|r| r.name == name)
+    }
+
+    /// The room serving `host` (a `Host` header value; case and port are ignored), falling
+    /// back to the catch-all room. `None` means no room serves it.
+    pub fn room_for_host(&self, host: &str) -> Option<&RoomConfig> {
+        let host = normalize_host(host);
+        self.rooms
+            .iter()
+            .find(|r| r.match_host.as_deref() == Some(host.as_str()))
+            .or_else(|| self.rooms.iter().find(|r| r.is_catch_all()))
+    }
+}
+
+/// A secret value. Its `Debug` never shows it and it has no `Display`.
+///
+/// `as_str` is the text it was written as (the admin token, or the hex of a cookie secret);
+/// `expose` is the key material (for a hex cookie secret: the decoded bytes).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret {
+    text: String,
+    bytes: Vec<u8>,
+}
+
+impl Secret {
+    /// A secret whose key material is the UTF-8 bytes of `text` (e.g. the admin token).
+    pub fn from_text(text: impl Into<String>) -> Secret {
+        let text = text.into();
+        let bytes = text.as_bytes().to_vec();
+        Secret { text, bytes }
+    }
+
+    /// A secret from raw key bytes. `as_str` is their hex encoding.
+    pub fn from_bytes(bytes: Vec<u8>) -> Secret {
+        Secret {
+            text: hex::encode(&bytes),
+            bytes,
+        }
+    }
+
+    /// A cookie key as written in config: 64 or more hex characters (even count) are
+    /// decoded; any other text is taken as raw bytes. Either way the key must be at least
+    /// 32 bytes.
+    pub fn cookie_key(text: &str) -> Result<Secret, String> {
+        let is_hex = text.len() >= 64
+            && text.len().is_multiple_of(2)
+            && text.bytes().all(|b| b.is_ascii_hexdigit());
+        let bytes = if is_hex {
+            hex::decode(text).map_err(|e| e.to_string())?
+        } else {
+            text.as_bytes().to_vec()
+        };
+        if bytes.len() < 32 {
+            return Err(format!(
+                "must be at least 32 bytes (64 hex characters); got {} bytes \
+                 (`anteroom init` generates one)",
+                bytes.len()
+            ));
+        }
+        Ok(Secret {
+            text: text.to_string(),
+            bytes,
+        })
+    }
+
+    /// `n_bytes` fresh random bytes from the operating system, hex-encoded. The secret's
+    /// text and key material are the hex string (use [`Secret::cookie_key`] on
+    /// `as_str()` to get the decoded bytes instead).
+    pub fn generate_hex(n_bytes: usize) -> Secret {
+        let mut bytes = vec![0u8; n_bytes];
+        getrandom::fill(&mut bytes).expect("the operating system's random generator failed");
+        Secret::from_text(hex::encode(bytes))
+    }
+
+    /// The key material.
+    pub fn expose(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The text the secret was written as.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Constant-time comparison of the key material against `candidate`.
+    pub fn ct_eq(&self, candidate: &[u8]) -> bool {
+        use subtle::ConstantTimeEq;
+        self.bytes.len() == candidate.len() && bool::from(self.bytes.ct_eq(candidate))
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// A configuration error. `Display` reads like
+/// `anteroom.yaml:12: rooms.main.rate: must be a number greater than 0 (got -5)`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A bad, missing or unknown key.
+    #[error("{}", located(file.as_deref(), *line, Some(key), message))]
+    Invalid {
+        /// The config file, when the problem is in (or missing from) it.
+        file: Option<String>,
+        /// 1-based line in `file`, when known.
+        line: Option<u64>,
+        /// Dotted path (`rooms.main.rate`), or the flag / variable at fault.
+        key: String,
+        message: String,
+    },
+    /// YAML that does not parse at all.
+    #[error("{}", located(Some(file), *line, None, message))]
+    Syntax {
+        file: String,
+        line: Option<u64>,
+        message: String,
+    },
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "nothing to protect: pass --origin URL (e.g. `anteroom --origin http://localhost:3000`), \
+         --config FILE (`anteroom init > anteroom.yaml` writes one), or run `anteroom demo`"
+    )]
+    NoOrigin,
+    /// A command used without what it needs (e.g. `check` without a config file).
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl ConfigError {
+    /// The dotted key at fault, if any.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Invalid { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    /// The file line at fault, if any.
+    pub fn line(&self) -> Option<u64> {
+        match self {
+            ConfigError::Invalid { line, .. } | ConfigError::Syntax { line, .. } => *line,
+            _ => None,
+        }
+    }
+}
+
+fn located(file: Option<&str>, line: Option<u64>, key: Option<&str>, message: &str) -> String {
+    let mut out = String::new();
+    if let Some(file) = file {
+        out.push_str(file);
+        if let Some(line) = line {
+            out.push_str(&format!(":{line}"));
+        }
+        out.push_str(": ");
+    }
+    if let Some(key) = key {
+        out.push_str(key);
+        out.push_str(": ");
+    }
+    out.push_str(message);
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,189 @@
+//! The human-readable summary `anteroom check` prints. Never shows a secret.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::Config;
+
+/// `redis://user:pass@host/0` → `redis://user:***@host/0` (each comma-separated node).
+pub fn redact_url(url: &str) -> String {
+    url.split(',')
+        .map(|node| {
+            let Some((scheme, rest)) = node.split_once("://") else {
+                return node.to_string();
+            };
+            let (authority, path) = match rest.find('/') {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split(':').next().unwrap_or("");
+                    let redacted = if userinfo.contains(':') {
+                        format!("{user}:***")
+                    } else {
+                        "***".to_string()
+                    };
+                    format!("{scheme}://{redacted}@{host}{path}")
+                }
+                None => node.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn dur(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+impl Config {
+    /// What this configuration would run, for `anteroom check`.
+    pub fn describe(&self) -> String {
+        let mut o = String::new();
+        let _ = writeln!(o, "listen:           {}", self.listen);
+        if self.redis.is_embedded() {
+            let _ = writeln!(
+                o,
+                "store:            embedded (data dir {})",
+                self.data_dir.display()
+            );
+        } else {
+            let _ = writeln!(o, "store:            redis {}", redact_url(&self.redis.url));
+        }
+        let _ = writeln!(o, "admit interval:   {}", dur(self.admit_interval));
+        let _ = writeln!(
+            o,
+            "cookies:          {}{}",
+            if self.secure_cookies {
+                "Secure"
+            } else {
+                "not Secure"
+            },
+            if self.previous_cookie_secrets.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", {} previous secret(s) accepted",
+                    self.previous_cookie_secrets.len()
+                )
+            }
+        );
+        let proxies: Vec<String> = self.trusted_proxies.iter().map(|n| n.to_string()).collect();
+        let _ = writeln!(
+            o,
+            "trusted proxies:  {}",
+            if proxies.is_empty() {
+                "none (X-Forwarded-For ignored)".to_string()
+            } else {
+                proxies.join(", ")
+            }
+        );
+        let _ = writeln!(
+            o,
+            "fail open:        {}",
+            if self.fail_open {
+                format!("yes, after {} of store outage", dur(self.fail_open_after))
+            } else {
+                "no".to_string()
+            }
+        );
+        let _ = writeln!(
+            o,
+            "events:           {}",
+            if self.kafka.brokers.is_empty() {
+                "not published (no kafka brokers)".to_string()
+            } else {
+                format!(
+                    "kafka {} topic {}",
+                    self.kafka.brokers.join(","),
+                    self.kafka.topic
+                )
+            }
+        );
+        let s = &self.server;
+        let _ = writeln!(
+            o,
+            "server:           max {} connections; header read {}, idle {}, origin connect {}, origin {}, shutdown grace {}",
+            s.max_connections,
+            dur(s.header_read_timeout),
+            dur(s.idle_timeout),
+            dur(s.origin_connect_timeout),
+            dur(s.origin_timeout),
+            dur(s.shutdown_grace)
+        );
+        let _ = writeln!(o, "rooms:            {}", self.rooms.len());
+        for r in &self.rooms {
+            let _ = writeln!(
+                o,
+                "  room {} ({})",
+                r.name,
+                match &r.match_host {
+                    Some(h) => format!("host {h}"),
+                    None => "catch-all".to_string(),
+                }
+            );
+            let _ = writeln!(
+                o,
+                "    origin:       {}{}",
+                r.origin,
+                if r.preserve_host {
+                    " (preserving Host)"
+                } else {
+                    ""
+                }
+            );
+            let _ = writeln!(
+                o,
+                "    admits:       {} per second, at most {} on the site",
+                r.rate, r.max_active
+            );
+            let _ = writeln!(
+                o,
+                "    sessions:     expire after {} idle; waiting visitors dropped after {} without heartbeat",
+                dur(r.session_ttl),
+                dur(r.abandon_after)
+            );
+            let _ = writeln!(
+                o,
+                "    join limit:   {}",
+                if r.join_limit_per_ip == 0 {
+                    "off".to_string()
+                } else {
+                    format!(
+                        "{} per client address per {}",
+                        r.join_limit_per_ip,
+                        dur(r.join_limit_window)
+                    )
+                }
+            );
+            let _ = writeln!(
+                o,
+                "    page:         {:?}{}, status {}{}",
+                r.title,
+                if r.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(" / {:?}", r.message)
+                },
+                r.queue_status_code,
+                if r.lottery { ", lottery draw" } else { "" }
+            );
+            let sched = &r.schedule;
+            if !sched.is_empty() {
+                let t = |t: Option<std::time::SystemTime>| {
+                    t.map(|t| humantime::format_rfc3339_seconds(t).to_string())
+                        .unwrap_or_else(|| "-".to_string())
+                };
+                let _ = writeln!(
+                    o,
+                    "    schedule:     queue opens {}, admits {}, closes {}",
+                    t(sched.queue_opens_at),
+                    t(sched.admits_at),
+                    t(sched.closes_at)
+                );
+            }
+        }
+        o
+    }
+}

@@ -1,0 +1,336 @@
+//! The YAML file as written: every scalar kept as text with its line, so validation can
+//! parse it and point at it. Unknown keys are rejected here.
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use super::ConfigError;
+
+pub(super) type S = Spanned<String>;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFile {
+    pub listen: Option<S>,
+    pub admit_interval: Option<S>,
+    pub cookie_secret: Option<S>,
+    pub previous_cookie_secrets: Option<Vec<S>>,
+    pub admin_token: Option<S>,
+    pub secure_cookies: Option<S>,
+    pub trusted_proxies: Option<Vec<S>>,
+    pub data_dir: Option<S>,
+    pub fail_open: Option<S>,
+    pub fail_open_after: Option<S>,
+    pub redis: Option<RawRedis>,
+    pub kafka: Option<RawKafka>,
+    pub server: Option<RawServer>,
+    pub rooms: Option<RawRooms>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRedis {
+    pub url: Option<S>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKafka {
+    pub brokers: Option<Vec<S>>,
+    pub topic: Option<S>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub header_read_timeout: Option<S>,
+    pub idle_timeout: Option<S>,
+    pub origin_connect_timeout: Option<S>,
+    pub origin_timeout: Option<S>,
+    pub max_connections: Option<S>,
+    pub shutdown_grace: Option<S>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRoom {
+    pub match_host: Option<S>,
+    pub origin: Option<S>,
+    pub rate: Option<S>,
+    pub max_active: Option<S>,
+    pub session_ttl: Option<S>,
+    pub abandon_after: Option<S>,
+    pub join_limit_per_ip: Option<S>,
+    pub join_limit_window: Option<S>,
+    pub title: Option<S>,
+    pub message: Option<S>,
+    pub preserve_host: Option<S>,
+    pub lottery: Option<S>,
+    pub queue_status_code: Option<S>,
+    pub schedule: Option<RawSchedule>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSchedule {
+    pub queue_opens_at: Option<S>,
+    pub admits_at: Option<S>,
+    pub closes_at: Option<S>,
+}
+
+/// `rooms:` in file order (a map would lose it). A null room body is an empty room.
+#[derive(Debug, Default)]
+pub(super) struct RawRooms(pub Vec<(S, RawRoom)>);
+
+impl<'de> Deserialize<'de> for RawRooms {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawRooms;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a mapping from room name to room settings")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<RawRooms, A::Error> {
+                let mut rooms = Vec::new();
+                while let Some(name) = map.next_key::<S>()? {
+                    let room: Option<RawRoom> = map.next_value()?;
+                    rooms.push((name, room.unwrap_or_default()));
+                }
+                Ok(RawRooms(rooms))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Parse the file text. Errors carry the file name, the line, and the dotted key found by
+/// scanning the text around the reported position.
+pub(super) fn parse(text: &str, file_name: &str) -> Result<RawFile, ConfigError> {
+    if text.trim().is_empty() {
+        return Ok(RawFile::default());
+    }
+    match serde_saphyr::from_str::<Option<RawFile>>(text) {
+        Ok(raw) => Ok(raw.unwrap_or_default()),
+        Err(err) => Err(convert_error(text, file_name, &err)),
+    }
+}
+
+fn convert_error(text: &str, file_name: &str, err: &serde_saphyr::Error) -> ConfigError {
+    let loc = err.location().filter(|l| l.line() > 0);
+    let mut message = err.without_snippet().to_string();
+    // The position is reported separately, as `file:line:`.
+    if let Some(at) = message.rfind(" at line ") {
+        message.truncate(at);
+    }
+    let line = loc.map(|l| l.line());
+    let key = loc.and_then(|l| key_path_at(text, l.line() as usize, l.column() as usize));
+    let message = tidy_message(&message);
+    match key {
+        Some(key) => ConfigError::Invalid {
+            file: Some(file_name.to_string()),
+            line,
+            key,
+            message,
+        },
+        None => ConfigError::Syntax {
+            file: file_name.to_string(),
+            line,
+            message,
+        },
+    }
+}
+
+/// Reword serde's messages for config users.
+fn tidy_message(message: &str) -> String {
+    if let Some(rest) = message.strip_prefix("unknown field `")
+        && let Some((_name, expected)) = rest.split_once('`')
+    {
+        let expected = expected.trim_start_matches(',').trim();
+        let expected = expected
+            .strip_prefix("expected one of ")
+            .or_else(|| expected.strip_prefix("expected "))
+            .unwrap_or(expected);
+        return format!("unknown key (valid keys here: {expected})");
+    }
+    if message == "expected string scalar" {
+        return "expected a single value here, not a list or mapping".to_string();
+    }
+    message.to_string()
+}
+
+/// The dotted key path of the node at 1-based `line`/`column` in block-style YAML: the key on
+/// that line (or the flow-mapping key just before `column`), prefixed by its parents found by
+/// walking up to lines with less indentation. Good enough for the shape of our config file.
+pub(super) fn key_path_at(text: &str, line: usize, column: usize) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let idx = line.checked_sub(1)?;
+    let here = *lines.get(idx)?;
+    let (indent, key) = match line_key(here) {
+        Some(found) => found,
+        None => {
+            // A sequence item or continuation: belongs to the nearest key above it.
+            let indent = indentation(here);
+            let (parents, _) = parents_of(&lines, idx, indent + 1);
+            return if parents.is_empty() {
+                None
+            } else {
+                Some(parents.join("."))
+            };
+        }
+    };
+    let mut path = parents_of(&lines, idx, indent).0;
+    path.push(key.to_string());
+    // Inside a flow mapping on this line, e.g. `schedule: {a: 1, b: 2}`.
+    let col = column.saturating_sub(1);
+    if let Some(open) = here.find('{')
+        && col > open
+    {
+        // Up to the end of the word at the column.
+        let word = here
+            .chars()
+            .skip(col)
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+            .count();
+        let upto: String = here.chars().take(col + word.max(1)).collect();
+        let mut last = None;
+        for part in upto[open + 1..].split(',') {
+            let part = part.trim_start();
+            let end = part
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+                .unwrap_or(part.len());
+            if end > 0 {
+                last = Some(part[..end].to_string());
+            }
+        }
+        if let Some(last) = last {
+            path.push(last);
+        }
+    }
+    Some(path.join("."))
+}
+
+/// Keys of the ancestors of line `idx` whose indentation is below `indent`.
+fn parents_of(lines: &[&str], idx: usize, mut indent: usize) -> (Vec<String>, usize) {
+    let mut parents = Vec::new();
+    for l in lines[..idx].iter().rev() {
+        if indent == 0 {
+            break;
+        }
+        if let Some((ind, key)) = line_key(l)
+            && ind < indent
+        {
+            parents.push(key.to_string());
+            indent = ind;
+        }
+    }
+    parents.reverse();
+    (parents, indent)
+}
+
+fn indentation(line: &str) -> usize {
+    line.len() - line.trim_start_matches(' ').len()
+}
+
+/// `(indent, key)` when the line is a block mapping entry `key: …` (optionally a `- key:`
+/// sequence item). Comments and blank lines are not.
+pub(super) fn line_key(line: &str) -> Option<(usize, &str)> {
+    let indent = indentation(line);
+    let mut rest = &line[indent..];
+    let mut indent = indent;
+    if let Some(r) = rest.strip_prefix("- ") {
+        indent += 2;
+        rest = r.trim_start();
+    }
+    if rest.starts_with('#') {
+        return None;
+    }
+    let (key, quoted) = if let Some(r) = rest.strip_prefix('"') {
+        (r.split_once('"')?.0, true)
+    } else if let Some(r) = rest.strip_prefix('\'') {
+        (r.split_once('\'')?.0, true)
+    } else {
+        let colon = rest.find(':')?;
+        (&rest[..colon], false)
+    };
+    let after = &rest[key.len() + if quoted { 2 } else { 0 }..];
+    let after = after.trim_start();
+    let after = after.strip_prefix(':')?;
+    if !(after.is_empty() || after.starts_with(' ') || after.starts_with('\t')) {
+        return None;
+    }
+    let key = key.trim_end();
+    if key.is_empty() || key.contains(' ') && !quoted {
+        return None;
+    }
+    Some((indent, key))
+}
+
+/// The 1-based line of the key at dotted `path` (e.g. `["rooms", "main"]`), found by
+/// descending through indentation. Used for keys that have no value of their own to point
+/// at (a missing or empty section).
+pub(super) fn line_of_key(text: &str, path: &[&str]) -> Option<u64> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut start = 0;
+    let mut min_indent: Option<usize> = None; // children must be indented more than this
+    let mut found = None;
+    for want in path {
+        let mut hit = None;
+        let mut child_indent: Option<usize> = None;
+        for (i, l) in lines.iter().enumerate().skip(start) {
+            let Some((ind, key)) = line_key(l) else {
+                continue;
+            };
+            if let Some(min) = min_indent
+                && ind <= min
+            {
+                break; // left the parent mapping
+            }
+            let child = *child_indent.get_or_insert(ind);
+            if ind == child && key == *want {
+                hit = Some((i, ind));
+                break;
+            }
+        }
+        let (i, ind) = hit?;
+        found = Some(i as u64 + 1);
+        start = i + 1;
+        min_indent = Some(ind);
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOC: &str = "listen: \":8080\"\nrooms:\n  main:\n    rate: 5\n    schedule: {a: 1, b: 2}\n  other:\n    # comment: here\n    rate: 7\nkafka:\n  brokers:\n    - a\n    - b\n";
+
+    #[test]
+    fn key_path_scan() {
+        assert_eq!(key_path_at(DOC, 1, 1).as_deref(), Some("listen"));
+        assert_eq!(key_path_at(DOC, 4, 5).as_deref(), Some("rooms.main.rate"));
+        assert_eq!(
+            key_path_at(DOC, 5, 22).as_deref(),
+            Some("rooms.main.schedule.b")
+        );
+        assert_eq!(
+            key_path_at(DOC, 5, 16).as_deref(),
+            Some("rooms.main.schedule.a")
+        );
+        assert_eq!(key_path_at(DOC, 8, 5).as_deref(), Some("rooms.other.rate"));
+        assert_eq!(key_path_at(DOC, 12, 7).as_deref(), Some("kafka.brokers"));
+    }
+
+    #[test]
+    fn key_line_scan() {
+        assert_eq!(line_of_key(DOC, &["rooms"]), Some(2));
+        assert_eq!(line_of_key(DOC, &["rooms", "other"]), Some(6));
+        assert_eq!(line_of_key(DOC, &["rooms", "other", "rate"]), Some(8));
+        assert_eq!(line_of_key(DOC, &["rooms", "main", "rate"]), Some(4));
+        assert_eq!(line_of_key(DOC, &["rooms", "rate"]), None);
+        assert_eq!(line_of_key(DOC, &["kafka", "brokers"]), Some(10));
+    }
+}

@@ -1,0 +1,88 @@
+//! The commented config file `anteroom init` prints.
+
+use super::Secret;
+
+/// A complete, commented config file with freshly generated secrets.
+pub fn init_yaml() -> String {
+    let cookie_secret = Secret::generate_hex(32);
+    let admin_token = Secret::generate_hex(24);
+    format!(
+        r#"# anteroom configuration. Precedence: flags > ANTEROOM_* environment > this file > defaults.
+# Durations are written like 250ms, 60s, 5m. Unknown keys are errors.
+# Check it with: anteroom check --config anteroom.yaml
+
+# Address to listen on (":8080" means every interface, port 8080).
+listen: ":8080"
+# How often each room's admission pass runs (at least 10ms).
+admit_interval: 250ms
+# Key signing the visitor cookie: 64 hex characters (32 bytes). Keep it secret.
+# Can also be set with ANTEROOM_COOKIE_SECRET.
+cookie_secret: "{cookie_secret}"
+# Older cookie secrets still accepted while rotating (move the old cookie_secret here).
+previous_cookie_secrets: []
+# Bearer token for the control room and admin API (at least 16 characters).
+# Can also be set with ANTEROOM_ADMIN_TOKEN.
+admin_token: "{admin_token}"
+# Mark the visitor cookie Secure; turn on when visitors reach you over HTTPS.
+secure_cookies: false
+# Proxies (CIDRs or addresses) whose X-Forwarded-For header is believed.
+trusted_proxies: []
+# Where the embedded store keeps snapshots, bans and the audit log.
+data_dir: ./anteroom-data
+# When the queue store is unreachable for fail_open_after, let everyone through (loudly).
+fail_open: false
+# How long the store must be down before fail_open lets everyone through.
+fail_open_after: 30s
+redis:
+  # Empty: embedded store. Otherwise redis://host:6379/0, rediss://..., or several
+  # cluster nodes separated by commas. Replicas sharing one Redis share one queue.
+  url: ""
+kafka:
+  # Brokers (host:port) to publish queue events to; empty: events are not published.
+  brokers: []
+  # Topic the events are published to.
+  topic: anteroom.events
+# Connection limits and timeouts; every key is optional.
+# server:
+#   header_read_timeout: 10s     # time a client has to send its request headers
+#   idle_timeout: 60s            # keep-alive connections idle longer are closed
+#   origin_connect_timeout: 5s   # time allowed to connect to an origin
+#   origin_timeout: 30s          # time allowed for the origin's response headers
+#   max_connections: 10000       # connections served at once
+#   shutdown_grace: 30s          # time in-flight requests get to finish at shutdown
+# Rooms: each name ([A-Za-z0-9_-], up to 64) has its own queue and limits.
+rooms:
+  main:
+    # Host this room serves (case and port ignored); empty: catch-all (at most one).
+    match_host: ""
+    # The site behind the room (http:// URL, may include a path prefix).
+    origin: http://127.0.0.1:3000
+    # Visitors admitted per second.
+    rate: 50
+    # Visitors on the site at once.
+    max_active: 500
+    # An admitted visitor's slot is reclaimed after this long without a request.
+    session_ttl: 5m
+    # A waiting visitor whose page stops checking in is dropped after this long.
+    abandon_after: 60s
+    # Visitors one client address may add to the line per window; 0 disables.
+    join_limit_per_ip: 120
+    # The window for join_limit_per_ip.
+    join_limit_window: 1m
+    # Heading of the waiting page.
+    title: "You're in line"
+    # Extra text on the waiting page.
+    message: ""
+    # Forward the visitor's Host header to the origin instead of the origin's host.
+    preserve_host: false
+    # Draw places at random among everyone who arrived before the doors opened.
+    lottery: false
+    # HTTP status of the waiting page: 200 (default), 202, 429 or 503.
+    # queue_status_code: 200
+    # Scheduled drop, RFC 3339 times: queue_opens_at, admits_at, closes_at.
+    schedule: {{}}
+"#,
+        cookie_secret = cookie_secret.as_str(),
+        admin_token = admin_token.as_str(),
+    )
+}

@@ -1,0 +1,820 @@
+//! Turning the merged text values into a [`Config`], with one error per bad value naming
+//! its key and where it came from.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::file::line_of_key;
+use super::{
+    Config, ConfigError, KafkaConfig, RedisConfig, RoomConfig, Schedule, Secret, ServerConfig,
+};
+
+/// Where a value came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Src {
+    Default,
+    /// 1-based line in the config file.
+    File(u64),
+    Env(&'static str),
+    Flag(&'static str),
+    Generated,
+}
+
+/// A value as text, before parsing.
+#[derive(Clone, Debug)]
+pub(super) struct V {
+    pub text: String,
+    pub src: Src,
+}
+
+impl V {
+    pub fn new(text: impl Into<String>, src: Src) -> V {
+        V {
+            text: text.into(),
+            src,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Draft {
+    pub listen: Option<V>,
+    pub admit_interval: Option<V>,
+    pub cookie_secret: Option<V>,
+    pub previous_cookie_secrets: Vec<V>,
+    pub admin_token: Option<V>,
+    pub secure_cookies: Option<V>,
+    pub trusted_proxies: Vec<V>,
+    pub data_dir: Option<V>,
+    pub fail_open: Option<V>,
+    pub fail_open_after: Option<V>,
+    pub redis_url: Option<V>,
+    pub kafka_brokers: Vec<V>,
+    pub kafka_topic: Option<V>,
+    pub header_read_timeout: Option<V>,
+    pub idle_timeout: Option<V>,
+    pub origin_connect_timeout: Option<V>,
+    pub origin_timeout: Option<V>,
+    pub max_connections: Option<V>,
+    pub shutdown_grace: Option<V>,
+    pub rooms: Vec<DraftRoom>,
+}
+
+#[derive(Debug)]
+pub(super) struct DraftRoom {
+    pub name: V,
+    pub match_host: Option<V>,
+    pub origin: Option<V>,
+    pub rate: Option<V>,
+    pub max_active: Option<V>,
+    pub session_ttl: Option<V>,
+    pub abandon_after: Option<V>,
+    pub join_limit_per_ip: Option<V>,
+    pub join_limit_window: Option<V>,
+    pub title: Option<V>,
+    pub message: Option<V>,
+    pub preserve_host: Option<V>,
+    pub lottery: Option<V>,
+    pub queue_status_code: Option<V>,
+    pub queue_opens_at: Option<V>,
+    pub admits_at: Option<V>,
+    pub closes_at: Option<V>,
+}
+
+impl DraftRoom {
+    pub fn named(name: V) -> DraftRoom {
+        DraftRoom {
+            name,
+            match_host: None,
+            origin: None,
+            rate: None,
+            max_active: None,
+            session_ttl: None,
+            abandon_after: None,
+            join_limit_per_ip: None,
+            join_limit_window: None,
+            title: None,
+            message: None,
+            preserve_host: None,
+            lottery: None,
+            queue_status_code: None,
+            queue_opens_at: None,
+            admits_at: None,
+            closes_at: None,
+        }
+    }
+}
+
+/// Builds errors with the file name and the value's line.
+struct Ctx<'a> {
+    file: Option<&'a str>,
+    text: Option<&'a str>,
+}
+
+impl Ctx<'_> {
+    fn fail(&self, key: &str, v: &V, message: impl Into<String>) -> ConfigError {
+        let mut message = message.into();
+        let line = match v.src {
+            Src::File(line) => Some(line),
+            Src::Env(name) | Src::Flag(name) => {
+                message.push_str(&format!(" (set by {name})"));
+                None
+            }
+            Src::Default | Src::Generated => None,
+        };
+        ConfigError::Invalid {
+            file: match v.src {
+                Src::File(_) | Src::Default => self.file.map(str::to_string),
+                _ => None,
+            },
+            line,
+            key: key.to_string(),
+            message,
+        }
+    }
+
+    /// An error about a key with no value to point at (missing, or a whole section).
+    fn fail_key(&self, path: &[&str], message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            file: self.file.map(str::to_string),
+            line: self.text.and_then(|t| line_of_key(t, path)),
+            key: path.join("."),
+            message: message.into(),
+        }
+    }
+}
+
+fn or_default(v: &Option<V>, default: &str) -> V {
+    v.clone().unwrap_or_else(|| V::new(default, Src::Default))
+}
+
+impl Draft {
+    pub fn validate(self, file: Option<&str>, text: Option<&str>) -> Result<Config, ConfigError> {
+        let cx = Ctx { file, text };
+        let d = &self;
+
+        let listen = {
+            let v = or_default(&d.listen, ":8080");
+            parse_listen(&v.text).map_err(|m| cx.fail("listen", &v, m))?
+        };
+        let admit_interval = duration(
+            &cx,
+            "admit_interval",
+            &or_default(&d.admit_interval, "250ms"),
+        )?;
+        if admit_interval < Duration::from_millis(10) {
+            let v = d.admit_interval.clone().unwrap();
+            return Err(cx.fail(
+                "admit_interval",
+                &v,
+                format!("must be at least 10ms (got {})", v.text.trim()),
+            ));
+        }
+
+        let cookie_secret = match &d.cookie_secret {
+            Some(v) => Secret::cookie_key(&v.text).map_err(|m| cx.fail("cookie_secret", v, m))?,
+            None => {
+                return Err(cx.fail_key(
+                    &["cookie_secret"],
+                    "required: set it in the config file or ANTEROOM_COOKIE_SECRET \
+                     (64 hex characters; `anteroom init` generates one)",
+                ));
+            }
+        };
+        let mut previous_cookie_secrets = Vec::new();
+        for (i, v) in d.previous_cookie_secrets.iter().enumerate() {
+            let key = format!("previous_cookie_secrets[{i}]");
+            previous_cookie_secrets
+                .push(Secret::cookie_key(&v.text).map_err(|m| cx.fail(&key, v, m))?);
+        }
+        let admin_token = match &d.admin_token {
+            Some(v) => {
+                let n = v.text.chars().count();
+                if n < 16 {
+                    return Err(cx.fail(
+                        "admin_token",
+                        v,
+                        format!("must be at least 16 characters (got {n})"),
+                    ));
+                }
+                if v.text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(cx.fail(
+                        "admin_token",
+                        v,
+                        "must not contain spaces or control characters (it is sent in an \
+                         Authorization header)",
+                    ));
+                }
+                Secret::from_text(v.text.clone())
+            }
+            None => {
+                return Err(cx.fail_key(
+                    &["admin_token"],
+                    "required: set it in the config file or ANTEROOM_ADMIN_TOKEN \
+                     (`anteroom init` generates one)",
+                ));
+            }
+        };
+
+        let secure_cookies = boolean(
+            &cx,
+            "secure_cookies",
+            &or_default(&d.secure_cookies, "false"),
+        )?;
+        let mut trusted_proxies = Vec::new();
+        for (i, v) in d.trusted_proxies.iter().enumerate() {
+            let key = format!("trusted_proxies[{i}]");
+            trusted_proxies.push(parse_net(&v.text).map_err(|m| cx.fail(&key, v, m))?);
+        }
+        let data_dir = {
+            let v = or_default(&d.data_dir, "./anteroom-data");
+            if v.text.trim().is_empty() {
+                return Err(cx.fail("data_dir", &v, "must not be empty"));
+            }
+            PathBuf::from(v.text.trim())
+        };
+        let fail_open = boolean(&cx, "fail_open", &or_default(&d.fail_open, "false"))?;
+        let fail_open_after = positive_duration(
+            &cx,
+            "fail_open_after",
+            &or_default(&d.fail_open_after, "30s"),
+        )?;
+
+        let redis = {
+            let v = or_default(&d.redis_url, "");
+            let url = v.text.trim().to_string();
+            validate_redis_url(&url).map_err(|m| cx.fail("redis.url", &v, m))?;
+            RedisConfig { url }
+        };
+
+        let mut brokers = Vec::new();
+        for (i, v) in d.kafka_brokers.iter().enumerate() {
+            let b = v.text.trim();
+            if b.is_empty() || b.contains(char::is_whitespace) {
+                return Err(cx.fail(
+                    &format!("kafka.brokers[{i}]"),
+                    v,
+                    format!("must be a host:port address (got {:?})", v.text),
+                ));
+            }
+            brokers.push(b.to_string());
+        }
+        let topic = or_default(&d.kafka_topic, "anteroom.events");
+        if topic.text.trim().is_empty() {
+            return Err(cx.fail("kafka.topic", &topic, "must not be empty"));
+        }
+        let kafka = KafkaConfig {
+            brokers,
+            topic: topic.text.trim().to_string(),
+        };
+
+        let server = ServerConfig {
+            header_read_timeout: positive_duration(
+                &cx,
+                "server.header_read_timeout",
+                &or_default(&d.header_read_timeout, "10s"),
+            )?,
+            idle_timeout: positive_duration(
+                &cx,
+                "server.idle_timeout",
+                &or_default(&d.idle_timeout, "60s"),
+            )?,
+            origin_connect_timeout: positive_duration(
+                &cx,
+                "server.origin_connect_timeout",
+                &or_default(&d.origin_connect_timeout, "5s"),
+            )?,
+            origin_timeout: positive_duration(
+                &cx,
+                "server.origin_timeout",
+                &or_default(&d.origin_timeout, "30s"),
+            )?,
+            max_connections: {
+                let v = or_default(&d.max_connections, "10000");
+                match v.text.trim().parse::<usize>() {
+                    Ok(n) if n >= 1 => n,
+                    _ => {
+                        return Err(cx.fail(
+                            "server.max_connections",
+                            &v,
+                            format!("must be a whole number of at least 1 (got {})", v.text),
+                        ));
+                    }
+                }
+            },
+            shutdown_grace: duration(
+                &cx,
+                "server.shutdown_grace",
+                &or_default(&d.shutdown_grace, "30s"),
+            )?,
+        };
+
+        if d.rooms.is_empty() {
+            return Err(cx.fail_key(
+                &["rooms"],
+                "at least one room is required (a name with an `origin`)",
+            ));
+        }
+        let mut rooms: Vec<RoomConfig> = Vec::new();
+        for r in &d.rooms {
+            let room = validate_room(&cx, r)?;
+            if let Some(prev) = rooms.iter().find(|p| p.name == room.name) {
+                return Err(cx.fail(
+                    &format!("rooms.{}", room.name),
+                    &r.name,
+                    format!("room `{}` is defined twice", prev.name),
+                ));
+            }
+            if let Some(prev) = rooms.iter().find(|p| p.match_host == room.match_host) {
+                let key = format!("rooms.{}.match_host", room.name);
+                let at = r.match_host.clone().unwrap_or_else(|| r.name.clone());
+                return Err(match &room.match_host {
+                    None => cx.fail(
+                        &key,
+                        &at,
+                        format!(
+                            "only one room may be the catch-all (empty match_host), and room `{}` \
+                             already is",
+                            prev.name
+                        ),
+                    ),
+                    Some(host) => cx.fail(
+                        &key,
+                        &at,
+                        format!("host `{host}` is already matched by room `{}`", prev.name),
+                    ),
+                });
+            }
+            rooms.push(room);
+        }
+
+        Ok(Config {
+            listen,
+            admit_interval,
+            cookie_secret,
+            previous_cookie_secrets,
+            admin_token,
+            secure_cookies,
+            trusted_proxies,
+            data_dir,
+            fail_open,
+            fail_open_after,
+            redis,
+            kafka,
+            server,
+            rooms,
+        })
+    }
+}
+
+fn validate_room(cx: &Ctx<'_>, r: &DraftRoom) -> Result<RoomConfig, ConfigError> {
+    let name = r.name.text.clone();
+    let valid_name = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !valid_name {
+        return Err(cx.fail(
+            &format!("rooms.{name}"),
+            &r.name,
+            format!("invalid room name {name:?}: use 1 to 64 letters, digits, `_` or `-`"),
+        ));
+    }
+    let k = |field: &str| format!("rooms.{name}.{field}");
+
+    let match_host = match &r.match_host {
+        None => None,
+        Some(v) => {
+            let text = v.text.trim();
+            if text.is_empty() {
+                None
+            } else {
+                if text.contains("://") || text.contains('/') {
+                    return Err(cx.fail(
+                        &k("match_host"),
+                        v,
+                        format!(
+                            "must be a host name like shop.example.com, not a URL (got {text:?})"
+                        ),
+                    ));
+                }
+                let host = normalize_host(text);
+                if host.is_empty()
+                    || !host
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':'))
+                {
+                    return Err(cx.fail(
+                        &k("match_host"),
+                        v,
+                        format!("is not a valid host name (got {text:?})"),
+                    ));
+                }
+                Some(host)
+            }
+        }
+    };
+
+    let origin = match &r.origin {
+        Some(v) => parse_origin(&v.text).map_err(|m| cx.fail(&k("origin"), v, m))?,
+        None => {
+            return Err(cx.fail(
+                &k("origin"),
+                &r.name,
+                "required: the URL of the site behind this room, e.g. http://127.0.0.1:3000",
+            ));
+        }
+    };
+
+    let rate = {
+        let v = or_default(&r.rate, "50");
+        match v.text.trim().parse::<f64>() {
+            Ok(x) if x.is_finite() && x > 0.0 => x,
+            _ => {
+                return Err(cx.fail(
+                    &k("rate"),
+                    &v,
+                    format!("must be a number greater than 0 (got {})", v.text.trim()),
+                ));
+            }
+        }
+    };
+    let max_active = {
+        let v = or_default(&r.max_active, "500");
+        match v.text.trim().parse::<u64>() {
+            Ok(n) if n >= 1 => n,
+            _ => {
+                return Err(cx.fail(
+                    &k("max_active"),
+                    &v,
+                    format!(
+                        "must be a whole number of at least 1 (got {})",
+                        v.text.trim()
+                    ),
+                ));
+            }
+        }
+    };
+    let session_ttl = at_least_1s(cx, &k("session_ttl"), &or_default(&r.session_ttl, "5m"))?;
+    let abandon_after = at_least_1s(
+        cx,
+        &k("abandon_after"),
+        &or_default(&r.abandon_after, "60s"),
+    )?;
+    let join_limit_per_ip = {
+        let v = or_default(&r.join_limit_per_ip, "120");
+        v.text.trim().parse::<u32>().map_err(|_| {
+            cx.fail(
+                &k("join_limit_per_ip"),
+                &v,
+                format!(
+                    "must be a whole number, 0 to disable (got {})",
+                    v.text.trim()
+                ),
+            )
+        })?
+    };
+    let join_limit_window = at_least_1s(
+        cx,
+        &k("join_limit_window"),
+        &or_default(&r.join_limit_window, "1m"),
+    )?;
+    let title = or_default(&r.title, "You're in line").text;
+    let message = or_default(&r.message, "").text;
+    let preserve_host = boolean(
+        cx,
+        &k("preserve_host"),
+        &or_default(&r.preserve_host, "false"),
+    )?;
+    let lottery = boolean(cx, &k("lottery"), &or_default(&r.lottery, "false"))?;
+    let queue_status_code = {
+        let v = or_default(&r.queue_status_code, "200");
+        match v.text.trim().parse::<u16>() {
+            Ok(c @ (200 | 202 | 429 | 503)) => c,
+            _ => {
+                return Err(cx.fail(
+                    &k("queue_status_code"),
+                    &v,
+                    format!("must be 200, 202, 429 or 503 (got {})", v.text.trim()),
+                ));
+            }
+        }
+    };
+
+    let time = |field: &str, v: &Option<V>| -> Result<Option<(SystemTime, V)>, ConfigError> {
+        match v {
+            None => Ok(None),
+            Some(v) if v.text.trim().is_empty() => Ok(None),
+            Some(v) => match parse_rfc3339(&v.text) {
+                Some(t) => Ok(Some((t, v.clone()))),
+                None => Err(cx.fail(
+                    &k(&format!("schedule.{field}")),
+                    v,
+                    format!(
+                        "must be an RFC 3339 time like 2025-06-01T10:00:00Z or \
+                         2025-06-01T12:00:00+02:00 (got {:?})",
+                        v.text
+                    ),
+                )),
+            },
+        }
+    };
+    let opens = time("queue_opens_at", &r.queue_opens_at)?;
+    let admits = time("admits_at", &r.admits_at)?;
+    let closes = time("closes_at", &r.closes_at)?;
+    if let (Some((o, _)), Some((a, av))) = (&opens, &admits)
+        && a < o
+    {
+        return Err(cx.fail(
+            &k("schedule.admits_at"),
+            av,
+            "must not be before schedule.queue_opens_at",
+        ));
+    }
+    if let Some((c, cv)) = &closes {
+        for (name, t) in [("admits_at", &admits), ("queue_opens_at", &opens)] {
+            if let Some((t, _)) = t
+                && c <= t
+            {
+                return Err(cx.fail(
+                    &k("schedule.closes_at"),
+                    cv,
+                    format!("must be after schedule.{name}"),
+                ));
+            }
+        }
+    }
+
+    Ok(RoomConfig {
+        name,
+        match_host,
+        origin,
+        rate,
+        max_active,
+        session_ttl,
+        abandon_after,
+        join_limit_per_ip,
+        join_limit_window,
+        title,
+        message,
+        preserve_host,
+        lottery,
+        queue_status_code,
+        schedule: Schedule {
+            queue_opens_at: opens.map(|(t, _)| t),
+            admits_at: admits.map(|(t, _)| t),
+            closes_at: closes.map(|(t, _)| t),
+        },
+    })
+}
+
+fn duration(cx: &Ctx<'_>, key: &str, v: &V) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(v.text.trim()).map_err(|e| {
+        cx.fail(
+            key,
+            v,
+            format!(
+                "invalid duration {:?} ({e}); write it like 250ms, 60s or 5m",
+                v.text
+            ),
+        )
+    })
+}
+
+fn positive_duration(cx: &Ctx<'_>, key: &str, v: &V) -> Result<Duration, ConfigError> {
+    let d = duration(cx, key, v)?;
+    if d.is_zero() {
+        return Err(cx.fail(key, v, "must be longer than 0"));
+    }
+    Ok(d)
+}
+
+fn at_least_1s(cx: &Ctx<'_>, key: &str, v: &V) -> Result<Duration, ConfigError> {
+    let d = duration(cx, key, v)?;
+    if d < Duration::from_secs(1) {
+        return Err(cx.fail(
+            key,
+            v,
+            format!("must be at least 1s (got {})", v.text.trim()),
+        ));
+    }
+    Ok(d)
+}
+
+fn boolean(cx: &Ctx<'_>, key: &str, v: &V) -> Result<bool, ConfigError> {
+    match v.text.trim() {
+        "true" | "True" | "TRUE" | "1" | "yes" | "on" => Ok(true),
+        "false" | "False" | "FALSE" | "0" | "no" | "off" => Ok(false),
+        other => Err(cx.fail(key, v, format!("must be true or false (got {other:?})"))),
+    }
+}
+
+/// `:8080`, `8080`, `127.0.0.1:8080`, `[::1]:8080`, `localhost:8080`.
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let t = text.trim();
+    let bad = || format!("must be an address like :8080, 127.0.0.1:8080 or [::1]:8080 (got {t:?})");
+    if let Some(port) = t.strip_prefix(':') {
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port));
+    }
+    if let Ok(port) = t.parse::<u16>() {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port));
+    }
+    if let Ok(addr) = t.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    if let Some(port) = t.strip_prefix("localhost:") {
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    if let Some(port) = t.strip_prefix("[::]:") {
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        return Ok(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port));
+    }
+    Err(bad())
+}
+
+/// A CIDR, or a bare address meaning /32 or /128.
+fn parse_net(text: &str) -> Result<ipnet::IpNet, String> {
+    let t = text.trim();
+    if let Ok(net) = t.parse::<ipnet::IpNet>() {
+        return Ok(net.trunc());
+    }
+    if let Ok(ip) = t.parse::<IpAddr>() {
+        return Ok(ipnet::IpNet::from(ip));
+    }
+    Err(format!(
+        "must be a CIDR like 10.0.0.0/8 or an IP address (got {t:?})"
+    ))
+}
+
+fn parse_origin(text: &str) -> Result<http::Uri, String> {
+    let t = text.trim();
+    let uri: http::Uri = t.parse().map_err(|e| {
+        format!("is not a valid URL ({e}); expected e.g. http://127.0.0.1:3000 (got {t:?})")
+    })?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(format!(
+                "https origins are not supported yet; use an http:// origin (got {t:?})"
+            ));
+        }
+        Some(other) => {
+            return Err(format!(
+                "must be an http:// URL, not {other}:// (got {t:?})"
+            ));
+        }
+        None => {
+            return Err(format!(
+                "must be an absolute URL like http://127.0.0.1:3000 (got {t:?})"
+            ));
+        }
+    }
+    match uri.authority() {
+        Some(a) if !a.host().is_empty() => {
+            if a.as_str().contains('@') {
+                return Err(format!("must not contain credentials (got {t:?})"));
+            }
+        }
+        _ => return Err(format!("must include a host (got {t:?})")),
+    }
+    if uri.query().is_some() {
+        return Err(format!("must not have a query string (got {t:?})"));
+    }
+    Ok(uri)
+}
+
+fn validate_redis_url(url: &str) -> Result<(), String> {
+    if url.is_empty() {
+        return Ok(());
+    }
+    for node in url.split(',').map(str::trim) {
+        let rest = node
+            .strip_prefix("redis://")
+            .or_else(|| node.strip_prefix("rediss://"))
+            .ok_or_else(|| {
+                format!(
+                    "must start with redis:// or rediss:// (got {:?}); leave empty for the \
+                     embedded store",
+                    super::describe::redact_url(node)
+                )
+            })?;
+        let authority = rest.split('/').next().unwrap_or("");
+        let host = authority.rsplit('@').next().unwrap_or("");
+        if host.is_empty() || host.starts_with(':') {
+            return Err(format!(
+                "must include a host, e.g. redis://localhost:6379 (got {:?})",
+                super::describe::redact_url(node)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Host as rooms match it: trimmed, lowercased, port and brackets and a trailing dot
+/// removed (`Shop.Example.com:443` → `shop.example.com`, `[::1]:8080` → `::1`).
+pub fn normalize_host(host: &str) -> String {
+    let h = host.trim();
+    let h = if let Some(rest) = h.strip_prefix('[') {
+        rest.split(']').next().unwrap_or(rest)
+    } else if h.matches(':').count() == 1 {
+        h.split(':').next().unwrap_or(h)
+    } else {
+        h
+    };
+    h.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// RFC 3339 (`2025-06-01T10:00:00Z`, `2025-06-01T12:00:00.5+02:00`) to `SystemTime`.
+pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    let s = text.trim();
+    let b = s.as_bytes();
+    if b.len() < 20 || !s.is_ascii() {
+        return None;
+    }
+    let num = |from: usize, to: usize| -> Option<i64> {
+        let part = &s[from..to];
+        if part.bytes().all(|c| c.is_ascii_digit()) {
+            part.parse().ok()
+        } else {
+            None
+        }
+    };
+    let year = num(0, 4)?;
+    let month = num(5, 7)?;
+    let day = num(8, 10)?;
+    let hour = num(11, 13)?;
+    let min = num(14, 16)?;
+    let sec = num(17, 19)?;
+    if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let days_in_month = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if day < 1 || day > days_in_month || hour > 23 || min > 59 || sec > 60 {
+        return None;
+    }
+    let mut rest = &s[19..];
+    let mut nanos: u32 = 0;
+    if let Some(r) = rest.strip_prefix('.') {
+        let digits = r.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let frac = &r[..digits.min(9)];
+        nanos = format!("{frac:0<9}").parse().ok()?;
+        rest = &r[digits..];
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let rb = rest.as_bytes();
+            if rb.len() != 6 || rb[3] != b':' {
+                return None;
+            }
+            let sign = match rb[0] {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let oh: i64 = rest[1..3].parse().ok()?;
+            let om: i64 = rest[4..6].parse().ok()?;
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            sign * (oh * 3600 + om * 60)
+        }
+    };
+    let days = days_from_civil(year, month, day);
+    let secs = days * 86_400 + hour * 3600 + min * 60 + sec.min(59) - offset;
+    if secs >= 0 {
+        Some(UNIX_EPOCH + Duration::new(secs as u64, nanos))
+    } else {
+        UNIX_EPOCH
+            .checked_sub(Duration::from_secs(secs.unsigned_abs()))
+            .map(|t| t + Duration::from_nanos(nanos.into()))
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}

@@ -1,1 +1,655 @@
-//! TODO
+//! The accept loop: the public listener, its limits and its graceful drain.
+//!
+//! Written by hand rather than with `axum::serve` because that sets no hyper timer (so the
+//! header-read timeout would be silently off) and has no connection cap. What this loop adds
+//! around hyper-util's `auto::Builder` (HTTP/1.1 and h2c on the same port):
+//!
+//! - **Connection cap**: a semaphore of `max_connections` permits. A permit is taken
+//!   *before* `accept`, so when the cap is reached the loop simply stops accepting and the
+//!   kernel backlog absorbs the excess (backpressure) until a connection closes.
+//! - **Header-read timeout**: hyper's own HTTP/1 timer (driven by [`TokioTimer`]), plus a
+//!   first-request deadline of our own for the bytes hyper-util reads before it knows the
+//!   protocol (a client that connects and sends nothing is closed after
+//!   `header_read_timeout`).
+//! - **Idle timeout**: a connection with no request in flight for `idle_timeout` is closed. A
+//!   request counts as in flight until its response body has been sent (or dropped), so slow
+//!   downloads and long-lived streams are never cut by this timer. Note that hyper (1.x)
+//!   also runs its header-read timer while an HTTP/1 connection waits for the next request,
+//!   so the effective keep-alive idle time is `min(idle_timeout, header_read_timeout)`.
+//! - **Accept errors** (running out of file descriptors, aborted handshakes, ...) are logged
+//!   at most once per [`ACCEPT_ERROR_LOG_INTERVAL`] and survived; the loop never exits on one.
+//! - **Graceful shutdown**: when `shutdown` resolves the listener is closed, every connection
+//!   is told to finish its in-flight requests and close, and after `shutdown_grace` whatever
+//!   is left is dropped.
+//! - Upgrades (WebSocket) are enabled; an upgraded connection leaves hyper's hands and is no
+//!   longer tracked here (the proxy owns the tunnel).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::http::body::{Body, BoxError};
+
+/// Largest HTTP/1 request head (request line + headers) accepted; larger gets a 431.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Largest HTTP/2 header list accepted.
+pub const MAX_H2_HEADER_LIST: u32 = 64 * 1024;
+/// Accept errors are logged at most once per this interval (the rest are counted).
+pub const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(5);
+/// Pause after an accept error that means the process is out of a resource (fds, memory).
+const RESOURCE_BACKOFF: Duration = Duration::from_millis(100);
+/// Pause after any other accept error (a peer that went away during the handshake, ...).
+const CONNECTION_ERROR_BACKOFF: Duration = Duration::from_millis(10);
+
+/// Limits of the public listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// A request head (and the first request of a connection) must arrive within this.
+    pub header_read_timeout: Duration,
+    /// A connection with no request in flight for this long is closed.
+    pub idle_timeout: Duration,
+    /// At most this many open connections; beyond it the loop stops accepting.
+    pub max_connections: usize,
+    /// After shutdown is signalled, in-flight requests get this long to finish.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Serves `handler` on `listener` until `shutdown` resolves, then stops accepting, lets
+/// in-flight requests finish for up to `shutdown_grace`, and returns.
+///
+/// The handler gets each request with the peer address of its connection. Accept errors are
+/// logged and survived, so this only returns once `shutdown` has resolved; the `io::Result`
+/// is kept for callers that treat the server as fallible.
+pub async fn serve<H, F>(
+    listener: TcpListener,
+    limits: ServerLimits,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()>
+where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let mut shutdown = pin!(shutdown);
+    let builder = Arc::new(builder(&limits));
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let mut connections = JoinSet::new();
+    let mut accept_errors = RateLimitedLog::default();
+
+    loop {
+        // Reap finished connection tasks so the set does not grow.
+        while connections.try_join_next().is_some() {}
+
+        let permit = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => unreachable!("the connection semaphore is never closed"),
+            },
+        };
+
+        let accepted = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                drop(permit);
+                let backoff = if is_resource_exhaustion(&error) {
+                    RESOURCE_BACKOFF
+                } else {
+                    CONNECTION_ERROR_BACKOFF
+                };
+                accept_errors.log(&error);
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(backoff) => continue,
+                }
+            }
+        };
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
+        }
+
+        let builder = builder.clone();
+        let handler = handler.clone();
+        let watcher = graceful.watcher();
+        let first_request_deadline = limits.header_read_timeout;
+        let idle_timeout = limits.idle_timeout;
+        connections.spawn(async move {
+            let _permit = permit;
+            let activity = Activity::new();
+            let service = {
+                let activity = activity.clone();
+                service_fn(move |req: Request<Incoming>| {
+                    let guard = activity.begin();
+                    let response = handler(req, peer);
+                    async move {
+                        let response = response.await;
+                        Ok::<_, Infallible>(response.map(|body| {
+                            GuardedBody {
+                                inner: body,
+                                _guard: guard,
+                            }
+                            .boxed()
+                        }))
+                    }
+                })
+            };
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            let conn = watcher.watch(conn);
+            tokio::select! {
+                result = conn => {
+                    if let Err(error) = result {
+                        tracing::debug!(%peer, %error, "connection ended with an error");
+                    }
+                }
+                () = activity.expired(first_request_deadline, idle_timeout) => {
+                    tracing::debug!(%peer, "closing idle connection");
+                }
+            }
+        });
+    }
+
+    drop(listener);
+    let open = graceful.count();
+    tracing::info!(open, "stopped accepting; draining connections");
+    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            remaining = connections.len(),
+            grace = ?limits.shutdown_grace,
+            "shutdown grace elapsed; dropping remaining connections"
+        );
+    }
+    connections.shutdown().await;
+    Ok(())
+}
+
+fn builder(limits: &ServerLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true)
+        .max_buf_size(MAX_HEAD_BYTES);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(MAX_H2_HEADER_LIST);
+    builder
+}
+
+/// Errors that mean this process (or the machine) is out of something; backing off gives
+/// the in-flight connections a chance to finish and free it.
+fn is_resource_exhaustion(error: &io::Error) -> bool {
+    const EMFILE: i32 = 24;
+    const ENFILE: i32 = 23;
+    const ENOBUFS: i32 = 105;
+    const ENOMEM: i32 = 12;
+    matches!(
+        error.raw_os_error(),
+        Some(EMFILE | ENFILE | ENOBUFS | ENOMEM)
+    ) || error.kind() == io::ErrorKind::OutOfMemory
+}
+
+/// Logs accept errors at most once per [`ACCEPT_ERROR_LOG_INTERVAL`], with a count of the
+/// ones it kept quiet about.
+#[derive(Debug, Default)]
+struct RateLimitedLog {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RateLimitedLog {
+    fn log(&mut self, error: &io::Error) {
+        let now = Instant::now();
+        match self.last {
+            Some(last) if now.duration_since(last) < ACCEPT_ERROR_LOG_INTERVAL => {
+                self.suppressed += 1;
+            }
+            _ => {
+                tracing::warn!(
+                    %error,
+                    suppressed = self.suppressed,
+                    resource_exhaustion = is_resource_exhaustion(error),
+                    "accept failed; backing off and continuing"
+                );
+                self.last = Some(now);
+                self.suppressed = 0;
+            }
+        }
+    }
+}
+
+/// What the idle watchdog of one connection needs to know.
+#[derive(Debug, Clone, Copy)]
+struct ActivityState {
+    /// Requests whose response has not been fully sent yet.
+    in_flight: usize,
+    /// When `in_flight` last dropped to zero (or the connection was accepted).
+    since: Instant,
+    /// Whether the connection has carried a request yet.
+    served: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Activity {
+    tx: Arc<watch::Sender<ActivityState>>,
+}
+
+impl Activity {
+    fn new() -> Self {
+        let (tx, _) = watch::channel(ActivityState {
+            in_flight: 0,
+            since: Instant::now(),
+            served: false,
+        });
+        Activity { tx: Arc::new(tx) }
+    }
+
+    fn begin(&self) -> InFlight {
+        self.tx.send_modify(|s| {
+            s.in_flight += 1;
+            s.served = true;
+        });
+        InFlight {
+            tx: self.tx.clone(),
+        }
+    }
+
+    /// Resolves once the connection has had no request in flight for `idle` (or, before
+    /// its first request, for `first`).
+    async fn expired(&self, first: Duration, idle: Duration) {
+        let mut rx = self.tx.subscribe();
+        loop {
+            let state = *rx.borrow_and_update();
+            if state.in_flight == 0 {
+                let limit = if state.served { idle } else { first };
+                tokio::select! {
+                    () = tokio::time::sleep_until(state.since + limit) => return,
+                    changed = rx.changed() => if changed.is_err() {
+                        return std::future::pending().await;
+                    },
+                }
+            } else if rx.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+}
+
+/// Marks one request as in flight until dropped (with the response body).
+#[derive(Debug)]
+struct InFlight {
+    tx: Arc<watch::Sender<ActivityState>>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.tx.send_modify(|s| {
+            s.in_flight -= 1;
+            if s.in_flight == 0 {
+                s.since = Instant::now();
+            }
+        });
+    }
+}
+
+/// A response body that keeps its request counted as in flight until it is dropped.
+struct GuardedBody {
+    inner: Body,
+    _guard: InFlight,
+}
+
+impl HttpBody for GuardedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::body::full;
+    use std::net::SocketAddr;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    use tokio::sync::oneshot;
+    use tokio::task::JoinHandle;
+
+    fn limits() -> ServerLimits {
+        ServerLimits {
+            header_read_timeout: Duration::from_millis(200),
+            idle_timeout: Duration::from_secs(5),
+            max_connections: 100,
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+
+    struct TestServer {
+        addr: SocketAddr,
+        stop: Option<oneshot::Sender<()>>,
+        task: JoinHandle<io::Result<()>>,
+    }
+
+    impl TestServer {
+        async fn stop(mut self) -> io::Result<()> {
+            let _ = self.stop.take().unwrap().send(());
+            self.task.await.unwrap()
+        }
+    }
+
+    async fn start<H, F>(limits: ServerLimits, handler: H) -> TestServer
+    where
+        H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+        F: Future<Output = Response<Body>> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve(listener, limits, handler, async move {
+            let _ = rx.await;
+        }));
+        TestServer {
+            addr,
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    async fn hello(_req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        Response::new(full(format!("hello {}", peer.ip())))
+    }
+
+    /// Reads until EOF or `limit`, returning what was read and whether EOF came.
+    async fn read_to_eof(stream: &mut TcpStream, limit: Duration) -> (String, bool) {
+        let mut out = Vec::new();
+        let result = tokio::time::timeout(limit, stream.read_to_end(&mut out)).await;
+        (String::from_utf8_lossy(&out).into_owned(), result.is_ok())
+    }
+
+    #[tokio::test]
+    async fn serves_a_request_with_the_peer_address() {
+        let server = start(limits(), hello).await;
+        let body = reqwest::get(format!("http://{}/", server.addr))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(body, "hello 127.0.0.1");
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn header_read_timeout_closes_a_half_sent_request_line() {
+        let server = start(limits(), hello).await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream.write_all(b"GET /ind").await.unwrap();
+        let started = Instant::now();
+        let (_, eof) = read_to_eof(&mut stream, Duration::from_secs(3)).await;
+        assert!(eof, "connection was not closed");
+        assert!(started.elapsed() >= Duration::from_millis(150));
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_silent_connection_is_closed_after_the_header_read_timeout() {
+        let server = start(limits(), hello).await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let (_, eof) = read_to_eof(&mut stream, Duration::from_secs(3)).await;
+        assert!(eof, "a connection that never sent a byte was kept open");
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn idle_keep_alive_connection_is_closed() {
+        let server = start(
+            ServerLimits {
+                header_read_timeout: Duration::from_secs(5),
+                idle_timeout: Duration::from_millis(200),
+                ..limits()
+            },
+            hello,
+        )
+        .await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let (response, eof) = read_to_eof(&mut stream, Duration::from_secs(3)).await;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(eof, "idle keep-alive connection was not closed");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_slow_response_is_not_cut_by_the_idle_timer() {
+        let server = start(
+            ServerLimits {
+                idle_timeout: Duration::from_millis(100),
+                ..limits()
+            },
+            |_req: Request<Incoming>, _peer: SocketAddr| async {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                Response::new(full("late"))
+            },
+        )
+        .await;
+        let body = reqwest::get(format!("http://{}/", server.addr))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(body, "late");
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn in_flight_request_completes_at_shutdown() {
+        let (entered_tx, entered_rx) = oneshot::channel::<()>();
+        let entered_tx = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
+        let server = start(
+            limits(),
+            move |_req: Request<Incoming>, _peer: SocketAddr| {
+                let entered_tx = entered_tx.clone();
+                async move {
+                    if let Some(tx) = entered_tx.lock().unwrap().take() {
+                        let _ = tx.send(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Response::new(full("finished"))
+                }
+            },
+        )
+        .await;
+        let url = format!("http://{}/", server.addr);
+        let client = tokio::spawn(async move { reqwest::get(url).await?.text().await });
+        entered_rx.await.unwrap();
+        let started = Instant::now();
+        server.stop().await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert_eq!(client.await.unwrap().unwrap(), "finished");
+    }
+
+    #[tokio::test]
+    async fn shutdown_grace_drops_connections_that_do_not_finish() {
+        let server = start(
+            ServerLimits {
+                shutdown_grace: Duration::from_millis(200),
+                ..limits()
+            },
+            |_req: Request<Incoming>, _peer: SocketAddr| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Response::new(full("never"))
+            },
+        )
+        .await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = Instant::now();
+        server.stop().await.unwrap();
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let (_, eof) = read_to_eof(&mut stream, Duration::from_secs(2)).await;
+        assert!(eof);
+    }
+
+    #[tokio::test]
+    async fn max_connections_makes_the_next_connection_wait() {
+        let server = start(
+            ServerLimits {
+                max_connections: 1,
+                ..limits()
+            },
+            hello,
+        )
+        .await;
+        // The first connection holds the only slot (it is open and has sent a request).
+        let mut first = TcpStream::connect(server.addr).await.unwrap();
+        first
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = first.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+
+        // The second connects (kernel backlog) but is not served while the first is open.
+        let mut second = TcpStream::connect(server.addr).await.unwrap();
+        second
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let waited = tokio::time::timeout(Duration::from_millis(150), second.read(&mut buf)).await;
+        assert!(
+            waited.is_err(),
+            "second connection was served while at the cap"
+        );
+
+        drop(first);
+        let (response, eof) = read_to_eof(&mut second, Duration::from_secs(3)).await;
+        assert!(eof);
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn oversized_headers_get_431() {
+        let server = start(limits(), hello).await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let big = "a".repeat(200 * 1024);
+        let request = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n");
+        // The server may close before reading everything; a write error is fine.
+        let _ = stream.write_all(request.as_bytes()).await;
+        let (response, _) = read_to_eof(&mut stream, Duration::from_secs(3)).await;
+        assert!(response.starts_with("HTTP/1.1 431"), "{response:.80}");
+        // And the server still serves.
+        let ok = reqwest::get(format!("http://{}/", server.addr))
+            .await
+            .unwrap();
+        assert_eq!(ok.status(), 200);
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn garbage_request_line_gets_400() {
+        let server = start(limits(), hello).await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream
+            .write_all(b"\x01\x02 garbage nonsense\r\n\r\n")
+            .await
+            .unwrap();
+        let (response, _) = read_to_eof(&mut stream, Duration::from_secs(3)).await;
+        assert!(response.starts_with("HTTP/1.1 400"), "{response:.80}");
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn serves_h2c_prior_knowledge() {
+        let server = start(limits(), hello).await;
+        let stream = TcpStream::connect(server.addr).await.unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let req = Request::builder()
+            .uri(format!("http://{}/", server.addr))
+            .body(http_body_util::Empty::<Bytes>::new())
+            .unwrap();
+        let response = sender.send_request(req).await.unwrap();
+        assert_eq!(response.version(), http::Version::HTTP_2);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"hello 127.0.0.1");
+        drop(sender);
+        server.stop().await.unwrap();
+    }
+
+    #[test]
+    fn classifies_resource_exhaustion() {
+        assert!(is_resource_exhaustion(&io::Error::from_raw_os_error(24)));
+        assert!(is_resource_exhaustion(&io::Error::from_raw_os_error(23)));
+        assert!(!is_resource_exhaustion(&io::Error::from_raw_os_error(103)));
+    }
+}

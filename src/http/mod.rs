@@ -311,19 +311,13 @@ fn retry_after(eta: Eta) -> u64 {
     eta.min.clamp(2, 30)
 }
 
-/// The request's host, lower-cased and without a port: from the URI for HTTP/2, else the
-/// `Host` header.
+/// The request's host as rooms match it: from the URI for HTTP/2, else the `Host` header.
 fn request_host<B>(req: &Request<B>) -> Option<String> {
     let raw = match req.uri().host() {
-        Some(host) if req.version() == http::Version::HTTP_2 => host.to_owned(),
-        _ => req.headers().get(header::HOST)?.to_str().ok()?.to_owned(),
+        Some(host) if req.version() == http::Version::HTTP_2 => host,
+        _ => req.headers().get(header::HOST)?.to_str().ok()?,
     };
-    let host = match raw.strip_prefix('[') {
-        // [v6]:port
-        Some(rest) => rest.split(']').next()?.to_owned(),
-        None => raw.rsplit_once(':').map_or(raw.as_str(), |(h, _)| h).to_owned(),
-    };
-    Some(host.trim_end_matches('.').to_ascii_lowercase())
+    Some(crate::config::normalize_host(raw))
 }
 
 /// An HTTP/1 request whose target names a host (`GET http://elsewhere/ HTTP/1.1`).

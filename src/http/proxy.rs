@@ -1,1 +1,997 @@
-//! TODO
+//! Forwarding to the origin (SPEC §6).
+//!
+//! One [`OriginClient`] (a pooled hyper-util legacy client over `HttpConnector`, cheap to
+//! clone) forwards a visitor's request to one configured [`Origin`]:
+//!
+//! - the target is the origin's scheme and authority, the origin's path prefix, then the
+//!   request's path and query; the request's own authority or absolute-form target is never
+//!   used for routing, so **only the configured origin is ever contacted**;
+//! - the request goes out as HTTP/1.1 whatever the visitor spoke (HTTP/2 cookie fields are
+//!   joined as RFC 9113 §8.2.3 asks);
+//! - hop-by-hop headers ([`HOP_BY_HOP`] and whatever `Connection` names) are dropped both
+//!   ways; `X-Forwarded-For` is set to exactly the caller's (already trust-checked) client
+//!   ip, `X-Forwarded-Proto` to the visitor's scheme, `X-Forwarded-Host` to the visitor's
+//!   Host; a client-supplied `Forwarded` header is dropped because nobody vouches for it;
+//!   `Host` is the origin's authority unless `preserve_host`;
+//! - bodies stream both ways without buffering;
+//! - a WebSocket upgrade is passed through: on a 101 from the origin both upgraded
+//!   connections are joined byte for byte in a spawned task (no frame decoding).
+//!
+//! Timeouts ([`ProxyTimeouts`]): connecting, waiting for response headers (counted from the
+//! last byte of the request body sent, so slow uploads are not mistaken for a slow origin),
+//! and an idle timeout that cuts a response body which stalls and retires pooled
+//! connections. Nothing here can hang forever.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::time::{Instant, Sleep};
+
+use crate::http::body::{Body, BoxError, empty};
+
+/// Headers that describe one connection, not the message; never forwarded either way.
+pub const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+
+/// Timeouts toward the origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyTimeouts {
+    /// Establishing the TCP connection.
+    pub connect: Duration,
+    /// Waiting for the response headers once the request (body included) has been sent;
+    /// while the request body is still flowing, the clock restarts with every chunk.
+    pub response: Duration,
+    /// A response body that delivers nothing for this long is cut; pooled keep-alive
+    /// connections idle for this long are closed.
+    pub idle: Duration,
+}
+
+impl Default for ProxyTimeouts {
+    fn default() -> Self {
+        ProxyTimeouts {
+            connect: Duration::from_secs(5),
+            response: Duration::from_secs(60),
+            idle: Duration::from_secs(90),
+        }
+    }
+}
+
+/// Why a request could not be forwarded; [`ProxyError::status`] maps it to the status the
+/// visitor gets.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The origin could not be reached (refused, unreachable, DNS).
+    #[error("origin unreachable: {0}")]
+    Connect(#[source] BoxError),
+    /// The origin did not connect, answer or keep sending in time.
+    #[error("origin timed out")]
+    Timeout,
+    /// The origin broke the exchange (reset, malformed response, unexpected upgrade).
+    #[error("origin failed: {0}")]
+    Upstream(#[source] BoxError),
+    /// The visitor's request cannot be forwarded (CONNECT, a target with no path, ...).
+    #[error("request cannot be forwarded: {0}")]
+    BadRequest(String),
+    /// The configured origin URI is not usable (checked when the config is loaded).
+    #[error("invalid origin: {0}")]
+    InvalidOrigin(String),
+}
+
+impl ProxyError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::Connect(_) | ProxyError::Upstream(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::InvalidOrigin(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// A configured origin: `http://authority[/prefix]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    scheme: Scheme,
+    authority: Authority,
+    /// Empty, or starts with `/` and has no trailing `/`.
+    prefix: String,
+}
+
+impl Origin {
+    /// Parses an origin from an `http://` URI with an authority and an optional path prefix
+    /// (no query). `https://` is refused: TLS to the origin is not built in.
+    pub fn new(uri: &Uri) -> Result<Origin, ProxyError> {
+        match uri.scheme() {
+            Some(s) if *s == Scheme::HTTP => {}
+            Some(s) => {
+                return Err(ProxyError::InvalidOrigin(format!(
+                    "{uri}: scheme {s} is not supported (only http://)"
+                )));
+            }
+            None => {
+                return Err(ProxyError::InvalidOrigin(format!(
+                    "{uri}: needs a scheme (http://)"
+                )));
+            }
+        }
+        let authority = uri
+            .authority()
+            .ok_or_else(|| ProxyError::InvalidOrigin(format!("{uri}: needs a host")))?
+            .clone();
+        if authority.as_str().contains('@') {
+            return Err(ProxyError::InvalidOrigin(format!(
+                "{uri}: credentials in the origin URI are not supported"
+            )));
+        }
+        if uri.query().is_some() {
+            return Err(ProxyError::InvalidOrigin(format!(
+                "{uri}: an origin cannot have a query"
+            )));
+        }
+        let prefix = uri.path().trim_end_matches('/').to_owned();
+        Ok(Origin {
+            scheme: Scheme::HTTP,
+            authority,
+            prefix,
+        })
+    }
+
+    /// The origin's `host[:port]`, used as `Host` unless `preserve_host`.
+    pub fn authority(&self) -> &Authority {
+        &self.authority
+    }
+
+    /// The path prefix every forwarded path is put under (`""` for none).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The URI a request for `path_and_query` is sent to on this origin.
+    pub fn target(&self, path_and_query: Option<&PathAndQuery>) -> Result<Uri, ProxyError> {
+        let pq = path_and_query.map(PathAndQuery::as_str).unwrap_or("/");
+        if !pq.starts_with('/') {
+            return Err(ProxyError::BadRequest(format!(
+                "request target {pq:?} is not a path"
+            )));
+        }
+        let joined = format!("{}{}", self.prefix, pq);
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(joined)
+            .build()
+            .map_err(|e| ProxyError::BadRequest(format!("request target: {e}")))
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}{}", self.scheme, self.authority, self.prefix)
+    }
+}
+
+/// What the caller knows about the visitor that the origin should hear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardContext {
+    /// The visitor's address, already resolved through trusted proxies by the caller.
+    pub client_ip: IpAddr,
+    /// `"http"` or `"https"` as seen by the visitor.
+    pub proto: &'static str,
+    /// Send the visitor's Host to the origin instead of the origin's authority.
+    pub preserve_host: bool,
+}
+
+/// A pooled HTTP/1.1 client toward origins; clone-cheap (clones share the pool).
+#[derive(Clone)]
+pub struct OriginClient {
+    client: Client<HttpConnector, TrackedBody>,
+    timeouts: ProxyTimeouts,
+}
+
+impl fmt::Debug for OriginClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OriginClient")
+            .field("timeouts", &self.timeouts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OriginClient {
+    pub fn new(timeouts: ProxyTimeouts) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(timeouts.connect));
+        connector.set_nodelay(true);
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(timeouts.idle)
+            .set_host(false)
+            .build(connector);
+        OriginClient { client, timeouts }
+    }
+
+    pub fn timeouts(&self) -> ProxyTimeouts {
+        self.timeouts
+    }
+
+    /// Forwards `req` to `origin` and returns the origin's response with a streaming body.
+    pub async fn forward(
+        &self,
+        origin: &Origin,
+        mut req: Request<Incoming>,
+        ctx: &ForwardContext,
+    ) -> Result<Response<Body>, ProxyError> {
+        if req.method() == Method::CONNECT {
+            return Err(ProxyError::BadRequest("CONNECT is not proxied".into()));
+        }
+        let upgrade = is_upgrade(&req);
+        // Must be taken before the request is taken apart.
+        let visitor_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+
+        let (mut parts, body) = req.into_parts();
+        let upgrade_protocol = parts.headers.get(header::UPGRADE).cloned();
+        let visitor_host = parts.headers.get(header::HOST).cloned().or_else(|| {
+            parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
+        let from_h2 = parts.version == Version::HTTP_2;
+
+        parts.uri = origin.target(parts.uri.path_and_query())?;
+        parts.version = Version::HTTP_11;
+
+        let headers = &mut parts.headers;
+        strip_hop_by_hop(headers);
+        if from_h2 {
+            join_cookies(headers);
+        }
+        // hyper answers `Expect: 100-continue` itself when the body is first read.
+        headers.remove(header::EXPECT);
+        headers.remove(FORWARDED);
+        headers.insert(X_FORWARDED_FOR, ip_header(ctx.client_ip));
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(ctx.proto));
+        match &visitor_host {
+            Some(host) => headers.insert(X_FORWARDED_HOST, host.clone()),
+            None => headers.remove(X_FORWARDED_HOST),
+        };
+        let host = match (&visitor_host, ctx.preserve_host) {
+            (Some(host), true) => host.clone(),
+            _ => HeaderValue::from_str(origin.authority().as_str())
+                .map_err(|e| ProxyError::InvalidOrigin(e.to_string()))?,
+        };
+        headers.insert(header::HOST, host);
+        if let (true, Some(protocol)) = (upgrade, upgrade_protocol) {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            headers.insert(header::UPGRADE, protocol);
+        }
+
+        let activity = Arc::new(Mutex::new(Instant::now()));
+        let body = TrackedBody {
+            inner: body,
+            activity: activity.clone(),
+        };
+        let mut response = self
+            .send(Request::from_parts(parts, body), &activity)
+            .await?;
+
+        if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            let Some(visitor_upgrade) = visitor_upgrade else {
+                return Err(ProxyError::Upstream(
+                    "origin switched protocols without being asked".into(),
+                ));
+            };
+            let origin_upgrade = hyper::upgrade::on(&mut response);
+            let protocol = response.headers().get(header::UPGRADE).cloned();
+            tokio::spawn(tunnel(visitor_upgrade, origin_upgrade));
+            let (mut parts, _) = response.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            if let Some(protocol) = protocol {
+                parts.headers.insert(header::UPGRADE, protocol);
+            }
+            parts.version = Version::HTTP_11;
+            return Ok(Response::from_parts(parts, empty()));
+        }
+
+        let (mut parts, body) = response.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        parts.version = Version::HTTP_11;
+        let body = IdleTimeoutBody::new(body, self.timeouts.idle).boxed();
+        Ok(Response::from_parts(parts, body))
+    }
+
+    /// Sends and waits for response headers, at most `response` after the last request
+    /// body activity.
+    async fn send(
+        &self,
+        req: Request<TrackedBody>,
+        activity: &Mutex<Instant>,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        let limit = self.timeouts.response;
+        let mut pending = std::pin::pin!(self.client.request(req));
+        loop {
+            let deadline = *lock(activity) + limit;
+            tokio::select! {
+                result = &mut pending => return result.map_err(classify),
+                () = tokio::time::sleep_until(deadline) => {
+                    if *lock(activity) + limit <= Instant::now() {
+                        return Err(ProxyError::Timeout);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn lock(m: &Mutex<Instant>) -> std::sync::MutexGuard<'_, Instant> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn classify(error: hyper_util::client::legacy::Error) -> ProxyError {
+    if error.is_connect() {
+        if caused_by_timeout(&error) {
+            ProxyError::Timeout
+        } else {
+            ProxyError::Connect(Box::new(error))
+        }
+    } else {
+        ProxyError::Upstream(Box::new(error))
+    }
+}
+
+fn caused_by_timeout(error: &(dyn StdError + 'static)) -> bool {
+    let mut current: Option<&(dyn StdError + 'static)> = Some(error);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<io::Error>()
+            && io.kind() == io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
+fn ip_header(ip: IpAddr) -> HeaderValue {
+    HeaderValue::from_str(&ip.to_string()).expect("an ip address is a valid header value")
+}
+
+/// Joins the bytes of two upgraded connections until either side closes.
+async fn tunnel(visitor: hyper::upgrade::OnUpgrade, origin: hyper::upgrade::OnUpgrade) {
+    let (visitor, origin) = match tokio::try_join!(visitor, origin) {
+        Ok(both) => both,
+        Err(error) => {
+            tracing::debug!(%error, "upgrade did not complete");
+            return;
+        }
+    };
+    let mut visitor = TokioIo::new(visitor);
+    let mut origin = TokioIo::new(origin);
+    match tokio::io::copy_bidirectional(&mut visitor, &mut origin).await {
+        Ok((up, down)) => tracing::debug!(up, down, "upgraded connection closed"),
+        Err(error) => tracing::debug!(%error, "upgraded connection ended with an error"),
+    }
+}
+
+/// Removes hop-by-hop headers: [`HOP_BY_HOP`] and every header `Connection` names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// HTTP/2 may split `Cookie` over several fields; HTTP/1.1 needs one, joined with `"; "`.
+fn join_cookies(headers: &mut HeaderMap) {
+    if headers.get_all(header::COOKIE).iter().count() < 2 {
+        return;
+    }
+    let joined: Vec<u8> = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect::<Vec<_>>()
+        .join(&b"; "[..]);
+    if let Ok(value) = HeaderValue::from_bytes(&joined) {
+        headers.insert(header::COOKIE, value);
+    }
+}
+
+fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+/// A WebSocket upgrade request (`Connection: upgrade` and `Upgrade: websocket`, HTTP/1.1).
+pub fn is_upgrade<B>(req: &Request<B>) -> bool {
+    req.version() == Version::HTTP_11
+        && has_token(req.headers(), header::CONNECTION, "upgrade")
+        && has_token(req.headers(), header::UPGRADE, "websocket")
+}
+
+/// A request for a server-sent event stream (`Accept: text/event-stream`).
+pub fn is_event_stream<B>(req: &Request<B>) -> bool {
+    req.headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|range| {
+            range
+                .split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
+        })
+}
+
+/// The visitor's request body on its way to the origin; records when it last moved so the
+/// response timeout counts from the end of the upload, not from its start.
+struct TrackedBody {
+    inner: Incoming,
+    activity: Arc<Mutex<Instant>>,
+}
+
+impl HttpBody for TrackedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if polled.is_ready() {
+            *lock(&self.activity) = Instant::now();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The origin's response body; fails if it delivers nothing for `idle`.
+struct IdleTimeoutBody {
+    inner: Incoming,
+    idle: Duration,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl IdleTimeoutBody {
+    fn new(inner: Incoming, idle: Duration) -> Self {
+        IdleTimeoutBody {
+            inner,
+            idle,
+            timer: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+}
+
+impl HttpBody for IdleTimeoutBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let deadline = Instant::now() + self.idle;
+                self.timer.as_mut().reset(deadline);
+                Poll::Ready(frame.map(|f| f.map_err(BoxError::from)))
+            }
+            Poll::Pending => match self.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(ProxyError::Timeout)))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::body::full;
+    use crate::server::{ServerLimits, serve};
+    use futures_util::{SinkExt, StreamExt};
+    use http_body_util::Full;
+    use std::net::SocketAddr;
+    use tokio::net::TcpListener;
+    use tokio::sync::oneshot;
+    use tokio_tungstenite::tungstenite::Message;
+
+    const ERROR_KIND: &str = "x-test-proxy-error";
+
+    fn timeouts() -> ProxyTimeouts {
+        ProxyTimeouts {
+            connect: Duration::from_millis(300),
+            response: Duration::from_millis(300),
+            idle: Duration::from_secs(5),
+        }
+    }
+
+    fn limits() -> ServerLimits {
+        ServerLimits {
+            header_read_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5),
+            max_connections: 100,
+            shutdown_grace: Duration::from_millis(200),
+        }
+    }
+
+    /// A server from [`serve`] that stops when the returned sender is dropped.
+    async fn start<H, F>(handler: H) -> (SocketAddr, oneshot::Sender<()>)
+    where
+        H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+        F: Future<Output = Response<Body>> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(serve(listener, limits(), handler, async move {
+            let _ = rx.await;
+        }));
+        (addr, tx)
+    }
+
+    /// An origin that answers `/echo-body` by streaming the request body back, and anything
+    /// else with what it received: the request line, then every header, one per line.
+    async fn echo_origin() -> (SocketAddr, oneshot::Sender<()>) {
+        start(|req: Request<Incoming>, _peer: SocketAddr| async move {
+            if req.uri().path().ends_with("/echo-body") {
+                return Response::new(req.into_body().map_err(BoxError::from).boxed());
+            }
+            let mut seen = format!("{} {} {:?}\n", req.method(), req.uri(), req.version());
+            for (name, value) in req.headers() {
+                seen.push_str(&format!("{}: {}\n", name, value.to_str().unwrap()));
+            }
+            Response::builder()
+                .header("connection", "x-origin-private")
+                .header("x-origin-private", "secret")
+                .header("keep-alive", "timeout=5")
+                .header("proxy-authenticate", "Basic")
+                .header("x-origin-public", "yes")
+                .body(full(seen))
+                .unwrap()
+        })
+        .await
+    }
+
+    /// The proxy under test: every request forwarded to `origin`.
+    async fn front(origin: &str, preserve_host: bool) -> (SocketAddr, oneshot::Sender<()>) {
+        let origin = Origin::new(&origin.parse().unwrap()).unwrap();
+        let client = OriginClient::new(timeouts());
+        start(move |req: Request<Incoming>, peer: SocketAddr| {
+            let origin = origin.clone();
+            let client = client.clone();
+            async move {
+                let ctx = ForwardContext {
+                    client_ip: peer.ip(),
+                    proto: "https",
+                    preserve_host,
+                };
+                match client.forward(&origin, req, &ctx).await {
+                    Ok(response) => response,
+                    Err(error) => {
+                        let kind = match error {
+                            ProxyError::Connect(_) => "connect",
+                            ProxyError::Timeout => "timeout",
+                            ProxyError::Upstream(_) => "upstream",
+                            ProxyError::BadRequest(_) => "bad-request",
+                            ProxyError::InvalidOrigin(_) => "invalid-origin",
+                        };
+                        Response::builder()
+                            .status(error.status())
+                            .header(ERROR_KIND, kind)
+                            .body(full(error.to_string()))
+                            .unwrap()
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    /// Sends one request over a fresh HTTP/1.1 connection with exactly the given headers.
+    async fn raw(addr: SocketAddr, req: Request<Full<Bytes>>) -> (http::response::Parts, Bytes) {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let response = sender.send_request(req).await.unwrap();
+        let (parts, body) = response.into_parts();
+        (parts, body.collect().await.unwrap().to_bytes())
+    }
+
+    #[tokio::test]
+    async fn forwards_get() {
+        let (origin, _o) = echo_origin().await;
+        let (front, _f) = front(&format!("http://{origin}"), false).await;
+        let response = reqwest::get(format!("http://{front}/a/b?c=d"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["x-origin-public"], "yes");
+        let seen = response.text().await.unwrap();
+        assert!(seen.starts_with("GET /a/b?c=d HTTP/1.1\n"), "{seen}");
+    }
+
+    #[tokio::test]
+    async fn streams_a_1_mib_post_both_ways() {
+        let (origin, _o) = echo_origin().await;
+        let (front, _f) = front(&format!("http://{origin}"), false).await;
+        let payload: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
+        // A streamed (chunked) upload, so nothing knows the length in advance.
+        let chunks: Vec<Result<Bytes, io::Error>> = payload
+            .chunks(64 * 1024)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+        let response = reqwest::Client::new()
+            .post(format!("http://{front}/echo-body"))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let echoed = response.bytes().await.unwrap();
+        assert_eq!(echoed.len(), payload.len());
+        assert!(echoed[..] == payload[..]);
+    }
+
+    #[tokio::test]
+    async fn drops_hop_by_hop_and_sets_forwarding_headers() {
+        let (origin, _o) = echo_origin().await;
+        let (front, _f) = front(&format!("http://{origin}"), false).await;
+        let req = Request::builder()
+            .uri("/h")
+            .header("host", "shop.example")
+            .header("connection", "keep-alive, x-visitor-private")
+            .header("x-visitor-private", "1")
+            .header("keep-alive", "timeout=5")
+            .header("proxy-authorization", "Basic abc")
+            .header("proxy-connection", "keep-alive")
+            .header("te", "trailers")
+            .header("trailer", "x-t")
+            .header("upgrade", "h2c")
+            .header("x-forwarded-for", "6.6.6.6, 7.7.7.7")
+            .header("x-forwarded-proto", "gopher")
+            .header("x-forwarded-host", "evil.example")
+            .header("forwarded", "for=6.6.6.6")
+            .header("x-kept", "kept")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let (parts, body) = raw(front, req).await;
+        let seen = String::from_utf8(body.to_vec()).unwrap();
+        let lower = seen.to_ascii_lowercase();
+        for dropped in [
+            "connection:",
+            "x-visitor-private",
+            "keep-alive",
+            "proxy-authorization",
+            "proxy-connection",
+            "te:",
+            "trailer:",
+            "upgrade:",
+            "forwarded: for",
+            "6.6.6.6",
+            "gopher",
+            "evil.example",
+        ] {
+            assert!(
+                !lower.contains(dropped),
+                "{dropped} reached the origin:\n{seen}"
+            );
+        }
+        assert!(seen.contains("x-forwarded-for: 127.0.0.1\n"), "{seen}");
+        assert!(seen.contains("x-forwarded-proto: https\n"), "{seen}");
+        assert!(seen.contains("x-forwarded-host: shop.example\n"), "{seen}");
+        assert!(seen.contains("x-kept: kept\n"), "{seen}");
+        assert!(seen.contains(&format!("host: {origin}\n")), "{seen}");
+
+        // And on the way back.
+        for dropped in ["x-origin-private", "keep-alive", "proxy-authenticate"] {
+            assert!(
+                !parts.headers.contains_key(dropped),
+                "{dropped} reached the visitor"
+            );
+        }
+        assert_eq!(parts.headers["x-origin-public"], "yes");
+    }
+
+    #[tokio::test]
+    async fn preserve_host_forwards_the_visitor_host() {
+        let (origin, _o) = echo_origin().await;
+        let (front, _f) = front(&format!("http://{origin}"), true).await;
+        let req = Request::builder()
+            .uri("/")
+            .header("host", "shop.example")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let (_, body) = raw(front, req).await;
+        let seen = String::from_utf8(body.to_vec()).unwrap();
+        assert!(seen.contains("\nhost: shop.example\n"), "{seen}");
+    }
+
+    #[tokio::test]
+    async fn absolute_form_target_never_picks_the_origin() {
+        let (origin, _o) = echo_origin().await;
+        let (front, _f) = front(&format!("http://{origin}"), false).await;
+        let req = Request::builder()
+            .uri("http://169.254.169.254/latest/meta-data?x=1")
+            .header("host", "169.254.169.254")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let (parts, body) = raw(front, req).await;
+        assert_eq!(parts.status, 200);
+        let seen = String::from_utf8(body.to_vec()).unwrap();
+        assert!(
+            seen.starts_with("GET /latest/meta-data?x=1 HTTP/1.1\n"),
+            "{seen}"
+        );
+        assert!(seen.contains(&format!("host: {origin}\n")), "{seen}");
+    }
+
+    #[tokio::test]
+    async fn joins_the_origin_path_prefix() {
+        let (origin, _o) = echo_origin().await;
+        let (front, _f) = front(&format!("http://{origin}/base"), false).await;
+        let seen = reqwest::get(format!("http://{front}/x?y=1"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(seen.starts_with("GET /base/x?y=1 HTTP/1.1\n"), "{seen}");
+    }
+
+    #[test]
+    fn origin_parsing_and_target_joining() {
+        let o = Origin::new(&"http://o:8080/base/".parse().unwrap()).unwrap();
+        assert_eq!(o.prefix(), "/base");
+        assert_eq!(o.authority().as_str(), "o:8080");
+        let pq: PathAndQuery = "/x?y=1".parse().unwrap();
+        assert_eq!(
+            o.target(Some(&pq)).unwrap().to_string(),
+            "http://o:8080/base/x?y=1"
+        );
+        let bare = Origin::new(&"http://o".parse().unwrap()).unwrap();
+        assert_eq!(bare.prefix(), "");
+        assert_eq!(
+            bare.target(Some(&pq)).unwrap().to_string(),
+            "http://o/x?y=1"
+        );
+        assert_eq!(bare.target(None).unwrap().to_string(), "http://o/");
+        assert_eq!(bare.to_string(), "http://o");
+        for bad in [
+            "https://o",
+            "/just/a/path",
+            "http://o/?q=1",
+            "http://u:p@o/",
+        ] {
+            let err = Origin::new(&bad.parse().unwrap()).unwrap_err();
+            assert!(matches!(err, ProxyError::InvalidOrigin(_)), "{bad}");
+        }
+        let star: PathAndQuery = "*".parse().unwrap();
+        assert!(matches!(
+            bare.target(Some(&star)),
+            Err(ProxyError::BadRequest(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn origin_down_is_502() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dead = listener.local_addr().unwrap();
+        drop(listener);
+        let (front, _f) = front(&format!("http://{dead}"), false).await;
+        let response = reqwest::get(format!("http://{front}/")).await.unwrap();
+        assert_eq!(response.status(), 502);
+        assert_eq!(response.headers()[ERROR_KIND], "connect");
+    }
+
+    #[tokio::test]
+    async fn silent_origin_is_504_within_the_timeout() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let silent = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let (front, _f) = front(&format!("http://{silent}"), false).await;
+        let started = Instant::now();
+        let response = reqwest::get(format!("http://{front}/")).await.unwrap();
+        let elapsed = started.elapsed();
+        assert_eq!(response.status(), 504);
+        assert_eq!(response.headers()[ERROR_KIND], "timeout");
+        assert!(elapsed >= Duration::from_millis(250), "{elapsed:?}");
+        assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+    }
+
+    #[tokio::test]
+    async fn websocket_passes_through() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut ws = tokio_tungstenite::accept_async(stream).await.unwrap();
+                    while let Some(Ok(message)) = ws.next().await {
+                        if message.is_text() || message.is_binary() {
+                            ws.send(message).await.unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        let (front, _f) = front(&format!("http://{origin}"), false).await;
+        let (mut ws, response) = tokio_tungstenite::connect_async(format!("ws://{front}/socket"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 101);
+        for i in 0..5 {
+            ws.send(Message::text(format!("hello {i}"))).await.unwrap();
+            let echoed = tokio::time::timeout(Duration::from_secs(2), ws.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert_eq!(echoed.into_text().unwrap().as_str(), format!("hello {i}"));
+        }
+        ws.send(Message::binary(vec![0u8, 1, 2, 255]))
+            .await
+            .unwrap();
+        let echoed = ws.next().await.unwrap().unwrap();
+        assert_eq!(echoed.into_data().as_ref(), &[0u8, 1, 2, 255]);
+        ws.close(None).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn stalled_response_body_is_cut_after_idle() {
+        // An origin that sends headers and half a body, then nothing.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut held = Vec::new();
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf")
+                    .await;
+                held.push(stream);
+            }
+        });
+        let origin = Origin::new(&format!("http://{origin}").parse().unwrap()).unwrap();
+        let client = OriginClient::new(ProxyTimeouts {
+            idle: Duration::from_millis(200),
+            ..timeouts()
+        });
+        let (front, _f) = start(move |req: Request<Incoming>, peer: SocketAddr| {
+            let (origin, client) = (origin.clone(), client.clone());
+            async move {
+                let ctx = ForwardContext {
+                    client_ip: peer.ip(),
+                    proto: "http",
+                    preserve_host: false,
+                };
+                client.forward(&origin, req, &ctx).await.unwrap()
+            }
+        })
+        .await;
+        let started = Instant::now();
+        let response = reqwest::get(format!("http://{front}/")).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert!(response.bytes().await.is_err());
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn classifies_streams() {
+        let ws = Request::builder()
+            .header("connection", "keep-alive, Upgrade")
+            .header("upgrade", "WebSocket")
+            .body(())
+            .unwrap();
+        assert!(is_upgrade(&ws));
+        let h2c = Request::builder()
+            .header("connection", "upgrade")
+            .header("upgrade", "h2c")
+            .body(())
+            .unwrap();
+        assert!(!is_upgrade(&h2c));
+        let sse = Request::builder()
+            .header("accept", "text/html;q=0.9, text/event-stream")
+            .body(())
+            .unwrap();
+        assert!(is_event_stream(&sse));
+        let html = Request::builder()
+            .header("accept", "text/html")
+            .body(())
+            .unwrap();
+        assert!(!is_event_stream(&html));
+    }
+
+    #[test]
+    fn error_statuses() {
+        assert_eq!(ProxyError::Connect("x".into()).status(), 502);
+        assert_eq!(ProxyError::Upstream("x".into()).status(), 502);
+        assert_eq!(ProxyError::Timeout.status(), 504);
+        assert_eq!(ProxyError::BadRequest("x".into()).status(), 400);
+    }
+
+    #[test]
+    fn joins_h2_cookie_fields() {
+        let mut headers = HeaderMap::new();
+        headers.append(header::COOKIE, HeaderValue::from_static("a=1"));
+        headers.append(header::COOKIE, HeaderValue::from_static("b=2"));
+        join_cookies(&mut headers);
+        assert_eq!(headers.get_all(header::COOKIE).iter().count(), 1);
+        assert_eq!(headers[header::COOKIE], "a=1; b=2");
+    }
+}

@@ -13,6 +13,7 @@
 //! - [`queue`]    — the store boundary: one small trait, the embedded store behind it, and
 //!   the conformance suite every store must pass.
 //! - [`clock`]    — wall time that tokio's paused clock can drive in tests.
+//! - [`run`]      — wiring: store, rooms, background loops, serve, drain, snapshot.
 //! - [`demo`]     — the built-in demo origin.
 #![forbid(unsafe_code)]
 
@@ -23,5 +24,6 @@ pub mod config;
 pub mod demo;
 pub mod http;
 pub mod queue;
+pub mod run;
 pub mod server;
 pub mod token;

@@ -762,6 +762,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn h2_visitor_goes_to_the_origin_as_http_1_1() {
+        let (origin, _o) = echo_origin().await;
+        let (front, _f) = front(&format!("http://{origin}"), false).await;
+        let stream = tokio::net::TcpStream::connect(front).await.unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let req = Request::builder()
+            .uri("http://shop.example/h2?x=1")
+            .header("cookie", "a=1")
+            .header("cookie", "b=2")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = sender.send_request(req).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let seen = String::from_utf8(body.to_vec()).unwrap();
+        assert!(seen.starts_with("GET /h2?x=1 HTTP/1.1\n"), "{seen}");
+        assert!(seen.contains("x-forwarded-host: shop.example\n"), "{seen}");
+        assert!(seen.contains(&format!("host: {origin}\n")), "{seen}");
+        assert!(seen.contains("cookie: a=1; b=2\n"), "{seen}");
+    }
+
+    #[tokio::test]
     async fn preserve_host_forwards_the_visitor_host() {
         let (origin, _o) = echo_origin().await;
         let (front, _f) = front(&format!("http://{origin}"), true).await;

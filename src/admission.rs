@@ -39,7 +39,9 @@ pub enum Decision {
     Admitted,
     Waiting(crate::queue::Place),
     /// The store did not answer; `fail_open` says whether to proxy anyway.
-    Stalled { fail_open: bool },
+    Stalled {
+        fail_open: bool,
+    },
 }
 
 impl Admission {
@@ -58,7 +60,10 @@ impl Admission {
 
     /// Decides one request for the site from `visitor` in `room`.
     pub async fn decide(&self, room: &str, visitor: VisitorId) -> Decision {
-        if self.sessions.is_confirmed(room, visitor, self.confirm_window(room)) {
+        if self
+            .sessions
+            .is_confirmed(room, visitor, self.confirm_window(room))
+        {
             return Decision::Admitted;
         }
         match self.store.resolve(room, visitor).await {
@@ -301,7 +306,10 @@ impl StoreHealth {
     }
 
     pub fn is_up(&self) -> bool {
-        self.down_since.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+        self.down_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
     }
 
     /// How long the store has been down, if it is.
@@ -323,7 +331,9 @@ impl StoreHealth {
                 .failing_open_logged
                 .swap(true, std::sync::atomic::Ordering::Relaxed)
         {
-            tracing::error!("FAILING OPEN: the queue store has been down too long; every visitor is proxied to the origin unqueued");
+            tracing::error!(
+                "FAILING OPEN: the queue store has been down too long; every visitor is proxied to the origin unqueued"
+            );
         }
         failing
     }
@@ -340,7 +350,10 @@ impl StoreHealth {
     fn record_failure(&self, reason: &str) {
         let mut down = self.down_since.lock().unwrap_or_else(|p| p.into_inner());
         if down.is_none() {
-            tracing::error!(reason, "queue store unavailable; nobody is admitted until it answers");
+            tracing::error!(
+                reason,
+                "queue store unavailable; nobody is admitted until it answers"
+            );
             *down = Some(Instant::now());
         }
     }
@@ -369,7 +382,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn observed_rate_replaces_the_configured_one() {
         let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
-        store.open_room("main", &settings(100.0, 1_000_000), false).await.unwrap();
+        store
+            .open_room("main", &settings(100.0, 1_000_000), false)
+            .await
+            .unwrap();
         store
             .update_settings("main", &crate::queue::SettingsPatch::pause())
             .await
@@ -386,7 +402,11 @@ mod tests {
         store
             .update_settings(
                 "main",
-                &crate::queue::SettingsPatch { rate: Some(10.0), paused: Some(false), ..Default::default() },
+                &crate::queue::SettingsPatch {
+                    rate: Some(10.0),
+                    paused: Some(false),
+                    ..Default::default()
+                },
             )
             .await
             .unwrap();
@@ -395,7 +415,11 @@ mod tests {
             store.admit_pass("main").await.unwrap();
             admission.refresh_stats(&rooms).await;
         }
-        let rate = admission.cached_stats("main").unwrap().observed_rate.unwrap();
+        let rate = admission
+            .cached_stats("main")
+            .unwrap()
+            .observed_rate
+            .unwrap();
         assert!((rate - 10.0).abs() < 1.01, "observed {rate}");
         // Settings say 10 now too, so check the ETA follows the observation.
         assert_eq!(admission.eta("main", 100), Eta::for_position(100, rate));
@@ -404,7 +428,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn confirmed_sessions_skip_the_store_then_reconfirm() {
         let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
-        store.open_room("main", &settings(1.0, 1), false).await.unwrap();
+        store
+            .open_room("main", &settings(1.0, 1), false)
+            .await
+            .unwrap();
         let admission = Admission::new(store.clone(), None);
         let v = VisitorId::random();
         assert_eq!(admission.decide("main", v).await, Decision::Admitted);

@@ -2,8 +2,8 @@
 //! command and nothing else installed.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use http::{HeaderValue, Request, Response, header};
@@ -70,7 +70,10 @@ pub async fn serve_origin(listener: tokio::net::TcpListener) {
 
 /// The demo's configuration: one catch-all room in front of the demo origin, parsed and
 /// validated exactly as a file would be.
-pub fn config(origin: SocketAddr, data_dir: &std::path::Path) -> Result<crate::config::Config, crate::config::ConfigError> {
+pub fn config(
+    origin: SocketAddr,
+    data_dir: &std::path::Path,
+) -> Result<crate::config::Config, crate::config::ConfigError> {
     let yaml = format!(
         r#"listen: "{LISTEN}"
 admit_interval: 250ms

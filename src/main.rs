@@ -23,7 +23,11 @@ fn main() -> ExitCode {
             println!(
                 "anteroom {} (front-end: {})",
                 env!("CARGO_PKG_VERSION"),
-                if anteroom::http::pages::FRONTEND_BUILT_IN { "built in" } else { "not built in; plain pages" }
+                if anteroom::http::pages::FRONTEND_BUILT_IN {
+                    "built in"
+                } else {
+                    "not built in; plain pages"
+                }
             );
             ExitCode::SUCCESS
         }
@@ -35,13 +39,22 @@ fn main() -> ExitCode {
             println!("configuration is valid\n\n{}", config.describe());
             ExitCode::SUCCESS
         }
-        Command::Run { config, options, generated } => {
+        Command::Run {
+            config,
+            options,
+            generated,
+        } => {
             init_logging(&options);
             if generated.admin_token {
-                println!("admin token (generated for this run; set ANTEROOM_ADMIN_TOKEN to keep one): {}", config.admin_token.as_str());
+                println!(
+                    "admin token (generated for this run; set ANTEROOM_ADMIN_TOKEN to keep one): {}",
+                    config.admin_token.as_str()
+                );
             }
             if generated.cookie_secret {
-                tracing::warn!("cookie_secret was generated for this run: visitors' places will not survive a restart unless ANTEROOM_COOKIE_SECRET is set");
+                tracing::warn!(
+                    "cookie_secret was generated for this run: visitors' places will not survive a restart unless ANTEROOM_COOKIE_SECRET is set"
+                );
             }
             exit(serve(config, options.reseed))
         }
@@ -88,7 +101,11 @@ fn serve(config: Config, reseed: bool) -> anyhow::Result<()> {
     runtime()?.block_on(serve_until_signal(config, reseed, None))
 }
 
-async fn serve_until_signal(config: Config, reseed: bool, banner: Option<String>) -> anyhow::Result<()> {
+async fn serve_until_signal(
+    config: Config,
+    reseed: bool,
+    banner: Option<String>,
+) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listen: cannot bind {}", config.listen))?;
@@ -108,7 +125,9 @@ async fn serve_until_signal(config: Config, reseed: bool, banner: Option<String>
 
 fn serve_demo() -> anyhow::Result<()> {
     runtime()?.block_on(async {
-        let origin = TcpListener::bind("127.0.0.1:0").await.context("demo origin: cannot bind")?;
+        let origin = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("demo origin: cannot bind")?;
         let origin_addr = origin.local_addr()?;
         tokio::spawn(demo::serve_origin(origin));
         // A fresh directory for the demo's snapshots, so every demo starts with an empty line.

@@ -59,7 +59,9 @@ pub fn seed_settings(room: &crate::config::RoomConfig) -> RoomSettings {
 /// Opens the store the config asks for.
 pub fn open_store(config: &Config) -> anyhow::Result<Arc<dyn QueueStore>> {
     if !config.redis.url.is_empty() {
-        anyhow::bail!("redis.url: the Redis store is not available in this build yet; leave it empty for the embedded store");
+        anyhow::bail!(
+            "redis.url: the Redis store is not available in this build yet; leave it empty for the embedded store"
+        );
     }
     let store = MemoryStore::open(Clock::system(), &config.data_dir)
         .with_context(|| format!("data_dir: cannot open {}", config.data_dir.display()))?;
@@ -82,7 +84,9 @@ pub async fn start(
                 live = ?live,
                 "the config file's settings differ from the live ones kept in the store; the live ones stay (use --reseed to make the file win)"
             ),
-            Seeded::Reseeded => tracing::warn!(room = %room.name, "--reseed: the config file's settings replaced the live ones"),
+            Seeded::Reseeded => {
+                tracing::warn!(room = %room.name, "--reseed: the config file's settings replaced the live ones")
+            }
             Seeded::Fresh | Seeded::Unchanged => {}
         }
     }

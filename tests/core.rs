@@ -29,9 +29,16 @@ async fn fast_path_proxies_and_sets_the_cookie() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    assert_eq!(status_header(&response), None, "proxied responses are the origin's");
+    assert_eq!(
+        status_header(&response),
+        None,
+        "proxied responses are the origin's"
+    );
     let cookie = visitor_cookie(&response).expect("a new visitor gets a cookie");
-    let set_cookie = response.headers()["set-cookie"].to_str().unwrap().to_owned();
+    let set_cookie = response.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     for attribute in ["HttpOnly", "SameSite=Lax", "Path=/"] {
         assert!(set_cookie.contains(attribute), "{set_cookie}");
     }
@@ -63,8 +70,16 @@ async fn beyond_the_rate_visitors_queue_in_arrival_order() {
         assert!(response.headers().contains_key("retry-after"));
         cookies.push(visitor_cookie(&response).unwrap());
         let html = response.text().await.unwrap();
-        assert!(html.contains(&format!(r#"id="ar-position" aria-hidden="true">{expected}<"#)), "position {expected} in {html}");
-        assert!(html.contains("http-equiv=\"refresh\""), "a meta refresh for pages without JavaScript");
+        assert!(
+            html.contains(&format!(
+                r#"id="ar-position" aria-hidden="true">{expected}<"#
+            )),
+            "position {expected} in {html}"
+        );
+        assert!(
+            html.contains("http-equiv=\"refresh\""),
+            "a meta refresh for pages without JavaScript"
+        );
     }
     // Coming back keeps the place: reloads do not move anyone.
     for (i, cookie) in cookies.iter().enumerate() {
@@ -97,21 +112,33 @@ async fn forged_tampered_and_expired_cookies_never_admit() {
     // The config hex-decodes the secret; build the same keys the server uses.
     let secret = hex::decode(COOKIE_SECRET).unwrap();
     let keys = CookieKeys::new(&secret, &[] as &[&[u8]]);
-    let claim = keys.verify(&good, SystemTime::now()).expect("the server's cookie verifies");
+    let claim = keys
+        .verify(&good, SystemTime::now())
+        .expect("the server's cookie verifies");
 
     let other_keys = CookieKeys::new(&[7u8; 32], &[] as &[&[u8]]);
     let mut tampered = good.clone().into_bytes();
     let mid = tampered.len() / 2;
     tampered[mid] = if tampered[mid] == b'A' { b'B' } else { b'A' };
     let bad = [
-        ("forged", other_keys.issue(claim.visitor, "main", SystemTime::now())),
+        (
+            "forged",
+            other_keys.issue(claim.visitor, "main", SystemTime::now()),
+        ),
         ("tampered", String::from_utf8(tampered).unwrap()),
         (
             "expired",
-            keys.issue(claim.visitor, "main", SystemTime::now() - Duration::from_secs(25 * 3600)),
+            keys.issue(
+                claim.visitor,
+                "main",
+                SystemTime::now() - Duration::from_secs(25 * 3600),
+            ),
         ),
         ("garbage", "%%%not-a-cookie%%%".to_owned()),
-        ("other room", keys.issue(claim.visitor, "elsewhere", SystemTime::now())),
+        (
+            "other room",
+            keys.issue(claim.visitor, "elsewhere", SystemTime::now()),
+        ),
     ];
     for (what, cookie) in bad {
         let response = http
@@ -120,9 +147,17 @@ async fn forged_tampered_and_expired_cookies_never_admit() {
             .send()
             .await
             .unwrap();
-        assert_eq!(status_header(&response).as_deref(), Some("waiting"), "{what} cookie admitted");
+        assert_eq!(
+            status_header(&response).as_deref(),
+            Some("waiting"),
+            "{what} cookie admitted"
+        );
         let fresh = visitor_cookie(&response).expect("a fresh cookie replaces a bad one");
-        assert_ne!(keys.verify(&fresh, SystemTime::now()).unwrap().visitor, claim.visitor, "{what}");
+        assert_ne!(
+            keys.verify(&fresh, SystemTime::now()).unwrap().visitor,
+            claim.visitor,
+            "{what}"
+        );
     }
     assert_eq!(origin.hits(), 1);
     // The genuine cookie still gets through.
@@ -162,13 +197,31 @@ async fn reserved_paths_are_never_proxied() {
     let dir = tempfile::tempdir().unwrap();
     let ar = start(&config(&origin.url(), dir.path(), "")).await;
     let http = client();
-    for path in ["/__anteroom/", "/__anteroom/nope", "/__anteroom/admin/../x", "/__anteroom", "/__anteroom/events/x"] {
-        let response = http.get(format!("http://{}{path}", ar.addr)).send().await.unwrap();
+    for path in [
+        "/__anteroom/",
+        "/__anteroom/nope",
+        "/__anteroom/admin/../x",
+        "/__anteroom",
+        "/__anteroom/events/x",
+    ] {
+        let response = http
+            .get(format!("http://{}{path}", ar.addr))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), 404, "{path}");
     }
-    let health = http.get(format!("http://{}/__anteroom/healthz", ar.addr)).send().await.unwrap();
+    let health = http
+        .get(format!("http://{}/__anteroom/healthz", ar.addr))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status(), 200);
-    let ready = http.get(format!("http://{}/__anteroom/readyz", ar.addr)).send().await.unwrap();
+    let ready = http
+        .get(format!("http://{}/__anteroom/readyz", ar.addr))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 200);
     assert_eq!(origin.hits(), 0);
     ar.shutdown().await.unwrap();
@@ -191,7 +244,11 @@ async fn json_clients_get_the_spec_body() {
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "application/json");
     assert_eq!(status_header(&response).as_deref(), Some("waiting"));
-    let retry_after: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let retry_after: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(visitor_cookie(&response).is_some());
     let body = json(response).await;
     assert_eq!(body["status"], "waiting");
@@ -210,13 +267,20 @@ async fn json_clients_get_the_spec_body() {
         .send()
         .await
         .unwrap();
-    assert_eq!(problem.headers()["content-type"], "application/problem+json");
+    assert_eq!(
+        problem.headers()["content-type"],
+        "application/problem+json"
+    );
     assert_eq!(json(problem).await["status"], 404);
     ar.shutdown().await.unwrap();
 }
 
 /// Reads SSE events (name, data) from a streaming response until `want` names are seen.
-async fn read_events(response: reqwest::Response, want: &[&str], limit: Duration) -> Vec<(String, serde_json::Value)> {
+async fn read_events(
+    response: reqwest::Response,
+    want: &[&str],
+    limit: Duration,
+) -> Vec<(String, serde_json::Value)> {
     let mut stream = response.bytes_stream();
     let mut buffer = String::new();
     let mut events = Vec::new();
@@ -264,10 +328,20 @@ async fn live_stream_reports_position_then_admission() {
     assert_eq!(stream.headers()["content-type"], "text/event-stream");
     // Let the visitor in as soon as the first position has been seen.
     let store = ar.app.admission.store().clone();
-    let events = tokio::spawn(read_events(stream, &["position", "admitted"], Duration::from_secs(10)));
+    let events = tokio::spawn(read_events(
+        stream,
+        &["position", "admitted"],
+        Duration::from_secs(10),
+    ));
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     store
-        .update_settings("main", &SettingsPatch { rate: Some(100.0), ..Default::default() })
+        .update_settings(
+            "main",
+            &SettingsPatch {
+                rate: Some(100.0),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     let events = events.await.unwrap();
@@ -276,7 +350,12 @@ async fn live_stream_reports_position_then_admission() {
     assert_eq!(events[0].1["waiting"], 1);
     assert_eq!(events[1].0, "admitted");
     // The page's next request goes through.
-    let response = http.get(&url).header("cookie", format!("ar_visitor={cookie}")).send().await.unwrap();
+    let response = http
+        .get(&url)
+        .header("cookie", format!("ar_visitor={cookie}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(json(response).await["origin"], true);
     ar.shutdown().await.unwrap();
 }
@@ -345,7 +424,12 @@ async fn a_graceful_restart_keeps_every_place() {
         .await;
         assert_eq!(body["position"], i as u64 + 1, "visitor {i} after restart");
     }
-    let on_site = http.get(&url).header("cookie", format!("ar_visitor={admitted}")).send().await.unwrap();
+    let on_site = http
+        .get(&url)
+        .header("cookie", format!("ar_visitor={admitted}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(json(on_site).await["origin"], true, "sessions survive too");
     ar.shutdown().await.unwrap();
 }
@@ -363,22 +447,66 @@ async fn hostile_requests_get_clear_errors() {
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
     let ar = start(&config(&origin.url(), dir.path(), "")).await;
-    let absolute = raw(ar.addr, format!("GET http://{}/steal HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", origin.addr).as_bytes()).await;
+    let absolute = raw(
+        ar.addr,
+        format!(
+            "GET http://{}/steal HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            origin.addr
+        )
+        .as_bytes(),
+    )
+    .await;
     assert!(absolute.starts_with("HTTP/1.1 400"), "{absolute}");
-    let connect = raw(ar.addr, format!("CONNECT {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", origin.addr).as_bytes()).await;
+    let connect = raw(
+        ar.addr,
+        format!(
+            "CONNECT {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            origin.addr
+        )
+        .as_bytes(),
+    )
+    .await;
     assert!(connect.starts_with("HTTP/1.1 4"), "{connect}");
-    let huge = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(200_000));
+    let huge = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(200_000)
+    );
     let oversized = raw(ar.addr, huge.as_bytes()).await;
-    assert!(oversized.starts_with("HTTP/1.1 431") || oversized.is_empty(), "{oversized}");
+    assert!(
+        oversized.starts_with("HTTP/1.1 431") || oversized.is_empty(),
+        "{oversized}"
+    );
     let garbage = raw(ar.addr, b"\x16\x03\x01 not http at all\r\n\r\n").await;
-    assert!(garbage.starts_with("HTTP/1.1 400") || garbage.is_empty(), "{garbage}");
-    let bad_header = raw(ar.addr, b"GET / HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n").await;
+    assert!(
+        garbage.starts_with("HTTP/1.1 400") || garbage.is_empty(),
+        "{garbage}"
+    );
+    let bad_header = raw(
+        ar.addr,
+        b"GET / HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n",
+    )
+    .await;
     assert!(bad_header.starts_with("HTTP/1.1 400"), "{bad_header}");
     let hostile_cookie = raw(ar.addr, b"GET / HTTP/1.1\r\nHost: x\r\nCookie: ar_visitor=\xff\xfe; ar_visitor===\r\nConnection: close\r\n\r\n").await;
-    assert!(hostile_cookie.starts_with("HTTP/1.1 200"), "garbage cookies are no cookie: {hostile_cookie}");
-    assert_eq!(origin.hits(), 1, "only the request with a garbage cookie (a new visitor) was proxied");
+    assert!(
+        hostile_cookie.starts_with("HTTP/1.1 200"),
+        "garbage cookies are no cookie: {hostile_cookie}"
+    );
+    assert_eq!(
+        origin.hits(),
+        1,
+        "only the request with a garbage cookie (a new visitor) was proxied"
+    );
     // Still serving after all of it.
-    assert_eq!(client().get(format!("http://{}/__anteroom/healthz", ar.addr)).send().await.unwrap().status(), 200);
+    assert_eq!(
+        client()
+            .get(format!("http://{}/__anteroom/healthz", ar.addr))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     ar.shutdown().await.unwrap();
 }
 
@@ -390,7 +518,11 @@ async fn origin_down_is_a_502_and_slow_origin_a_504() {
     drop(dead);
     let dir = tempfile::tempdir().unwrap();
     let ar = start(&config(&format!("http://{dead_addr}"), dir.path(), "")).await;
-    let response = client().get(format!("http://{}/", ar.addr)).send().await.unwrap();
+    let response = client()
+        .get(format!("http://{}/", ar.addr))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 502);
     ar.shutdown().await.unwrap();
 
@@ -408,7 +540,11 @@ async fn origin_down_is_a_502_and_slow_origin_a_504() {
     config.server.origin_timeout = Duration::from_millis(500);
     let ar = start(&config).await;
     let started = std::time::Instant::now();
-    let response = client().get(format!("http://{}/", ar.addr)).send().await.unwrap();
+    let response = client()
+        .get(format!("http://{}/", ar.addr))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 504);
     assert!(started.elapsed() < Duration::from_secs(5));
     ar.shutdown().await.unwrap();

@@ -167,7 +167,12 @@ impl LiveHub {
         }
     }
 
-    fn event_for(&self, admission: &Admission, room: &str, state: VisitorState) -> Option<LiveEvent> {
+    fn event_for(
+        &self,
+        admission: &Admission,
+        room: &str,
+        state: VisitorState,
+    ) -> Option<LiveEvent> {
         match state {
             VisitorState::Admitted => Some(LiveEvent::Admitted),
             VisitorState::Unknown => None,

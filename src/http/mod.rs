@@ -142,22 +142,42 @@ impl App {
         // Classify. Absolute-form targets name a host of the client's choosing; a reverse
         // proxy never needs them, so they are refused before anything can route on them.
         if is_absolute_form(&req) {
-            return self.message(StatusCode::BAD_REQUEST, "Bad request", "Absolute-form request targets are not accepted.", identity.wants_json);
+            return self.message(
+                StatusCode::BAD_REQUEST,
+                "Bad request",
+                "Absolute-form request targets are not accepted.",
+                identity.wants_json,
+            );
         }
         if req.method() == Method::CONNECT {
-            return self.message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed", "CONNECT is not supported.", identity.wants_json);
+            return self.message(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "Method not allowed",
+                "CONNECT is not supported.",
+                identity.wants_json,
+            );
         }
         match classify(&req) {
             Class::Healthz => return pages::plain(StatusCode::OK, "ok\n"),
             Class::Readyz => return self.readyz().await,
             Class::UnknownReserved => {
-                return self.message(StatusCode::NOT_FOUND, "Not found", "There is nothing here.", identity.wants_json);
+                return self.message(
+                    StatusCode::NOT_FOUND,
+                    "Not found",
+                    "There is nothing here.",
+                    identity.wants_json,
+                );
             }
             Class::Events => return self.events(&identity),
             Class::Site => {}
         }
         let Some(room_index) = identity.room else {
-            return self.message(StatusCode::NOT_FOUND, "Unknown site", "This address is not served here.", identity.wants_json);
+            return self.message(
+                StatusCode::NOT_FOUND,
+                "Unknown site",
+                "This address is not served here.",
+                identity.wants_json,
+            );
         };
         let room = &self.rooms[room_index];
 
@@ -178,7 +198,9 @@ impl App {
         };
         if new_cookie || matches!(decision, Decision::Waiting(_)) {
             // Re-issued on every waiting page so the cookie's age slides while they wait.
-            let value = self.cookies.issue(visitor, &room.config.name, SystemTime::now());
+            let value = self
+                .cookies
+                .issue(visitor, &room.config.name, SystemTime::now());
             response.headers_mut().append(
                 header::SET_COOKIE,
                 token::set_cookie(&value, self.secure_cookies),
@@ -220,7 +242,9 @@ impl App {
 
     fn events(&self, identity: &Identity) -> Response<Body> {
         match (identity.room, identity.visitor) {
-            (Some(room), Some(visitor)) => self.live.subscribe(&self.rooms[room].config.name, visitor),
+            (Some(room), Some(visitor)) => {
+                self.live.subscribe(&self.rooms[room].config.name, visitor)
+            }
             _ => self.message(
                 StatusCode::NOT_FOUND,
                 "Not in line",
@@ -230,7 +254,12 @@ impl App {
         }
     }
 
-    async fn proxy(&self, room: &Room, mut req: Request<Incoming>, identity: &Identity) -> Response<Body> {
+    async fn proxy(
+        &self,
+        room: &Room,
+        mut req: Request<Incoming>,
+        identity: &Identity,
+    ) -> Response<Body> {
         token::strip_cookie(req.headers_mut());
         let ctx = ForwardContext {
             client_ip: identity.client_ip,
@@ -244,9 +273,17 @@ impl App {
                     tracing::warn!(room = %room.config.name, error = %e, "origin request failed");
                 }
                 let (title, detail) = match e {
-                    ProxyError::Timeout => ("Gateway timeout", "The site took too long to answer. Please try again shortly."),
-                    ProxyError::BadRequest(_) => ("Bad request", "The request could not be forwarded."),
-                    _ => ("Bad gateway", "The site could not be reached. Please try again shortly."),
+                    ProxyError::Timeout => (
+                        "Gateway timeout",
+                        "The site took too long to answer. Please try again shortly.",
+                    ),
+                    ProxyError::BadRequest(_) => {
+                        ("Bad request", "The request could not be forwarded.")
+                    }
+                    _ => (
+                        "Bad gateway",
+                        "The site could not be reached. Please try again shortly.",
+                    ),
                 };
                 self.message(e.status(), title, detail, identity.wants_json)
             }
@@ -281,7 +318,12 @@ impl App {
                 phase: Phase::Queueing,
                 paused: false,
             };
-            return self.pages.waiting(&view, &room_text(room), StatusCode::SERVICE_UNAVAILABLE, true);
+            return self.pages.waiting(
+                &view,
+                &room_text(room),
+                StatusCode::SERVICE_UNAVAILABLE,
+                true,
+            );
         }
         self.pages.message(
             StatusCode::SERVICE_UNAVAILABLE,

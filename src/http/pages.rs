@@ -120,7 +120,13 @@ impl Pages {
                 });
             ("text/html; charset=utf-8", html)
         };
-        respond(status, view.status, content_type, body, Some(view.retry_after_secs))
+        respond(
+            status,
+            view.status,
+            content_type,
+            body,
+            Some(view.retry_after_secs),
+        )
     }
 
     /// A page anteroom answers itself instead of the site: HTML for browsers,
@@ -147,7 +153,9 @@ impl Pages {
                 .env
                 .get_template("message.html")
                 .and_then(|t| {
-                    t.render(context! { title => title, detail => detail, refresh_secs => retry_after })
+                    t.render(
+                        context! { title => title, detail => detail, refresh_secs => retry_after },
+                    )
                 })
                 .unwrap_or_else(|_| title.to_owned());
             ("text/html; charset=utf-8", html)
@@ -270,7 +278,9 @@ mod tests {
         assert!(accept("application/json"));
         assert!(accept("application/json, text/html;q=0.9"));
         assert!(accept("text/html;q=0.5, application/json"));
-        assert!(!accept("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"));
+        assert!(!accept(
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+        ));
         assert!(!accept("*/*"));
         assert!(!accept("application/json;q=0.5, text/html"));
         assert!(!accept("application/json, text/html"), "a tie is HTML");
@@ -295,7 +305,16 @@ mod tests {
         keys.sort();
         assert_eq!(
             keys,
-            ["eta_secs", "paused", "phase", "position", "retry_after_secs", "room", "status", "waiting"]
+            [
+                "eta_secs",
+                "paused",
+                "phase",
+                "position",
+                "retry_after_secs",
+                "room",
+                "status",
+                "waiting"
+            ]
         );
         assert_eq!(json["eta_secs"], serde_json::json!({"min": 3, "max": 5}));
         assert_eq!(json["phase"], "queueing");
@@ -315,7 +334,10 @@ mod tests {
             phase: Phase::Queueing,
             paused: false,
         };
-        let text = RoomText { title: "<script>x</script>", message: "a & b" };
+        let text = RoomText {
+            title: "<script>x</script>",
+            message: "a & b",
+        };
         let response = pages.waiting(&view, &text, StatusCode::OK, false);
         assert_eq!(response.headers()[STATUS_HEADER], "waiting");
         assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");

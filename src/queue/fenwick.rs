@@ -137,15 +137,15 @@ mod tests {
         let mut next = 0u64;
         // A deterministic mix of joins and removals from the head and the middle.
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        for step in 0..50_000u64 {
+        for step in 0..20_000u64 {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            if state % 3 != 0 || reference.is_empty() {
+            if !state.is_multiple_of(3) || reference.is_empty() {
                 index.insert(next);
                 reference.insert(next);
                 next += 1;
-            } else if state % 2 == 0 {
+            } else if state.is_multiple_of(2) {
                 let head = *reference.iter().next().unwrap();
                 reference.remove(&head);
                 index.remove(head);

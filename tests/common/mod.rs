@@ -33,7 +33,9 @@ impl Origin {
         let counter = hits.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
                 let counter = counter.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -63,11 +65,20 @@ impl Origin {
 
 async fn echo(req: Request<Incoming>) -> Response<Body> {
     let (parts, body) = req.into_parts();
-    let len = body.collect().await.map(|b| b.to_bytes().len()).unwrap_or(0);
+    let len = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes().len())
+        .unwrap_or(0);
     let headers: serde_json::Map<String, serde_json::Value> = parts
         .headers
         .iter()
-        .map(|(k, v)| (k.to_string(), serde_json::Value::from(v.to_str().unwrap_or("<binary>"))))
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                serde_json::Value::from(v.to_str().unwrap_or("<binary>")),
+            )
+        })
         .collect();
     let report = serde_json::json!({
         "origin": true,
@@ -77,9 +88,10 @@ async fn echo(req: Request<Incoming>) -> Response<Body> {
         "body_len": len,
     });
     let mut response = Response::new(full(report.to_string()));
-    response
-        .headers_mut()
-        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     response
 }
 

@@ -83,7 +83,10 @@ fn init_logging(options: &RunOptions) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("ANTEROOM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match options.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),

@@ -1,0 +1,339 @@
+//! The `anteroom` binary as an operator runs it: config errors, `init`, `check`,
+//! `--version`, SIGTERM with a snapshot, and surviving file-descriptor exhaustion.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{ADMIN_TOKEN, COOKIE_SECRET, Origin, client, visitor_cookie};
+
+const BIN: &str = env!("CARGO_BIN_EXE_anteroom");
+
+fn anteroom(args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("ANTEROOM_ADMIN_TOKEN")
+        .env_remove("ANTEROOM_COOKIE_SECRET")
+        .env_remove("ANTEROOM_CONFIG")
+        .output()
+        .unwrap()
+}
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn write_config(
+    dir: &Path,
+    listen: SocketAddr,
+    origin: &str,
+    room_extra: &str,
+) -> std::path::PathBuf {
+    let path = dir.join("anteroom.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen: \"{listen}\"\nadmit_interval: 100ms\ncookie_secret: \"{COOKIE_SECRET}\"\nadmin_token: \"{ADMIN_TOKEN}\"\ndata_dir: \"{data}\"\nrooms:\n  main:\n    origin: {origin}\n{room_extra}\n",
+            data = dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn malformed_configs_name_the_key_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "rooms:\n  main:\n    origin: http://127.0.0.1:1\n    rate: -5\n",
+            "rooms.main.rate",
+            4,
+        ),
+        (
+            "rooms:\n  main:\n    origin: http://127.0.0.1:1\n    max_active: 0\n",
+            "rooms.main.max_active",
+            4,
+        ),
+        (
+            "rooms:\n  main:\n    origin: http://127.0.0.1:1\n    session_ttl: 5 parsecs\n",
+            "rooms.main.session_ttl",
+            4,
+        ),
+        (
+            "rooms:\n  main:\n    origin: not a url\n",
+            "rooms.main.origin",
+            3,
+        ),
+        (
+            "bogus_key: 1\nrooms:\n  main:\n    origin: http://127.0.0.1:1\n",
+            "bogus_key",
+            1,
+        ),
+        (
+            "cookie_secret: short\nrooms:\n  main:\n    origin: http://127.0.0.1:1\n",
+            "cookie_secret",
+            1,
+        ),
+    ];
+    for (body, key, line) in cases {
+        let path = dir.path().join("bad.yaml");
+        // Valid secrets first so each case fails on its own key.
+        let text = if body.starts_with("cookie_secret") {
+            format!("admin_token: \"{ADMIN_TOKEN}\"\n{body}")
+        } else {
+            format!("cookie_secret: \"{COOKIE_SECRET}\"\nadmin_token: \"{ADMIN_TOKEN}\"\n{body}")
+        };
+        let line = if body.starts_with("cookie_secret") {
+            line + 1
+        } else {
+            line + 2
+        };
+        std::fs::write(&path, text).unwrap();
+        let out = anteroom(&["check", "--config", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{key}: {stderr}");
+        assert!(stderr.contains(key), "{key} not named: {stderr}");
+        assert!(
+            stderr.contains(&format!("bad.yaml:{line}:")),
+            "line {line} not named for {key}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let missing = anteroom(&["check", "--config", "/nonexistent/anteroom.yaml"]);
+    assert_eq!(missing.status.code(), Some(1));
+    let nothing = anteroom(&[]);
+    assert_eq!(
+        nothing.status.code(),
+        Some(1),
+        "no origin and no config is an error"
+    );
+    assert!(String::from_utf8_lossy(&nothing.stderr).contains("--origin"));
+}
+
+#[test]
+fn init_writes_a_config_that_checks() {
+    let first = anteroom(&["init"]);
+    assert!(first.status.success());
+    let second = anteroom(&["init"]);
+    assert_ne!(first.stdout, second.stdout, "fresh secrets every time");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("anteroom.yaml");
+    std::fs::write(&path, &first.stdout).unwrap();
+    let check = anteroom(&["check", "--config", path.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(stdout.contains("room main"), "{stdout}");
+    let text = String::from_utf8_lossy(&first.stdout);
+    let token = text
+        .lines()
+        .find_map(|l| l.strip_prefix("admin_token: "))
+        .unwrap()
+        .trim_matches('"');
+    assert!(!stdout.contains(token), "check never prints secrets");
+}
+
+#[test]
+fn version_says_whether_the_front_end_is_built_in() {
+    let out = anteroom(&["--version"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(stdout.starts_with(&format!("anteroom {}", env!("CARGO_PKG_VERSION"))));
+    assert!(stdout.contains("front-end"), "{stdout}");
+}
+
+/// A running binary; killed if the test fails before it exits by itself.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(shell: Option<&str>, config: &Path) -> Process {
+    let mut command = match shell {
+        // `ulimit` needs a shell; `exec` keeps the pid ours.
+        Some(prefix) => {
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(format!("{prefix}; exec \"$0\" --config \"$1\""))
+                .arg(BIN)
+                .arg(config);
+            c
+        }
+        None => {
+            let mut c = Command::new(BIN);
+            c.arg("--config").arg(config);
+            c
+        }
+    };
+    command
+        .env("ANTEROOM_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    Process(command.spawn().unwrap())
+}
+
+async fn wait_ready(addr: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(r) = client()
+            .get(format!("http://{addr}/__anteroom/healthz"))
+            .send()
+            .await
+            && r.status() == 200
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "anteroom did not start on {addr}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn sigterm(process: &Process) {
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(process.0.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn wait_exit(process: &mut Process, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = process.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "did not exit within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn sigterm_drains_snapshots_and_exits_zero() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = free_port();
+    let config = write_config(
+        dir.path(),
+        listen,
+        &origin.url(),
+        "    rate: 0.01\n    max_active: 1000",
+    );
+    let mut process = spawn(None, &config);
+    wait_ready(listen).await;
+    let http = client();
+    let url = format!("http://{listen}/");
+    http.get(&url).send().await.unwrap();
+    let mut cookies = Vec::new();
+    for _ in 0..10 {
+        cookies.push(visitor_cookie(&http.get(&url).send().await.unwrap()).unwrap());
+    }
+    sigterm(&process);
+    let status = wait_exit(&mut process, Duration::from_secs(15));
+    assert_eq!(status.code(), Some(0), "graceful shutdown exits 0");
+    let snapshot = dir.path().join("data/queue.snapshot");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&snapshot)
+            .expect("a snapshot at shutdown")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    let _process = spawn(None, &config);
+    wait_ready(listen).await;
+    for (i, cookie) in cookies.iter().enumerate() {
+        let body: serde_json::Value = http
+            .get(&url)
+            .header("cookie", format!("ar_visitor={cookie}"))
+            .header("accept", "application/json")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(body["position"], i as u64 + 1);
+    }
+}
+
+#[tokio::test]
+async fn running_out_of_file_descriptors_is_survived() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = free_port();
+    let config = write_config(dir.path(), listen, &origin.url(), "");
+    let mut process = spawn(Some("ulimit -n 64"), &config);
+    let stderr = process.0.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    wait_ready(listen).await;
+    // Far more connections than descriptors: the accept loop hits EMFILE.
+    let mut held = Vec::new();
+    for _ in 0..150 {
+        if let Ok(Ok(s)) = tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(listen),
+        )
+        .await
+        {
+            held.push(s);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(held);
+    // Once they are gone it serves again, without a restart.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let served = client().get(format!("http://{listen}/x")).send().await;
+        if let Ok(r) = served
+            && r.status() == 200
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still not serving after descriptors were freed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        process.0.try_wait().unwrap().is_none(),
+        "the process is still running"
+    );
+    sigterm(&process);
+    assert_eq!(
+        wait_exit(&mut process, Duration::from_secs(40)).code(),
+        Some(0)
+    );
+    let log = log.join().unwrap();
+    assert!(
+        log.contains("accept failed"),
+        "the exhaustion was logged: {log}"
+    );
+    assert!(log.contains("resource_exhaustion=true"), "{log}");
+}

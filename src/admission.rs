@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::queue::{QueueStore, Resolution, RoomStats, StoreError, StoreResult, VisitorId};
+use crate::queue::{QueueStore, Resolution, RoomStats, StoreError, VisitorId};
 
 /// How long a replica trusts that a visitor it saw admitted is still on the site before
 /// asking the store again. Re-confirming also records the session's activity in the store,
@@ -118,11 +118,6 @@ impl Admission {
         Eta::for_position(position, rate)
     }
 
-    /// Forgets cached sessions that can no longer be valid, bounding memory.
-    fn prune_sessions(&self) {
-        self.sessions.prune(SESSION_CONFIRM_WINDOW);
-    }
-
     /// Refreshes the statistics of every room once.
     pub async fn refresh_stats(&self, rooms: &[String]) {
         for room in rooms {
@@ -135,7 +130,8 @@ impl Admission {
                 Err(other) => tracing::error!(room, error = %other, "cannot read room stats"),
             }
         }
-        self.prune_sessions();
+        // Forget sessions that can no longer be trusted, bounding the cache.
+        self.sessions.prune(SESSION_CONFIRM_WINDOW);
     }
 
     /// Runs until `stop`: one admission pass per room every `interval`, and the statistics
@@ -357,11 +353,6 @@ impl StoreHealth {
             *down = Some(Instant::now());
         }
     }
-}
-
-/// Ping helper for readiness checks.
-pub async fn store_ready(store: &dyn QueueStore) -> StoreResult<()> {
-    store.ping().await
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 
 use crate::admission::{Admission, Decision, Eta};
@@ -365,9 +365,4 @@ fn request_host<B>(req: &Request<B>) -> Option<String> {
 /// An HTTP/1 request whose target names a host (`GET http://elsewhere/ HTTP/1.1`).
 fn is_absolute_form<B>(req: &Request<B>) -> bool {
     req.version() < http::Version::HTTP_2 && req.uri().authority().is_some()
-}
-
-/// Ensures a header value is ASCII-safe; used for values derived from config.
-pub fn header_value(s: &str) -> HeaderValue {
-    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
 }

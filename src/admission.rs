@@ -67,12 +67,12 @@ impl Admission {
             return Decision::Admitted;
         }
         match self.store.resolve(room, visitor).await {
-            Ok(Resolution::Admitted) => {
+            Ok(Resolution::Admitted { .. }) => {
                 self.health.record_ok();
                 self.sessions.confirm(room, visitor);
                 Decision::Admitted
             }
-            Ok(Resolution::Waiting(place)) => {
+            Ok(Resolution::Waiting { place, .. }) => {
                 self.health.record_ok();
                 Decision::Waiting(place)
             }

@@ -72,10 +72,14 @@ fn visitors(n: usize) -> Vec<VisitorId> {
     (0..n).map(|_| VisitorId::random()).collect()
 }
 
+fn admitted(resolution: Resolution) -> bool {
+    matches!(resolution, Resolution::Admitted { .. })
+}
+
 fn place(resolution: Resolution) -> Place {
     match resolution {
-        Resolution::Waiting(place) => place,
-        Resolution::Admitted => panic!("expected to wait, was admitted"),
+        Resolution::Waiting { place, .. } => place,
+        Resolution::Admitted { .. } => panic!("expected to wait, was admitted"),
     }
 }
 
@@ -127,18 +131,30 @@ pub async fn fast_path_admits_when_nobody_waits<H: Harness>(h: &mut H) {
     let first = VisitorId::random();
     assert_eq!(
         store.resolve(ROOM, first).await.unwrap(),
-        Resolution::Admitted
+        Resolution::Admitted { newly: true }
     );
     // Still admitted on the next request, without taking another token.
     assert_eq!(
         store.resolve(ROOM, first).await.unwrap(),
-        Resolution::Admitted
+        Resolution::Admitted { newly: false }
     );
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!(
         (stats.total_admitted, stats.total_joined, stats.active),
         (1, 0, 1)
     );
+    // A joiner is told they joined; coming back is not a second join.
+    pause(&*store).await;
+    let second = VisitorId::random();
+    assert!(matches!(
+        store.resolve(ROOM, second).await.unwrap(),
+        Resolution::Waiting { joined: true, .. }
+    ));
+    assert!(matches!(
+        store.resolve(ROOM, second).await.unwrap(),
+        Resolution::Waiting { joined: false, .. }
+    ));
+    assert_eq!(store.stats(ROOM).await.unwrap().total_joined, 1);
 }
 
 pub async fn fifo_under_concurrent_joins<H: Harness>(h: &mut H) {
@@ -229,7 +245,7 @@ pub async fn max_active_is_held<H: Harness>(h: &mut H) {
     let crowd = visitors(20);
     let mut admitted_now = 0;
     for &v in &crowd {
-        if store.resolve(ROOM, v).await.unwrap() == Resolution::Admitted {
+        if admitted(store.resolve(ROOM, v).await.unwrap()) {
             admitted_now += 1;
         }
     }
@@ -268,14 +284,8 @@ pub async fn idle_sessions_are_reclaimed<H: Harness>(h: &mut H) {
         VisitorId::random(),
         VisitorId::random(),
     ];
-    assert_eq!(
-        store.resolve(ROOM, busy).await.unwrap(),
-        Resolution::Admitted
-    );
-    assert_eq!(
-        store.resolve(ROOM, idle).await.unwrap(),
-        Resolution::Admitted
-    );
+    assert!(admitted(store.resolve(ROOM, busy).await.unwrap()));
+    assert!(admitted(store.resolve(ROOM, idle).await.unwrap()));
     assert_eq!(
         place(store.resolve(ROOM, waiting).await.unwrap()).position,
         1
@@ -298,10 +308,7 @@ pub async fn idle_sessions_are_reclaimed<H: Harness>(h: &mut H) {
         vec![waiting],
         "and its slot goes to the next in line"
     );
-    assert_eq!(
-        store.resolve(ROOM, busy).await.unwrap(),
-        Resolution::Admitted
-    );
+    assert!(admitted(store.resolve(ROOM, busy).await.unwrap()));
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!((stats.active, stats.total_expired), (2, 1));
 }
@@ -346,19 +353,13 @@ pub async fn pause_holds_even_the_fast_path<H: Harness>(h: &mut H) {
 pub async fn flush_empties_the_line_and_leaves_sessions<H: Harness>(h: &mut H) {
     let store = open(h, settings(1.0, 100)).await;
     let on_site = VisitorId::random();
-    assert_eq!(
-        store.resolve(ROOM, on_site).await.unwrap(),
-        Resolution::Admitted
-    );
+    assert!(admitted(store.resolve(ROOM, on_site).await.unwrap()));
     let line = visitors(10);
     join_all(&*store, &line).await;
     assert_eq!(store.flush(ROOM).await.unwrap(), 10);
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!((stats.waiting, stats.active), (0, 1));
-    assert_eq!(
-        store.resolve(ROOM, on_site).await.unwrap(),
-        Resolution::Admitted
-    );
+    assert!(admitted(store.resolve(ROOM, on_site).await.unwrap()));
     assert_eq!(
         store.heartbeat(ROOM, &line[..1]).await.unwrap(),
         vec![VisitorState::Unknown]
@@ -412,10 +413,7 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
 pub async fn line_survives_a_reopen<H: Harness>(h: &mut H) {
     let store = open(h, settings(5.0, 100)).await;
     let on_site = VisitorId::random();
-    assert_eq!(
-        store.resolve(ROOM, on_site).await.unwrap(),
-        Resolution::Admitted
-    );
+    assert!(admitted(store.resolve(ROOM, on_site).await.unwrap()));
     pause(&*store).await;
     let line = visitors(50);
     join_all(&*store, &line).await;
@@ -435,10 +433,7 @@ pub async fn line_survives_a_reopen<H: Harness>(h: &mut H) {
             "visitor {i} lost their place: {state:?}"
         );
     }
-    assert_eq!(
-        store.resolve(ROOM, on_site).await.unwrap(),
-        Resolution::Admitted
-    );
+    assert!(admitted(store.resolve(ROOM, on_site).await.unwrap()));
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!((stats.total_joined, stats.total_admitted), (50, 1));
 }
@@ -452,10 +447,7 @@ pub async fn heartbeat_never_joins<H: Harness>(h: &mut H) {
     );
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!((stats.waiting, stats.active, stats.total_joined), (0, 0, 0));
-    assert_eq!(
-        store.resolve(ROOM, stranger).await.unwrap(),
-        Resolution::Admitted
-    );
+    assert!(admitted(store.resolve(ROOM, stranger).await.unwrap()));
     assert_eq!(
         store.heartbeat(ROOM, &[stranger]).await.unwrap(),
         vec![VisitorState::Admitted]
@@ -538,16 +530,15 @@ pub async fn rooms_are_independent<H: Harness>(h: &mut H) {
         .await
         .unwrap();
     let v = VisitorId::random();
-    assert_eq!(store.resolve(ROOM, v).await.unwrap(), Resolution::Admitted);
+    assert!(admitted(store.resolve(ROOM, v).await.unwrap()));
     // The first room is full; the other is not.
     assert!(matches!(
         store.resolve(ROOM, VisitorId::random()).await.unwrap(),
-        Resolution::Waiting(_)
+        Resolution::Waiting { .. }
     ));
-    assert_eq!(
-        store.resolve("other", VisitorId::random()).await.unwrap(),
-        Resolution::Admitted
-    );
+    assert!(admitted(
+        store.resolve("other", VisitorId::random()).await.unwrap()
+    ));
     pause(&*store).await;
     assert!(!store.stats("other").await.unwrap().settings.paused);
 }

@@ -315,19 +315,25 @@ impl Room {
     fn resolve(&mut self, visitor: VisitorId, now: u64) -> Resolution {
         if self.sessions.contains_key(&visitor) {
             self.touch_session(visitor, now);
-            return Resolution::Admitted;
+            return Resolution::Admitted { newly: false };
         }
         if let Some(place) = self.heartbeat_waiter(visitor, now) {
-            return Resolution::Waiting(place);
+            return Resolution::Waiting {
+                place,
+                joined: false,
+            };
         }
         self.refill(now);
         if self.line.is_empty() && self.can_admit() {
             self.tokens -= 1.0;
             self.start_session(visitor, now);
-            return Resolution::Admitted;
+            return Resolution::Admitted { newly: true };
         }
         self.join(visitor, now);
-        Resolution::Waiting(self.place_of(self.waiters[&visitor].ticket))
+        Resolution::Waiting {
+            place: self.place_of(self.waiters[&visitor].ticket),
+            joined: true,
+        }
     }
 
     fn heartbeat(&mut self, visitor: VisitorId, now: u64) -> VisitorState {

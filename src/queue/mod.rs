@@ -149,10 +149,11 @@ impl SettingsPatch {
 /// Where a visitor stands after [`QueueStore::resolve`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Resolution {
-    /// On the site: proxy the request.
-    Admitted,
-    /// In line.
-    Waiting(Place),
+    /// On the site: proxy the request. `newly` when this very call let them in (the fast
+    /// path), so the caller can report the admission.
+    Admitted { newly: bool },
+    /// In line. `joined` when this very call put them at the back of it.
+    Waiting { place: Place, joined: bool },
 }
 
 /// A waiting visitor's place in line.

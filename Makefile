@@ -1,15 +1,19 @@
 # anteroom — the everyday commands. `make test` is the one the README and CI run.
 CARGO ?= cargo
 
-.PHONY: build test check demo clean
+.PHONY: build test test-tools check demo clean
 
 ## build: the release binary at target/release/anteroom
 build:
 	$(CARGO) build --release --locked
 
-## test: every test — unit, store conformance, end to end
-test:
+## test: every test — unit, store conformance, end to end (installs the test brokers first)
+test: test-tools
 	$(CARGO) test --locked --all-targets
+
+## test-tools: the real services end-to-end tests start (Kafka-protocol broker, …)
+test-tools:
+	bash scripts/test-tools.sh
 
 ## check: formatting and lints, as CI enforces them
 check:

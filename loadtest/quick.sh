@@ -16,7 +16,7 @@ trap cleanup EXIT
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 1; }
 command -v nginx >/dev/null || { echo "nginx is required (apt-get install nginx-light)" >&2; exit 1; }
 
-ORIGIN=127.0.0.1:18080 ADMITTED=127.0.0.1:18081 JOINS=127.0.0.1:18082
+ORIGIN=127.0.0.1:18080 ADMITTED=127.0.0.1:18081 JOINS=127.0.0.1:18082 JOINS_KAFKA_DOWN=127.0.0.1:18083
 mkdir -p "$work/nginx"
 cat > "$work/nginx/nginx.conf" <<CONF
 worker_processes 1;
@@ -32,7 +32,7 @@ http {
 CONF
 nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" & pids+=($!)
 
-config() { # name listen rate max_active
+config() { # name listen rate max_active [kafka brokers]
   cat > "$work/$1.yaml" <<CONF
 listen: "$2"
 cookie_secret: "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
@@ -44,18 +44,24 @@ rooms:
     rate: $3
     max_active: $4
     join_limit_per_ip: 0
+kafka:
+  brokers: [${5:-}]
 CONF
 }
 config admitted "$ADMITTED" 1000000 1000000
 config joins "$JOINS" 0.001 1
+# Kafka configured but nothing listening: events must drop without slowing joins.
+config joins-kafka-down "$JOINS_KAFKA_DOWN" 0.001 1 "\"127.0.0.1:9\""
 ANTEROOM_LOG=warn "$BIN" --config "$work/admitted.yaml" & pids+=($!)
 ANTEROOM_LOG=warn "$BIN" --config "$work/joins.yaml" & pids+=($!)
-for a in $ORIGIN $ADMITTED $JOINS; do
+ANTEROOM_LOG=error "$BIN" --config "$work/joins-kafka-down.yaml" & pids+=($!)
+for a in $ORIGIN $ADMITTED $JOINS $JOINS_KAFKA_DOWN; do
   for _ in $(seq 100); do curl -fso /dev/null "http://$a/__anteroom/healthz" 2>/dev/null && break; curl -so /dev/null "http://$a/" && break; sleep 0.1; done
 done
 cookie=$(curl -si "http://$ADMITTED/" | tr -d '\r' | sed -n 's/^set-cookie: \(ar_visitor=[^;]*\).*/\1/Ip')
 # Fill the joins room's one slot so every later request joins the line.
 curl -so /dev/null "http://$JOINS/"
+curl -so /dev/null "http://$JOINS_KAFKA_DOWN/"
 
 run() { # label url [header]
   local out
@@ -70,5 +76,6 @@ echo "wrk -t$THREADS -c$CONNS -d$DURATION on $(nproc) cores, $(date -u +%F)"
 run "origin direct (nginx)" "http://$ORIGIN/"
 run "admitted visitor via anteroom" "http://$ADMITTED/" "Cookie: $cookie"
 run "joins (new visitor each request)" "http://$JOINS/"
+run "joins, Kafka configured, broker down" "http://$JOINS_KAFKA_DOWN/"
 waiting=$(curl -s -H 'Accept: application/json' "http://$JOINS/" | sed -n 's/.*"waiting":\([0-9]*\).*/\1/p')
 echo "line length after the joins run: $waiting"

@@ -10,7 +10,8 @@ use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::queue::{QueueStore, Resolution, RoomStats, StoreError, VisitorId};
+use crate::events::{Event, EventKind, EventSink};
+use crate::queue::{PassReport, QueueStore, Resolution, RoomStats, StoreError, VisitorId};
 
 /// How long a replica trusts that a visitor it saw admitted is still on the site before
 /// asking the store again. Re-confirming also records the session's activity in the store,
@@ -28,6 +29,7 @@ pub const STATS_INTERVAL: Duration = Duration::from_secs(1);
 /// Admission as the HTTP layer sees it: a store plus this replica's caches.
 pub struct Admission {
     store: Arc<dyn QueueStore>,
+    events: EventSink,
     sessions: SessionCache,
     stats: StatsCache,
     health: StoreHealth,
@@ -45,9 +47,14 @@ pub enum Decision {
 }
 
 impl Admission {
-    pub fn new(store: Arc<dyn QueueStore>, fail_open_after: Option<Duration>) -> Self {
+    pub fn new(
+        store: Arc<dyn QueueStore>,
+        fail_open_after: Option<Duration>,
+        events: EventSink,
+    ) -> Self {
         Admission {
             store,
+            events,
             sessions: SessionCache::default(),
             stats: StatsCache::default(),
             health: StoreHealth::new(fail_open_after),
@@ -67,13 +74,21 @@ impl Admission {
             return Decision::Admitted;
         }
         match self.store.resolve(room, visitor).await {
-            Ok(Resolution::Admitted { .. }) => {
+            Ok(Resolution::Admitted { newly }) => {
                 self.health.record_ok();
                 self.sessions.confirm(room, visitor);
+                if newly {
+                    self.events
+                        .publish(Event::visitor(EventKind::VisitorAdmitted, room, visitor));
+                }
                 Decision::Admitted
             }
-            Ok(Resolution::Waiting { place, .. }) => {
+            Ok(Resolution::Waiting { place, joined }) => {
                 self.health.record_ok();
+                if joined {
+                    self.events
+                        .publish(Event::visitor(EventKind::VisitorJoined, room, visitor));
+                }
                 Decision::Waiting(place)
             }
             Err(StoreError::Unavailable(reason)) => {
@@ -101,6 +116,25 @@ impl Admission {
     /// The last known counters of `room`, at most about a second old.
     pub fn cached_stats(&self, room: &str) -> Option<CachedStats> {
         self.stats.get(room)
+    }
+
+    pub fn events(&self) -> &EventSink {
+        &self.events
+    }
+
+    fn publish_pass(&self, room: &str, report: &PassReport) {
+        if !self.events.is_enabled() {
+            return;
+        }
+        for (kind, visitors) in [
+            (EventKind::VisitorAdmitted, &report.admitted),
+            (EventKind::VisitorAbandoned, &report.abandoned),
+            (EventKind::SessionExpired, &report.expired),
+        ] {
+            for &visitor in visitors {
+                self.events.publish(Event::visitor(kind, room, visitor));
+            }
+        }
     }
 
     pub fn health(&self) -> &StoreHealth {
@@ -140,7 +174,6 @@ impl Admission {
         self: Arc<Self>,
         rooms: Vec<String>,
         interval: Duration,
-        on_pass: impl Fn(&str, &crate::queue::PassReport) + Send + Sync + 'static,
         stop: CancellationToken,
     ) {
         let mut passes = tokio::time::interval(interval);
@@ -158,7 +191,7 @@ impl Admission {
                             Ok(report) => {
                                 self.health.record_ok();
                                 self.stats.record_pass(room, started.elapsed());
-                                on_pass(room, &report);
+                                self.publish_pass(room, &report);
                             }
                             Err(e) => {
                                 if let StoreError::Unavailable(reason) = &e {
@@ -384,7 +417,7 @@ mod tests {
         for _ in 0..1_000 {
             store.resolve("main", VisitorId::random()).await.unwrap();
         }
-        let admission = Arc::new(Admission::new(store.clone(), None));
+        let admission = Arc::new(Admission::new(store.clone(), None, EventSink::disabled()));
         let rooms = vec!["main".to_owned()];
         admission.refresh_stats(&rooms).await;
         // Nothing observed yet: the configured rate stands in.
@@ -423,7 +456,7 @@ mod tests {
             .open_room("main", &settings(1.0, 1), false)
             .await
             .unwrap();
-        let admission = Admission::new(store.clone(), None);
+        let admission = Admission::new(store.clone(), None, EventSink::disabled());
         let v = VisitorId::random();
         assert_eq!(admission.decide("main", v).await, Decision::Admitted);
         let joined_before = store.stats("main").await.unwrap();

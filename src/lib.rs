@@ -13,11 +13,13 @@
 //! - [`queue`]    — the store boundary: one small trait, the embedded store behind it, and
 //!   the conformance suite every store must pass.
 //! - [`clock`]    — wall time that tokio's paused clock can drive in tests.
+//! - [`audit`]    — the audit log of admin changes (JSON lines, rotated by size).
 //! - [`run`]      — wiring: store, rooms, background loops, serve, drain, snapshot.
 //! - [`demo`]     — the built-in demo origin.
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod audit;
 pub mod cli;
 pub mod clock;
 pub mod config;

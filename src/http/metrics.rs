@@ -128,8 +128,13 @@ impl std::fmt::Debug for CacheCollector {
 }
 
 enum Value {
-    Gauge(f64),
+    Gauge(i64),
+    Float(f64),
     Counter(u64),
+}
+
+fn int(n: u64) -> Option<Value> {
+    Some(Value::Gauge(i64::try_from(n).unwrap_or(i64::MAX)))
 }
 
 impl Collector for CacheCollector {
@@ -137,7 +142,8 @@ impl Collector for CacheCollector {
         let health = self.admission.health();
         let scalar = |encoder: &mut DescriptorEncoder, name: &str, help: &str, v: i64| {
             let gauge = ConstGauge::new(v);
-            let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            let help = format!("{help}.");
+            let metric = encoder.encode_descriptor(name, &help, None, gauge.metric_type())?;
             gauge.encode(metric)
         };
         scalar(
@@ -162,7 +168,7 @@ impl Collector for CacheCollector {
             let gauge = ConstGauge::new(health.down_for().map_or(0.0, |d| d.as_secs_f64()));
             let metric = encoder.encode_descriptor(
                 "anteroom_store_down_seconds",
-                "How long the queue store has been unreachable (0 while it answers)",
+                "How long the queue store has been unreachable (0 while it answers).",
                 None,
                 gauge.metric_type(),
             )?;
@@ -177,46 +183,46 @@ impl Collector for CacheCollector {
         type Extract = fn(&crate::admission::CachedStats) -> Option<Value>;
         let families: [(&str, &str, Extract); 15] = [
             ("anteroom_waiting", "Visitors in line", |c| {
-                Some(Value::Gauge(c.stats.waiting as f64))
+                int(c.stats.waiting)
             }),
             (
                 "anteroom_active",
                 "Visitors on the site (admitted sessions)",
-                |c| Some(Value::Gauge(c.stats.active as f64)),
+                |c| int(c.stats.active),
             ),
             ("anteroom_max_active", "Configured concurrency limit", |c| {
-                Some(Value::Gauge(c.stats.settings.max_active as f64))
+                int(c.stats.settings.max_active)
             }),
             ("anteroom_rate", "Configured admissions per second", |c| {
-                Some(Value::Gauge(c.stats.settings.rate))
+                Some(Value::Float(c.stats.settings.rate))
             }),
             ("anteroom_paused", "1 while the room is paused", |c| {
-                Some(Value::Gauge(f64::from(u8::from(c.stats.settings.paused))))
+                int(u64::from(c.stats.settings.paused))
             }),
             (
                 "anteroom_session_ttl_seconds",
                 "Idle time after which an admitted session gives its slot back",
-                |c| Some(Value::Gauge(c.stats.settings.session_ttl.as_secs_f64())),
+                |c| Some(Value::Float(c.stats.settings.session_ttl.as_secs_f64())),
             ),
             (
                 "anteroom_abandon_after_seconds",
                 "Heartbeat silence after which a waiting visitor leaves the line",
-                |c| Some(Value::Gauge(c.stats.settings.abandon_after.as_secs_f64())),
+                |c| Some(Value::Float(c.stats.settings.abandon_after.as_secs_f64())),
             ),
             (
                 "anteroom_observed_admission_rate",
                 "Admissions per second observed over the last minute",
-                |c| Some(Value::Gauge(c.observed_rate.unwrap_or(0.0))),
+                |c| Some(Value::Float(c.observed_rate.unwrap_or(0.0))),
             ),
             (
                 "anteroom_admission_pass_seconds",
                 "Duration of this replica's last admission pass",
-                |c| c.last_pass.map(|d| Value::Gauge(d.as_secs_f64())),
+                |c| c.last_pass.map(|d| Value::Float(d.as_secs_f64())),
             ),
             (
                 "anteroom_stats_age_seconds",
                 "Age of the cached statistics these metrics come from (grows during a store outage)",
-                |c| Some(Value::Gauge(c.read_at.elapsed().as_secs_f64())),
+                |c| Some(Value::Float(c.read_at.elapsed().as_secs_f64())),
             ),
             ("anteroom_joined", "Entries into the line", |c| {
                 Some(Value::Counter(c.stats.total_joined))
@@ -249,15 +255,17 @@ impl Collector for CacheCollector {
                 continue;
             };
             let metric_type = match first {
-                Value::Gauge(_) => MetricType::Gauge,
+                Value::Gauge(_) | Value::Float(_) => MetricType::Gauge,
                 Value::Counter(_) => MetricType::Counter,
             };
-            let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+            let help = format!("{help}.");
+            let mut family = encoder.encode_descriptor(name, &help, None, metric_type)?;
             for (room, value) in &values {
                 let labels = [("room", *room)];
                 let metric = family.encode_family(&labels)?;
                 match value {
                     Value::Gauge(v) => ConstGauge::new(*v).encode(metric)?,
+                    Value::Float(v) => ConstGauge::new(*v).encode(metric)?,
                     Value::Counter(v) => ConstCounter::new(*v).encode(metric)?,
                 }
             }

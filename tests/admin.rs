@@ -819,3 +819,177 @@ async fn the_openapi_document_matches_the_routes_and_the_server() {
     assert!(checked >= 30, "{checked}");
     h.ar.shutdown().await.unwrap();
 }
+
+/// The embedded store behind a switch: while `down`, every operation is `Unavailable`.
+struct Switchable {
+    inner: anteroom::queue::MemoryStore,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl Switchable {
+    fn check(&self) -> anteroom::queue::StoreResult<()> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(anteroom::queue::StoreError::Unavailable(
+                "switched off by the test".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl anteroom::queue::QueueStore for Switchable {
+    async fn open_room(
+        &self,
+        room: &str,
+        seed: &anteroom::queue::RoomSettings,
+        reseed: bool,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::Seeded> {
+        self.check()?;
+        self.inner.open_room(room, seed, reseed).await
+    }
+    async fn resolve(
+        &self,
+        room: &str,
+        visitor: anteroom::queue::VisitorId,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::Resolution> {
+        self.check()?;
+        self.inner.resolve(room, visitor).await
+    }
+    async fn heartbeat(
+        &self,
+        room: &str,
+        visitors: &[anteroom::queue::VisitorId],
+    ) -> anteroom::queue::StoreResult<Vec<anteroom::queue::VisitorState>> {
+        self.check()?;
+        self.inner.heartbeat(room, visitors).await
+    }
+    async fn admit_pass(
+        &self,
+        room: &str,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::PassReport> {
+        self.check()?;
+        self.inner.admit_pass(room).await
+    }
+    async fn stats(&self, room: &str) -> anteroom::queue::StoreResult<anteroom::queue::RoomStats> {
+        self.check()?;
+        self.inner.stats(room).await
+    }
+    async fn update_settings(
+        &self,
+        room: &str,
+        patch: &anteroom::queue::SettingsPatch,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::RoomSettings> {
+        self.check()?;
+        self.inner.update_settings(room, patch).await
+    }
+    async fn flush(&self, room: &str) -> anteroom::queue::StoreResult<u64> {
+        self.check()?;
+        self.inner.flush(room).await
+    }
+    async fn ping(&self) -> anteroom::queue::StoreResult<()> {
+        self.check()
+    }
+    async fn persist(&self) -> anteroom::queue::StoreResult<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn through_a_store_outage_status_and_metrics_answer_and_changes_are_refused() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&origin.url(), dir.path(), ONE_THEN_QUEUE);
+    cfg.fail_open = true;
+    cfg.fail_open_after = Duration::from_millis(600);
+    let store = std::sync::Arc::new(Switchable {
+        inner: anteroom::queue::MemoryStore::in_memory(anteroom::clock::Clock::system()),
+        down: false.into(),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ar = anteroom::run::start(&cfg, store.clone(), listener, false)
+        .await
+        .unwrap();
+    let h = Harness {
+        _origin: origin,
+        dir,
+        ar,
+        http: client(),
+    };
+    h.fill(2).await;
+    h.stats_until("two waiting", |s| s["waiting"] == 2).await;
+
+    store.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        let status = h.get("/status").await;
+        if status["fail_open"]["active"] == true {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "never failed open: {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status["store"]["up"], false);
+    assert!(status["store"]["down_for_secs"].as_f64().unwrap() >= 0.6);
+    assert_eq!(status["fail_open"]["enabled"], true);
+
+    // The last known counters, from the cache.
+    let stats = h.stats().await;
+    assert_eq!(stats["waiting"], 2);
+    let metrics = h
+        .api(reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (_, samples) = parse_prometheus(&metrics);
+    let main = [("room", "main")];
+    assert_eq!(sample(&samples, "anteroom_waiting", &main), Some(2.0));
+    assert_eq!(sample(&samples, "anteroom_store_up", &[]), Some(0.0));
+    assert_eq!(sample(&samples, "anteroom_fail_open", &[]), Some(1.0));
+    assert!(sample(&samples, "anteroom_store_down_seconds", &[]).unwrap() >= 0.6);
+
+    // Changes cannot reach the store: 503, stalled, nothing audited.
+    for response in [
+        h.post("/rooms/main/pause").await,
+        h.post("/rooms/main/flush").await,
+        h.put_config(r#"{"rate": 3}"#).await,
+    ] {
+        assert_eq!(response.status(), 503);
+        assert_eq!(status_header(&response).as_deref(), Some("stalled"));
+        problem(response).await;
+    }
+    assert!(h.audit_lines().is_empty());
+
+    // Back up: health recovers, nothing was changed.
+    store.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while h.get("/status").await["store"]["up"] != true {
+        assert!(Instant::now() < deadline, "store never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let settings = h.store_settings().await;
+    assert!(!settings.paused);
+    assert_eq!(settings.rate, 0.01);
+    h.ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_streamed_body_over_the_cap_is_refused() {
+    let h = Harness::start("").await;
+    let before = h.store_settings().await;
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        std::iter::once(Ok(b"{\"rate\": 5, \"pad\": \"".to_vec()))
+            .chain((0..80).map(|_| Ok(vec![b'x'; 1024])))
+            .chain(std::iter::once(Ok(b"\"}".to_vec())))
+            .collect();
+    let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+    let response = h.put_config(body).await;
+    assert_eq!(response.status(), 413);
+    assert_eq!(problem(response).await["field"], "body");
+    assert_eq!(h.store_settings().await, before);
+    h.ar.shutdown().await.unwrap();
+}

@@ -205,19 +205,23 @@ impl Admin {
         &self.audit
     }
 
-    /// Whether the request carries the admin token.
-    fn authorize(&self, req: &Request<Incoming>, caller: IpAddr) -> Result<(), Response<Body>> {
+    /// `None` when the request carries the admin token, else the 401 to answer.
+    fn refuse_unauthorized(
+        &self,
+        req: &Request<Incoming>,
+        caller: IpAddr,
+    ) -> Option<Response<Body>> {
         let Some(presented) = bearer(req) else {
-            return Err(unauthorized(
+            return Some(unauthorized(
                 "Missing admin token",
                 "Send Authorization: Bearer <admin_token>.",
             ));
         };
         if self.token.ct_eq(presented) {
-            return Ok(());
+            return None;
         }
         self.wrong_token(caller);
-        Err(unauthorized(
+        Some(unauthorized(
             "Wrong admin token",
             "The bearer token is not this anteroom's admin_token.",
         ))
@@ -272,7 +276,7 @@ pub async fn handle(
         );
     }
     if candidates.iter().any(|(r, _)| r.auth)
-        && let Err(refusal) = app.admin.authorize(&req, caller)
+        && let Some(refusal) = app.admin.refuse_unauthorized(&req, caller)
     {
         return refusal;
     }
@@ -400,7 +404,17 @@ fn settings_view(s: &RoomSettings) -> Value {
 async fn configure(app: &App, req: Request<Incoming>, room: &str, who: &Caller) -> Response<Body> {
     let body = match read_body(req).await {
         Ok(body) => body,
-        Err(refusal) => return refusal,
+        Err(BodyError::TooLarge) => {
+            return problem(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "Body too large",
+                &format!("The request body may be at most {MAX_BODY_BYTES} bytes."),
+                Some("body"),
+            );
+        }
+        Err(BodyError::Unreadable(e)) => {
+            return bad_input("body", &format!("could not be read: {e}"));
+        }
     };
     let patch = match parse_patch(&body) {
         Ok(patch) => patch,
@@ -514,31 +528,28 @@ async fn audit(
     }
 }
 
+enum BodyError {
+    TooLarge,
+    Unreadable(String),
+}
+
 /// The request body, at most [`MAX_BODY_BYTES`].
-async fn read_body(req: Request<Incoming>) -> Result<bytes::Bytes, Response<Body>> {
-    let too_large = || {
-        problem(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "Body too large",
-            &format!("The request body may be at most {MAX_BODY_BYTES} bytes."),
-            Some("body"),
-        )
-    };
+async fn read_body(req: Request<Incoming>) -> Result<bytes::Bytes, BodyError> {
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(too_large());
+        return Err(BodyError::TooLarge);
     }
     match Limited::new(req.into_body(), MAX_BODY_BYTES)
         .collect()
         .await
     {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(e) => Err(bad_input("body", &format!("could not be read: {e}"))),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+        Err(e) => Err(BodyError::Unreadable(e.to_string())),
     }
 }
 

@@ -30,7 +30,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ProxyLabels {
     room: String,
-    /// `2xx`, `3xx`, `4xx`, `5xx` (anteroom's own 502/504 included), or `other`.
+    /// `1xx` (WebSocket upgrades), `2xx`, `3xx`, `4xx`, `5xx` (anteroom's own 502/504 included), or `other`.
     class: &'static str,
 }
 
@@ -91,6 +91,7 @@ impl Metrics {
             3 => "3xx",
             4 => "4xx",
             5 => "5xx",
+            1 => "1xx",
             _ => "other",
         };
         self.proxied

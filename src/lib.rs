@@ -14,11 +14,13 @@
 //!   the conformance suite every store must pass.
 //! - [`events`]   — queue events to Kafka, strictly a side channel.
 //! - [`clock`]    — wall time that tokio's paused clock can drive in tests.
+//! - [`audit`]    — the audit log of admin changes (JSON lines, rotated by size).
 //! - [`run`]      — wiring: store, rooms, background loops, serve, drain, snapshot.
 //! - [`demo`]     — the built-in demo origin.
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod audit;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -146,6 +146,17 @@ async fn events_reach_the_broker_with_their_fields() {
     for _ in 0..3 {
         http.get(&url).send().await.unwrap();
     }
+    let changed = http
+        .put(format!(
+            "http://{}/__anteroom/admin/api/rooms/main/config",
+            ar.addr
+        ))
+        .bearer_auth(common::ADMIN_TOKEN)
+        .body(r#"{"max_active": 50}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(changed.status(), 200);
     let broker_addr = broker.addr;
     let events = tokio::task::spawn_blocking(move || {
         read_events(broker_addr, Duration::from_secs(30), |seen| {
@@ -161,8 +172,20 @@ async fn events_reach_the_broker_with_their_fields() {
     assert_eq!(count("visitor_admitted"), 1, "{events:?}");
     assert_eq!(count("visitor_joined"), 3, "{events:?}");
     assert_eq!(count("visitor_abandoned"), 3, "{events:?}");
+    assert_eq!(count("config_changed"), 1, "{events:?}");
     for (key, event) in &events {
         assert_eq!(event["room"], "main");
+        let ts = event["ts"].as_str().unwrap();
+        assert!(
+            humantime::parse_rfc3339(ts).is_ok() && ts.len() == "2026-01-01T00:00:00.000Z".len(),
+            "ts {ts}"
+        );
+        if event["type"] == "config_changed" {
+            assert_eq!(key, "main");
+            assert!(event.get("visitor_id").is_none());
+            assert_eq!(event["new"]["max_active"], 50, "{event}");
+            continue;
+        }
         let visitor = event["visitor_id"]
             .as_str()
             .expect("visitor events name the visitor");

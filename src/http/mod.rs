@@ -2,9 +2,11 @@
 //! identify (client, room, visitor cookie), classify (reserved path or the site), decide
 //! (the store, through [`Admission`]), respond (proxy, waiting page, or a page of ours).
 
+pub mod admin;
 pub mod body;
 pub mod client;
 pub mod live;
+pub mod metrics;
 pub mod pages;
 pub mod proxy;
 
@@ -49,6 +51,8 @@ pub struct App {
     origin_client: OriginClient,
     pages: Pages,
     origin_errors: LogLimiter,
+    admin: admin::Admin,
+    pub metrics: metrics::Metrics,
 }
 
 /// What a request is for, decided from its path alone.
@@ -56,6 +60,8 @@ enum Class {
     Healthz,
     Readyz,
     Events,
+    /// `/__anteroom/admin` and everything below it: [`admin::handle`].
+    Admin,
     /// Under `/__anteroom/` but nothing we serve.
     UnknownReserved,
     Site,
@@ -74,6 +80,7 @@ fn classify(req: &Request<Incoming>) -> Class {
         (&Method::GET | &Method::HEAD, "healthz") => Class::Healthz,
         (&Method::GET | &Method::HEAD, "readyz") => Class::Readyz,
         (&Method::GET, "events") => Class::Events,
+        (_, p) if p == "admin" || p.starts_with("admin/") => Class::Admin,
         _ => Class::UnknownReserved,
     }
 }
@@ -111,6 +118,11 @@ impl App {
             .iter()
             .map(|s| s.expose())
             .collect();
+        let metrics = metrics::Metrics::new(
+            admission.clone(),
+            config.rooms.iter().map(|r| r.name.clone()).collect(),
+            config.fail_open,
+        );
         Ok(App {
             rooms,
             hosts,
@@ -127,6 +139,8 @@ impl App {
             }),
             pages: Pages::default(),
             origin_errors: LogLimiter::new(std::time::Duration::from_secs(10)),
+            admin: admin::Admin::new(config),
+            metrics,
         })
     }
 
@@ -169,6 +183,7 @@ impl App {
                 );
             }
             Class::Events => return self.events(&identity),
+            Class::Admin => return admin::handle(self, req, identity.client_ip, peer).await,
             Class::Site => {}
         }
         let Some(room_index) = identity.room else {
@@ -191,7 +206,8 @@ impl App {
         // Respond.
         let mut response = match decision {
             Decision::Admitted | Decision::Stalled { fail_open: true } => {
-                self.proxy(room, req, &identity).await
+                let proxied = self.proxy(room, req, &identity);
+                self.metrics.time_proxy(&room.config.name, proxied).await
             }
             Decision::Waiting(place) => self.waiting(room, place, identity.wants_json),
             Decision::Stalled { fail_open: false } => self.stalled(room, identity.wants_json),

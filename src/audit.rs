@@ -1,0 +1,250 @@
+//! The audit log (SPEC §8, §11): one JSON line per admin change in `data_dir/audit.log`
+//! (mode 0600), rotated by size to `audit.log.1`.
+//!
+//! Writes happen on tokio's blocking pool, one at a time behind a mutex, so a slow disk
+//! never stalls the async runtime. A write that fails is reported to the caller (the admin
+//! API tells the operator in its response and logs an error) but never undoes or refuses
+//! the change itself: in an incident, being able to pause the room matters more than the
+//! trail, and the operator is told the trail is broken. The last failure is kept for
+//! `GET /__anteroom/admin/api/status`.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+pub const AUDIT_FILE: &str = "audit.log";
+/// When the log would grow past this, it is moved to `audit.log.1` (replacing the previous
+/// one) and a fresh file is started.
+pub const DEFAULT_MAX_BYTES: u64 = 10 * 1024 * 1024;
+
+/// One admin action, as written.
+#[derive(Clone, Debug, Serialize)]
+pub struct AuditEntry {
+    /// RFC 3339, milliseconds, UTC.
+    pub time: String,
+    pub room: String,
+    /// `config`, `pause`, `resume`, `flush`.
+    pub action: &'static str,
+    pub old: serde_json::Value,
+    pub new: serde_json::Value,
+    /// The caller's address (trusted-proxy aware), and the connection's peer.
+    pub caller: IpAddr,
+    pub peer: String,
+}
+
+impl AuditEntry {
+    pub fn now(
+        room: &str,
+        action: &'static str,
+        old: serde_json::Value,
+        new: serde_json::Value,
+        caller: IpAddr,
+        peer: std::net::SocketAddr,
+    ) -> AuditEntry {
+        AuditEntry {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            room: room.to_owned(),
+            action,
+            old,
+            new,
+            caller,
+            peer: peer.to_string(),
+        }
+    }
+}
+
+/// The audit log of one process. Cheap to clone.
+#[derive(Clone)]
+pub struct AuditLog {
+    inner: Arc<Mutex<Writer>>,
+    last_error: Arc<Mutex<Option<String>>>,
+}
+
+struct Writer {
+    path: PathBuf,
+    max_bytes: u64,
+    file: Option<File>,
+    size: u64,
+}
+
+impl AuditLog {
+    /// The log in `data_dir`. Nothing is opened until the first write, so a read-only
+    /// `data_dir` does not stop anteroom from starting (the first change reports it).
+    pub fn new(data_dir: &Path) -> AuditLog {
+        AuditLog::with_max_bytes(data_dir, DEFAULT_MAX_BYTES)
+    }
+
+    pub fn with_max_bytes(data_dir: &Path, max_bytes: u64) -> AuditLog {
+        AuditLog {
+            inner: Arc::new(Mutex::new(Writer {
+                path: data_dir.join(AUDIT_FILE),
+                max_bytes: max_bytes.max(1),
+                file: None,
+                size: 0,
+            })),
+            last_error: Arc::default(),
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.lock().path.clone()
+    }
+
+    /// Appends `entry`, off the async runtime. On failure, logs an error, remembers it for
+    /// the status endpoint, and returns it.
+    pub async fn append(&self, entry: &AuditEntry) -> Result<(), String> {
+        let mut line = serde_json::to_string(entry).expect("an audit entry always serializes");
+        line.push('\n');
+        let inner = self.inner.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            let mut writer = inner.lock().unwrap_or_else(|p| p.into_inner());
+            writer.write_line(line.as_bytes())
+        })
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
+        let mut last = self.last_error.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(()) => {
+                *last = None;
+                Ok(())
+            }
+            Err(e) => {
+                let message = format!("cannot write the audit log {}: {e}", self.path().display());
+                tracing::error!(room = %entry.room, action = entry.action, "{message}");
+                *last = Some(message.clone());
+                Err(message)
+            }
+        }
+    }
+
+    /// The last write's failure, if the last write failed.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Writer> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Writer {
+    fn write_line(&mut self, line: &[u8]) -> io::Result<()> {
+        if self.file.is_none() {
+            self.open()?;
+        }
+        if self.size > 0 && self.size + line.len() as u64 > self.max_bytes {
+            self.rotate()?;
+        }
+        let file = self.file.as_mut().expect("opened above");
+        let written = file.write_all(line).and_then(|()| file.flush());
+        if written.is_err() {
+            // Reopen next time rather than keep writing to a handle in an unknown state.
+            self.file = None;
+        }
+        written?;
+        self.size += line.len() as u64;
+        Ok(())
+    }
+
+    fn open(&mut self) -> io::Result<()> {
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut options = OpenOptions::new();
+        options.create(true).append(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        let file = options.open(&self.path)?;
+        #[cfg(unix)]
+        {
+            // An existing file keeps its mode on open; tighten it.
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+        self.size = file.metadata()?.len();
+        self.file = Some(file);
+        Ok(())
+    }
+
+    fn rotate(&mut self) -> io::Result<()> {
+        self.file = None;
+        let mut rotated = self.path.clone().into_os_string();
+        rotated.push(".1");
+        std::fs::rename(&self.path, PathBuf::from(rotated))?;
+        self.open()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(n: u64) -> AuditEntry {
+        AuditEntry::now(
+            "main",
+            "config",
+            serde_json::json!({"rate": n}),
+            serde_json::json!({"rate": n + 1}),
+            "127.0.0.1".parse().unwrap(),
+            "127.0.0.1:4000".parse().unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn lines_are_json_with_mode_0600_and_rotate_by_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = AuditLog::with_max_bytes(dir.path(), 600);
+        for n in 0..10 {
+            log.append(&entry(n)).await.unwrap();
+        }
+        let current = std::fs::read_to_string(dir.path().join(AUDIT_FILE)).unwrap();
+        let rotated = std::fs::read_to_string(dir.path().join("audit.log.1")).unwrap();
+        assert!(current.len() <= 600 && rotated.len() <= 600);
+        let lines: Vec<serde_json::Value> = current
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let last = lines.last().unwrap();
+        assert_eq!(last["old"]["rate"], 9);
+        assert_eq!(last["new"]["rate"], 10);
+        assert_eq!(last["caller"], "127.0.0.1");
+        let time = last["time"].as_str().unwrap();
+        assert!(humantime::parse_rfc3339(time).is_ok(), "{time}");
+        assert_eq!(time.len(), "2024-01-01T00:00:00.000Z".len(), "{time}");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            for name in [AUDIT_FILE, "audit.log.1"] {
+                let mode = std::fs::metadata(dir.path().join(name))
+                    .unwrap()
+                    .permissions()
+                    .mode();
+                assert_eq!(mode & 0o777, 0o600, "{name}");
+            }
+        }
+        assert!(log.last_error().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_failing_disk_is_reported_not_hidden() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file where the directory should be: the log cannot be created.
+        let blocked = dir.path().join("not-a-dir");
+        std::fs::write(&blocked, b"").unwrap();
+        let log = AuditLog::new(&blocked);
+        let err = log.append(&entry(1)).await.unwrap_err();
+        assert!(err.contains("audit log"), "{err}");
+        assert_eq!(log.last_error(), Some(err));
+    }
+}

@@ -1,0 +1,844 @@
+//! The control room's backend (SPEC §8): the admin API under `/__anteroom/admin/api/`, the
+//! placeholder page at `/__anteroom/admin/`, and the OpenAPI document. [`handle`] is the one
+//! entry point, called from [`super::App::handle`] for every path under `/__anteroom/admin`.
+//!
+//! - Every API route except `openapi.json` needs `Authorization: Bearer <admin_token>`,
+//!   compared in constant time. Missing or wrong: 401 with `WWW-Authenticate: Bearer`.
+//!   `openapi.json` and the page need no token: they describe the API and hold nothing
+//!   about the running rooms.
+//! - Order of refusals: unknown path 404, then the token 401, then the method 405 (with
+//!   `Allow`), then an unknown room 404, then bad input 400/413. Every error is
+//!   `application/problem+json`; input errors carry a `field` member naming what was wrong,
+//!   and a refused request changes nothing.
+//! - Reads (`rooms`, `stats`, `metrics`, `status`) come from the one-second statistics
+//!   cache and the store health tracker, never a store round trip, so they answer through a
+//!   store outage. Changes go to the store and apply on the next admission pass; the cache
+//!   shows them within about a second.
+//! - Every change is appended to the audit log ([`crate::audit`]). A failed audit write
+//!   does not undo the change (an operator must be able to pause during a disk incident);
+//!   the response says `"audit": {"written": false, "error": …}` and an error is logged.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use minijinja::{Environment, context};
+use serde_json::{Value, json};
+
+use super::App;
+use super::body::{Body, full};
+use super::client::LogLimiter;
+use super::pages::{FRONTEND_BUILT_IN, STATUS_HEADER};
+use crate::admission::CachedStats;
+use crate::audit::{AuditEntry, AuditLog};
+use crate::config::{Config, Secret};
+use crate::queue::{RoomSettings, SettingsPatch, StoreError};
+
+/// The OpenAPI 3 document of the admin API, kept true by `tests/admin.rs`.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// Request bodies larger than this are refused with 413.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+pub const ADMIN_PATH: &str = "/__anteroom/admin";
+
+/// The fields `PUT …/config` accepts.
+pub const CONFIG_FIELDS: [&str; 4] = [
+    "rate",
+    "max_active",
+    "session_ttl_secs",
+    "abandon_after_secs",
+];
+
+/// What a route does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    OpenApi,
+    Status,
+    Metrics,
+    Rooms,
+    RoomStats,
+    RoomConfig,
+    Pause,
+    Resume,
+    Flush,
+}
+
+/// One API route. `{room}` in a path matches one path segment.
+#[derive(Debug)]
+pub struct Route {
+    pub method: Method,
+    pub path: &'static str,
+    /// Whether the admin token is required.
+    pub auth: bool,
+    pub op: Op,
+    pub summary: &'static str,
+}
+
+/// Every route the admin API serves. The OpenAPI document lists exactly these.
+pub fn routes() -> &'static [Route] {
+    static ROUTES: std::sync::LazyLock<Vec<Route>> = std::sync::LazyLock::new(|| {
+        let route = |method, path, auth, op, summary| Route {
+            method,
+            path,
+            auth,
+            op,
+            summary,
+        };
+        vec![
+            route(
+                Method::GET,
+                "/__anteroom/admin/api/openapi.json",
+                false,
+                Op::OpenApi,
+                "this API as an OpenAPI 3 document (no token needed)",
+            ),
+            route(
+                Method::GET,
+                "/__anteroom/admin/api/status",
+                true,
+                Op::Status,
+                "queue-store health, fail-open state, version; answers while the store is down",
+            ),
+            route(
+                Method::GET,
+                "/__anteroom/admin/api/metrics",
+                true,
+                Op::Metrics,
+                "every room in Prometheus text format",
+            ),
+            route(
+                Method::GET,
+                "/__anteroom/admin/api/rooms",
+                true,
+                Op::Rooms,
+                "every room with its counters",
+            ),
+            route(
+                Method::GET,
+                "/__anteroom/admin/api/rooms/{room}/stats",
+                true,
+                Op::RoomStats,
+                "one room's counters",
+            ),
+            route(
+                Method::PUT,
+                "/__anteroom/admin/api/rooms/{room}/config",
+                true,
+                Op::RoomConfig,
+                "change rate, max_active, session_ttl_secs, abandon_after_secs",
+            ),
+            route(
+                Method::POST,
+                "/__anteroom/admin/api/rooms/{room}/pause",
+                true,
+                Op::Pause,
+                "hold everyone where they are",
+            ),
+            route(
+                Method::POST,
+                "/__anteroom/admin/api/rooms/{room}/resume",
+                true,
+                Op::Resume,
+                "admit again",
+            ),
+            route(
+                Method::POST,
+                "/__anteroom/admin/api/rooms/{room}/flush",
+                true,
+                Op::Flush,
+                "empty the line (sessions on the site are untouched)",
+            ),
+        ]
+    });
+    &ROUTES
+}
+
+/// Matches `path` against a route pattern; returns the `{room}` segment if there is one.
+fn matches<'a>(pattern: &str, path: &'a str) -> Option<Option<&'a str>> {
+    let mut room = None;
+    let mut pattern_parts = pattern.split('/');
+    let mut path_parts = path.split('/');
+    loop {
+        match (pattern_parts.next(), path_parts.next()) {
+            (None, None) => return Some(room),
+            (Some("{room}"), Some(segment)) if !segment.is_empty() => room = Some(segment),
+            (Some(p), Some(s)) if p == s => {}
+            _ => return None,
+        }
+    }
+}
+
+/// The admin side of the listener: the token, the audit log, the placeholder page.
+pub struct Admin {
+    token: Secret,
+    audit: AuditLog,
+    fail_open_after: Option<Duration>,
+    store_kind: &'static str,
+    pages: Environment<'static>,
+    wrong_tokens: LogLimiter,
+}
+
+impl Admin {
+    pub fn new(config: &Config) -> Admin {
+        let mut pages = Environment::new();
+        pages
+            .add_template("admin.html", include_str!("templates/admin.html"))
+            .expect("built-in admin template parses");
+        Admin {
+            token: config.admin_token.clone(),
+            audit: AuditLog::new(&config.data_dir),
+            fail_open_after: config.fail_open.then_some(config.fail_open_after),
+            store_kind: if config.redis.is_embedded() {
+                "embedded"
+            } else {
+                "redis"
+            },
+            pages,
+            wrong_tokens: LogLimiter::new(Duration::from_secs(10)),
+        }
+    }
+
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
+    }
+
+    /// `None` when the request carries the admin token, else the 401 to answer.
+    fn refuse_unauthorized(
+        &self,
+        req: &Request<Incoming>,
+        caller: IpAddr,
+    ) -> Option<Response<Body>> {
+        let Some(presented) = bearer(req) else {
+            return Some(unauthorized(
+                "Missing admin token",
+                "Send Authorization: Bearer <admin_token>.",
+            ));
+        };
+        if self.token.ct_eq(presented) {
+            return None;
+        }
+        self.wrong_token(caller);
+        Some(unauthorized(
+            "Wrong admin token",
+            "The bearer token is not this anteroom's admin_token.",
+        ))
+    }
+
+    /// SPEC §10: a wrong admin token is a strike (weight 5) against `caller`. The abuse
+    /// registry is not built yet; when it is, it hooks in here (and only here: a missing
+    /// token is not a strike, so a browser opening an API URL is not punished).
+    fn wrong_token(&self, caller: IpAddr) {
+        if self.wrong_tokens.allow() {
+            tracing::warn!(%caller, "wrong admin token; further warnings suppressed for 10 s");
+        }
+    }
+}
+
+/// The `Bearer` credentials of the request, if any.
+fn bearer(req: &Request<Incoming>) -> Option<&[u8]> {
+    let value = req.headers().get(header::AUTHORIZATION)?.as_bytes();
+    let space = value.iter().position(|&b| b == b' ')?;
+    let (scheme, rest) = value.split_at(space);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return None;
+    }
+    let token = rest.trim_ascii();
+    (!token.is_empty()).then_some(token)
+}
+
+/// The one entry point: every request whose path is `/__anteroom/admin` or below it.
+pub async fn handle(
+    app: &App,
+    req: Request<Incoming>,
+    caller: IpAddr,
+    peer: SocketAddr,
+) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    if path == ADMIN_PATH || path == "/__anteroom/admin/" {
+        return match *req.method() {
+            Method::GET | Method::HEAD => page(app, &req),
+            _ => method_not_allowed("GET, HEAD"),
+        };
+    }
+    let candidates: Vec<(&Route, Option<&str>)> = routes()
+        .iter()
+        .filter_map(|r| Some((r, matches(r.path, &path)?)))
+        .collect();
+    if candidates.is_empty() {
+        return problem(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            "No admin API route has this path; see /__anteroom/admin/api/openapi.json.",
+            None,
+        );
+    }
+    if candidates.iter().any(|(r, _)| r.auth)
+        && let Some(refusal) = app.admin.refuse_unauthorized(&req, caller)
+    {
+        return refusal;
+    }
+    let Some(&(route, room)) = candidates.iter().find(|(r, _)| r.method == req.method()) else {
+        let allow: Vec<&str> = candidates.iter().map(|(r, _)| r.method.as_str()).collect();
+        return method_not_allowed(&allow.join(", "));
+    };
+    let room = match room {
+        Some(name) => match app.rooms.iter().find(|r| r.config.name == name) {
+            Some(r) => Some(r.config.name.as_str()),
+            None => {
+                return problem(
+                    StatusCode::NOT_FOUND,
+                    "Unknown room",
+                    &format!("There is no room named {name:?}."),
+                    Some("room"),
+                );
+            }
+        },
+        None => None,
+    };
+    let who = Caller { ip: caller, peer };
+    match (route.op, room) {
+        (Op::OpenApi, _) => respond(StatusCode::OK, "application/json", OPENAPI.to_owned()),
+        (Op::Status, _) => status(app),
+        (Op::Metrics, _) => respond(
+            StatusCode::OK,
+            super::metrics::CONTENT_TYPE,
+            app.metrics.render(app.live.open_streams()),
+        ),
+        (Op::Rooms, _) => {
+            let rooms: Vec<Value> = app
+                .rooms
+                .iter()
+                .map(|r| room_view(&r.config.name, app.admission.cached_stats(&r.config.name)))
+                .collect();
+            ok(json!({ "rooms": rooms }))
+        }
+        (Op::RoomStats, Some(room)) => match app.admission.cached_stats(room) {
+            Some(cached) => ok(room_view(room, Some(cached))),
+            None => problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "No statistics yet",
+                "The queue store has not answered since this replica started.",
+                None,
+            ),
+        },
+        (Op::RoomConfig, Some(room)) => configure(app, req, room, &who).await,
+        (Op::Pause, Some(room)) => set_paused(app, room, true, &who).await,
+        (Op::Resume, Some(room)) => set_paused(app, room, false, &who).await,
+        (Op::Flush, Some(room)) => flush(app, room, &who).await,
+        (op, None) => unreachable!("{op:?} routes all have a {{room}}"),
+    }
+}
+
+struct Caller {
+    ip: IpAddr,
+    peer: SocketAddr,
+}
+
+fn status(app: &App) -> Response<Body> {
+    let health = app.admission.health();
+    let audit_error = app.admin.audit.last_error();
+    ok(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "frontend_built_in": FRONTEND_BUILT_IN,
+        "store": {
+            "kind": app.admin.store_kind,
+            "up": health.is_up(),
+            "down_for_secs": health.down_for().map(|d| d.as_secs_f64()),
+        },
+        "fail_open": {
+            "enabled": app.admin.fail_open_after.is_some(),
+            "after_secs": app.admin.fail_open_after.map(|d| d.as_secs_f64()),
+            "active": health.failing_open(),
+        },
+        "audit_log": {
+            "path": app.admin.audit.path(),
+            "ok": audit_error.is_none(),
+            "last_error": audit_error,
+        },
+        "rooms": app.room_names(),
+        "open_streams": app.live.open_streams(),
+    }))
+}
+
+/// A room's counters as the API shows them.
+fn room_view(room: &str, cached: Option<CachedStats>) -> Value {
+    let Some(c) = cached else {
+        return json!({ "room": room, "stats_available": false });
+    };
+    let s = &c.stats;
+    json!({
+        "room": room,
+        "stats_available": true,
+        "waiting": s.waiting,
+        "active": s.active,
+        "max_active": s.settings.max_active,
+        "rate": s.settings.rate,
+        "paused": s.settings.paused,
+        "session_ttl_secs": s.settings.session_ttl.as_secs_f64(),
+        "abandon_after_secs": s.settings.abandon_after.as_secs_f64(),
+        "total_joined": s.total_joined,
+        "total_admitted": s.total_admitted,
+        "total_expired": s.total_expired,
+        "total_abandoned": s.total_abandoned,
+        "total_refused": s.total_refused,
+        "observed_rate": c.observed_rate,
+        "last_pass_ms": c.last_pass.map(|d| d.as_secs_f64() * 1000.0),
+        "stats_age_secs": c.read_at.elapsed().as_secs_f64(),
+    })
+}
+
+fn settings_view(s: &RoomSettings) -> Value {
+    json!({
+        "rate": s.rate,
+        "max_active": s.max_active,
+        "session_ttl_secs": s.session_ttl.as_secs_f64(),
+        "abandon_after_secs": s.abandon_after.as_secs_f64(),
+        "paused": s.paused,
+    })
+}
+
+/// `PUT …/config`.
+async fn configure(app: &App, req: Request<Incoming>, room: &str, who: &Caller) -> Response<Body> {
+    let body = match read_body(req).await {
+        Ok(body) => body,
+        Err(BodyError::TooLarge) => {
+            return problem(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "Body too large",
+                &format!("The request body may be at most {MAX_BODY_BYTES} bytes."),
+                Some("body"),
+            );
+        }
+        Err(BodyError::Unreadable(e)) => {
+            return bad_input("body", &format!("could not be read: {e}"));
+        }
+    };
+    let patch = match parse_patch(&body) {
+        Ok(patch) => patch,
+        Err((field, detail)) => return bad_input(&field, &detail),
+    };
+    let store = app.admission.store();
+    let current = match store.stats(room).await {
+        Ok(stats) => stats.settings,
+        Err(e) => return store_error(e),
+    };
+    // Checked here too so the error names the API's field; the store checks again
+    // atomically, so a refusal there changes nothing either.
+    if let Err(e) = current.patched(&patch) {
+        return store_error(e);
+    }
+    let new = match store.update_settings(room, &patch).await {
+        Ok(new) => new,
+        Err(e) => return store_error(e),
+    };
+    let (old_view, new_view) = (settings_view(&current), settings_view(&new));
+    let named = |view: &Value| -> Value {
+        CONFIG_FIELDS
+            .iter()
+            .filter(|f| patch_names(&patch, f))
+            .map(|f| ((*f).to_owned(), view[*f].clone()))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    tracing::info!(room, caller = %who.ip, old = %named(&old_view), new = %named(&new_view), "admin: settings changed");
+    let audit = audit(app, room, "config", named(&old_view), named(&new_view), who).await;
+    ok(json!({
+        "room": room,
+        "settings": new_view,
+        "applies": "from the next admission pass",
+        "audit": audit,
+    }))
+}
+
+fn patch_names(patch: &SettingsPatch, field: &str) -> bool {
+    match field {
+        "rate" => patch.rate.is_some(),
+        "max_active" => patch.max_active.is_some(),
+        "session_ttl_secs" => patch.session_ttl.is_some(),
+        "abandon_after_secs" => patch.abandon_after.is_some(),
+        _ => false,
+    }
+}
+
+/// `POST …/pause` and `…/resume`.
+async fn set_paused(app: &App, room: &str, paused: bool, who: &Caller) -> Response<Body> {
+    let store = app.admission.store();
+    let old = match store.stats(room).await {
+        Ok(stats) => stats.settings.paused,
+        Err(e) => return store_error(e),
+    };
+    let patch = if paused {
+        SettingsPatch::pause()
+    } else {
+        SettingsPatch::resume()
+    };
+    let new = match store.update_settings(room, &patch).await {
+        Ok(new) => new.paused,
+        Err(e) => return store_error(e),
+    };
+    let action = if paused { "pause" } else { "resume" };
+    tracing::info!(room, caller = %who.ip, "admin: {action}");
+    let audit = audit(
+        app,
+        room,
+        action,
+        json!({ "paused": old }),
+        json!({ "paused": new }),
+        who,
+    )
+    .await;
+    ok(json!({ "room": room, "paused": new, "audit": audit }))
+}
+
+/// `POST …/flush`.
+async fn flush(app: &App, room: &str, who: &Caller) -> Response<Body> {
+    let removed = match app.admission.store().flush(room).await {
+        Ok(n) => n,
+        Err(e) => return store_error(e),
+    };
+    tracing::info!(room, caller = %who.ip, removed, "admin: line flushed");
+    let audit = audit(
+        app,
+        room,
+        "flush",
+        json!({ "waiting": removed }),
+        json!({ "waiting": 0 }),
+        who,
+    )
+    .await;
+    ok(json!({ "room": room, "flushed": removed, "audit": audit }))
+}
+
+/// Records a change: the audit line (its result goes into the response so an operator
+/// knows) and a `config_changed` event on the side channel.
+async fn audit(
+    app: &App,
+    room: &str,
+    action: &'static str,
+    old: Value,
+    new: Value,
+    who: &Caller,
+) -> Value {
+    app.admission
+        .events()
+        .publish(crate::events::Event::config_changed(
+            room,
+            json!({ "action": action, "old": old.clone(), "new": new.clone() }),
+        ));
+    let entry = AuditEntry::now(room, action, old, new, who.ip, who.peer);
+    match app.admin.audit.append(&entry).await {
+        Ok(()) => json!({ "written": true }),
+        Err(error) => json!({ "written": false, "error": error }),
+    }
+}
+
+enum BodyError {
+    TooLarge,
+    Unreadable(String),
+}
+
+/// The request body, at most [`MAX_BODY_BYTES`].
+async fn read_body(req: Request<Incoming>) -> Result<bytes::Bytes, BodyError> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    match Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+        Err(e) => Err(BodyError::Unreadable(e.to_string())),
+    }
+}
+
+/// A `PUT …/config` body as a patch, or the field at fault and why.
+pub fn parse_patch(body: &[u8]) -> Result<SettingsPatch, (String, String)> {
+    let fail = |field: &str, detail: String| Err((field.to_owned(), detail));
+    let value: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return fail("body", format!("is not valid JSON: {e}")),
+    };
+    let Some(object) = value.as_object() else {
+        return fail(
+            "body",
+            "must be a JSON object such as {\"rate\": 50}".to_owned(),
+        );
+    };
+    if object.is_empty() {
+        return fail(
+            "body",
+            format!(
+                "names no setting; expected any of {}",
+                CONFIG_FIELDS.join(", ")
+            ),
+        );
+    }
+    let seconds = |field: &str, v: &Value| -> Result<Duration, (String, String)> {
+        let secs = v.as_f64().filter(|s| s.is_finite() && *s >= 0.0);
+        secs.and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .ok_or_else(|| {
+                (
+                    field.to_owned(),
+                    format!("must be a number of seconds (got {v})"),
+                )
+            })
+    };
+    let mut patch = SettingsPatch::default();
+    for (key, v) in object {
+        match key.as_str() {
+            "rate" => match v.as_f64() {
+                Some(rate) => patch.rate = Some(rate),
+                None => return fail("rate", format!("must be a number (got {v})")),
+            },
+            "max_active" => match v.as_u64() {
+                Some(n) => patch.max_active = Some(n),
+                None => {
+                    return fail(
+                        "max_active",
+                        format!("must be a whole number of at least 1 (got {v})"),
+                    );
+                }
+            },
+            "session_ttl_secs" => patch.session_ttl = Some(seconds(key, v)?),
+            "abandon_after_secs" => patch.abandon_after = Some(seconds(key, v)?),
+            other => {
+                return fail(
+                    other,
+                    format!(
+                        "is not a setting; expected any of {}",
+                        CONFIG_FIELDS.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+    Ok(patch)
+}
+
+/// The store's name for a setting, as the API spells it.
+fn api_field(store_field: &str) -> &str {
+    match store_field {
+        "session_ttl" => "session_ttl_secs",
+        "abandon_after" => "abandon_after_secs",
+        other => other,
+    }
+}
+
+fn store_error(e: StoreError) -> Response<Body> {
+    match e {
+        StoreError::Invalid { field, reason } => bad_input(api_field(field), &reason),
+        StoreError::UnknownRoom(room) => problem(
+            StatusCode::NOT_FOUND,
+            "Unknown room",
+            &format!("The queue store does not know the room {room:?}."),
+            Some("room"),
+        ),
+        StoreError::Unavailable(reason) => {
+            let mut response = problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Queue store unavailable",
+                &format!("Nothing was changed: {reason}"),
+                None,
+            );
+            response
+                .headers_mut()
+                .insert(STATUS_HEADER, HeaderValue::from_static("stalled"));
+            response
+        }
+    }
+}
+
+fn bad_input(field: &str, reason: &str) -> Response<Body> {
+    problem(
+        StatusCode::BAD_REQUEST,
+        "Invalid input",
+        &format!("{field}: {reason}; nothing was changed"),
+        Some(field),
+    )
+}
+
+fn unauthorized(title: &str, detail: &str) -> Response<Body> {
+    let mut response = problem(StatusCode::UNAUTHORIZED, title, detail, None);
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"anteroom admin\""),
+    );
+    response
+}
+
+fn method_not_allowed(allow: &str) -> Response<Body> {
+    let mut response = problem(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "Method not allowed",
+        &format!("This path answers {allow}."),
+        None,
+    );
+    response.headers_mut().insert(
+        header::ALLOW,
+        HeaderValue::from_str(allow).expect("route methods are header-safe"),
+    );
+    response
+}
+
+/// An `application/problem+json` error; `field` names the input at fault.
+fn problem(status: StatusCode, title: &str, detail: &str, field: Option<&str>) -> Response<Body> {
+    let mut body = json!({
+        "type": "about:blank",
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    if let Some(field) = field {
+        body["field"] = json!(field);
+    }
+    respond(status, "application/problem+json", body.to_string())
+}
+
+fn ok(body: Value) -> Response<Body> {
+    respond(StatusCode::OK, "application/json", body.to_string())
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
+    let mut response = Response::new(full(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// `GET /__anteroom/admin/`: until the front-end is built in, a page listing the API.
+fn page(app: &App, req: &Request<Incoming>) -> Response<Body> {
+    // Only echoed back to whoever sent it, and escaped by the template.
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost:8080");
+    let base = format!("http://{host}");
+    let first_room = app.rooms.first().map(|r| r.config.name.as_str());
+    let endpoints: Vec<Value> = routes()
+        .iter()
+        .map(|r| {
+            let path = r.path.replace("{room}", first_room.unwrap_or("main"));
+            let mut curl = String::from("curl -s");
+            if r.method != Method::GET {
+                curl.push_str(&format!(" -X {}", r.method));
+            }
+            if r.auth {
+                curl.push_str(" -H \"Authorization: Bearer $ANTEROOM_ADMIN_TOKEN\"");
+            }
+            if r.op == Op::RoomConfig {
+                curl.push_str(" -H 'Content-Type: application/json' -d '{\"rate\": 20}'");
+            }
+            curl.push_str(&format!(" {base}{path}"));
+            json!({
+                "method": r.method.as_str(),
+                "path": r.path,
+                "summary": r.summary,
+                "auth": r.auth,
+                "curl": curl,
+            })
+        })
+        .collect();
+    let html = app
+        .admin
+        .pages
+        .get_template("admin.html")
+        .and_then(|t| {
+            t.render(context! {
+                endpoints => endpoints,
+                rooms => app.room_names(),
+                version => env!("CARGO_PKG_VERSION"),
+            })
+        })
+        .unwrap_or_else(|e| {
+            tracing::error!(error = %e, "admin page failed to render");
+            "The control room front-end is not built in; see /__anteroom/admin/api/openapi.json."
+                .to_owned()
+        });
+    respond(StatusCode::OK, "text/html; charset=utf-8", html)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_patterns_capture_the_room() {
+        let p = "/__anteroom/admin/api/rooms/{room}/stats";
+        assert_eq!(
+            matches(p, "/__anteroom/admin/api/rooms/main/stats"),
+            Some(Some("main"))
+        );
+        assert_eq!(matches(p, "/__anteroom/admin/api/rooms//stats"), None);
+        assert_eq!(matches(p, "/__anteroom/admin/api/rooms/main/stats/x"), None);
+        assert_eq!(
+            matches("/__anteroom/admin/api/rooms", "/__anteroom/admin/api/rooms"),
+            Some(None)
+        );
+        assert_eq!(
+            matches(
+                "/__anteroom/admin/api/rooms",
+                "/__anteroom/admin/api/rooms/"
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn patches_name_the_field_at_fault() {
+        let field = |body: &str| parse_patch(body.as_bytes()).unwrap_err().0;
+        assert_eq!(field(r#"{"rate": "fast"}"#), "rate");
+        assert_eq!(field(r#"{"ratee": 5}"#), "ratee");
+        assert_eq!(field(r#"{"max_active": -1}"#), "max_active");
+        assert_eq!(field(r#"{"max_active": 1.5}"#), "max_active");
+        assert_eq!(field(r#"{"session_ttl_secs": -3}"#), "session_ttl_secs");
+        assert_eq!(
+            field(r#"{"abandon_after_secs": null}"#),
+            "abandon_after_secs"
+        );
+        assert_eq!(field("{"), "body");
+        assert_eq!(field("[1]"), "body");
+        assert_eq!(field("{}"), "body");
+        let patch =
+            parse_patch(br#"{"rate": 2.5, "max_active": 7, "session_ttl_secs": 90}"#).unwrap();
+        assert_eq!(patch.rate, Some(2.5));
+        assert_eq!(patch.max_active, Some(7));
+        assert_eq!(patch.session_ttl, Some(Duration::from_secs(90)));
+        assert_eq!(patch.abandon_after, None);
+        assert_eq!(patch.paused, None);
+    }
+
+    #[test]
+    fn negative_rates_and_zero_max_active_are_refused_by_validation() {
+        let settings = RoomSettings {
+            rate: 5.0,
+            max_active: 10,
+            session_ttl: Duration::from_secs(60),
+            abandon_after: Duration::from_secs(60),
+            paused: false,
+        };
+        for (body, expected) in [
+            (r#"{"rate": -1}"#, "rate"),
+            (r#"{"rate": 0}"#, "rate"),
+            (r#"{"max_active": 0}"#, "max_active"),
+            (r#"{"session_ttl_secs": 0}"#, "session_ttl"),
+        ] {
+            let patch = parse_patch(body.as_bytes()).unwrap();
+            match settings.patched(&patch) {
+                Err(StoreError::Invalid { field, .. }) => assert_eq!(field, expected, "{body}"),
+                other => panic!("{body}: {other:?}"),
+            }
+        }
+    }
+}

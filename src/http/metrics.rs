@@ -1,0 +1,293 @@
+//! Prometheus metrics (SPEC §8), served at `GET /__anteroom/admin/api/metrics` in the
+//! Prometheus text format (0.0.4), from this process's own registry (no global one).
+//!
+//! Room counters and gauges are read at scrape time from the one-second statistics cache
+//! ([`Admission::cached_stats`]), so a scrape costs no store round trip and keeps reporting
+//! the last known values through a store outage (`anteroom_stats_age_seconds` says how old
+//! they are). What only this replica sees (proxied request durations, open streams) is
+//! recorded here as it happens.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Response, StatusCode};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::time::Instant;
+
+use super::body::Body;
+use crate::admission::Admission;
+
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProxyLabels {
+    room: String,
+    /// `1xx` (WebSocket upgrades), `2xx`, `3xx`, `4xx`, `5xx` (anteroom's own 502/504 included), or `other`.
+    class: &'static str,
+}
+
+type HistogramFamily = Family<ProxyLabels, Histogram, fn() -> Histogram>;
+
+/// This process's registry and the metrics recorded as they happen.
+pub struct Metrics {
+    registry: Registry,
+    proxied: HistogramFamily,
+    open_streams: Gauge,
+}
+
+impl Metrics {
+    pub fn new(admission: Arc<Admission>, rooms: Vec<String>, fail_open: bool) -> Metrics {
+        let mut registry = Registry::default();
+        let proxied: HistogramFamily = Family::new_with_constructor(|| {
+            // 1 ms to about 33 s.
+            Histogram::new(exponential_buckets(0.001, 2.0, 16))
+        });
+        registry.register(
+            "anteroom_proxy_request_duration_seconds",
+            "Time from forwarding a request to the origin to having its response headers, by room and status class",
+            proxied.clone(),
+        );
+        let open_streams = Gauge::default();
+        registry.register(
+            "anteroom_sse_streams",
+            "Waiting pages' live streams (Server-Sent Events) open on this replica",
+            open_streams.clone(),
+        );
+        registry.register_collector(Box::new(CacheCollector {
+            admission,
+            rooms,
+            fail_open,
+        }));
+        Metrics {
+            registry,
+            proxied,
+            open_streams,
+        }
+    }
+
+    /// Runs `proxy` and records how long it took to produce a response, by status class.
+    pub async fn time_proxy(
+        &self,
+        room: &str,
+        proxy: impl Future<Output = Response<Body>>,
+    ) -> Response<Body> {
+        let started = Instant::now();
+        let response = proxy.await;
+        self.observe_proxy(room, response.status(), started.elapsed());
+        response
+    }
+
+    pub fn observe_proxy(&self, room: &str, status: StatusCode, took: Duration) {
+        let class = match status.as_u16() / 100 {
+            2 => "2xx",
+            3 => "3xx",
+            4 => "4xx",
+            5 => "5xx",
+            1 => "1xx",
+            _ => "other",
+        };
+        self.proxied
+            .get_or_create(&ProxyLabels {
+                room: room.to_owned(),
+                class,
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// The whole registry in the Prometheus text format.
+    pub fn render(&self, open_streams: usize) -> String {
+        self.open_streams
+            .set(i64::try_from(open_streams).unwrap_or(i64::MAX));
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// Encodes the cached room statistics and store health on each scrape.
+struct CacheCollector {
+    admission: Arc<Admission>,
+    rooms: Vec<String>,
+    fail_open: bool,
+}
+
+impl std::fmt::Debug for CacheCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheCollector")
+            .field("rooms", &self.rooms)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Value {
+    Gauge(i64),
+    Float(f64),
+    Counter(u64),
+}
+
+fn int(n: u64) -> Option<Value> {
+    Some(Value::Gauge(i64::try_from(n).unwrap_or(i64::MAX)))
+}
+
+impl Collector for CacheCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let health = self.admission.health();
+        let scalar = |encoder: &mut DescriptorEncoder, name: &str, help: &str, v: i64| {
+            let gauge = ConstGauge::new(v);
+            let help = format!("{help}.");
+            let metric = encoder.encode_descriptor(name, &help, None, gauge.metric_type())?;
+            gauge.encode(metric)
+        };
+        scalar(
+            &mut encoder,
+            "anteroom_store_up",
+            "1 when the queue store answered its last operation, 0 during an outage",
+            i64::from(health.is_up()),
+        )?;
+        scalar(
+            &mut encoder,
+            "anteroom_fail_open_enabled",
+            "1 when fail_open is configured",
+            i64::from(self.fail_open),
+        )?;
+        scalar(
+            &mut encoder,
+            "anteroom_fail_open",
+            "1 while failing open: the store has been down past fail_open_after and every visitor is proxied unqueued",
+            i64::from(health.failing_open()),
+        )?;
+        {
+            let gauge = ConstGauge::new(health.down_for().map_or(0.0, |d| d.as_secs_f64()));
+            let metric = encoder.encode_descriptor(
+                "anteroom_store_down_seconds",
+                "How long the queue store has been unreachable (0 while it answers).",
+                None,
+                gauge.metric_type(),
+            )?;
+            gauge.encode(metric)?;
+        }
+
+        for (name, help, n) in [
+            (
+                "anteroom_events_published",
+                "Queue events the Kafka broker acknowledged",
+                self.admission.events().published(),
+            ),
+            (
+                "anteroom_events_dropped",
+                "Queue events dropped: buffer full, broker unreachable or delivery failed",
+                self.admission.events().dropped(),
+            ),
+        ] {
+            let counter = prometheus_client::metrics::counter::ConstCounter::new(n);
+            let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            counter.encode(metric)?;
+        }
+
+        let cached: Vec<_> = self
+            .rooms
+            .iter()
+            .filter_map(|room| Some((room.as_str(), self.admission.cached_stats(room)?)))
+            .collect();
+        type Extract = fn(&crate::admission::CachedStats) -> Option<Value>;
+        let families: [(&str, &str, Extract); 15] = [
+            ("anteroom_waiting", "Visitors in line", |c| {
+                int(c.stats.waiting)
+            }),
+            (
+                "anteroom_active",
+                "Visitors on the site (admitted sessions)",
+                |c| int(c.stats.active),
+            ),
+            ("anteroom_max_active", "Configured concurrency limit", |c| {
+                int(c.stats.settings.max_active)
+            }),
+            ("anteroom_rate", "Configured admissions per second", |c| {
+                Some(Value::Float(c.stats.settings.rate))
+            }),
+            ("anteroom_paused", "1 while the room is paused", |c| {
+                int(u64::from(c.stats.settings.paused))
+            }),
+            (
+                "anteroom_session_ttl_seconds",
+                "Idle time after which an admitted session gives its slot back",
+                |c| Some(Value::Float(c.stats.settings.session_ttl.as_secs_f64())),
+            ),
+            (
+                "anteroom_abandon_after_seconds",
+                "Heartbeat silence after which a waiting visitor leaves the line",
+                |c| Some(Value::Float(c.stats.settings.abandon_after.as_secs_f64())),
+            ),
+            (
+                "anteroom_observed_admission_rate",
+                "Admissions per second observed over the last minute",
+                |c| Some(Value::Float(c.observed_rate.unwrap_or(0.0))),
+            ),
+            (
+                "anteroom_admission_pass_seconds",
+                "Duration of this replica's last admission pass",
+                |c| c.last_pass.map(|d| Value::Float(d.as_secs_f64())),
+            ),
+            (
+                "anteroom_stats_age_seconds",
+                "Age of the cached statistics these metrics come from (grows during a store outage)",
+                |c| Some(Value::Float(c.read_at.elapsed().as_secs_f64())),
+            ),
+            ("anteroom_joined", "Entries into the line", |c| {
+                Some(Value::Counter(c.stats.total_joined))
+            }),
+            (
+                "anteroom_admitted",
+                "Visitors admitted (from the line or by the fast path)",
+                |c| Some(Value::Counter(c.stats.total_admitted)),
+            ),
+            (
+                "anteroom_expired",
+                "Sessions reclaimed after session_ttl",
+                |c| Some(Value::Counter(c.stats.total_expired)),
+            ),
+            (
+                "anteroom_abandoned",
+                "Waiting visitors dropped after abandon_after",
+                |c| Some(Value::Counter(c.stats.total_abandoned)),
+            ),
+            ("anteroom_refused", "Visitors refused (join limit)", |c| {
+                Some(Value::Counter(c.stats.total_refused))
+            }),
+        ];
+        for (name, help, extract) in &families {
+            let values: Vec<(&str, Value)> = cached
+                .iter()
+                .filter_map(|(room, c)| Some((*room, extract(c)?)))
+                .collect();
+            let Some((_, first)) = values.first() else {
+                continue;
+            };
+            let metric_type = match first {
+                Value::Gauge(_) | Value::Float(_) => MetricType::Gauge,
+                Value::Counter(_) => MetricType::Counter,
+            };
+            let help = format!("{help}.");
+            let mut family = encoder.encode_descriptor(name, &help, None, metric_type)?;
+            for (room, value) in &values {
+                let labels = [("room", *room)];
+                let metric = family.encode_family(&labels)?;
+                match value {
+                    Value::Gauge(v) => ConstGauge::new(*v).encode(metric)?,
+                    Value::Float(v) => ConstGauge::new(*v).encode(metric)?,
+                    Value::Counter(v) => ConstCounter::new(*v).encode(metric)?,
+                }
+            }
+        }
+        Ok(())
+    }
+}

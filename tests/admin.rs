@@ -1,0 +1,997 @@
+//! The admin API end to end: a real anteroom on loopback in front of a real origin, driven
+//! by a real HTTP client with and without the admin token.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use anteroom::http::admin;
+use anteroom::run::Running;
+use common::*;
+use serde_json::{Value, json};
+
+/// A room that lets exactly one visitor in (the fast path) and then nobody for 100 s.
+const ONE_THEN_QUEUE: &str = "    rate: 0.01\n    max_active: 1000";
+const API: &str = "/__anteroom/admin/api";
+
+struct Harness {
+    _origin: Origin,
+    dir: tempfile::TempDir,
+    ar: Running,
+    http: reqwest::Client,
+}
+
+impl Harness {
+    async fn start(room_extra: &str) -> Harness {
+        let origin = Origin::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let ar = start(&config(&origin.url(), dir.path(), room_extra)).await;
+        Harness {
+            _origin: origin,
+            dir,
+            ar,
+            http: client(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.ar.addr)
+    }
+
+    fn api(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, self.url(&format!("{API}{path}")))
+            .bearer_auth(ADMIN_TOKEN)
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let response = self.api(reqwest::Method::GET, path).send().await.unwrap();
+        assert_eq!(response.status(), 200, "GET {path}");
+        assert_eq!(response.headers()["content-type"], "application/json");
+        response.json().await.unwrap()
+    }
+
+    async fn post(&self, path: &str) -> reqwest::Response {
+        self.api(reqwest::Method::POST, path).send().await.unwrap()
+    }
+
+    async fn put_config(&self, body: impl Into<reqwest::Body>) -> reqwest::Response {
+        self.api(reqwest::Method::PUT, "/rooms/main/config")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn stats(&self) -> Value {
+        self.get("/rooms/main/stats").await
+    }
+
+    /// Polls the room's cached stats until `ok` holds (or panics after a few seconds).
+    async fn stats_until(&self, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let stats = self.stats().await;
+            if ok(&stats) {
+                return stats;
+            }
+            assert!(Instant::now() < deadline, "{what}: last stats {stats}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A visitor's request to the site, as a JSON client.
+    async fn visit(&self, cookie: Option<&str>) -> (Value, Option<String>) {
+        let mut request = self
+            .http
+            .get(self.url("/"))
+            .header("accept", "application/json");
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", format!("ar_visitor={cookie}"));
+        }
+        let response = request.send().await.unwrap();
+        let cookie = visitor_cookie(&response);
+        (response.json().await.unwrap(), cookie)
+    }
+
+    /// One visitor let in by the fast path, then `waiting` more in line.
+    async fn fill(&self, waiting: u64) -> String {
+        let (body, cookie) = self.visit(None).await;
+        assert_eq!(body["origin"], true, "the first visitor is let straight in");
+        for _ in 0..waiting {
+            let (body, _) = self.visit(None).await;
+            assert_eq!(body["status"], "waiting");
+        }
+        cookie.unwrap()
+    }
+
+    fn audit_lines(&self) -> Vec<Value> {
+        match std::fs::read_to_string(self.dir.path().join("audit.log")) {
+            Ok(text) => text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    async fn store_settings(&self) -> anteroom::queue::RoomSettings {
+        self.ar
+            .app
+            .admission
+            .store()
+            .stats("main")
+            .await
+            .unwrap()
+            .settings
+    }
+}
+
+async fn problem(response: reqwest::Response) -> Value {
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    response.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_page_lists_the_api_without_a_token() {
+    let h = Harness::start("").await;
+    for path in ["/__anteroom/admin/", "/__anteroom/admin"] {
+        let response = h.http.get(h.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/html; charset=utf-8"
+        );
+        // The template escapes `/` too.
+        let html = response.text().await.unwrap().replace("&#x2f;", "/");
+        assert!(html.contains("front-end is not built into this binary"));
+        for route in admin::routes() {
+            assert!(html.contains(route.path), "{} listed", route.path);
+        }
+        assert!(html.contains(
+            "curl -s -X POST -H &quot;Authorization: Bearer $ANTEROOM_ADMIN_TOKEN&quot;"
+        ));
+        assert!(
+            !html.contains(ADMIN_TOKEN),
+            "the page never shows the token"
+        );
+    }
+    let response = h
+        .http
+        .post(h.url("/__anteroom/admin/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    h.ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_api_route_refuses_a_missing_or_wrong_token() {
+    let h = Harness::start("").await;
+    for route in admin::routes().iter().filter(|r| r.auth) {
+        let path = route.path.replace("{room}", "main");
+        let method = reqwest::Method::from_bytes(route.method.as_str().as_bytes()).unwrap();
+        let attempts = [
+            None,
+            Some("Bearer wrong-token-0123456789".to_owned()),
+            Some(format!("Bearer {ADMIN_TOKEN}x")),
+            Some(format!("Basic {ADMIN_TOKEN}")),
+            Some("Bearer".to_owned()),
+        ];
+        for authorization in attempts {
+            let mut request = h
+                .http
+                .request(method.clone(), h.url(&path))
+                .header("content-type", "application/json")
+                .body(r#"{"rate": 1}"#);
+            if let Some(a) = &authorization {
+                request = request.header("authorization", a);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(
+                response.status(),
+                401,
+                "{} {path} {authorization:?}",
+                route.method
+            );
+            assert!(
+                response.headers()["www-authenticate"]
+                    .to_str()
+                    .unwrap()
+                    .starts_with("Bearer"),
+            );
+            let body = problem(response).await;
+            assert_eq!(body["status"], 401);
+        }
+    }
+    // Nothing changed.
+    let settings = h.store_settings().await;
+    assert!(!settings.paused);
+    assert_eq!(settings.rate, 50.0);
+    assert!(h.audit_lines().is_empty());
+    h.ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn status_reports_the_store_and_version() {
+    let h = Harness::start("").await;
+    let status = h.get("/status").await;
+    assert_eq!(status["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(status["store"]["kind"], "embedded");
+    assert_eq!(status["store"]["up"], true);
+    assert_eq!(status["store"]["down_for_secs"], Value::Null);
+    assert_eq!(status["fail_open"]["enabled"], false);
+    assert_eq!(status["fail_open"]["active"], false);
+    assert_eq!(status["audit_log"]["ok"], true);
+    assert_eq!(status["rooms"], json!(["main"]));
+    assert_eq!(status["open_streams"], 0);
+    assert_eq!(status["frontend_built_in"], false);
+    h.ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn rooms_and_stats_show_every_counter() {
+    let h = Harness::start(ONE_THEN_QUEUE).await;
+    h.fill(3).await;
+    let stats = h.stats_until("three waiting", |s| s["waiting"] == 3).await;
+    let expected = json!({
+        "room": "main",
+        "stats_available": true,
+        "waiting": 3,
+        "active": 1,
+        "max_active": 1000,
+        "rate": 0.01,
+        "paused": false,
+        "session_ttl_secs": 300.0,
+        "abandon_after_secs": 60.0,
+        "total_joined": 3,
+        "total_admitted": 1,
+        "total_expired": 0,
+        "total_abandoned": 0,
+        "total_refused": 0,
+    });
+    for (key, value) in expected.as_object().unwrap() {
+        assert_eq!(&stats[key], value, "{key} in {stats}");
+    }
+    for key in ["observed_rate", "last_pass_ms", "stats_age_secs"] {
+        assert!(stats.get(key).is_some(), "{key} in {stats}");
+    }
+    assert!(stats["stats_age_secs"].as_f64().unwrap() < 2.0);
+    let rooms = h.get("/rooms").await;
+    let rooms = rooms["rooms"].as_array().unwrap();
+    assert_eq!(rooms.len(), 1);
+    assert_eq!(rooms[0]["room"], "main");
+    assert_eq!(rooms[0]["waiting"], 3);
+    assert_eq!(rooms[0]["total_joined"], 3);
+    h.ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unknown_room_is_404_naming_the_room() {
+    let h = Harness::start("").await;
+    for route in admin::routes().iter().filter(|r| r.path.contains("{room}")) {
+        let path = route.path.replace("{room}", "nope");
+        let method = reqwest::Method::from_bytes(route.method.as_str().as_bytes()).unwrap();
+        let response = h
+            .http
+            .request(method, h.url(&path))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", "application/json")
+            .body(r#"{"rate": 1}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404, "{path}");
+        let body = problem(response).await;
+        assert_eq!(body["field"], "room", "{path}");
+    }
+    h.ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn wrong_methods_are_405_and_unknown_paths_404() {
+    let h = Harness::start("").await;
+    let cases = [
+        (reqwest::Method::DELETE, "/rooms", "GET"),
+        (reqwest::Method::POST, "/rooms/main/stats", "GET"),
+        (reqwest::Method::GET, "/rooms/main/pause", "POST"),
+        (reqwest::Method::POST, "/rooms/main/config", "PUT"),
+        (reqwest::Method::PUT, "/status", "GET"),
+    ];
+    for (method, path, allow) in cases {
+        let response = h.api(method.clone(), path).send().await.unwrap();
+        assert_eq!(response.status(), 405, "{method} {path}");
+        assert_eq!(response.headers()["allow"], allow);
+        problem(response).await;
+    }
+    for path in ["/nothing", "/rooms/main", "/rooms/main/stats/x", ""] {
+        let response = h.api(reqwest::Method::GET, path).send().await.unwrap();
+        assert_eq!(response.status(), 404, "{path}");
+        problem(response).await;
+    }
+    h.ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_config_input_names_the_field_and_changes_nothing() {
+    let h = Harness::start("").await;
+    let before = h.store_settings().await;
+    let stats_before = h.stats().await;
+    let huge = format!(r#"{{"rate": 5, "pad": "{}"}}"#, "x".repeat(70 * 1024));
+    let cases: Vec<(String, u16, &str)> = vec![
+        (r#"{"rate": -5}"#.into(), 400, "rate"),
+        (r#"{"rate": 0}"#.into(), 400, "rate"),
+        (r#"{"rate": "fast"}"#.into(), 400, "rate"),
+        (r#"{"rate": null}"#.into(), 400, "rate"),
+        (r#"{"rate": 5, "max_active": 0}"#.into(), 400, "max_active"),
+        (r#"{"max_active": -3}"#.into(), 400, "max_active"),
+        (r#"{"max_active": "10"}"#.into(), 400, "max_active"),
+        (r#"{"ratee": 5}"#.into(), 400, "ratee"),
+        (r#"{"rate": 5, "paused": true}"#.into(), 400, "paused"),
+        (r#"{"session_ttl_secs": 0}"#.into(), 400, "session_ttl_secs"),
+        (
+            r#"{"abandon_after_secs": "1m"}"#.into(),
+            400,
+            "abandon_after_secs",
+        ),
+        (r#"{"rate": 5"#.into(), 400, "body"),
+        ("not json".into(), 400, "body"),
+        ("".into(), 400, "body"),
+        ("[5]".into(), 400, "body"),
+        ("{}".into(), 400, "body"),
+        (huge, 413, "body"),
+    ];
+    for (body, status, field) in cases {
+        let shown = body.chars().take(40).collect::<String>();
+        let response = h.put_config(body).await;
+        assert_eq!(response.status(), status, "{shown}");
+        let problem = problem(response).await;
+        assert_eq!(problem["field"], field, "{shown}: {problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains(field),
+            "{shown}: {problem}"
+        );
+        assert_eq!(h.store_settings().await, before, "{shown} changed nothing");
+    }
+    // The cache still shows the same, and nothing was audited.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let stats_after = h.stats().await;
+    for key in [
+        "rate",
+        "max_active",
+        "session_ttl_secs",
+        "abandon_after_secs",
+    ] {
+        assert_eq!(stats_after[key], stats_before[key], "{key}");
+    }
+    assert!(h.audit_lines().is_empty());
+    h.ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_config_change_shows_in_stats_after_the_cache_refresh_and_is_audited() {
+    let h = Harness::start("").await;
+    let response = h
+        .put_config(r#"{"rate": 7.5, "max_active": 42, "session_ttl_secs": 90}"#)
+        .await;
+    assert_eq!(response.status(), 200);
+    let changed = Instant::now();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["settings"]["rate"], 7.5);
+    assert_eq!(body["settings"]["max_active"], 42);
+    assert_eq!(body["settings"]["session_ttl_secs"], 90.0);
+    assert_eq!(body["settings"]["abandon_after_secs"], 60.0, "untouched");
+    assert_eq!(body["audit"]["written"], true);
+    let stats = h
+        .stats_until("the new rate", |s| {
+            s["rate"] == 7.5 && s["max_active"] == 42
+        })
+        .await;
+    assert!(
+        changed.elapsed() < Duration::from_millis(2_500),
+        "visible after {:?}",
+        changed.elapsed()
+    );
+    assert_eq!(stats["session_ttl_secs"], 90.0);
+
+    let lines = h.audit_lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line = &lines[0];
+    assert_eq!(line["room"], "main");
+    assert_eq!(line["action"], "config");
+    assert_eq!(
+        line["old"],
+        json!({"rate": 50.0, "max_active": 500, "session_ttl_secs": 300.0})
+    );
+    assert_eq!(
+        line["new"],
+        json!({"rate": 7.5, "max_active": 42, "session_ttl_secs": 90.0})
+    );
+    assert_eq!(line["caller"], "127.0.0.1");
+    assert!(line["peer"].as_str().unwrap().starts_with("127.0.0.1:"));
+    let time = line["time"].as_str().unwrap();
+    assert!(humantime_like_rfc3339_ms(time), "{time}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(h.dir.path().join("audit.log"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    h.ar.shutdown().await.unwrap();
+}
+
+/// `2024-05-01T12:34:56.789Z`.
+fn humantime_like_rfc3339_ms(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 24
+        && b[4] == b'-'
+        && b[10] == b'T'
+        && b[19] == b'.'
+        && b[23] == b'Z'
+        && s.chars().filter(|c| c.is_ascii_digit()).count() == 17
+}
+
+#[tokio::test]
+async fn pause_queues_newcomers_and_resume_admits_them() {
+    let h = Harness::start("    rate: 50\n    max_active: 100").await;
+    let response = h.post("/rooms/main/pause").await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["paused"], true);
+
+    // Nobody waits, both limits allow, and still: no fast path.
+    let (body, cookie) = h.visit(None).await;
+    assert_eq!(body["status"], "waiting", "{body}");
+    assert_eq!(body["paused"], true);
+    assert_eq!(body["position"], 1);
+    let cookie = cookie.unwrap();
+    // Several admission passes later, still held.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (body, _) = h.visit(Some(&cookie)).await;
+    assert_eq!(body["status"], "waiting", "{body}");
+    h.stats_until("paused in the cache", |s| {
+        s["paused"] == true && s["waiting"] == 1
+    })
+    .await;
+
+    let response = h.post("/rooms/main/resume").await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["paused"], false);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let (body, _) = h.visit(Some(&cookie)).await;
+        if body["origin"] == true {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not admitted after resume: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let actions: Vec<_> = h
+        .audit_lines()
+        .iter()
+        .map(|l| (l["action"].clone(), l["old"].clone(), l["new"].clone()))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            (
+                json!("pause"),
+                json!({"paused": false}),
+                json!({"paused": true})
+            ),
+            (
+                json!("resume"),
+                json!({"paused": true}),
+                json!({"paused": false})
+            ),
+        ]
+    );
+    h.ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn flush_empties_the_line_but_not_the_site() {
+    let h = Harness::start(ONE_THEN_QUEUE).await;
+    let admitted = h.fill(3).await;
+    h.stats_until("three waiting", |s| s["waiting"] == 3).await;
+    let response = h.post("/rooms/main/flush").await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["flushed"], 3);
+    let stats = h.stats_until("an empty line", |s| s["waiting"] == 0).await;
+    assert_eq!(stats["active"], 1, "the session on the site stays");
+    let (body, _) = h.visit(Some(&admitted)).await;
+    assert_eq!(body["origin"], true, "and is still proxied");
+    let lines = h.audit_lines();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["action"], "flush");
+    assert_eq!(lines[0]["old"], json!({"waiting": 3}));
+    assert_eq!(lines[0]["new"], json!({"waiting": 0}));
+    h.ar.shutdown().await.unwrap();
+}
+
+/// One sample of the Prometheus text format.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// A small parser for the Prometheus text exposition format (0.0.4): `# HELP` and `# TYPE`
+/// lines, then `name{label="value",...} value` samples. Panics on anything malformed.
+fn parse_prometheus(text: &str) -> (BTreeMap<String, String>, Vec<Sample>) {
+    fn is_name(s: &str) -> bool {
+        let mut chars = s.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    }
+    let mut types = BTreeMap::new();
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
+            assert!(is_name(name), "{line}");
+            assert!(
+                ["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind),
+                "{line}"
+            );
+            assert!(
+                types.insert(name.to_owned(), kind.to_owned()).is_none(),
+                "one TYPE per family: {line}"
+            );
+            continue;
+        }
+        if line.starts_with("# HELP ") || line == "# EOF" {
+            continue;
+        }
+        assert!(!line.starts_with('#'), "unknown comment {line}");
+        let (series, value) = line.rsplit_once(' ').expect("a sample has a value");
+        let value = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v.parse().unwrap_or_else(|_| panic!("value in {line}")),
+        };
+        let (name, labels) = match series.split_once('{') {
+            None => (series, BTreeMap::new()),
+            Some((name, rest)) => {
+                let body = rest.strip_suffix('}').expect("labels end with }");
+                let mut labels = BTreeMap::new();
+                let mut rest = body;
+                while !rest.is_empty() {
+                    let (key, after) = rest.split_once("=\"").expect("label=\"value\"");
+                    assert!(is_name(key), "label name {key} in {line}");
+                    let mut value = String::new();
+                    let mut chars = after.char_indices();
+                    let end = loop {
+                        match chars.next().expect("closing quote") {
+                            (i, '"') => break i,
+                            (_, '\\') => match chars.next().unwrap().1 {
+                                'n' => value.push('\n'),
+                                c => value.push(c),
+                            },
+                            (_, c) => value.push(c),
+                        }
+                    };
+                    labels.insert(key.to_owned(), value);
+                    rest = after[end + 1..].trim_start_matches(',');
+                }
+                (name, labels)
+            }
+        };
+        assert!(is_name(name), "{line}");
+        samples.push(Sample {
+            name: name.to_owned(),
+            labels,
+            value,
+        });
+    }
+    // Every sample belongs to a declared family.
+    for s in &samples {
+        let family = [&s.name[..]]
+            .into_iter()
+            .chain(
+                ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .filter_map(|suffix| s.name.strip_suffix(suffix)),
+            )
+            .find(|n| types.contains_key(*n));
+        assert!(family.is_some(), "{} has no TYPE", s.name);
+    }
+    (types, samples)
+}
+
+fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let want: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    samples
+        .iter()
+        .find(|s| s.name == name && s.labels == want)
+        .map(|s| s.value)
+}
+
+#[tokio::test]
+async fn metrics_parse_as_prometheus_text_with_the_room_counters() {
+    let h = Harness::start(ONE_THEN_QUEUE).await;
+    h.fill(3).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (types, samples, text) = loop {
+        let response = h
+            .api(reqwest::Method::GET, "/metrics")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
+        let text = response.text().await.unwrap();
+        let (types, samples) = parse_prometheus(&text);
+        if sample(&samples, "anteroom_waiting", &[("room", "main")]) == Some(3.0) {
+            break (types, samples, text);
+        }
+        assert!(Instant::now() < deadline, "never 3 waiting:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        text.contains("anteroom_waiting{room=\"main\"} 3\n"),
+        "{text}"
+    );
+    let main = [("room", "main")];
+    let expect = [
+        ("anteroom_active", &main[..], 1.0),
+        ("anteroom_max_active", &main[..], 1000.0),
+        ("anteroom_rate", &main[..], 0.01),
+        ("anteroom_paused", &main[..], 0.0),
+        ("anteroom_joined_total", &main[..], 3.0),
+        ("anteroom_admitted_total", &main[..], 1.0),
+        ("anteroom_expired_total", &main[..], 0.0),
+        ("anteroom_abandoned_total", &main[..], 0.0),
+        ("anteroom_refused_total", &main[..], 0.0),
+        ("anteroom_session_ttl_seconds", &main[..], 300.0),
+        ("anteroom_store_up", &[][..], 1.0),
+        ("anteroom_events_dropped_total", &[][..], 0.0),
+        ("anteroom_events_published_total", &[][..], 0.0),
+        ("anteroom_fail_open", &[][..], 0.0),
+        ("anteroom_fail_open_enabled", &[][..], 0.0),
+        ("anteroom_sse_streams", &[][..], 0.0),
+        (
+            "anteroom_proxy_request_duration_seconds_count",
+            &[("room", "main"), ("class", "2xx")][..],
+            1.0,
+        ),
+    ];
+    for (name, labels, value) in expect {
+        assert_eq!(
+            sample(&samples, name, labels),
+            Some(value),
+            "{name}{labels:?} in\n{text}"
+        );
+    }
+    assert_eq!(types["anteroom_joined_total"], "counter");
+    assert_eq!(types["anteroom_waiting"], "gauge");
+    assert_eq!(
+        types["anteroom_proxy_request_duration_seconds"],
+        "histogram"
+    );
+    assert!(
+        sample(&samples, "anteroom_admission_pass_seconds", &main).is_some(),
+        "the last pass's duration"
+    );
+    // Histogram buckets are cumulative and end at +Inf = count.
+    let buckets: Vec<f64> = samples
+        .iter()
+        .filter(|s| {
+            s.name == "anteroom_proxy_request_duration_seconds_bucket"
+                && s.labels.get("class").map(String::as_str) == Some("2xx")
+        })
+        .map(|s| s.value)
+        .collect();
+    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
+    assert_eq!(buckets.last(), Some(&1.0));
+    h.ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_openapi_document_matches_the_routes_and_the_server() {
+    let h = Harness::start("").await;
+    // Served without a token, and the same as the built-in document.
+    let response = h
+        .http
+        .get(h.url("/__anteroom/admin/api/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let doc: Value = response.json().await.unwrap();
+    assert_eq!(doc, serde_json::from_str::<Value>(admin::OPENAPI).unwrap());
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+
+    // Every documented path+method is routed, and every route is documented.
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            if method == "parameters" {
+                continue;
+            }
+            let needs_token = op.get("security") != Some(&json!([]));
+            documented.insert((method.to_uppercase(), path.clone(), needs_token));
+        }
+    }
+    let routed: BTreeSet<_> = admin::routes()
+        .iter()
+        .map(|r| (r.method.to_string(), r.path.to_owned(), r.auth))
+        .collect();
+    assert_eq!(documented, routed);
+
+    // The real server answers with documented status codes.
+    let documented_status = |method: &str, path: &str, status: u16| -> bool {
+        let responses = &doc["paths"][path][method.to_lowercase()]["responses"];
+        responses.get(status.to_string()).is_some()
+    };
+    let mut checked = 0;
+    for route in admin::routes() {
+        let method = reqwest::Method::from_bytes(route.method.as_str().as_bytes()).unwrap();
+        let body = match route.op {
+            admin::Op::RoomConfig => r#"{"rate": 20}"#,
+            _ => "",
+        };
+        let send = |room: &str, token: Option<&str>, body: String| {
+            let mut request = h
+                .http
+                .request(method.clone(), h.url(&route.path.replace("{room}", room)))
+                .body(body);
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            request.send()
+        };
+        let mut expect = vec![(
+            send("main", Some(ADMIN_TOKEN), body.into()).await.unwrap(),
+            200,
+        )];
+        if route.auth {
+            expect.push((send("main", None, body.into()).await.unwrap(), 401));
+        }
+        if route.path.contains("{room}") {
+            expect.push((
+                send("nope", Some(ADMIN_TOKEN), body.into()).await.unwrap(),
+                404,
+            ));
+        }
+        if route.op == admin::Op::RoomConfig {
+            expect.push((
+                send("main", Some(ADMIN_TOKEN), r#"{"rate": -1}"#.into())
+                    .await
+                    .unwrap(),
+                400,
+            ));
+            expect.push((
+                send("main", Some(ADMIN_TOKEN), "x".repeat(65 * 1024 + 1))
+                    .await
+                    .unwrap(),
+                413,
+            ));
+        }
+        let wrong_method = h
+            .http
+            .request(
+                reqwest::Method::PATCH,
+                h.url(&route.path.replace("{room}", "main")),
+            )
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        expect.push((wrong_method, 405));
+        for (response, want) in expect {
+            let got = response.status().as_u16();
+            assert_eq!(got, want, "{} {}", route.method, route.path);
+            assert!(
+                documented_status(route.method.as_str(), route.path, got),
+                "{} {} answered {got}, which the document does not list",
+                route.method,
+                route.path
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 30, "{checked}");
+    h.ar.shutdown().await.unwrap();
+}
+
+/// The embedded store behind a switch: while `down`, every operation is `Unavailable`.
+struct Switchable {
+    inner: anteroom::queue::MemoryStore,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl Switchable {
+    fn check(&self) -> anteroom::queue::StoreResult<()> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(anteroom::queue::StoreError::Unavailable(
+                "switched off by the test".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl anteroom::queue::QueueStore for Switchable {
+    async fn open_room(
+        &self,
+        room: &str,
+        seed: &anteroom::queue::RoomSettings,
+        reseed: bool,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::Seeded> {
+        self.check()?;
+        self.inner.open_room(room, seed, reseed).await
+    }
+    async fn resolve(
+        &self,
+        room: &str,
+        visitor: anteroom::queue::VisitorId,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::Resolution> {
+        self.check()?;
+        self.inner.resolve(room, visitor).await
+    }
+    async fn heartbeat(
+        &self,
+        room: &str,
+        visitors: &[anteroom::queue::VisitorId],
+    ) -> anteroom::queue::StoreResult<Vec<anteroom::queue::VisitorState>> {
+        self.check()?;
+        self.inner.heartbeat(room, visitors).await
+    }
+    async fn admit_pass(
+        &self,
+        room: &str,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::PassReport> {
+        self.check()?;
+        self.inner.admit_pass(room).await
+    }
+    async fn stats(&self, room: &str) -> anteroom::queue::StoreResult<anteroom::queue::RoomStats> {
+        self.check()?;
+        self.inner.stats(room).await
+    }
+    async fn update_settings(
+        &self,
+        room: &str,
+        patch: &anteroom::queue::SettingsPatch,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::RoomSettings> {
+        self.check()?;
+        self.inner.update_settings(room, patch).await
+    }
+    async fn flush(&self, room: &str) -> anteroom::queue::StoreResult<u64> {
+        self.check()?;
+        self.inner.flush(room).await
+    }
+    async fn ping(&self) -> anteroom::queue::StoreResult<()> {
+        self.check()
+    }
+    async fn persist(&self) -> anteroom::queue::StoreResult<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn through_a_store_outage_status_and_metrics_answer_and_changes_are_refused() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&origin.url(), dir.path(), ONE_THEN_QUEUE);
+    cfg.fail_open = true;
+    cfg.fail_open_after = Duration::from_millis(600);
+    let store = std::sync::Arc::new(Switchable {
+        inner: anteroom::queue::MemoryStore::in_memory(anteroom::clock::Clock::system()),
+        down: false.into(),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ar = anteroom::run::start(&cfg, store.clone(), listener, false)
+        .await
+        .unwrap();
+    let h = Harness {
+        _origin: origin,
+        dir,
+        ar,
+        http: client(),
+    };
+    h.fill(2).await;
+    h.stats_until("two waiting", |s| s["waiting"] == 2).await;
+
+    store.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        let status = h.get("/status").await;
+        if status["fail_open"]["active"] == true {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "never failed open: {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status["store"]["up"], false);
+    assert!(status["store"]["down_for_secs"].as_f64().unwrap() >= 0.6);
+    assert_eq!(status["fail_open"]["enabled"], true);
+
+    // The last known counters, from the cache.
+    let stats = h.stats().await;
+    assert_eq!(stats["waiting"], 2);
+    let metrics = h
+        .api(reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (_, samples) = parse_prometheus(&metrics);
+    let main = [("room", "main")];
+    assert_eq!(sample(&samples, "anteroom_waiting", &main), Some(2.0));
+    assert_eq!(sample(&samples, "anteroom_store_up", &[]), Some(0.0));
+    assert_eq!(sample(&samples, "anteroom_fail_open", &[]), Some(1.0));
+    assert!(sample(&samples, "anteroom_store_down_seconds", &[]).unwrap() >= 0.6);
+
+    // Changes cannot reach the store: 503, stalled, nothing audited.
+    for response in [
+        h.post("/rooms/main/pause").await,
+        h.post("/rooms/main/flush").await,
+        h.put_config(r#"{"rate": 3}"#).await,
+    ] {
+        assert_eq!(response.status(), 503);
+        assert_eq!(status_header(&response).as_deref(), Some("stalled"));
+        problem(response).await;
+    }
+    assert!(h.audit_lines().is_empty());
+
+    // Back up: health recovers, nothing was changed.
+    store.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while h.get("/status").await["store"]["up"] != true {
+        assert!(Instant::now() < deadline, "store never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let settings = h.store_settings().await;
+    assert!(!settings.paused);
+    assert_eq!(settings.rate, 0.01);
+    h.ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_streamed_body_over_the_cap_is_refused() {
+    let h = Harness::start("").await;
+    let before = h.store_settings().await;
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        std::iter::once(Ok(b"{\"rate\": 5, \"pad\": \"".to_vec()))
+            .chain((0..80).map(|_| Ok(vec![b'x'; 1024])))
+            .chain(std::iter::once(Ok(b"\"}".to_vec())))
+            .collect();
+    let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+    let response = h.put_config(body).await;
+    assert_eq!(response.status(), 413);
+    assert_eq!(problem(response).await["field"], "body");
+    assert_eq!(h.store_settings().await, before);
+    h.ar.shutdown().await.unwrap();
+}

@@ -369,17 +369,16 @@ impl Room {
     fn join(&mut self, visitor: VisitorId, now: u64) {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        self.waiters.insert(
-            visitor,
-            Waiter {
-                ticket,
-                seen_ms: now,
-            },
-        );
-        self.line.insert(ticket, visitor);
-        self.by_seen.insert((now, ticket));
-        self.ranks.insert(ticket);
+        self.enter_line(visitor, ticket, now);
         self.counters.total_joined += 1;
+    }
+
+    /// Puts a waiter into every index of the line.
+    fn enter_line(&mut self, visitor: VisitorId, ticket: u64, seen_ms: u64) {
+        self.waiters.insert(visitor, Waiter { ticket, seen_ms });
+        self.line.insert(ticket, visitor);
+        self.by_seen.insert((seen_ms, ticket));
+        self.ranks.insert(ticket);
     }
 
     /// Takes a waiter out of every index of the line.
@@ -495,16 +494,7 @@ impl Room {
             .map_or(snapshot.next_ticket, |&(t, _)| t);
         room.ranks = RankIndex::starting_at(first_ticket);
         for (ticket, visitor) in snapshot.line {
-            room.waiters.insert(
-                visitor,
-                Waiter {
-                    ticket,
-                    seen_ms: now,
-                },
-            );
-            room.line.insert(ticket, visitor);
-            room.by_seen.insert((now, ticket));
-            room.ranks.insert(ticket);
+            room.enter_line(visitor, ticket, now);
         }
         room.next_ticket = snapshot.next_ticket;
         for visitor in snapshot.sessions {

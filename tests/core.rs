@@ -20,9 +20,7 @@ async fn json(response: reqwest::Response) -> serde_json::Value {
 
 #[tokio::test]
 async fn fast_path_proxies_and_sets_the_cookie() {
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let ar = start(&config(&origin.url(), dir.path(), "")).await;
+    let (_origin, _dir, ar) = front("").await;
     let response = client()
         .get(format!("http://{}/hello?x=1", ar.addr))
         .send()
@@ -55,9 +53,7 @@ async fn fast_path_proxies_and_sets_the_cookie() {
 
 #[tokio::test]
 async fn beyond_the_rate_visitors_queue_in_arrival_order() {
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let ar = start(&config(&origin.url(), dir.path(), ONE_THEN_QUEUE)).await;
+    let (origin, _dir, ar) = front(ONE_THEN_QUEUE).await;
     let http = client();
     let url = format!("http://{}/", ar.addr);
     let first = http.get(&url).send().await.unwrap();
@@ -100,9 +96,7 @@ async fn beyond_the_rate_visitors_queue_in_arrival_order() {
 
 #[tokio::test]
 async fn forged_tampered_and_expired_cookies_never_admit() {
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let ar = start(&config(&origin.url(), dir.path(), ONE_THEN_QUEUE)).await;
+    let (origin, _dir, ar) = front(ONE_THEN_QUEUE).await;
     let http = client();
     let url = format!("http://{}/", ar.addr);
     let admitted = http.get(&url).send().await.unwrap();
@@ -173,9 +167,7 @@ async fn forged_tampered_and_expired_cookies_never_admit() {
 
 #[tokio::test]
 async fn the_visitor_cookie_is_not_forwarded() {
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let ar = start(&config(&origin.url(), dir.path(), "")).await;
+    let (_origin, _dir, ar) = front("").await;
     let http = client();
     let url = format!("http://{}/", ar.addr);
     let first = http.get(&url).send().await.unwrap();
@@ -193,9 +185,7 @@ async fn the_visitor_cookie_is_not_forwarded() {
 
 #[tokio::test]
 async fn reserved_paths_are_never_proxied() {
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let ar = start(&config(&origin.url(), dir.path(), "")).await;
+    let (origin, _dir, ar) = front("").await;
     let http = client();
     for path in [
         "/__anteroom/",
@@ -229,9 +219,7 @@ async fn reserved_paths_are_never_proxied() {
 
 #[tokio::test]
 async fn json_clients_get_the_spec_body() {
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let ar = start(&config(&origin.url(), dir.path(), ONE_THEN_QUEUE)).await;
+    let (_origin, _dir, ar) = front(ONE_THEN_QUEUE).await;
     let http = client();
     let url = format!("http://{}/api/thing", ar.addr);
     http.get(&url).send().await.unwrap();
@@ -306,9 +294,7 @@ async fn read_events(
 
 #[tokio::test]
 async fn live_stream_reports_position_then_admission() {
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let ar = start(&config(&origin.url(), dir.path(), ONE_THEN_QUEUE)).await;
+    let (_origin, _dir, ar) = front(ONE_THEN_QUEUE).await;
     let http = client();
     let url = format!("http://{}/", ar.addr);
     http.get(&url).send().await.unwrap();
@@ -444,9 +430,7 @@ async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> String {
 
 #[tokio::test]
 async fn hostile_requests_get_clear_errors() {
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let ar = start(&config(&origin.url(), dir.path(), "")).await;
+    let (origin, _dir, ar) = front("").await;
     let absolute = raw(
         ar.addr,
         format!(

@@ -146,3 +146,12 @@ pub fn status_header(response: &reqwest::Response) -> Option<String> {
         .get("x-anteroom-status")
         .map(|v| v.to_str().unwrap().to_owned())
 }
+
+/// An origin, a data directory and an anteroom with one catch-all room in front of it;
+/// keep the directory alive as long as the instance.
+pub async fn front(room_extra: &str) -> (Origin, tempfile::TempDir, Running) {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ar = start(&config(&origin.url(), dir.path(), room_extra)).await;
+    (origin, dir, ar)
+}

@@ -100,6 +100,9 @@ pub struct RedisStore {
     /// Added to the server's `TIME` in every script. Always 0 in production; tests move it
     /// forward because Redis time cannot be paused.
     offset_ms: AtomicU64,
+    /// Tests only: `offset_ms` is a frozen absolute time instead of an offset, so time
+    /// moves only when the test says (as tokio's paused clock does for the embedded store).
+    frozen: AtomicBool,
     /// Set when a call failed as unavailable; the next successful pass forgives the time
     /// since the room's last pass as downtime.
     recovering: AtomicBool,
@@ -174,6 +177,7 @@ impl RedisStore {
         Ok(RedisStore {
             conn,
             offset_ms: AtomicU64::new(0),
+            frozen: AtomicBool::new(false),
             recovering: AtomicBool::new(false),
             describe,
         })
@@ -185,9 +189,27 @@ impl RedisStore {
         self.offset_ms.fetch_add(ms(by), Ordering::SeqCst);
     }
 
+    /// Freezes this store's clock at `unix_ms` (tests only); it then moves only through
+    /// [`RedisStore::advance_clock_for_tests`].
     #[doc(hidden)]
-    pub fn clock_offset_for_tests(&self) -> Duration {
-        Duration::from_millis(self.offset_ms.load(Ordering::SeqCst))
+    pub fn freeze_clock_for_tests(&self, unix_ms: u64) {
+        self.offset_ms.store(unix_ms, Ordering::SeqCst);
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// The clock offset, or the frozen time (tests only).
+    #[doc(hidden)]
+    pub fn clock_for_tests(&self) -> u64 {
+        self.offset_ms.load(Ordering::SeqCst)
+    }
+
+    fn clock_arg(&self) -> String {
+        let value = self.offset_ms.load(Ordering::SeqCst);
+        if self.frozen.load(Ordering::SeqCst) {
+            format!("@{value}")
+        } else {
+            value.to_string()
+        }
     }
 
     /// The nodes this store talks to, passwords masked.
@@ -210,7 +232,7 @@ impl RedisStore {
         for key in Self::keys(room) {
             invocation.key(key);
         }
-        invocation.arg(self.offset_ms.load(Ordering::SeqCst));
+        invocation.arg(self.clock_arg());
         args(&mut invocation);
         let mut conn = self.conn.clone();
         match invocation.invoke_async::<Value>(&mut conn).await {
@@ -425,7 +447,9 @@ impl QueueStore for RedisStore {
                     .arg(opt(patch.max_active.map(|m| m.to_string())))
                     .arg(opt(patch.session_ttl.map(|d| ms(d).to_string())))
                     .arg(opt(patch.abandon_after.map(|d| ms(d).to_string())))
-                    .arg(opt(patch.paused.map(|p| if p { "1" } else { "0" }.to_owned())));
+                    .arg(opt(patch
+                        .paused
+                        .map(|p| if p { "1" } else { "0" }.to_owned())));
             })
             .await?;
         match ints("update_settings", reply)?.as_slice() {
@@ -478,7 +502,7 @@ mod tests {
         async fn single() -> Self {
             let server = RedisServer::start();
             let urls = vec![server.url()];
-            let store = Arc::new(connect(&urls).await);
+            let store = Arc::new(frozen(&urls).await);
             RedisHarness {
                 store,
                 urls,
@@ -490,7 +514,7 @@ mod tests {
         async fn cluster() -> Self {
             let cluster = RedisCluster::start();
             let urls = cluster.urls();
-            let store = Arc::new(connect(&urls).await);
+            let store = Arc::new(frozen(&urls).await);
             RedisHarness {
                 store,
                 urls,
@@ -498,6 +522,13 @@ mod tests {
                 _cluster: Some(cluster),
             }
         }
+    }
+
+    /// A store whose clock stands still until the test advances it.
+    async fn frozen(urls: &[String]) -> RedisStore {
+        let store = connect(urls).await;
+        store.freeze_clock_for_tests(1_700_000_000_000);
+        store
     }
 
     async fn connect(urls: &[String]) -> RedisStore {
@@ -515,9 +546,9 @@ mod tests {
             self.store.advance_clock_for_tests(by);
         }
         async fn reopen(&mut self, downtime: Duration) {
-            let offset = self.store.clock_offset_for_tests() + downtime;
+            let at = self.store.clock_for_tests() + ms(downtime);
             let store = connect(&self.urls).await;
-            store.advance_clock_for_tests(offset);
+            store.freeze_clock_for_tests(at);
             self.store = Arc::new(store);
         }
     }
@@ -553,7 +584,10 @@ mod tests {
             .unwrap();
         drop(server);
         let started = std::time::Instant::now();
-        let err = store.resolve("main", VisitorId::random()).await.unwrap_err();
+        let err = store
+            .resolve("main", VisitorId::random())
+            .await
+            .unwrap_err();
         assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
         assert!(started.elapsed() < Duration::from_secs(5), "failed fast");
         assert!(matches!(

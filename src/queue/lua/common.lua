@@ -7,7 +7,8 @@
 -- KEYS[3] line    ZSET  16-byte visitor id -> ticket; position is ZRANK + 1
 -- KEYS[4] seen    ZSET  visitor id -> last heartbeat (liveness time), for abandonment
 -- KEYS[5] active  ZSET  visitor id -> last activity (liveness time), for reclaim
--- ARGV[1]         test-only clock offset in ms (always 0 in production)
+-- ARGV[1]         clock offset in ms: always 0 in production; tests move it, or freeze the
+--                 clock with '@<unix ms>'
 --
 -- Time: the server's TIME, read once per script. The bucket refills in wall time. Reaping
 -- runs in "liveness time" = wall time minus the downtime forgiven so far, so an outage of
@@ -19,6 +20,10 @@ local K_CONF, K_STATE, K_LINE, K_SEEN, K_ACTIVE = KEYS[1], KEYS[2], KEYS[3], KEY
 local TOUCH_MS = 1000
 
 local function clock_now()
+  -- Tests only: '@<ms>' is a frozen clock they advance themselves.
+  if string.sub(ARGV[1], 1, 1) == '@' then
+    return tonumber(string.sub(ARGV[1], 2))
+  end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
 end

@@ -365,3 +365,97 @@ async fn a_replica_killed_with_sigkill_loses_nobodys_place() {
     }
     survivor.shutdown().await.unwrap();
 }
+
+fn used_memory(server: &RedisServer) -> u64 {
+    server
+        .cli(&["INFO", "memory"])
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Not a timed test: prints joins/s, admissions/s and Redis memory per waiting visitor.
+/// `cargo test --release --test redis measure -- --ignored --nocapture`
+/// (`ANTEROOM_MEASURE_N=1000000` for a million).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn measure_joins_admissions_and_memory() {
+    use futures_util::StreamExt;
+    let n: usize = std::env::var("ANTEROOM_MEASURE_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let redis = RedisServer::start();
+    let store = store(&redis.url()).await;
+    let mut seed = anteroom::queue::RoomSettings {
+        rate: 1_000_000.0,
+        max_active: 100_000_000,
+        session_ttl: Duration::from_secs(300),
+        abandon_after: Duration::from_secs(3_600),
+        paused: false,
+    };
+    store.open_room("main", &seed, false).await.unwrap();
+    store
+        .update_settings("main", &SettingsPatch::pause())
+        .await
+        .unwrap();
+    let base = used_memory(&redis);
+    let started = Instant::now();
+    let joined = futures_util::stream::iter(0..n)
+        .map(|_| {
+            let store = store.clone();
+            async move { store.resolve("main", VisitorId::random()).await.unwrap() }
+        })
+        .buffer_unordered(256)
+        .count()
+        .await;
+    let join_secs = started.elapsed().as_secs_f64();
+    let bytes = used_memory(&redis) - base;
+    println!(
+        "joins: {joined} in {join_secs:.2} s = {:.0}/s (256 in flight, one connection)",
+        joined as f64 / join_secs
+    );
+    println!(
+        "memory: {bytes} B for {n} waiting = {:.1} B per waiting visitor",
+        bytes as f64 / n as f64
+    );
+    // Positions for the SSE tick: one call per batch of 1,000.
+    let sample: Vec<VisitorId> = (0..1_000).map(|_| VisitorId::random()).collect();
+    let started = Instant::now();
+    for _ in 0..100 {
+        store.heartbeat("main", &sample).await.unwrap();
+    }
+    println!(
+        "heartbeat batches of 1000: {:.2} ms each",
+        started.elapsed().as_secs_f64() * 10.0
+    );
+    // Admissions: passes of 10,000 (rate 10,000/s, one pass a second's worth each).
+    seed.rate = 10_000.0;
+    store
+        .update_settings(
+            "main",
+            &SettingsPatch {
+                rate: Some(10_000.0),
+                paused: Some(false),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut admitted = 0;
+    let mut busy = Duration::ZERO;
+    while admitted < n.min(200_000) {
+        store.advance_clock_for_tests(Duration::from_secs(1));
+        let started = Instant::now();
+        admitted += store.admit_pass("main").await.unwrap().admitted.len();
+        busy += started.elapsed();
+    }
+    println!(
+        "admissions: {admitted} in {:.2} s of pass time = {:.0}/s (passes of 10,000)",
+        busy.as_secs_f64(),
+        admitted as f64 / busy.as_secs_f64()
+    );
+}

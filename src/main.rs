@@ -112,7 +112,7 @@ async fn serve_until_signal(
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listen: cannot bind {}", config.listen))?;
-    let store = run::open_store(&config)?;
+    let store = run::open_store(&config).await?;
     let running = run::start(&config, store, listener, reseed).await?;
     tracing::info!(addr = %running.addr, rooms = config.rooms.len(), "anteroom is listening");
     if let Some(banner) = banner {

@@ -14,7 +14,7 @@ use crate::admission::Admission;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::http::App;
-use crate::queue::{MemoryStore, QueueStore, RoomSettings, Seeded};
+use crate::queue::{MemoryStore, QueueStore, RedisStore, RoomSettings, Seeded};
 use crate::server::{self, ServerLimits};
 
 /// How often the embedded store is snapshotted; a crash loses at most this much.
@@ -56,12 +56,16 @@ pub fn seed_settings(room: &crate::config::RoomConfig) -> RoomSettings {
     }
 }
 
-/// Opens the store the config asks for.
-pub fn open_store(config: &Config) -> anyhow::Result<Arc<dyn QueueStore>> {
-    if !config.redis.url.is_empty() {
-        anyhow::bail!(
-            "redis.url: the Redis store is not available in this build yet; leave it empty for the embedded store"
-        );
+/// Opens the store the config asks for: Redis when `redis.url` is set (one node, or a
+/// Cluster given as several comma-separated node URLs), else the embedded store.
+pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn QueueStore>> {
+    if !config.redis.is_embedded() {
+        let nodes = config.redis.nodes();
+        let store = RedisStore::connect(&nodes)
+            .await
+            .map_err(|e| anyhow::anyhow!("redis.url: {e}"))?;
+        tracing::info!(redis = store.describe(), "queue store: Redis");
+        return Ok(Arc::new(store));
     }
     let store = MemoryStore::open(Clock::system(), &config.data_dir)
         .with_context(|| format!("data_dir: cannot open {}", config.data_dir.display()))?;

@@ -16,6 +16,7 @@ mod init;
 mod load;
 mod validate;
 
+pub use describe::redact_url;
 pub use init::init_yaml;
 pub use load::{Generated, Loaded, Overrides, from_yaml_str, load};
 pub use validate::{normalize_host, parse_rfc3339};

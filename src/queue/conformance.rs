@@ -22,9 +22,13 @@ pub trait Harness: Send + Sync {
 }
 
 /// Instantiates every conformance test for one store. `$make` builds a fresh harness.
+///
+/// `suite!(make)` runs under tokio's paused clock (the harness advances it);
+/// `suite!(unpaused: make)` runs on real time, for stores that talk to a server over the
+/// network, where an auto-advancing clock would fire their timeouts.
 macro_rules! suite {
-    ($make:expr) => {
-        $crate::queue::conformance::suite!(@tests $make;
+    (@tests [$attr:meta] $make:expr; @names) => {
+        $crate::queue::conformance::suite!(@tests [$attr] $make;
             fast_path_admits_when_nobody_waits,
             fifo_under_concurrent_joins,
             rate_is_exact_over_a_minute,
@@ -42,15 +46,21 @@ macro_rules! suite {
             rooms_are_independent,
         );
     };
-    (@tests $make:expr; $($name:ident),* $(,)?) => {
+    (@tests [$attr:meta] $make:expr; $($name:ident),* $(,)?) => {
         $(
-            #[tokio::test(start_paused = true)]
+            #[$attr]
             async fn $name() {
                 #[allow(unused_mut)]
                 let mut harness = $make;
                 $crate::queue::conformance::$name(&mut harness).await;
             }
         )*
+    };
+    (unpaused: $make:expr) => {
+        $crate::queue::conformance::suite!(@tests [tokio::test] $make; @names);
+    };
+    ($make:expr) => {
+        $crate::queue::conformance::suite!(@tests [tokio::test(start_paused = true)] $make; @names);
     };
 }
 pub(crate) use suite;

@@ -14,11 +14,13 @@ use serde::{Deserialize, Serialize};
 
 pub mod fenwick;
 pub mod memory;
+pub mod redis;
 
 #[cfg(test)]
 pub mod conformance;
 
 pub use memory::MemoryStore;
+pub use redis::RedisStore;
 
 /// A visitor's random 128-bit identity, carried in the signed cookie. Stored as 16 raw
 /// bytes (not 32 hex characters) because the line may hold millions of them.

@@ -116,7 +116,7 @@ rooms:
 
 /// A running anteroom on a free loopback port.
 pub async fn start(config: &Config) -> Running {
-    let store = run::open_store(config).unwrap();
+    let store = run::open_store(config).await.unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     run::start(config, store, listener, false).await.unwrap()
 }

@@ -1,0 +1,53 @@
+-- admit_pass: ARGV[2] = reap budget, ARGV[3] = 1 when this replica has just seen the store
+-- fail (forgive the time since the last pass as downtime).
+-- Returns {-1} unknown room, else {admitted ids, abandoned ids, expired ids}.
+local r = load_room()
+if not r then
+  return {-1}
+end
+local budget = tonumber(ARGV[2])
+
+local last_pass = tonumber(redis.call('HGET', K_STATE, 'pass_ms'))
+if ARGV[3] == '1' and last_pass and NOW > last_pass then
+  r.gap = r.gap + (NOW - last_pass)
+  r.live = NOW - r.gap
+  redis.call('HSET', K_STATE, 'gap_ms', string.format('%d', r.gap))
+end
+redis.call('HSET', K_STATE, 'pass_ms', string.format('%d', NOW))
+
+-- Idle sessions, oldest first, bounded.
+local expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', r.live - r.ttl, 'LIMIT', 0, budget)
+if #expired > 0 then
+  redis.call('ZREMRANGEBYRANK', K_ACTIVE, 0, #expired - 1)
+  redis.call('HINCRBY', K_STATE, 'total_expired', #expired)
+end
+
+-- Abandoned waiters, least recently heard first, bounded.
+local abandoned = redis.call('ZRANGEBYSCORE', K_SEEN, '-inf', r.live - r.abandon, 'LIMIT', 0, budget)
+if #abandoned > 0 then
+  redis.call('ZREMRANGEBYRANK', K_SEEN, 0, #abandoned - 1)
+  chunked('ZREM', K_LINE, abandoned)
+  redis.call('HINCRBY', K_STATE, 'total_abandoned', #abandoned)
+end
+
+-- Admit from the head while both limits allow.
+refill(r)
+local admitted = {}
+if not r.paused and r.tokens >= 1 then
+  local room_left = r.max_active - redis.call('ZCARD', K_ACTIVE)
+  local n = math.min(math.floor(r.tokens), room_left)
+  if n > 0 then
+    local popped = redis.call('ZPOPMIN', K_LINE, n)
+    for i = 1, #popped, 2 do
+      admitted[#admitted + 1] = popped[i]
+    end
+    if #admitted > 0 then
+      r.tokens = r.tokens - #admitted
+      chunked('ZREM', K_SEEN, admitted)
+      chunked('ZADD', K_ACTIVE, admitted, r.live)
+      redis.call('HINCRBY', K_STATE, 'total_admitted', #admitted)
+    end
+  end
+end
+save_bucket(r)
+return {admitted, abandoned, expired}

@@ -1,0 +1,267 @@
+//! Test fixtures shared by the unit tests and the end-to-end tests: a real `redis-server`
+//! on a free loopback port, and a real three-node Redis Cluster, each in its own temporary
+//! directory and killed when dropped. Not part of the product's interface.
+//!
+//! A missing `redis-server` is a test failure with a clear message, never a silent pass:
+//! `.ci/run` installs it.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A private temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "anteroom-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("cannot create a temporary directory");
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A loopback port free now (and, for a cluster node, its bus port too).
+fn free_port(with_bus: bool) -> u16 {
+    for _ in 0..1_000 {
+        let Ok(listener) = TcpListener::bind("127.0.0.1:0") else {
+            continue;
+        };
+        let port = listener.local_addr().unwrap().port();
+        if !with_bus {
+            return port;
+        }
+        if port < 55_000
+            && let Ok(bus) = TcpListener::bind(("127.0.0.1", port + 10_000))
+        {
+            drop(bus);
+            return port;
+        }
+    }
+    panic!("no free loopback port");
+}
+
+fn redis_server_binary() -> &'static str {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "redis-server is not installed: the Redis store's tests need it \
+         (apt-get install redis-server redis-tools; .ci/run does this)"
+    );
+    "redis-server"
+}
+
+/// Waits until a server on `port` answers PING.
+fn wait_for_ping(port: u16, child: &mut Child) {
+    use std::io::{Read, Write};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("redis-server on port {port} exited at start: {status}");
+        }
+        if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+            let mut reply = [0u8; 64];
+            if stream.write_all(b"PING\r\n").is_ok()
+                && let Ok(n) = stream.read(&mut reply)
+                && reply[..n].starts_with(b"+PONG")
+            {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("redis-server on port {port} did not answer within 10 s");
+}
+
+/// One `redis-server` on a free loopback port, killed (SIGKILL) when dropped.
+pub struct RedisServer {
+    port: u16,
+    dir: TempDir,
+    aof: bool,
+    extra: Vec<String>,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// No persistence: `--save "" --appendonly no`.
+    pub fn start() -> RedisServer {
+        Self::start_with(false, &[])
+    }
+
+    /// With the append-only file on and fsynced on every write, so a SIGKILL loses nothing.
+    pub fn start_durable() -> RedisServer {
+        Self::start_with(true, &[])
+    }
+
+    fn start_with(aof: bool, extra: &[&str]) -> RedisServer {
+        let mut server = RedisServer {
+            port: free_port(!extra.is_empty()),
+            dir: TempDir::new("redis"),
+            aof,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        server.restart();
+        server
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir.0
+    }
+
+    /// Kills the server with SIGKILL (no shutdown save).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and directory (killing it first if it
+    /// still runs).
+    pub fn restart(&mut self) {
+        self.kill();
+        let binary = redis_server_binary();
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            self.port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            self.dir.0.display().to_string(),
+            "--save".into(),
+            "".into(),
+            "--daemonize".into(),
+            "no".into(),
+            "--logfile".into(),
+            "redis.log".into(),
+        ];
+        if self.aof {
+            args.extend(["--appendonly", "yes", "--appendfsync", "always"].map(String::from));
+        } else {
+            args.extend(["--appendonly", "no"].map(String::from));
+        }
+        args.extend(self.extra.iter().cloned());
+        let mut child = Command::new(binary)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cannot start redis-server");
+        wait_for_ping(self.port, &mut child);
+        self.child = Some(child);
+    }
+
+    /// Runs `redis-cli` against this server and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        cli(self.port, args)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let output = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli is not installed (apt-get install redis-tools)");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A real three-node Redis Cluster (three masters, no replicas) on loopback.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::start_with(
+                    false,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "5000",
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let output = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli is not installed (apt-get install redis-tools)");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for node in &nodes {
+            loop {
+                let info = node.cli(&["CLUSTER", "INFO"]);
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the cluster did not reach cluster_state:ok: {info}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        RedisCluster { nodes }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+}

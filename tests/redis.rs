@@ -1,0 +1,460 @@
+//! End to end on the Redis store: several real anteroom instances sharing one real
+//! `redis-server` (started by the test on a free loopback port), a Redis killed and brought
+//! back, and a replica killed with SIGKILL.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anteroom::config::{Config, from_yaml_str};
+use anteroom::queue::{
+    QueueStore, RedisStore, Resolution, SettingsPatch, StoreError, VisitorId, VisitorState,
+};
+use anteroom::run::{self, Running};
+use anteroom::testing::RedisServer;
+use common::*;
+use tokio::net::TcpListener;
+
+fn redis_config(origin: &str, redis_url: &str, data_dir: &std::path::Path, room: &str) -> Config {
+    let yaml = format!(
+        r#"listen: "127.0.0.1:0"
+admit_interval: 100ms
+cookie_secret: "{COOKIE_SECRET}"
+admin_token: "{ADMIN_TOKEN}"
+data_dir: "{dir}"
+redis:
+  url: "{redis_url}"
+rooms:
+  main:
+    origin: {origin}
+{room}
+"#,
+        dir = data_dir.display()
+    );
+    from_yaml_str(&yaml, "test.yaml").unwrap_or_else(|e| panic!("test config: {e}\n{yaml}"))
+}
+
+async fn store(url: &str) -> Arc<RedisStore> {
+    Arc::new(RedisStore::connect(&[url]).await.unwrap())
+}
+
+async fn instance(config: &Config, url: &str) -> Running {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    run::start(config, store(url).await, listener, false)
+        .await
+        .unwrap()
+}
+
+/// Joins `n` visitors, many at once, and returns them in line order.
+async fn fill(store: &Arc<RedisStore>, n: usize) -> Vec<VisitorId> {
+    let mut line = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        let joins = chunk.iter().map(|_| {
+            let store = store.clone();
+            async move {
+                let v = VisitorId::random();
+                match store.resolve("main", v).await.unwrap() {
+                    Resolution::Waiting { place: p, .. } => (p.position, v),
+                    Resolution::Admitted { .. } => panic!("the room is paused"),
+                }
+            }
+        });
+        let mut joined = futures_util::future::join_all(joins).await;
+        joined.sort();
+        line.extend(joined.into_iter().map(|(_, v)| v));
+    }
+    line
+}
+
+/// Redis server time in ms.
+fn redis_time(server: &RedisServer) -> f64 {
+    let out = server.cli(&["TIME"]);
+    let mut parts = out.split_whitespace().map(|s| s.parse::<f64>().unwrap());
+    let (s, us) = (parts.next().unwrap(), parts.next().unwrap());
+    s * 1000.0 + us / 1000.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_admit_at_the_configured_rate_not_three_times_it() {
+    let redis = RedisServer::start();
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = redis_config(
+        &origin.url(),
+        &redis.url(),
+        dir.path(),
+        "    rate: 1000\n    max_active: 1000000",
+    );
+    let seeder = store(&redis.url()).await;
+    seeder
+        .open_room("main", &run::seed_settings(&config.rooms[0]), false)
+        .await
+        .unwrap();
+    seeder
+        .update_settings("main", &SettingsPatch::pause())
+        .await
+        .unwrap();
+    let filled = 15_000;
+    fill(&seeder, filled).await;
+
+    let replicas = [
+        instance(&config, &redis.url()).await,
+        instance(&config, &redis.url()).await,
+        instance(&config, &redis.url()).await,
+    ];
+    // Paused: nobody is admitted by any replica.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(seeder.stats("main").await.unwrap().total_admitted, 0);
+
+    let t0 = redis_time(&redis);
+    seeder
+        .update_settings("main", &SettingsPatch::resume())
+        .await
+        .unwrap();
+    // Spend the full bucket at once (any replica's pass would; this one is ours), so the
+    // rate is measured from t0: a full bucket credits nothing until a pass spends it.
+    let burst_pass = seeder.admit_pass("main").await.unwrap().admitted.len();
+    assert!(
+        burst_pass >= 1_000,
+        "the first pass spends the burst ({burst_pass})"
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    seeder
+        .update_settings("main", &SettingsPatch::pause())
+        .await
+        .unwrap();
+    let t1 = redis_time(&redis);
+    let stats = seeder.stats("main").await.unwrap();
+    // Tokens credited but not yet spent by a pass when the room was paused again.
+    let unspent: f64 = redis
+        .cli(&["HGET", "ar:{main}:state", "tokens"])
+        .trim()
+        .parse()
+        .unwrap();
+
+    let elapsed_s = (t1 - t0) / 1000.0;
+    // The full bucket (one second's worth) goes at once, then 1,000 a second.
+    let burst = 1_000.0;
+    let allowed = burst + 1_000.0 * elapsed_s;
+    let admitted = stats.total_admitted as f64;
+    println!(
+        "3 replicas, {elapsed_s:.3} s at 1000/s: admitted {admitted} (burst {burst} + rate), \
+         {unspent:.1} tokens unspent, allowed {allowed:.1}"
+    );
+    assert!(
+        admitted <= allowed + 1.0,
+        "over-admitted: {admitted} > {allowed:.1}"
+    );
+    let rate_part = admitted + unspent.floor() - burst;
+    let expected = 1_000.0 * elapsed_s;
+    assert!(
+        (rate_part - expected).abs() <= expected * 0.005,
+        "admitted {rate_part} after the burst in {elapsed_s:.3} s, expected {expected:.0} ± 0.5 %"
+    );
+    // Nobody twice: every admission took one distinct visitor out of the line and gave
+    // them one session (sessions are a set; none expire within the test's 5 min TTL).
+    assert_eq!(
+        stats.active, stats.total_admitted,
+        "one session per admission"
+    );
+    assert_eq!(stats.waiting + stats.total_admitted, filled as u64);
+    for replica in replicas {
+        replica.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_admits_nobody_and_recovery_needs_no_restart() {
+    let mut redis = RedisServer::start_durable();
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = redis_config(
+        &origin.url(),
+        &redis.url(),
+        dir.path(),
+        "    rate: 5\n    max_active: 100000",
+    );
+    let direct = store(&redis.url()).await;
+    let ar = instance(&config, &redis.url()).await;
+    direct
+        .update_settings("main", &SettingsPatch::pause())
+        .await
+        .unwrap();
+    let line = fill(&direct, 200).await;
+    // One visitor through HTTP, to hold their cookie.
+    let http = client();
+    let url = format!("http://{}/", ar.addr);
+    let page = http.get(&url).send().await.unwrap();
+    assert_eq!(status_header(&page).as_deref(), Some("waiting"));
+    let cookie = visitor_cookie(&page).unwrap();
+    direct
+        .update_settings("main", &SettingsPatch::resume())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let before = direct.stats("main").await.unwrap();
+    assert!(before.total_admitted > 0, "admitting before the outage");
+    let hits_before = origin.hits();
+
+    redis.kill();
+    let down_at = Instant::now();
+    assert!(matches!(
+        direct.resolve("main", line[199]).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(down_at.elapsed() < Duration::from_secs(5), "fails fast");
+    for _ in 0..3 {
+        let page = http
+            .get(&url)
+            .header("cookie", format!("ar_visitor={cookie}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(page.status(), 503);
+        assert_eq!(status_header(&page).as_deref(), Some("stalled"));
+        let fresh = http.get(&url).send().await.unwrap();
+        assert_eq!(fresh.status(), 503, "a newcomer is not let through either");
+        let ready = http
+            .get(format!("http://{}/__anteroom/readyz", ar.addr))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ready.status(), 503);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    assert_eq!(origin.hits(), hits_before, "nobody reached the origin");
+
+    redis.restart();
+    // Admissions resume by themselves: the same instance, no restart.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let after = loop {
+        if let Ok(stats) = direct.stats("main").await
+            && stats.total_admitted > before.total_admitted
+        {
+            break stats;
+        }
+        assert!(Instant::now() < deadline, "admissions did not resume");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // The outage admitted nobody: at most the capped bucket (5) and the rate since the
+    // restart went in, and every place is intact, in order.
+    direct
+        .update_settings("main", &SettingsPatch::pause())
+        .await
+        .unwrap();
+    let now = direct.stats("main").await.unwrap();
+    let gone = (now.total_admitted - before.total_admitted) as usize;
+    assert!(gone < 40, "admitted {gone} right after the restart");
+    assert!(after.total_abandoned == 0 && now.total_abandoned == 0);
+    let states = direct.heartbeat("main", &line).await.unwrap();
+    let first_waiting = states
+        .iter()
+        .position(|s| matches!(s, VisitorState::Waiting(_)))
+        .unwrap();
+    for (i, state) in states.iter().enumerate() {
+        if i < first_waiting {
+            assert_eq!(*state, VisitorState::Admitted, "visitor {i}");
+        } else {
+            assert!(
+                matches!(state, VisitorState::Waiting(p) if p.position == (i - first_waiting) as u64 + 1),
+                "visitor {i} lost their place: {state:?}"
+            );
+        }
+    }
+    let ready = http
+        .get(format!("http://{}/__anteroom/readyz", ar.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    let page = http
+        .get(&url)
+        .header("cookie", format!("ar_visitor={cookie}"))
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status_header(&page).as_deref(), Some("waiting"));
+    let body: serde_json::Value = page.json().await.unwrap();
+    assert_eq!(body["position"], 200 - first_waiting as u64 + 1);
+    ar.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_with_sigkill_loses_nobodys_place() {
+    let redis = RedisServer::start();
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Rate 0.01: the first visitor goes straight in, everyone after waits.
+    let room = "    rate: 0.01\n    max_active: 1000";
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let config_path = dir.path().join("anteroom.yaml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "listen: \"{listen}\"\nadmit_interval: 100ms\ncookie_secret: \"{COOKIE_SECRET}\"\nadmin_token: \"{ADMIN_TOKEN}\"\ndata_dir: \"{data}\"\nredis:\n  url: \"{url}\"\nrooms:\n  main:\n    origin: {origin}\n{room}\n",
+            data = dir.path().join("data").display(),
+            url = redis.url(),
+            origin = origin.url(),
+        ),
+    )
+    .unwrap();
+    let mut killed = Command::new(env!("CARGO_BIN_EXE_anteroom"))
+        .arg("--config")
+        .arg(&config_path)
+        .env_remove("ANTEROOM_ADMIN_TOKEN")
+        .env_remove("ANTEROOM_COOKIE_SECRET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let http = client();
+    let url = format!("http://{listen}/");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while http
+        .get(format!("{url}__anteroom/healthz"))
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the replica did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = http.get(&url).send().await.unwrap();
+    assert_eq!(status_header(&first), None, "the first visitor is proxied");
+    let mut cookies = Vec::new();
+    for expected in 1..=10u64 {
+        let page = http
+            .get(&url)
+            .header("accept", "application/json")
+            .send()
+            .await
+            .unwrap();
+        let cookie = visitor_cookie(&page).unwrap();
+        let body: serde_json::Value = page.json().await.unwrap();
+        assert_eq!(body["position"], expected);
+        cookies.push(cookie);
+    }
+
+    killed.kill().unwrap(); // SIGKILL
+    killed.wait().unwrap();
+
+    let survivor = instance(
+        &redis_config(&origin.url(), &redis.url(), dir.path(), room),
+        &redis.url(),
+    )
+    .await;
+    for (i, cookie) in cookies.iter().enumerate() {
+        let page = http
+            .get(format!("http://{}/", survivor.addr))
+            .header("cookie", format!("ar_visitor={cookie}"))
+            .header("accept", "application/json")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(status_header(&page).as_deref(), Some("waiting"));
+        let body: serde_json::Value = page.json().await.unwrap();
+        assert_eq!(body["position"], i as u64 + 1, "visitor {i}");
+        assert_eq!(body["waiting"], 10);
+    }
+    survivor.shutdown().await.unwrap();
+}
+
+fn used_memory(server: &RedisServer) -> u64 {
+    server
+        .cli(&["INFO", "memory"])
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Not a timed test: prints joins/s, admissions/s and Redis memory per waiting visitor.
+/// `cargo test --release --test redis measure -- --ignored --nocapture`
+/// (`ANTEROOM_MEASURE_N=1000000` for a million).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn measure_joins_admissions_and_memory() {
+    use futures_util::StreamExt;
+    let n: usize = std::env::var("ANTEROOM_MEASURE_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let redis = RedisServer::start();
+    let store = store(&redis.url()).await;
+    let seed = anteroom::queue::RoomSettings {
+        rate: 1_000_000.0,
+        max_active: 100_000_000,
+        session_ttl: Duration::from_secs(300),
+        abandon_after: Duration::from_secs(3_600),
+        paused: false,
+    };
+    store.open_room("main", &seed, false).await.unwrap();
+    store
+        .update_settings("main", &SettingsPatch::pause())
+        .await
+        .unwrap();
+    let base = used_memory(&redis);
+    let started = Instant::now();
+    let joined = futures_util::stream::iter(0..n)
+        .map(|_| {
+            let store = store.clone();
+            async move { store.resolve("main", VisitorId::random()).await.unwrap() }
+        })
+        .buffer_unordered(256)
+        .count()
+        .await;
+    let join_secs = started.elapsed().as_secs_f64();
+    let bytes = used_memory(&redis) - base;
+    println!(
+        "joins: {joined} in {join_secs:.2} s = {:.0}/s (256 in flight, one connection)",
+        joined as f64 / join_secs
+    );
+    println!(
+        "memory: {bytes} B for {n} waiting = {:.1} B per waiting visitor",
+        bytes as f64 / n as f64
+    );
+    // Positions for the SSE tick: one call per batch of 1,000.
+    let sample: Vec<VisitorId> = (0..1_000).map(|_| VisitorId::random()).collect();
+    let started = Instant::now();
+    for _ in 0..100 {
+        store.heartbeat("main", &sample).await.unwrap();
+    }
+    println!(
+        "heartbeat batches of 1000: {:.2} ms each",
+        started.elapsed().as_secs_f64() * 10.0
+    );
+    // Admissions: passes of 10,000 (rate 10,000/s, one pass a second's worth each).
+    store
+        .update_settings(
+            "main",
+            &SettingsPatch {
+                rate: Some(10_000.0),
+                paused: Some(false),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut admitted = 0;
+    let mut busy = Duration::ZERO;
+    while admitted < n.min(200_000) {
+        store.advance_clock_for_tests(Duration::from_secs(1));
+        let started = Instant::now();
+        admitted += store.admit_pass("main").await.unwrap().admitted.len();
+        busy += started.elapsed();
+    }
+    println!(
+        "admissions: {admitted} in {:.2} s of pass time = {:.0}/s (passes of 10,000)",
+        busy.as_secs_f64(),
+        admitted as f64 / busy.as_secs_f64()
+    );
+}

@@ -2,8 +2,10 @@
 //! identify (client, room, visitor cookie), classify (reserved path or the site), decide
 //! (the store, through [`Admission`]), respond (proxy, waiting page, or a page of ours).
 
+pub mod assets;
 pub mod body;
 pub mod client;
+pub mod i18n;
 pub mod live;
 pub mod pages;
 pub mod proxy;
@@ -56,6 +58,8 @@ enum Class {
     Healthz,
     Readyz,
     Events,
+    /// A built-in front-end file, `/__anteroom/static/{name}`.
+    Static(String),
     /// Under `/__anteroom/` but nothing we serve.
     UnknownReserved,
     Site,
@@ -74,6 +78,9 @@ fn classify(req: &Request<Incoming>) -> Class {
         (&Method::GET | &Method::HEAD, "healthz") => Class::Healthz,
         (&Method::GET | &Method::HEAD, "readyz") => Class::Readyz,
         (&Method::GET, "events") => Class::Events,
+        (&Method::GET | &Method::HEAD, p) if p.starts_with("static/") => {
+            Class::Static(p["static/".len()..].to_owned())
+        }
         _ => Class::UnknownReserved,
     }
 }
@@ -85,6 +92,8 @@ struct Identity {
     /// The verified visitor of this room, if the cookie verified.
     visitor: Option<VisitorId>,
     wants_json: bool,
+    /// The language of our pages, from `Accept-Language`.
+    lang: i18n::Lang,
 }
 
 impl App {
@@ -169,6 +178,16 @@ impl App {
                 );
             }
             Class::Events => return self.events(&identity),
+            Class::Static(name) => {
+                return assets::serve(&name, req.method() == Method::HEAD).unwrap_or_else(|| {
+                    self.message(
+                        StatusCode::NOT_FOUND,
+                        "Not found",
+                        "There is nothing here.",
+                        identity.wants_json,
+                    )
+                });
+            }
             Class::Site => {}
         }
         let Some(room_index) = identity.room else {
@@ -193,8 +212,8 @@ impl App {
             Decision::Admitted | Decision::Stalled { fail_open: true } => {
                 self.proxy(room, req, &identity).await
             }
-            Decision::Waiting(place) => self.waiting(room, place, identity.wants_json),
-            Decision::Stalled { fail_open: false } => self.stalled(room, identity.wants_json),
+            Decision::Waiting(place) => self.waiting(room, place, &identity),
+            Decision::Stalled { fail_open: false } => self.stalled(room, &identity),
         };
         if new_cookie || matches!(decision, Decision::Waiting(_)) {
             // Re-issued on every waiting page so the cookie's age slides while they wait.
@@ -230,6 +249,7 @@ impl App {
             room,
             visitor,
             wants_json: pages::prefers_json(req.headers().get(header::ACCEPT)),
+            lang: i18n::negotiate(req.headers().get(header::ACCEPT_LANGUAGE)),
         }
     }
 
@@ -290,7 +310,7 @@ impl App {
         }
     }
 
-    fn waiting(&self, room: &Room, place: Place, json: bool) -> Response<Body> {
+    fn waiting(&self, room: &Room, place: Place, identity: &Identity) -> Response<Body> {
         let eta = self.admission.eta(&room.config.name, place.position);
         let view = WaitingView {
             status: VisitorStatus::Waiting,
@@ -301,13 +321,20 @@ impl App {
             retry_after_secs: retry_after(eta),
             phase: Phase::Queueing,
             paused: place.paused,
+            phase_ends_at: None,
         };
         let status = StatusCode::from_u16(room.config.queue_status_code).unwrap_or(StatusCode::OK);
-        self.pages.waiting(&view, &room_text(room), status, json)
+        self.pages.waiting(
+            &view,
+            &room_text(room),
+            status,
+            identity.wants_json,
+            identity.lang,
+        )
     }
 
-    fn stalled(&self, room: &Room, json: bool) -> Response<Body> {
-        if json {
+    fn stalled(&self, room: &Room, identity: &Identity) -> Response<Body> {
+        if identity.wants_json {
             let view = WaitingView {
                 status: VisitorStatus::Stalled,
                 room: room.config.name.clone(),
@@ -317,19 +344,23 @@ impl App {
                 retry_after_secs: 5,
                 phase: Phase::Queueing,
                 paused: false,
+                phase_ends_at: None,
             };
             return self.pages.waiting(
                 &view,
                 &room_text(room),
                 StatusCode::SERVICE_UNAVAILABLE,
                 true,
+                identity.lang,
             );
         }
-        self.pages.message(
+        let t = identity.lang.catalog();
+        self.pages.message_in(
+            identity.lang,
             StatusCode::SERVICE_UNAVAILABLE,
             Some(VisitorStatus::Stalled),
-            &room.config.title,
-            "We are having trouble reaching the line. If you were waiting, you keep your place; this page will try again by itself.",
+            i18n::title(&room.config.title, t),
+            t.stalled_detail,
             Some(5),
             false,
         )

@@ -2,21 +2,29 @@
 //! holding and error pages, and `application/problem+json` errors. Each carries
 //! `X-Anteroom-Status` where SPEC §5 asks for it and `Cache-Control: no-store`.
 //!
-//! The split-flap front-end plugs in here: today the plain server-rendered page is the only
-//! one, and a build with the front-end will swap the template, not the request path.
+//! Two waiting pages: with the front-end built in (`web/`, see [`super::assets`]) the
+//! split-flap board (`templates/board.html` plus the embedded script and stylesheet);
+//! without it the plain page (`templates/waiting.html`, an inline script). Both are
+//! complete without JavaScript (a `<noscript>` meta refresh), and both speak the visitor's
+//! language ([`super::i18n`]).
+
+use std::time::SystemTime;
 
 use http::{HeaderValue, Response, StatusCode, header};
 use minijinja::{Environment, context};
 use serde::Serialize;
 
+use super::assets::{self, Entry};
 use super::body::{Body, full};
+use super::i18n::{self, Catalog, Lang};
 use crate::admission::Eta;
 
 pub const STATUS_HEADER: &str = "x-anteroom-status";
 
-/// Whether the animated front-end (`web/`) is compiled into this binary. Not yet: every
-/// page is the plain server-rendered one, which works without JavaScript.
-pub const FRONTEND_BUILT_IN: bool = false;
+/// Whether the animated front-end (`web/dist`) is compiled into this binary: set by
+/// `build.rs` when Vite's manifest was there to embed. Without it every page is the plain
+/// server-rendered one.
+pub const FRONTEND_BUILT_IN: bool = cfg!(anteroom_frontend);
 
 /// The value of `X-Anteroom-Status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -62,6 +70,21 @@ pub struct WaitingView {
     pub retry_after_secs: u64,
     pub phase: Phase,
     pub paused: bool,
+    /// When the current phase ends (`before_open`: the queue opens; `draw`: the doors
+    /// open), for the page's countdown. Not part of the JSON body.
+    #[serde(skip)]
+    pub phase_ends_at: Option<SystemTime>,
+}
+
+impl Phase {
+    fn as_str(self) -> &'static str {
+        match self {
+            Phase::Queueing => "queueing",
+            Phase::BeforeOpen => "before_open",
+            Phase::Draw => "draw",
+            Phase::Closed => "closed",
+        }
+    }
 }
 
 /// Page text that comes from the room's config rather than the store.
@@ -72,27 +95,105 @@ pub struct RoomText<'a> {
 
 pub struct Pages {
     env: Environment<'static>,
+    /// The split-flap board's script and stylesheets, when the front-end is built in.
+    board: Option<Entry>,
 }
 
 impl Default for Pages {
+    /// The board when it is built in, else the plain page.
     fn default() -> Self {
-        let mut env = Environment::new();
-        env.add_template("waiting.html", include_str!("templates/waiting.html"))
-            .expect("built-in waiting template parses");
-        env.add_template("message.html", include_str!("templates/message.html"))
-            .expect("built-in message template parses");
-        Pages { env }
+        Pages::new(assets::entry(assets::WAITING_ENTRY))
+    }
+}
+
+/// The data blob the board's script starts from (`<script type="application/json">`).
+#[derive(Serialize)]
+struct BoardData {
+    strings: &'static Catalog,
+    position: Option<u64>,
+    waiting: u64,
+    eta_secs: Eta,
+    phase: Phase,
+    paused: bool,
+    server_now_ms: u64,
+    countdown_to_ms: Option<u64>,
+}
+
+/// One digit of the server-rendered board.
+#[derive(Serialize)]
+struct Digit {
+    d: char,
+    lead: bool,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `position` zero-padded to the digits of `waiting` (the board's starting width), each
+/// digit marked when it is a leading zero.
+fn board_digits(position: u64, waiting: u64) -> Vec<Digit> {
+    let width = waiting.max(position).to_string().len();
+    let text = format!("{position:0width$}");
+    let last = text.len() - 1;
+    let mut leading = true;
+    text.chars()
+        .enumerate()
+        .map(|(i, d)| {
+            leading = leading && d == '0' && i < last;
+            Digit { d, lead: leading }
+        })
+        .collect()
+}
+
+/// `1 d 02:03:04`, `02:03:04` or `03:04`, as the script's countdown shows it.
+fn countdown_text(secs: u64, catalog: &Catalog) -> String {
+    let (days, h, m, s) = (secs / 86_400, secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
+    let clock = if days > 0 || h > 0 {
+        format!("{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{m:02}:{s:02}")
+    };
+    if days > 0 {
+        format!("{} {clock}", catalog.days.replace("{n}", &days.to_string()))
+    } else {
+        clock
     }
 }
 
 impl Pages {
-    /// The waiting page, as HTML or JSON.
+    /// Pages with the board's assets (`Some`) or the plain page (`None`).
+    pub fn new(board: Option<Entry>) -> Self {
+        let mut env = Environment::new();
+        env.add_template("waiting.html", include_str!("templates/waiting.html"))
+            .expect("built-in waiting template parses");
+        env.add_template("board.html", include_str!("templates/board.html"))
+            .expect("built-in board template parses");
+        env.add_template("message.html", include_str!("templates/message.html"))
+            .expect("built-in message template parses");
+        Pages { env, board }
+    }
+
+    /// The plain page, whatever this binary was built with.
+    pub fn plain() -> Self {
+        Pages::new(None)
+    }
+
+    /// Whether waiting visitors get the split-flap board.
+    pub fn has_board(&self) -> bool {
+        self.board.is_some()
+    }
+
+    /// The waiting page, as HTML (in `lang`) or JSON.
     pub fn waiting(
         &self,
         view: &WaitingView,
         text: &RoomText<'_>,
         status: StatusCode,
         json: bool,
+        lang: Lang,
     ) -> Response<Body> {
         let (content_type, body) = if json {
             (
@@ -100,20 +201,48 @@ impl Pages {
                 serde_json::to_string(view).expect("a view always serializes"),
             )
         } else {
+            let t = lang.catalog();
+            let now = SystemTime::now();
+            let countdown_secs = view
+                .phase_ends_at
+                .and_then(|end| end.duration_since(now).ok())
+                .map_or(0, |d| d.as_secs_f64().ceil() as u64);
+            let title = i18n::title(text.title, t);
+            let ctx = context! {
+                t => t,
+                title => title,
+                message => text.message,
+                position => view.position,
+                waiting => view.waiting,
+                eta_text => t.eta(view.eta_secs.min, view.eta_secs.max),
+                announce => view.position.map(|p| t.announce(p)),
+                paused => view.paused,
+                phase => view.phase.as_str(),
+                refresh_secs => view.retry_after_secs,
+                countdown_text => countdown_text(countdown_secs, t),
+                digits => board_digits(view.position.unwrap_or(0), view.waiting),
+                script => self.board.as_ref().map(|b| b.script.as_str()),
+                styles => self.board.as_ref().map(|b| b.styles.as_slice()),
+                data => BoardData {
+                    strings: t,
+                    position: view.position,
+                    waiting: view.waiting,
+                    eta_secs: view.eta_secs,
+                    phase: view.phase,
+                    paused: view.paused,
+                    server_now_ms: unix_ms(now),
+                    countdown_to_ms: view.phase_ends_at.map(unix_ms),
+                },
+            };
+            let template = if self.board.is_some() {
+                "board.html"
+            } else {
+                "waiting.html"
+            };
             let html = self
                 .env
-                .get_template("waiting.html")
-                .and_then(|t| {
-                    t.render(context! {
-                        title => text.title,
-                        message => text.message,
-                        position => view.position,
-                        waiting => view.waiting,
-                        eta_text => eta_text(view.eta_secs),
-                        paused => view.paused,
-                        refresh_secs => view.retry_after_secs,
-                    })
-                })
+                .get_template(template)
+                .and_then(|t| t.render(ctx))
                 .unwrap_or_else(|e| {
                     tracing::error!(error = %e, "waiting page failed to render");
                     format!("You are number {:?} in line.", view.position)
@@ -130,9 +259,62 @@ impl Pages {
     }
 
     /// A page anteroom answers itself instead of the site: HTML for browsers,
-    /// `application/problem+json` for clients that prefer JSON.
+    /// `application/problem+json` for clients that prefer JSON. The text is English; see
+    /// [`Pages::message_in`].
     pub fn message(
         &self,
+        status: StatusCode,
+        visitor_status: Option<VisitorStatus>,
+        title: &str,
+        detail: &str,
+        retry_after: Option<u64>,
+        json: bool,
+    ) -> Response<Body> {
+        self.message_in(
+            Lang::En,
+            status,
+            visitor_status,
+            title,
+            detail,
+            retry_after,
+            json,
+        )
+    }
+
+    /// The 429 page for a visitor over the join limit (SPEC §3), in their language.
+    pub fn refused(&self, lang: Lang, retry_after: u64, json: bool) -> Response<Body> {
+        let t = lang.catalog();
+        self.message_in(
+            lang,
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(VisitorStatus::Refused),
+            t.refused_title,
+            t.refused_detail,
+            Some(retry_after),
+            json,
+        )
+    }
+
+    /// The page for a room whose line is closed (SPEC §7), in the visitor's language.
+    pub fn closed(&self, lang: Lang, status: StatusCode, json: bool) -> Response<Body> {
+        let t = lang.catalog();
+        self.message_in(
+            lang,
+            status,
+            Some(VisitorStatus::Closed),
+            t.closed_title,
+            t.closed_detail,
+            None,
+            json,
+        )
+    }
+
+    /// [`Pages::message`] in `lang` (the page's `lang` and `dir`; the caller translates
+    /// the text).
+    #[allow(clippy::too_many_arguments)]
+    pub fn message_in(
+        &self,
+        lang: Lang,
         status: StatusCode,
         visitor_status: Option<VisitorStatus>,
         title: &str,
@@ -154,7 +336,12 @@ impl Pages {
                 .get_template("message.html")
                 .and_then(|t| {
                     t.render(
-                        context! { title => title, detail => detail, refresh_secs => retry_after },
+                        context! {
+                            t => lang.catalog(),
+                            title => title,
+                            detail => detail,
+                            refresh_secs => retry_after,
+                        },
                     )
                 })
                 .unwrap_or_else(|_| title.to_owned());
@@ -167,23 +354,6 @@ impl Pages {
                 .insert(STATUS_HEADER, HeaderValue::from_static(s.as_str()));
         }
         response
-    }
-}
-
-fn eta_text(eta: Eta) -> String {
-    fn fmt(secs: u64) -> String {
-        if secs < 90 {
-            format!("{} s", secs.max(1))
-        } else {
-            format!("{} min", (secs + 30) / 60)
-        }
-    }
-    if eta.max == 0 {
-        "less than a minute".to_owned()
-    } else if eta.min == eta.max {
-        fmt(eta.max)
-    } else {
-        format!("{} – {}", fmt(eta.min), fmt(eta.max))
     }
 }
 
@@ -299,6 +469,7 @@ mod tests {
             retry_after_secs: 5,
             phase: Phase::Queueing,
             paused: false,
+            phase_ends_at: None,
         };
         let json: serde_json::Value = serde_json::to_value(&view).unwrap();
         let mut keys: Vec<_> = json.as_object().unwrap().keys().cloned().collect();
@@ -333,12 +504,13 @@ mod tests {
             retry_after_secs: 5,
             phase: Phase::Queueing,
             paused: false,
+            phase_ends_at: None,
         };
         let text = RoomText {
             title: "<script>x</script>",
             message: "a & b",
         };
-        let response = pages.waiting(&view, &text, StatusCode::OK, false);
+        let response = pages.waiting(&view, &text, StatusCode::OK, false, Lang::En);
         assert_eq!(response.headers()[STATUS_HEADER], "waiting");
         assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");
         assert_eq!(response.headers()[header::RETRY_AFTER], "5");

@@ -124,7 +124,10 @@ pub fn serve(name: &str, head: bool) -> Option<Response<Body>> {
         header::CACHE_CONTROL,
         HeaderValue::from_static("public, max-age=31536000, immutable"),
     );
-    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     if head {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     }
@@ -138,7 +141,14 @@ mod tests {
     #[test]
     fn only_build_output_is_servable() {
         assert!(servable("waiting-H4OruCbc.js"));
-        for bad in ["", ".vite", ".vite/manifest.json", "../Cargo.toml", "a/b.js", "%2e"] {
+        for bad in [
+            "",
+            ".vite",
+            ".vite/manifest.json",
+            "../Cargo.toml",
+            "a/b.js",
+            "%2e",
+        ] {
             assert!(!servable(bad), "{bad}");
             assert!(serve(bad, false).is_none(), "{bad}");
         }

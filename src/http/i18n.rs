@@ -127,7 +127,8 @@ impl Catalog {
             if secs < 90 {
                 self.eta_secs.replace("{n}", &secs.max(1).to_string())
             } else {
-                self.eta_mins.replace("{n}", &((secs + 30) / 60).to_string())
+                self.eta_mins
+                    .replace("{n}", &((secs + 30) / 60).to_string())
             }
         };
         if max == 0 {

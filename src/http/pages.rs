@@ -11,7 +11,7 @@
 use std::time::SystemTime;
 
 use http::{HeaderValue, Response, StatusCode, header};
-use minijinja::{Environment, context};
+use minijinja::{Environment, Value, context};
 use serde::Serialize;
 
 use super::assets::{self, Entry};
@@ -150,7 +150,12 @@ fn board_digits(position: u64, waiting: u64) -> Vec<Digit> {
 
 /// `1 d 02:03:04`, `02:03:04` or `03:04`, as the script's countdown shows it.
 fn countdown_text(secs: u64, catalog: &Catalog) -> String {
-    let (days, h, m, s) = (secs / 86_400, secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
+    let (days, h, m, s) = (
+        secs / 86_400,
+        secs % 86_400 / 3600,
+        secs % 3600 / 60,
+        secs % 60,
+    );
     let clock = if days > 0 || h > 0 {
         format!("{h:02}:{m:02}:{s:02}")
     } else {
@@ -221,8 +226,11 @@ impl Pages {
                 refresh_secs => view.retry_after_secs,
                 countdown_text => countdown_text(countdown_secs, t),
                 digits => board_digits(view.position.unwrap_or(0), view.waiting),
-                script => self.board.as_ref().map(|b| b.script.as_str()),
-                styles => self.board.as_ref().map(|b| b.styles.as_slice()),
+                // Our own build's URLs (from the embedded manifest), written as they are.
+                script => self.board.as_ref().map(|b| Value::from_safe_string(b.script.clone())),
+                styles => self.board.as_ref().map(|b| {
+                    b.styles.iter().cloned().map(Value::from_safe_string).collect::<Vec<_>>()
+                }),
                 data => BoardData {
                     strings: t,
                     position: view.position,
@@ -335,14 +343,12 @@ impl Pages {
                 .env
                 .get_template("message.html")
                 .and_then(|t| {
-                    t.render(
-                        context! {
-                            t => lang.catalog(),
-                            title => title,
-                            detail => detail,
-                            refresh_secs => retry_after,
-                        },
-                    )
+                    t.render(context! {
+                        t => lang.catalog(),
+                        title => title,
+                        detail => detail,
+                        refresh_secs => retry_after,
+                    })
                 })
                 .unwrap_or_else(|_| title.to_owned());
             ("text/html; charset=utf-8", html)
@@ -514,5 +520,143 @@ mod tests {
         assert_eq!(response.headers()[STATUS_HEADER], "waiting");
         assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");
         assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+    }
+
+    fn view(position: Option<u64>, waiting: u64, phase: Phase) -> WaitingView {
+        WaitingView {
+            status: VisitorStatus::Waiting,
+            room: "main".into(),
+            position,
+            waiting,
+            eta_secs: Eta { min: 120, max: 300 },
+            retry_after_secs: 7,
+            phase,
+            paused: false,
+            phase_ends_at: None,
+        }
+    }
+
+    async fn render(pages: &Pages, view: &WaitingView, title: &str, lang: Lang) -> String {
+        use http_body_util::BodyExt;
+        let text = RoomText {
+            title,
+            message: "<b>hi</b>",
+        };
+        let response = pages.waiting(view, &text, StatusCode::OK, false, lang);
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "text/html; charset=utf-8"
+        );
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(body.to_vec()).unwrap()
+    }
+
+    /// The page a binary built without the front-end serves: the position, self-refreshing,
+    /// translated.
+    #[tokio::test]
+    async fn the_plain_page_shows_the_position_and_refreshes_itself() {
+        let pages = Pages::plain();
+        assert!(!pages.has_board());
+        let html = render(
+            &pages,
+            &view(Some(42), 130, Phase::Queueing),
+            "You're in line",
+            Lang::En,
+        )
+        .await;
+        assert!(html.contains(r#"<html lang="en" dir="ltr">"#), "{html}");
+        assert!(
+            html.contains(r#"id="ar-position" aria-hidden="true">42<"#),
+            "{html}"
+        );
+        assert!(html.contains(r#"<meta http-equiv="refresh" content="7">"#));
+        assert!(html.contains("You are number 42 in line."));
+        assert!(html.contains("2 min – 5 min"));
+        assert!(html.contains("&lt;b&gt;hi&lt;"), "operator text is escaped");
+        assert!(html.contains(r#"new EventSource("/__anteroom/events")"#));
+        assert!(!html.contains("/__anteroom/static/"));
+        let de = render(
+            &pages,
+            &view(Some(42), 130, Phase::Queueing),
+            "You're in line",
+            Lang::De,
+        )
+        .await;
+        assert!(de.contains(r#"<html lang="de" dir="ltr">"#));
+        assert!(de.contains("<title>Sie sind in der Warteschlange</title>"));
+        assert!(de.contains("Ihr Platz in der Warteschlange"));
+        assert!(de.contains("2 Min. – 5 Min."));
+    }
+
+    #[tokio::test]
+    async fn the_board_page_loads_its_assets_and_renders_the_number() {
+        let pages = Pages::new(Some(Entry {
+            script: "/__anteroom/static/waiting-abc.js".into(),
+            styles: vec!["/__anteroom/static/waiting-def.css".into()],
+        }));
+        let html = render(
+            &pages,
+            &view(Some(7), 120, Phase::Queueing),
+            "Drop",
+            Lang::Ar,
+        )
+        .await;
+        assert!(html.contains(r#"<html lang="ar" dir="rtl">"#), "{html}");
+        assert!(html.contains(r#"<script type="module" src="/__anteroom/static/waiting-abc.js">"#));
+        assert!(
+            html.contains(r#"<link rel="stylesheet" href="/__anteroom/static/waiting-def.css">"#)
+        );
+        assert!(html.contains(r#"<noscript><meta http-equiv="refresh" content="7"></noscript>"#));
+        assert!(html.contains(r#"aria-live="polite""#));
+        assert!(
+            html.contains("<title>Drop</title>"),
+            "the operator's title as given"
+        );
+        // 007: padded to the line's width, the leading zeros marked.
+        let digits: Vec<&str> = html
+            .match_indices("data-digit=\"")
+            .map(|(i, _)| &html[i + 12..i + 13])
+            .collect();
+        assert_eq!(digits, ["0", "0", "7"]);
+        assert_eq!(html.matches("ar-flap ar-lead").count(), 2);
+        // The script's data: strings in the page's language, the server's clock.
+        let blob = html
+            .split(r#"<script type="application/json" id="ar-data">"#)
+            .nth(1)
+            .unwrap();
+        let blob = blob.split("</script>").next().unwrap();
+        let data: serde_json::Value = serde_json::from_str(blob).unwrap();
+        assert_eq!(data["strings"]["code"], "ar");
+        assert_eq!(data["position"], 7);
+        assert_eq!(data["phase"], "queueing");
+        assert!(data["server_now_ms"].as_u64().unwrap() > 1_600_000_000_000);
+        assert!(data["countdown_to_ms"].is_null());
+    }
+
+    #[tokio::test]
+    async fn the_draw_shows_a_countdown_and_no_position() {
+        let pages = Pages::new(Some(Entry {
+            script: "/s.js".into(),
+            styles: vec![],
+        }));
+        let mut v = view(None, 5000, Phase::Draw);
+        v.phase_ends_at = Some(SystemTime::now() + std::time::Duration::from_secs(3723));
+        let html = render(&pages, &v, "Drop", Lang::En).await;
+        assert!(html.contains("Doors open in"));
+        assert!(html.contains("01:02:0"), "{html}");
+        assert!(
+            html.contains(r#"<section id="ar-queue" aria-labelledby="ar-place-label" hidden>"#)
+        );
+        assert!(html.contains(r#"id="ar-entered">5000<"#));
+    }
+
+    #[test]
+    fn countdown_and_digits() {
+        assert_eq!(countdown_text(90, &i18n::Lang::En.catalog()), "01:30");
+        assert_eq!(countdown_text(90_061, Lang::De.catalog()), "1 T 01:01:01");
+        let d: String = board_digits(5, 1234).iter().map(|d| d.d).collect();
+        assert_eq!(d, "0005");
+        let d: String = board_digits(0, 0).iter().map(|d| d.d).collect();
+        assert_eq!(d, "0");
     }
 }

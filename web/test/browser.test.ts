@@ -143,7 +143,7 @@ describe('the waiting page in Chromium', () => {
     await page.waitForSelector('html.ar-js');
     expect(await page.getAttribute('html', 'lang')).toBe('de');
     expect(await page.textContent('#ar-place-label')).toBe('Ihr Platz in der Warteschlange');
-    expect(await page.textContent('.ar-note')).toContain('Lassen Sie diese Seite geöffnet');
+    expect(await page.textContent('main > .ar-note')).toContain('Lassen Sie diese Seite geöffnet');
     // The operator's title is shown as given.
     expect(await page.textContent('h1')).toBe('Sneaker drop');
     expect(await axeViolations(page)).toEqual([]);

@@ -45,7 +45,7 @@ export async function startOrigin(): Promise<OriginServer> {
   const requests: string[] = [];
   const server = http.createServer((req, res) => {
     requests.push(req.url ?? '');
-    const uri = (req.url ?? '').replace(/[<>&"]/g, '');
+    const uri = (req.url ?? '').replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
     res.end(
       `<!doctype html><html lang="en"><head><title>The shop</title></head><body><h1>The shop</h1><p id="origin-uri">${uri}</p></body></html>`,

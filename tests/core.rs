@@ -67,11 +67,20 @@ async fn beyond_the_rate_visitors_queue_in_arrival_order() {
         cookies.push(visitor_cookie(&response).unwrap());
         let html = response.text().await.unwrap();
         assert!(
-            html.contains(&format!(
-                r#"id="ar-position" aria-hidden="true">{expected}<"#
-            )),
+            html.contains(&format!("You are number {expected} in line.")),
             "position {expected} in {html}"
         );
+        if anteroom::http::pages::FRONTEND_BUILT_IN {
+            assert!(html.contains("/__anteroom/static/"), "the board's assets");
+            assert!(html.contains(&format!(r#"data-digit="{expected}""#)));
+        } else {
+            assert!(
+                html.contains(&format!(
+                    r#"id="ar-position" aria-hidden="true">{expected}<"#
+                )),
+                "the plain page's position {expected} in {html}"
+            );
+        }
         assert!(
             html.contains("http-equiv=\"refresh\""),
             "a meta refresh for pages without JavaScript"

@@ -3,8 +3,10 @@
 //! (the store, through [`Admission`]), respond (proxy, waiting page, or a page of ours).
 
 pub mod admin;
+pub mod assets;
 pub mod body;
 pub mod client;
+pub mod i18n;
 pub mod live;
 pub mod metrics;
 pub mod pages;
@@ -62,6 +64,8 @@ enum Class {
     Events,
     /// `/__anteroom/admin` and everything below it: [`admin::handle`].
     Admin,
+    /// A built-in front-end file, `/__anteroom/static/{name}`.
+    Static(String),
     /// Under `/__anteroom/` but nothing we serve.
     UnknownReserved,
     Site,
@@ -81,6 +85,9 @@ fn classify(req: &Request<Incoming>) -> Class {
         (&Method::GET | &Method::HEAD, "readyz") => Class::Readyz,
         (&Method::GET, "events") => Class::Events,
         (_, p) if p == "admin" || p.starts_with("admin/") => Class::Admin,
+        (&Method::GET | &Method::HEAD, p) if p.starts_with("static/") => {
+            Class::Static(p["static/".len()..].to_owned())
+        }
         _ => Class::UnknownReserved,
     }
 }
@@ -92,6 +99,8 @@ struct Identity {
     /// The verified visitor of this room, if the cookie verified.
     visitor: Option<VisitorId>,
     wants_json: bool,
+    /// The language of our pages, from `Accept-Language`.
+    lang: i18n::Lang,
 }
 
 impl App {
@@ -184,6 +193,16 @@ impl App {
             }
             Class::Events => return self.events(&identity),
             Class::Admin => return admin::handle(self, req, identity.client_ip, peer).await,
+            Class::Static(name) => {
+                return assets::serve(&name, req.method() == Method::HEAD).unwrap_or_else(|| {
+                    self.message(
+                        StatusCode::NOT_FOUND,
+                        "Not found",
+                        "There is nothing here.",
+                        identity.wants_json,
+                    )
+                });
+            }
             Class::Site => {}
         }
         let Some(room_index) = identity.room else {
@@ -209,8 +228,8 @@ impl App {
                 let proxied = self.proxy(room, req, &identity);
                 self.metrics.time_proxy(&room.config.name, proxied).await
             }
-            Decision::Waiting(place) => self.waiting(room, place, identity.wants_json),
-            Decision::Stalled { fail_open: false } => self.stalled(room, identity.wants_json),
+            Decision::Waiting(place) => self.waiting(room, place, &identity),
+            Decision::Stalled { fail_open: false } => self.stalled(room, &identity),
         };
         if new_cookie || matches!(decision, Decision::Waiting(_)) {
             // Re-issued on every waiting page so the cookie's age slides while they wait.
@@ -246,6 +265,7 @@ impl App {
             room,
             visitor,
             wants_json: pages::prefers_json(req.headers().get(header::ACCEPT)),
+            lang: i18n::negotiate(req.headers().get(header::ACCEPT_LANGUAGE)),
         }
     }
 
@@ -306,7 +326,7 @@ impl App {
         }
     }
 
-    fn waiting(&self, room: &Room, place: Place, json: bool) -> Response<Body> {
+    fn waiting(&self, room: &Room, place: Place, identity: &Identity) -> Response<Body> {
         let eta = self.admission.eta(&room.config.name, place.position);
         let view = WaitingView {
             status: VisitorStatus::Waiting,
@@ -317,13 +337,20 @@ impl App {
             retry_after_secs: retry_after(eta),
             phase: Phase::Queueing,
             paused: place.paused,
+            phase_ends_at: None,
         };
         let status = StatusCode::from_u16(room.config.queue_status_code).unwrap_or(StatusCode::OK);
-        self.pages.waiting(&view, &room_text(room), status, json)
+        self.pages.waiting(
+            &view,
+            &room_text(room),
+            status,
+            identity.wants_json,
+            identity.lang,
+        )
     }
 
-    fn stalled(&self, room: &Room, json: bool) -> Response<Body> {
-        if json {
+    fn stalled(&self, room: &Room, identity: &Identity) -> Response<Body> {
+        if identity.wants_json {
             let view = WaitingView {
                 status: VisitorStatus::Stalled,
                 room: room.config.name.clone(),
@@ -333,19 +360,23 @@ impl App {
                 retry_after_secs: 5,
                 phase: Phase::Queueing,
                 paused: false,
+                phase_ends_at: None,
             };
             return self.pages.waiting(
                 &view,
                 &room_text(room),
                 StatusCode::SERVICE_UNAVAILABLE,
                 true,
+                identity.lang,
             );
         }
-        self.pages.message(
+        let t = identity.lang.catalog();
+        self.pages.message_in(
+            identity.lang,
             StatusCode::SERVICE_UNAVAILABLE,
             Some(VisitorStatus::Stalled),
-            &room.config.title,
-            "We are having trouble reaching the line. If you were waiting, you keep your place; this page will try again by itself.",
+            i18n::title(&room.config.title, t),
+            t.stalled_detail,
             Some(5),
             false,
         )

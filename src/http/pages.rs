@@ -2,21 +2,29 @@
 //! holding and error pages, and `application/problem+json` errors. Each carries
 //! `X-Anteroom-Status` where SPEC §5 asks for it and `Cache-Control: no-store`.
 //!
-//! The split-flap front-end plugs in here: today the plain server-rendered page is the only
-//! one, and a build with the front-end will swap the template, not the request path.
+//! Two waiting pages: with the front-end built in (`web/`, see [`super::assets`]) the
+//! split-flap board (`templates/board.html` plus the embedded script and stylesheet);
+//! without it the plain page (`templates/waiting.html`, an inline script). Both are
+//! complete without JavaScript (a `<noscript>` meta refresh), and both speak the visitor's
+//! language ([`super::i18n`]).
+
+use std::time::SystemTime;
 
 use http::{HeaderValue, Response, StatusCode, header};
-use minijinja::{Environment, context};
+use minijinja::{Environment, Value, context};
 use serde::Serialize;
 
+use super::assets::{self, Entry};
 use super::body::{Body, full};
+use super::i18n::{self, Catalog, Lang};
 use crate::admission::Eta;
 
 pub const STATUS_HEADER: &str = "x-anteroom-status";
 
-/// Whether the animated front-end (`web/`) is compiled into this binary. Not yet: every
-/// page is the plain server-rendered one, which works without JavaScript.
-pub const FRONTEND_BUILT_IN: bool = false;
+/// Whether the animated front-end (`web/dist`) is compiled into this binary: set by
+/// `build.rs` when Vite's manifest was there to embed. Without it every page is the plain
+/// server-rendered one.
+pub const FRONTEND_BUILT_IN: bool = cfg!(anteroom_frontend);
 
 /// The value of `X-Anteroom-Status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -62,6 +70,21 @@ pub struct WaitingView {
     pub retry_after_secs: u64,
     pub phase: Phase,
     pub paused: bool,
+    /// When the current phase ends (`before_open`: the queue opens; `draw`: the doors
+    /// open), for the page's countdown. Not part of the JSON body.
+    #[serde(skip)]
+    pub phase_ends_at: Option<SystemTime>,
+}
+
+impl Phase {
+    fn as_str(self) -> &'static str {
+        match self {
+            Phase::Queueing => "queueing",
+            Phase::BeforeOpen => "before_open",
+            Phase::Draw => "draw",
+            Phase::Closed => "closed",
+        }
+    }
 }
 
 /// Page text that comes from the room's config rather than the store.
@@ -72,27 +95,110 @@ pub struct RoomText<'a> {
 
 pub struct Pages {
     env: Environment<'static>,
+    /// The split-flap board's script and stylesheets, when the front-end is built in.
+    board: Option<Entry>,
 }
 
 impl Default for Pages {
+    /// The board when it is built in, else the plain page.
     fn default() -> Self {
-        let mut env = Environment::new();
-        env.add_template("waiting.html", include_str!("templates/waiting.html"))
-            .expect("built-in waiting template parses");
-        env.add_template("message.html", include_str!("templates/message.html"))
-            .expect("built-in message template parses");
-        Pages { env }
+        Pages::new(assets::entry(assets::WAITING_ENTRY))
+    }
+}
+
+/// The data blob the board's script starts from (`<script type="application/json">`).
+#[derive(Serialize)]
+struct BoardData {
+    strings: &'static Catalog,
+    position: Option<u64>,
+    waiting: u64,
+    eta_secs: Eta,
+    phase: Phase,
+    paused: bool,
+    server_now_ms: u64,
+    countdown_to_ms: Option<u64>,
+}
+
+/// One digit of the server-rendered board.
+#[derive(Serialize)]
+struct Digit {
+    d: char,
+    lead: bool,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `position` zero-padded to the digits of `waiting` (the board's starting width), each
+/// digit marked when it is a leading zero.
+fn board_digits(position: u64, waiting: u64) -> Vec<Digit> {
+    let width = waiting.max(position).to_string().len();
+    let text = format!("{position:0width$}");
+    let last = text.len() - 1;
+    let mut leading = true;
+    text.chars()
+        .enumerate()
+        .map(|(i, d)| {
+            leading = leading && d == '0' && i < last;
+            Digit { d, lead: leading }
+        })
+        .collect()
+}
+
+/// `1 d 02:03:04`, `02:03:04` or `03:04`, as the script's countdown shows it.
+fn countdown_text(secs: u64, catalog: &Catalog) -> String {
+    let (days, h, m, s) = (
+        secs / 86_400,
+        secs % 86_400 / 3600,
+        secs % 3600 / 60,
+        secs % 60,
+    );
+    let clock = if days > 0 || h > 0 {
+        format!("{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{m:02}:{s:02}")
+    };
+    if days > 0 {
+        format!("{} {clock}", catalog.days.replace("{n}", &days.to_string()))
+    } else {
+        clock
     }
 }
 
 impl Pages {
-    /// The waiting page, as HTML or JSON.
+    /// Pages with the board's assets (`Some`) or the plain page (`None`).
+    pub fn new(board: Option<Entry>) -> Self {
+        let mut env = Environment::new();
+        env.add_template("waiting.html", include_str!("templates/waiting.html"))
+            .expect("built-in waiting template parses");
+        env.add_template("board.html", include_str!("templates/board.html"))
+            .expect("built-in board template parses");
+        env.add_template("message.html", include_str!("templates/message.html"))
+            .expect("built-in message template parses");
+        Pages { env, board }
+    }
+
+    /// The plain page, whatever this binary was built with.
+    pub fn plain() -> Self {
+        Pages::new(None)
+    }
+
+    /// Whether waiting visitors get the split-flap board.
+    pub fn has_board(&self) -> bool {
+        self.board.is_some()
+    }
+
+    /// The waiting page, as HTML (in `lang`) or JSON.
     pub fn waiting(
         &self,
         view: &WaitingView,
         text: &RoomText<'_>,
         status: StatusCode,
         json: bool,
+        lang: Lang,
     ) -> Response<Body> {
         let (content_type, body) = if json {
             (
@@ -100,20 +206,51 @@ impl Pages {
                 serde_json::to_string(view).expect("a view always serializes"),
             )
         } else {
+            let t = lang.catalog();
+            let now = SystemTime::now();
+            let countdown_secs = view
+                .phase_ends_at
+                .and_then(|end| end.duration_since(now).ok())
+                .map_or(0, |d| d.as_secs_f64().ceil() as u64);
+            let title = i18n::title(text.title, t);
+            let ctx = context! {
+                t => t,
+                title => title,
+                message => text.message,
+                position => view.position,
+                waiting => view.waiting,
+                eta_text => t.eta(view.eta_secs.min, view.eta_secs.max),
+                announce => view.position.map(|p| t.announce(p)),
+                paused => view.paused,
+                phase => view.phase.as_str(),
+                refresh_secs => view.retry_after_secs,
+                countdown_text => countdown_text(countdown_secs, t),
+                digits => board_digits(view.position.unwrap_or(0), view.waiting),
+                // Our own build's URLs (from the embedded manifest), written as they are.
+                script => self.board.as_ref().map(|b| Value::from_safe_string(b.script.clone())),
+                styles => self.board.as_ref().map(|b| {
+                    b.styles.iter().cloned().map(Value::from_safe_string).collect::<Vec<_>>()
+                }),
+                data => BoardData {
+                    strings: t,
+                    position: view.position,
+                    waiting: view.waiting,
+                    eta_secs: view.eta_secs,
+                    phase: view.phase,
+                    paused: view.paused,
+                    server_now_ms: unix_ms(now),
+                    countdown_to_ms: view.phase_ends_at.map(unix_ms),
+                },
+            };
+            let template = if self.board.is_some() {
+                "board.html"
+            } else {
+                "waiting.html"
+            };
             let html = self
                 .env
-                .get_template("waiting.html")
-                .and_then(|t| {
-                    t.render(context! {
-                        title => text.title,
-                        message => text.message,
-                        position => view.position,
-                        waiting => view.waiting,
-                        eta_text => eta_text(view.eta_secs),
-                        paused => view.paused,
-                        refresh_secs => view.retry_after_secs,
-                    })
-                })
+                .get_template(template)
+                .and_then(|t| t.render(ctx))
                 .unwrap_or_else(|e| {
                     tracing::error!(error = %e, "waiting page failed to render");
                     format!("You are number {:?} in line.", view.position)
@@ -130,9 +267,62 @@ impl Pages {
     }
 
     /// A page anteroom answers itself instead of the site: HTML for browsers,
-    /// `application/problem+json` for clients that prefer JSON.
+    /// `application/problem+json` for clients that prefer JSON. The text is English; see
+    /// [`Pages::message_in`].
     pub fn message(
         &self,
+        status: StatusCode,
+        visitor_status: Option<VisitorStatus>,
+        title: &str,
+        detail: &str,
+        retry_after: Option<u64>,
+        json: bool,
+    ) -> Response<Body> {
+        self.message_in(
+            Lang::En,
+            status,
+            visitor_status,
+            title,
+            detail,
+            retry_after,
+            json,
+        )
+    }
+
+    /// The 429 page for a visitor over the join limit (SPEC §3), in their language.
+    pub fn refused(&self, lang: Lang, retry_after: u64, json: bool) -> Response<Body> {
+        let t = lang.catalog();
+        self.message_in(
+            lang,
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(VisitorStatus::Refused),
+            t.refused_title,
+            t.refused_detail,
+            Some(retry_after),
+            json,
+        )
+    }
+
+    /// The page for a room whose line is closed (SPEC §7), in the visitor's language.
+    pub fn closed(&self, lang: Lang, status: StatusCode, json: bool) -> Response<Body> {
+        let t = lang.catalog();
+        self.message_in(
+            lang,
+            status,
+            Some(VisitorStatus::Closed),
+            t.closed_title,
+            t.closed_detail,
+            None,
+            json,
+        )
+    }
+
+    /// [`Pages::message`] in `lang` (the page's `lang` and `dir`; the caller translates
+    /// the text).
+    #[allow(clippy::too_many_arguments)]
+    pub fn message_in(
+        &self,
+        lang: Lang,
         status: StatusCode,
         visitor_status: Option<VisitorStatus>,
         title: &str,
@@ -153,9 +343,12 @@ impl Pages {
                 .env
                 .get_template("message.html")
                 .and_then(|t| {
-                    t.render(
-                        context! { title => title, detail => detail, refresh_secs => retry_after },
-                    )
+                    t.render(context! {
+                        t => lang.catalog(),
+                        title => title,
+                        detail => detail,
+                        refresh_secs => retry_after,
+                    })
                 })
                 .unwrap_or_else(|_| title.to_owned());
             ("text/html; charset=utf-8", html)
@@ -167,23 +360,6 @@ impl Pages {
                 .insert(STATUS_HEADER, HeaderValue::from_static(s.as_str()));
         }
         response
-    }
-}
-
-fn eta_text(eta: Eta) -> String {
-    fn fmt(secs: u64) -> String {
-        if secs < 90 {
-            format!("{} s", secs.max(1))
-        } else {
-            format!("{} min", (secs + 30) / 60)
-        }
-    }
-    if eta.max == 0 {
-        "less than a minute".to_owned()
-    } else if eta.min == eta.max {
-        fmt(eta.max)
-    } else {
-        format!("{} – {}", fmt(eta.min), fmt(eta.max))
     }
 }
 
@@ -299,6 +475,7 @@ mod tests {
             retry_after_secs: 5,
             phase: Phase::Queueing,
             paused: false,
+            phase_ends_at: None,
         };
         let json: serde_json::Value = serde_json::to_value(&view).unwrap();
         let mut keys: Vec<_> = json.as_object().unwrap().keys().cloned().collect();
@@ -333,14 +510,153 @@ mod tests {
             retry_after_secs: 5,
             phase: Phase::Queueing,
             paused: false,
+            phase_ends_at: None,
         };
         let text = RoomText {
             title: "<script>x</script>",
             message: "a & b",
         };
-        let response = pages.waiting(&view, &text, StatusCode::OK, false);
+        let response = pages.waiting(&view, &text, StatusCode::OK, false, Lang::En);
         assert_eq!(response.headers()[STATUS_HEADER], "waiting");
         assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");
         assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+    }
+
+    fn view(position: Option<u64>, waiting: u64, phase: Phase) -> WaitingView {
+        WaitingView {
+            status: VisitorStatus::Waiting,
+            room: "main".into(),
+            position,
+            waiting,
+            eta_secs: Eta { min: 120, max: 300 },
+            retry_after_secs: 7,
+            phase,
+            paused: false,
+            phase_ends_at: None,
+        }
+    }
+
+    async fn render(pages: &Pages, view: &WaitingView, title: &str, lang: Lang) -> String {
+        use http_body_util::BodyExt;
+        let text = RoomText {
+            title,
+            message: "<b>hi</b>",
+        };
+        let response = pages.waiting(view, &text, StatusCode::OK, false, lang);
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "text/html; charset=utf-8"
+        );
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(body.to_vec()).unwrap()
+    }
+
+    /// The page a binary built without the front-end serves: the position, self-refreshing,
+    /// translated.
+    #[tokio::test]
+    async fn the_plain_page_shows_the_position_and_refreshes_itself() {
+        let pages = Pages::plain();
+        assert!(!pages.has_board());
+        let html = render(
+            &pages,
+            &view(Some(42), 130, Phase::Queueing),
+            "You're in line",
+            Lang::En,
+        )
+        .await;
+        assert!(html.contains(r#"<html lang="en" dir="ltr">"#), "{html}");
+        assert!(
+            html.contains(r#"id="ar-position" aria-hidden="true">42<"#),
+            "{html}"
+        );
+        assert!(html.contains(r#"<meta http-equiv="refresh" content="7">"#));
+        assert!(html.contains("You are number 42 in line."));
+        assert!(html.contains("2 min – 5 min"));
+        assert!(html.contains("&lt;b&gt;hi&lt;"), "operator text is escaped");
+        assert!(html.contains(r#"new EventSource("/__anteroom/events")"#));
+        assert!(!html.contains("/__anteroom/static/"));
+        let de = render(
+            &pages,
+            &view(Some(42), 130, Phase::Queueing),
+            "You're in line",
+            Lang::De,
+        )
+        .await;
+        assert!(de.contains(r#"<html lang="de" dir="ltr">"#));
+        assert!(de.contains("<title>Sie sind in der Warteschlange</title>"));
+        assert!(de.contains("Ihr Platz in der Warteschlange"));
+        assert!(de.contains("2 Min. – 5 Min."));
+    }
+
+    #[tokio::test]
+    async fn the_board_page_loads_its_assets_and_renders_the_number() {
+        let pages = Pages::new(Some(Entry {
+            script: "/__anteroom/static/waiting-abc.js".into(),
+            styles: vec!["/__anteroom/static/waiting-def.css".into()],
+        }));
+        let html = render(
+            &pages,
+            &view(Some(7), 120, Phase::Queueing),
+            "Drop",
+            Lang::Ar,
+        )
+        .await;
+        assert!(html.contains(r#"<html lang="ar" dir="rtl">"#), "{html}");
+        assert!(html.contains(r#"<script type="module" src="/__anteroom/static/waiting-abc.js">"#));
+        assert!(
+            html.contains(r#"<link rel="stylesheet" href="/__anteroom/static/waiting-def.css">"#)
+        );
+        assert!(html.contains(r#"<noscript><meta http-equiv="refresh" content="7"></noscript>"#));
+        assert!(html.contains(r#"aria-live="polite""#));
+        assert!(
+            html.contains("<title>Drop</title>"),
+            "the operator's title as given"
+        );
+        // 007: padded to the line's width, the leading zeros marked.
+        let digits: Vec<&str> = html
+            .match_indices("data-digit=\"")
+            .map(|(i, _)| &html[i + 12..i + 13])
+            .collect();
+        assert_eq!(digits, ["0", "0", "7"]);
+        assert_eq!(html.matches("ar-flap ar-lead").count(), 2);
+        // The script's data: strings in the page's language, the server's clock.
+        let blob = html
+            .split(r#"<script type="application/json" id="ar-data">"#)
+            .nth(1)
+            .unwrap();
+        let blob = blob.split("</script>").next().unwrap();
+        let data: serde_json::Value = serde_json::from_str(blob).unwrap();
+        assert_eq!(data["strings"]["code"], "ar");
+        assert_eq!(data["position"], 7);
+        assert_eq!(data["phase"], "queueing");
+        assert!(data["server_now_ms"].as_u64().unwrap() > 1_600_000_000_000);
+        assert!(data["countdown_to_ms"].is_null());
+    }
+
+    #[tokio::test]
+    async fn the_draw_shows_a_countdown_and_no_position() {
+        let pages = Pages::new(Some(Entry {
+            script: "/s.js".into(),
+            styles: vec![],
+        }));
+        let mut v = view(None, 5000, Phase::Draw);
+        v.phase_ends_at = Some(SystemTime::now() + std::time::Duration::from_secs(3723));
+        let html = render(&pages, &v, "Drop", Lang::En).await;
+        assert!(html.contains("Doors open in"));
+        assert!(html.contains("01:02:0"), "{html}");
+        assert!(
+            html.contains(r#"<section id="ar-queue" aria-labelledby="ar-place-label" hidden>"#)
+        );
+        assert!(html.contains(r#"id="ar-entered">5000<"#));
+    }
+
+    #[test]
+    fn countdown_and_digits() {
+        assert_eq!(countdown_text(90, Lang::En.catalog()), "01:30");
+        assert_eq!(countdown_text(90_061, Lang::De.catalog()), "1 T 01:01:01");
+        let d: String = board_digits(5, 1234).iter().map(|d| d.d).collect();
+        assert_eq!(d, "0005");
+        let d: String = board_digits(0, 0).iter().map(|d| d.d).collect();
+        assert_eq!(d, "0");
     }
 }

@@ -1,0 +1,364 @@
+//! Every string anteroom's own pages say, in every language it speaks, and the choice of
+//! language from `Accept-Language` (q-values, English when nothing matches).
+//!
+//! The waiting page's script has no catalog of its own: the page hands it the strings it
+//! needs (`Catalog` serializes into the page's data blob). The operator's `title` and
+//! `message` are shown as given; only the default title is translated.
+
+use http::HeaderValue;
+use serde::Serialize;
+
+/// A language the pages are written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lang {
+    En,
+    De,
+    Es,
+    Fr,
+    Ar,
+}
+
+impl Lang {
+    pub const ALL: [Lang; 5] = [Lang::En, Lang::De, Lang::Es, Lang::Fr, Lang::Ar];
+
+    fn from_primary_tag(tag: &str) -> Option<Lang> {
+        Some(match tag {
+            "en" => Lang::En,
+            "de" => Lang::De,
+            "es" => Lang::Es,
+            "fr" => Lang::Fr,
+            "ar" => Lang::Ar,
+            _ => return None,
+        })
+    }
+
+    pub fn catalog(self) -> &'static Catalog {
+        match self {
+            Lang::En => &EN,
+            Lang::De => &DE,
+            Lang::Es => &ES,
+            Lang::Fr => &FR,
+            Lang::Ar => &AR,
+        }
+    }
+}
+
+/// The best language for an `Accept-Language` header: the highest q-value among the ones
+/// spoken here (a regional tag like `de-AT` counts as `de`; the first listed wins a tie),
+/// English when none is.
+pub fn negotiate(header: Option<&HeaderValue>) -> Lang {
+    let Some(value) = header.and_then(|v| v.to_str().ok()) else {
+        return Lang::En;
+    };
+    let mut best: Option<(f32, Lang)> = None;
+    for range in value.split(',').take(32) {
+        let mut parts = range.split(';');
+        let tag = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let q = parts
+            .filter_map(|p| p.trim().strip_prefix("q="))
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        if !(q > 0.0 && q <= 1.0) {
+            continue;
+        }
+        let primary = tag.split(['-', '_']).next().unwrap_or("");
+        let lang = if primary == "*" {
+            Some(Lang::En)
+        } else {
+            Lang::from_primary_tag(primary)
+        };
+        if let Some(lang) = lang
+            && best.is_none_or(|(b, _)| q > b)
+        {
+            best = Some((q, lang));
+        }
+    }
+    best.map_or(Lang::En, |(_, l)| l)
+}
+
+/// One language's strings. `{n}`, `{min}` and `{max}` are filled in by the page.
+#[derive(Debug, Serialize)]
+pub struct Catalog {
+    pub code: &'static str,
+    /// `ltr` or `rtl`.
+    pub dir: &'static str,
+    /// The title shown when the room's is the default one.
+    pub title_default: &'static str,
+    pub your_place: &'static str,
+    pub announce: &'static str,
+    pub in_line_now: &'static str,
+    pub estimated_wait: &'static str,
+    pub eta_under_minute: &'static str,
+    pub eta_secs: &'static str,
+    pub eta_mins: &'static str,
+    pub eta_range: &'static str,
+    pub paused: &'static str,
+    pub stalled: &'static str,
+    pub admitted: &'static str,
+    pub reconnecting: &'static str,
+    pub note: &'static str,
+    pub opens_in: &'static str,
+    pub before_open_note: &'static str,
+    pub doors_open_in: &'static str,
+    pub entered: &'static str,
+    pub draw_note: &'static str,
+    pub days: &'static str,
+    pub closed: &'static str,
+    pub refused_title: &'static str,
+    pub refused_detail: &'static str,
+    pub closed_title: &'static str,
+    pub closed_detail: &'static str,
+    pub stalled_detail: &'static str,
+}
+
+/// The room title as shown: the operator's, or the translated default.
+pub fn title<'a>(configured: &'a str, catalog: &'static Catalog) -> &'a str {
+    if configured.is_empty() || configured == EN.title_default {
+        catalog.title_default
+    } else {
+        configured
+    }
+}
+
+impl Catalog {
+    /// An estimated wait as a range, in this language (the script does the same).
+    pub fn eta(&self, min: u64, max: u64) -> String {
+        let one = |secs: u64| {
+            if secs < 90 {
+                self.eta_secs.replace("{n}", &secs.max(1).to_string())
+            } else {
+                self.eta_mins
+                    .replace("{n}", &((secs + 30) / 60).to_string())
+            }
+        };
+        if max == 0 {
+            return self.eta_under_minute.to_owned();
+        }
+        let (a, b) = (one(min.min(max)), one(max));
+        if a == b {
+            b
+        } else {
+            self.eta_range.replace("{min}", &a).replace("{max}", &b)
+        }
+    }
+
+    pub fn announce(&self, position: u64) -> String {
+        self.announce.replace("{n}", &position.to_string())
+    }
+}
+
+static EN: Catalog = Catalog {
+    code: "en",
+    dir: "ltr",
+    title_default: "You're in line",
+    your_place: "Your place in line",
+    announce: "You are number {n} in line.",
+    in_line_now: "In line now",
+    estimated_wait: "Estimated wait",
+    eta_under_minute: "under a minute",
+    eta_secs: "{n} s",
+    eta_mins: "{n} min",
+    eta_range: "{min} – {max}",
+    paused: "The line is paused for a moment. You keep your place.",
+    stalled: "We're having trouble reaching the line. You keep your place, and this page carries on by itself.",
+    admitted: "It's your turn. Taking you to the site…",
+    reconnecting: "Reconnecting…",
+    note: "Keep this page open: it updates by itself and takes you to the site when it's your turn. Reloading won't move you forward.",
+    opens_in: "The line opens in",
+    before_open_note: "Stay on this page: you'll join the line as soon as it opens.",
+    doors_open_in: "Doors open in",
+    entered: "Entered so far",
+    draw_note: "Everyone who arrives before the doors open gets a place drawn at random, so there's no need to hurry.",
+    days: "{n} d",
+    closed: "This line is closed.",
+    refused_title: "Too many requests",
+    refused_detail: "Too many visitors joined from your network in a short time. Please wait a moment; this page will try again by itself.",
+    closed_title: "The line is closed",
+    closed_detail: "This line isn't taking anyone new right now. Thank you for your patience.",
+    stalled_detail: "We're having trouble reaching the line. If you were waiting, you keep your place; this page will try again by itself.",
+};
+
+static DE: Catalog = Catalog {
+    code: "de",
+    dir: "ltr",
+    title_default: "Sie sind in der Warteschlange",
+    your_place: "Ihr Platz in der Warteschlange",
+    announce: "Sie sind Nummer {n} in der Warteschlange.",
+    in_line_now: "Jetzt wartend",
+    estimated_wait: "Geschätzte Wartezeit",
+    eta_under_minute: "unter einer Minute",
+    eta_secs: "{n} s",
+    eta_mins: "{n} Min.",
+    eta_range: "{min} – {max}",
+    paused: "Die Warteschlange ist kurz angehalten. Ihr Platz bleibt erhalten.",
+    stalled: "Wir erreichen die Warteschlange gerade nicht. Ihr Platz bleibt erhalten, und diese Seite macht von selbst weiter.",
+    admitted: "Sie sind an der Reihe. Sie werden weitergeleitet …",
+    reconnecting: "Verbindung wird wiederhergestellt …",
+    note: "Lassen Sie diese Seite geöffnet: Sie aktualisiert sich selbst und bringt Sie zur Website, sobald Sie an der Reihe sind. Neu laden bringt Sie nicht nach vorn.",
+    opens_in: "Die Warteschlange öffnet in",
+    before_open_note: "Bleiben Sie auf dieser Seite: Sie stellen sich automatisch an, sobald sie öffnet.",
+    doors_open_in: "Einlass in",
+    entered: "Bisher angemeldet",
+    draw_note: "Wer vor dem Einlass da ist, bekommt einen zufällig gezogenen Platz – Eile lohnt sich also nicht.",
+    days: "{n} T",
+    closed: "Diese Warteschlange ist geschlossen.",
+    refused_title: "Zu viele Anfragen",
+    refused_detail: "Aus Ihrem Netzwerk haben sich in kurzer Zeit zu viele Besucher angestellt. Bitte warten Sie einen Moment; diese Seite versucht es von selbst erneut.",
+    closed_title: "Die Warteschlange ist geschlossen",
+    closed_detail: "Diese Warteschlange nimmt gerade niemanden mehr auf. Vielen Dank für Ihre Geduld.",
+    stalled_detail: "Wir erreichen die Warteschlange gerade nicht. Falls Sie gewartet haben, bleibt Ihr Platz erhalten; diese Seite versucht es von selbst erneut.",
+};
+
+static ES: Catalog = Catalog {
+    code: "es",
+    dir: "ltr",
+    title_default: "Estás en la fila",
+    your_place: "Tu lugar en la fila",
+    announce: "Eres el número {n} en la fila.",
+    in_line_now: "En la fila ahora",
+    estimated_wait: "Espera estimada",
+    eta_under_minute: "menos de un minuto",
+    eta_secs: "{n} s",
+    eta_mins: "{n} min",
+    eta_range: "{min} – {max}",
+    paused: "La fila está en pausa un momento. Conservas tu lugar.",
+    stalled: "Tenemos problemas para conectar con la fila. Conservas tu lugar y esta página seguirá sola.",
+    admitted: "Es tu turno. Te llevamos al sitio…",
+    reconnecting: "Reconectando…",
+    note: "Mantén esta página abierta: se actualiza sola y te lleva al sitio cuando sea tu turno. Recargar no te hace avanzar.",
+    opens_in: "La fila abre en",
+    before_open_note: "Quédate en esta página: entrarás en la fila en cuanto abra.",
+    doors_open_in: "Las puertas abren en",
+    entered: "Inscritos hasta ahora",
+    draw_note: "Quien llegue antes de que abran las puertas recibe un lugar por sorteo, así que no hace falta apresurarse.",
+    days: "{n} d",
+    closed: "Esta fila está cerrada.",
+    refused_title: "Demasiadas solicitudes",
+    refused_detail: "Se unieron demasiados visitantes desde tu red en poco tiempo. Espera un momento; esta página lo volverá a intentar sola.",
+    closed_title: "La fila está cerrada",
+    closed_detail: "Esta fila no admite a nadie más por ahora. Gracias por tu paciencia.",
+    stalled_detail: "Tenemos problemas para conectar con la fila. Si estabas esperando, conservas tu lugar; esta página lo volverá a intentar sola.",
+};
+
+static FR: Catalog = Catalog {
+    code: "fr",
+    dir: "ltr",
+    title_default: "Vous êtes dans la file",
+    your_place: "Votre place dans la file",
+    announce: "Vous êtes numéro {n} dans la file.",
+    in_line_now: "Dans la file",
+    estimated_wait: "Attente estimée",
+    eta_under_minute: "moins d'une minute",
+    eta_secs: "{n} s",
+    eta_mins: "{n} min",
+    eta_range: "{min} – {max}",
+    paused: "La file est en pause un instant. Vous gardez votre place.",
+    stalled: "Nous avons du mal à joindre la file. Vous gardez votre place et cette page continue toute seule.",
+    admitted: "C'est votre tour. Redirection vers le site…",
+    reconnecting: "Reconnexion…",
+    note: "Gardez cette page ouverte : elle se met à jour toute seule et vous mène au site quand c'est votre tour. Recharger ne vous fait pas avancer.",
+    opens_in: "La file ouvre dans",
+    before_open_note: "Restez sur cette page : vous rejoindrez la file dès son ouverture.",
+    doors_open_in: "Ouverture des portes dans",
+    entered: "Inscrits jusqu'ici",
+    draw_note: "Chaque personne arrivée avant l'ouverture reçoit une place tirée au sort : inutile de se presser.",
+    days: "{n} j",
+    closed: "Cette file est fermée.",
+    refused_title: "Trop de requêtes",
+    refused_detail: "Trop de visiteurs ont rejoint la file depuis votre réseau en peu de temps. Patientez un instant ; cette page réessaiera toute seule.",
+    closed_title: "La file est fermée",
+    closed_detail: "Cette file n'accepte plus personne pour le moment. Merci de votre patience.",
+    stalled_detail: "Nous avons du mal à joindre la file. Si vous attendiez, vous gardez votre place ; cette page réessaiera toute seule.",
+};
+
+static AR: Catalog = Catalog {
+    code: "ar",
+    dir: "rtl",
+    title_default: "أنت في قائمة الانتظار",
+    your_place: "مكانك في قائمة الانتظار",
+    announce: "ترتيبك {n} في قائمة الانتظار.",
+    in_line_now: "في الانتظار الآن",
+    estimated_wait: "مدة الانتظار المتوقعة",
+    eta_under_minute: "أقل من دقيقة",
+    eta_secs: "{n} ث",
+    eta_mins: "{n} د",
+    eta_range: "{min} – {max}",
+    paused: "تم إيقاف قائمة الانتظار مؤقتًا. ستحتفظ بمكانك.",
+    stalled: "نواجه صعوبة في الوصول إلى قائمة الانتظار. ستحتفظ بمكانك، وستتابع هذه الصفحة تلقائيًا.",
+    admitted: "حان دورك. جارٍ نقلك إلى الموقع…",
+    reconnecting: "جارٍ إعادة الاتصال…",
+    note: "أبقِ هذه الصفحة مفتوحة: فهي تتحدث تلقائيًا وتنقلك إلى الموقع عندما يحين دورك. إعادة تحميل الصفحة لن تقدّمك في الترتيب.",
+    opens_in: "تُفتح قائمة الانتظار خلال",
+    before_open_note: "ابقَ في هذه الصفحة: ستنضم إلى قائمة الانتظار فور فتحها.",
+    doors_open_in: "تُفتح الأبواب خلال",
+    entered: "عدد المسجلين حتى الآن",
+    draw_note: "كل من يصل قبل فتح الأبواب يحصل على مكان بالقرعة، فلا داعي للاستعجال.",
+    days: "{n} يوم",
+    closed: "قائمة الانتظار هذه مغلقة.",
+    refused_title: "طلبات كثيرة جدًا",
+    refused_detail: "انضم عدد كبير جدًا من الزوار من شبكتك في وقت قصير. يُرجى الانتظار قليلًا؛ ستعيد هذه الصفحة المحاولة تلقائيًا.",
+    closed_title: "قائمة الانتظار مغلقة",
+    closed_detail: "لا تستقبل قائمة الانتظار هذه أحدًا جديدًا حاليًا. شكرًا لصبرك.",
+    stalled_detail: "نواجه صعوبة في الوصول إلى قائمة الانتظار. إذا كنت تنتظر فستحتفظ بمكانك؛ ستعيد هذه الصفحة المحاولة تلقائيًا.",
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pick(s: &str) -> Lang {
+        negotiate(Some(&HeaderValue::from_str(s).unwrap()))
+    }
+
+    #[test]
+    fn negotiates_by_q_value_with_english_fallback() {
+        assert_eq!(negotiate(None), Lang::En);
+        assert_eq!(pick("de"), Lang::De);
+        assert_eq!(pick("de-AT,de;q=0.9,en;q=0.8"), Lang::De);
+        assert_eq!(pick("en;q=0.5, es"), Lang::Es);
+        assert_eq!(pick("ja, ko;q=0.9"), Lang::En);
+        assert_eq!(pick("ja, fr;q=0.3"), Lang::Fr);
+        assert_eq!(pick("AR-eg"), Lang::Ar);
+        assert_eq!(pick("de;q=0, es;q=0.1"), Lang::Es);
+        assert_eq!(pick("es, de"), Lang::Es, "the first of equals wins");
+        assert_eq!(pick("*;q=0.9, de;q=0.5"), Lang::En);
+        assert_eq!(pick(";;;q=x,,"), Lang::En);
+        assert_eq!(pick("de;q=2"), Lang::En, "an out-of-range q is ignored");
+    }
+
+    #[test]
+    fn every_language_is_complete_and_keeps_its_placeholders() {
+        for lang in Lang::ALL {
+            let c = lang.catalog();
+            let json = serde_json::to_value(c).unwrap();
+            for (key, value) in json.as_object().unwrap() {
+                assert!(!value.as_str().unwrap().is_empty(), "{}: {key}", c.code);
+            }
+            assert!(c.announce.contains("{n}"), "{}", c.code);
+            assert!(c.eta_secs.contains("{n}") && c.eta_mins.contains("{n}"));
+            assert!(c.eta_range.contains("{min}") && c.eta_range.contains("{max}"));
+            assert!(c.days.contains("{n}"));
+            assert_eq!(c.dir == "rtl", lang == Lang::Ar);
+            if lang != Lang::En {
+                assert_ne!(c.your_place, EN.your_place, "{} is translated", c.code);
+                assert_ne!(c.note, EN.note, "{} is translated", c.code);
+            }
+        }
+    }
+
+    #[test]
+    fn eta_is_a_range_never_zero_seconds() {
+        assert_eq!(EN.eta(0, 0), "under a minute");
+        assert_eq!(EN.eta(0, 20), "1 s – 20 s");
+        assert_eq!(EN.eta(120, 300), "2 min – 5 min");
+        assert_eq!(EN.eta(300, 300), "5 min");
+        assert_eq!(DE.eta(120, 300), "2 Min. – 5 Min.");
+    }
+
+    #[test]
+    fn only_the_default_title_is_translated() {
+        assert_eq!(title("You're in line", &DE), DE.title_default);
+        assert_eq!(title("", &ES), ES.title_default);
+        assert_eq!(title("Sneaker drop", &DE), "Sneaker drop");
+    }
+}

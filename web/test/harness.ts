@@ -1,0 +1,167 @@
+// Starts what the browser tests drive: a small origin and a real anteroom binary (built
+// with the front-end) in front of it, both on loopback, and Debian's chromium through
+// playwright-core.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium, type Browser } from 'playwright-core';
+
+export const WEB_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+export const REPO_DIR = path.resolve(WEB_DIR, '..');
+export const ARTIFACTS = path.join(REPO_DIR, 'test-artifacts');
+
+export const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+export const CHROMIUM_FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+export function launchBrowser(): Promise<Browser> {
+  if (!existsSync(CHROMIUM)) {
+    throw new Error(`${CHROMIUM} is missing: install Debian's chromium (.ci/run does)`);
+  }
+  // playwright-core gives every launch a fresh temporary profile (--user-data-dir).
+  return chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_FLAGS });
+}
+
+export interface OriginServer {
+  url: string;
+  requests: string[];
+  close(): Promise<void>;
+}
+
+/** A site that answers every request with a page naming the path it was asked for. */
+export async function startOrigin(): Promise<OriginServer> {
+  const requests: string[] = [];
+  const server = http.createServer((req, res) => {
+    requests.push(req.url ?? '');
+    const uri = (req.url ?? '').replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+    res.end(
+      `<!doctype html><html lang="en"><head><title>The shop</title></head><body><h1>The shop</h1><p id="origin-uri">${uri}</p></body></html>`,
+    );
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as net.AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    close: () => new Promise((r) => server.close(() => r())),
+  };
+}
+
+async function freePort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const { port } = s.address() as net.AddressInfo;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+export interface Anteroom {
+  port: number;
+  /** The room whose line moves (1 per second), on 127.0.0.1. */
+  moving: string;
+  /** The room whose line stands still (one admitted, then 0.01 per second), on localhost. */
+  still: string;
+  logs: string[];
+  stop(): Promise<void>;
+}
+
+export function binaryPath(): string {
+  return process.env.ANTEROOM_BIN ?? path.join(REPO_DIR, 'target', 'debug', 'anteroom');
+}
+
+export async function startAnteroom(origin: string): Promise<Anteroom> {
+  const bin = binaryPath();
+  if (!existsSync(bin)) throw new Error(`no anteroom binary at ${bin}: run cargo build first`);
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'anteroom-browser-'));
+  const port = await freePort();
+  const config = path.join(dir, 'anteroom.yaml');
+  writeFileSync(
+    config,
+    `listen: "127.0.0.1:${port}"
+admit_interval: 100ms
+cookie_secret: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+admin_token: "browser-test-admin-token-0123456789"
+data_dir: "${path.join(dir, 'data')}"
+rooms:
+  still:
+    match_host: localhost
+    origin: ${origin}
+    rate: 0.01
+    max_active: 1000
+    title: "Sneaker drop"
+    message: "Thanks for waiting. Everyone in line gets the same chance."
+  moving:
+    origin: ${origin}
+    rate: 1
+    max_active: 1000
+`,
+  );
+  const logs: string[] = [];
+  const child: ChildProcess = spawn(bin, ['--config', config], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ANTEROOM_LOG: 'warn' },
+  });
+  child.stdout?.on('data', (d) => logs.push(String(d)));
+  child.stderr?.on('data', (d) => logs.push(String(d)));
+  const base = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`anteroom exited: ${logs.join('')}`);
+    try {
+      const r = await fetch(`${base}/__anteroom/healthz`);
+      if (r.ok) break;
+    } catch {
+      /* not up yet */
+    }
+    if (Date.now() > deadline) throw new Error(`anteroom did not start: ${logs.join('')}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    port,
+    moving: base,
+    still: `http://localhost:${port}`,
+    logs,
+    stop: async () => {
+      if (child.exitCode === null) {
+        child.kill('SIGTERM');
+        await new Promise((r) => child.once('exit', r));
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A GET as a new visitor (no cookie) with the given Host; returns status and body. */
+export function visit(
+  port: number,
+  host: string,
+  pathAndQuery = '/',
+  headers: Record<string, string> = {},
+): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const req = http.get(
+      { host: '127.0.0.1', port, path: pathAndQuery, headers: { host: `${host}:${port}`, ...headers } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
+        );
+      },
+    );
+    req.on('error', reject);
+  });
+}

@@ -260,8 +260,9 @@ impl SessionCache {
 #[derive(Clone, Debug)]
 pub struct CachedStats {
     pub stats: RoomStats,
-    /// Admissions per second over the last minute; `None` until two samples exist or
-    /// while nothing was admitted in that window.
+    /// Admissions per second over the last minute, counting only the stretches when
+    /// somebody was waiting (an idle room's quiet is not slowness); `None` until such a
+    /// stretch has been seen or while nothing was admitted in it.
     pub observed_rate: Option<f64>,
     pub last_pass: Option<Duration>,
     pub read_at: Instant,
@@ -275,8 +276,8 @@ struct StatsCache {
 #[derive(Default)]
 struct RoomSamples {
     latest: Option<CachedStats>,
-    /// (when, total_admitted) over the last minute, oldest first.
-    admitted: VecDeque<(Instant, u64)>,
+    /// (when, total_admitted, waiting) over the last minute, oldest first.
+    admitted: VecDeque<(Instant, u64, u64)>,
     last_pass: Option<Duration>,
 }
 
@@ -290,20 +291,17 @@ impl StatsCache {
         let now = Instant::now();
         let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
         let samples = rooms.entry(room.to_owned()).or_default();
-        samples.admitted.push_back((now, stats.total_admitted));
+        samples
+            .admitted
+            .push_back((now, stats.total_admitted, stats.waiting));
         while samples
             .admitted
             .front()
-            .is_some_and(|&(at, _)| now.duration_since(at) > RATE_WINDOW)
+            .is_some_and(|&(at, _, _)| now.duration_since(at) > RATE_WINDOW)
         {
             samples.admitted.pop_front();
         }
-        let observed_rate = match (samples.admitted.front(), samples.admitted.back()) {
-            (Some(&(t0, a0)), Some(&(t1, a1))) if t1 > t0 && a1 > a0 => {
-                Some((a1 - a0) as f64 / t1.duration_since(t0).as_secs_f64())
-            }
-            _ => None,
-        };
+        let observed_rate = observed_rate(&samples.admitted);
         samples.latest = Some(CachedStats {
             stats,
             observed_rate,
@@ -316,6 +314,18 @@ impl StatsCache {
         let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
         rooms.entry(room.to_owned()).or_default().last_pass = Some(took);
     }
+}
+
+/// Admissions per second over the intervals that began with somebody waiting.
+fn observed_rate(samples: &VecDeque<(Instant, u64, u64)>) -> Option<f64> {
+    let (mut admitted, mut busy) = (0u64, Duration::ZERO);
+    for (&(t0, a0, waiting), &(t1, a1, _)) in samples.iter().zip(samples.iter().skip(1)) {
+        if waiting > 0 {
+            admitted += a1.saturating_sub(a0);
+            busy += t1.duration_since(t0);
+        }
+    }
+    (admitted > 0 && !busy.is_zero()).then(|| admitted as f64 / busy.as_secs_f64())
 }
 
 /// Whether the store answers, and since when it has not.
@@ -406,10 +416,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn observed_rate_replaces_the_configured_one() {
         let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
-        store
-            .open_room("main", &settings(100.0, 1_000_000), false)
-            .await
-            .unwrap();
+        // Configured for 100 a second, but the site holds 10 whose sessions last a second:
+        // the line really moves at about 10 a second.
+        let mut seed = settings(100.0, 10);
+        seed.session_ttl = Duration::from_secs(1);
+        store.open_room("main", &seed, false).await.unwrap();
         store
             .update_settings("main", &crate::queue::SettingsPatch::pause())
             .await
@@ -422,19 +433,11 @@ mod tests {
         admission.refresh_stats(&rooms).await;
         // Nothing observed yet: the configured rate stands in.
         assert_eq!(admission.eta("main", 100), Eta::for_position(100, 100.0));
-        // The origin is slower than configured: only 10 a second get in.
         store
-            .update_settings(
-                "main",
-                &crate::queue::SettingsPatch {
-                    rate: Some(10.0),
-                    paused: Some(false),
-                    ..Default::default()
-                },
-            )
+            .update_settings("main", &crate::queue::SettingsPatch::resume())
             .await
             .unwrap();
-        for _ in 0..10 {
+        for _ in 0..20 {
             tokio::time::advance(Duration::from_secs(1)).await;
             store.admit_pass("main").await.unwrap();
             admission.refresh_stats(&rooms).await;
@@ -444,9 +447,27 @@ mod tests {
             .unwrap()
             .observed_rate
             .unwrap();
-        assert!((rate - 10.0).abs() < 1.01, "observed {rate}");
-        // Settings say 10 now too, so check the ETA follows the observation.
+        assert!((rate - 10.0).abs() < 1.0, "observed {rate}");
         assert_eq!(admission.eta("main", 100), Eta::for_position(100, rate));
+    }
+
+    #[test]
+    fn quiet_stretches_without_a_line_do_not_count() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // 50 s with nobody waiting (and 2 fast-path admissions), then 10 s of a line
+        // moving at 5 a second.
+        let samples: VecDeque<_> = [
+            (at(0), 0, 0),
+            (at(50), 2, 0),
+            (at(50), 2, 40),
+            (at(60), 52, 0),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(observed_rate(&samples), Some(5.0));
+        let idle: VecDeque<_> = [(at(0), 0, 0), (at(30), 9, 0)].into_iter().collect();
+        assert_eq!(observed_rate(&idle), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -41,15 +41,9 @@ impl VisitorStatus {
     }
 }
 
-/// Where a room is in its schedule (SPEC §7); `Queueing` for rooms without one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    Queueing,
-    BeforeOpen,
-    Draw,
-    Closed,
-}
+/// Where a room is in its schedule (SPEC §7); `Queueing` for rooms without one. The store
+/// decides it, from its own clock.
+pub use crate::queue::Phase;
 
 /// What a waiting (or held) visitor is shown, in HTML or JSON.
 #[derive(Clone, Debug, Serialize)]
@@ -81,6 +75,8 @@ impl Default for Pages {
             .expect("built-in waiting template parses");
         env.add_template("message.html", include_str!("templates/message.html"))
             .expect("built-in message template parses");
+        env.add_template("schedule.html", include_str!("templates/schedule.html"))
+            .expect("built-in schedule template parses");
         Pages { env }
     }
 }
@@ -129,6 +125,56 @@ impl Pages {
         )
     }
 
+    /// The page of a scheduled room before its doors (SPEC §5, §7): before the line opens,
+    /// when it opens; during the draw, a countdown to the doors and how many have entered
+    /// (and the visitor's position only when the draw is first come, first served). JSON
+    /// clients get the same body as the waiting page.
+    pub fn scheduled(
+        &self,
+        view: &WaitingView,
+        text: &RoomText<'_>,
+        status: StatusCode,
+        json: bool,
+        at: std::time::SystemTime,
+        lottery: bool,
+    ) -> Response<Body> {
+        if json {
+            return self.waiting(view, text, status, true);
+        }
+        let remaining = at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default()
+            .as_secs();
+        let html = self
+            .env
+            .get_template("schedule.html")
+            .and_then(|t| {
+                t.render(context! {
+                    title => text.title,
+                    message => text.message,
+                    phase => view.phase.as_str(),
+                    position => view.position,
+                    waiting => view.waiting,
+                    lottery => lottery,
+                    at => humantime::format_rfc3339_seconds(at).to_string(),
+                    remaining_secs => remaining,
+                    remaining_text => countdown_text(remaining),
+                    refresh_secs => view.retry_after_secs,
+                })
+            })
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "schedule page failed to render");
+                text.title.to_owned()
+            });
+        respond(
+            status,
+            view.status,
+            "text/html; charset=utf-8",
+            html,
+            Some(view.retry_after_secs),
+        )
+    }
+
     /// A page anteroom answers itself instead of the site: HTML for browsers,
     /// `application/problem+json` for clients that prefer JSON.
     pub fn message(
@@ -167,6 +213,16 @@ impl Pages {
                 .insert(STATUS_HEADER, HeaderValue::from_static(s.as_str()));
         }
         response
+    }
+}
+
+/// `h:mm:ss` (or `m:ss` under an hour), as the page's script counts it down.
+fn countdown_text(secs: u64) -> String {
+    let (h, m, s) = (secs / 3600, secs % 3600 / 60, secs % 60);
+    if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
     }
 }
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    Place, QueueStore, Resolution, RoomSettings, Seeded, SettingsPatch, VisitorId, VisitorState,
+    ClientKey, Phase, Place, QueueStore, Resolution, RoomPolicy, RoomSettings, Schedule, Seeded,
+    SettingsPatch, VisitorId, VisitorState,
 };
 
 /// A store under test plus control of the time it reads.
@@ -78,6 +79,11 @@ pub fn settings(rate: f64, max_active: u64) -> RoomSettings {
     }
 }
 
+/// One client address for tests that are not about the join limit (off by default).
+pub fn anyone() -> ClientKey {
+    ClientKey::from(std::net::Ipv4Addr::new(192, 0, 2, 1))
+}
+
 fn visitors(n: usize) -> Vec<VisitorId> {
     (0..n).map(|_| VisitorId::random()).collect()
 }
@@ -89,13 +95,16 @@ fn admitted(resolution: Resolution) -> bool {
 fn place(resolution: Resolution) -> Place {
     match resolution {
         Resolution::Waiting { place, .. } => place,
-        Resolution::Admitted { .. } => panic!("expected to wait, was admitted"),
+        other => panic!("expected to wait, got {other:?}"),
     }
 }
 
 async fn open<H: Harness>(h: &H, seed: RoomSettings) -> Arc<H::Store> {
     let store = h.store();
-    store.open_room(ROOM, &seed, false).await.unwrap();
+    store
+        .open_room(ROOM, &seed, &RoomPolicy::default(), false)
+        .await
+        .unwrap();
     store
 }
 
@@ -117,7 +126,7 @@ async fn resume<S: QueueStore>(store: &S) {
 async fn join_all<S: QueueStore>(store: &S, who: &[VisitorId]) -> Vec<Place> {
     let mut places = Vec::with_capacity(who.len());
     for &v in who {
-        places.push(place(store.resolve(ROOM, v).await.unwrap()));
+        places.push(place(store.resolve(ROOM, v, anyone()).await.unwrap()));
     }
     places
 }
@@ -140,12 +149,12 @@ pub async fn fast_path_admits_when_nobody_waits<H: Harness>(h: &mut H) {
     let store = open(h, settings(10.0, 100)).await;
     let first = VisitorId::random();
     assert_eq!(
-        store.resolve(ROOM, first).await.unwrap(),
+        store.resolve(ROOM, first, anyone()).await.unwrap(),
         Resolution::Admitted { newly: true }
     );
     // Still admitted on the next request, without taking another token.
     assert_eq!(
-        store.resolve(ROOM, first).await.unwrap(),
+        store.resolve(ROOM, first, anyone()).await.unwrap(),
         Resolution::Admitted { newly: false }
     );
     let stats = store.stats(ROOM).await.unwrap();
@@ -157,11 +166,11 @@ pub async fn fast_path_admits_when_nobody_waits<H: Harness>(h: &mut H) {
     pause(&*store).await;
     let second = VisitorId::random();
     assert!(matches!(
-        store.resolve(ROOM, second).await.unwrap(),
+        store.resolve(ROOM, second, anyone()).await.unwrap(),
         Resolution::Waiting { joined: true, .. }
     ));
     assert!(matches!(
-        store.resolve(ROOM, second).await.unwrap(),
+        store.resolve(ROOM, second, anyone()).await.unwrap(),
         Resolution::Waiting { joined: false, .. }
     ));
     assert_eq!(store.stats(ROOM).await.unwrap().total_joined, 1);
@@ -175,7 +184,12 @@ pub async fn fifo_under_concurrent_joins<H: Harness>(h: &mut H) {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let v = VisitorId::random();
-            (v, place(store.resolve(ROOM, v).await.unwrap()).position)
+            (
+                v,
+                place(store.resolve(ROOM, v, anyone()).await.unwrap())
+                    .position
+                    .unwrap(),
+            )
         }));
     }
     let mut joined = Vec::new();
@@ -255,7 +269,7 @@ pub async fn max_active_is_held<H: Harness>(h: &mut H) {
     let crowd = visitors(20);
     let mut admitted_now = 0;
     for &v in &crowd {
-        if admitted(store.resolve(ROOM, v).await.unwrap()) {
+        if admitted(store.resolve(ROOM, v, anyone()).await.unwrap()) {
             admitted_now += 1;
         }
     }
@@ -264,7 +278,7 @@ pub async fn max_active_is_held<H: Harness>(h: &mut H) {
         h.advance(Duration::from_millis(250)).await;
         // Keep every session busy so none is reclaimed.
         for &v in &crowd {
-            store.resolve(ROOM, v).await.unwrap();
+            store.resolve(ROOM, v, anyone()).await.unwrap();
         }
         store.admit_pass(ROOM).await.unwrap();
         let stats = store.stats(ROOM).await.unwrap();
@@ -294,15 +308,15 @@ pub async fn idle_sessions_are_reclaimed<H: Harness>(h: &mut H) {
         VisitorId::random(),
         VisitorId::random(),
     ];
-    assert!(admitted(store.resolve(ROOM, busy).await.unwrap()));
-    assert!(admitted(store.resolve(ROOM, idle).await.unwrap()));
+    assert!(admitted(store.resolve(ROOM, busy, anyone()).await.unwrap()));
+    assert!(admitted(store.resolve(ROOM, idle, anyone()).await.unwrap()));
     assert_eq!(
-        place(store.resolve(ROOM, waiting).await.unwrap()).position,
-        1
+        place(store.resolve(ROOM, waiting, anyone()).await.unwrap()).position,
+        Some(1)
     );
 
     h.advance(Duration::from_secs(9)).await;
-    store.resolve(ROOM, busy).await.unwrap();
+    store.resolve(ROOM, busy, anyone()).await.unwrap();
     store.heartbeat(ROOM, &[waiting]).await.unwrap();
     assert!(store.admit_pass(ROOM).await.unwrap().admitted.is_empty());
 
@@ -318,7 +332,7 @@ pub async fn idle_sessions_are_reclaimed<H: Harness>(h: &mut H) {
         vec![waiting],
         "and its slot goes to the next in line"
     );
-    assert!(admitted(store.resolve(ROOM, busy).await.unwrap()));
+    assert!(admitted(store.resolve(ROOM, busy, anyone()).await.unwrap()));
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!((stats.active, stats.total_expired), (2, 1));
 }
@@ -340,17 +354,17 @@ pub async fn abandoned_visitors_drop_and_rejoin_at_the_back<H: Harness>(h: &mut 
     assert_eq!((stats.waiting, stats.total_abandoned), (2, 1));
     let states = store.heartbeat(ROOM, &line).await.unwrap();
     assert_eq!(states[0], VisitorState::Unknown);
-    assert!(matches!(states[1], VisitorState::Waiting(p) if p.position == 1));
+    assert!(matches!(states[1], VisitorState::Waiting(p) if p.position == Some(1)));
     // Coming back puts them at the end of the line.
-    let back = place(store.resolve(ROOM, line[0]).await.unwrap());
-    assert_eq!((back.position, back.waiting), (3, 3));
+    let back = place(store.resolve(ROOM, line[0], anyone()).await.unwrap());
+    assert_eq!((back.position, back.waiting), (Some(3), 3));
 }
 
 pub async fn pause_holds_even_the_fast_path<H: Harness>(h: &mut H) {
     let store = open(h, settings(10.0, 100)).await;
     pause(&*store).await;
     let v = VisitorId::random();
-    let waiting = place(store.resolve(ROOM, v).await.unwrap());
+    let waiting = place(store.resolve(ROOM, v, anyone()).await.unwrap());
     assert!(waiting.paused);
     h.advance(Duration::from_secs(5)).await;
     assert!(store.admit_pass(ROOM).await.unwrap().admitted.is_empty());
@@ -363,20 +377,24 @@ pub async fn pause_holds_even_the_fast_path<H: Harness>(h: &mut H) {
 pub async fn flush_empties_the_line_and_leaves_sessions<H: Harness>(h: &mut H) {
     let store = open(h, settings(1.0, 100)).await;
     let on_site = VisitorId::random();
-    assert!(admitted(store.resolve(ROOM, on_site).await.unwrap()));
+    assert!(admitted(
+        store.resolve(ROOM, on_site, anyone()).await.unwrap()
+    ));
     let line = visitors(10);
     join_all(&*store, &line).await;
     assert_eq!(store.flush(ROOM).await.unwrap(), 10);
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!((stats.waiting, stats.active), (0, 1));
-    assert!(admitted(store.resolve(ROOM, on_site).await.unwrap()));
+    assert!(admitted(
+        store.resolve(ROOM, on_site, anyone()).await.unwrap()
+    ));
     assert_eq!(
         store.heartbeat(ROOM, &line[..1]).await.unwrap(),
         vec![VisitorState::Unknown]
     );
     // The line works normally afterwards, numbered from 1 again.
-    let again = place(store.resolve(ROOM, line[5]).await.unwrap());
-    assert_eq!((again.position, again.waiting), (1, 1));
+    let again = place(store.resolve(ROOM, line[5], anyone()).await.unwrap());
+    assert_eq!((again.position, again.waiting), (Some(1), 1));
 }
 
 pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
@@ -399,7 +417,11 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
     h.reopen(Duration::from_secs(5)).await;
     let store = h.store();
     // The file still says rate 10: the live settings win and the caller is told.
-    match store.open_room(ROOM, &seed, false).await.unwrap() {
+    match store
+        .open_room(ROOM, &seed, &RoomPolicy::default(), false)
+        .await
+        .unwrap()
+    {
         Seeded::KeptLive(live) => assert_eq!((live.rate, live.max_active), (25.0, 7)),
         other => panic!("expected the live settings to be kept, got {other:?}"),
     }
@@ -409,13 +431,19 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
     assert!(live.paused);
     // --reseed makes the file win, but does not lift an operator's pause.
     assert_eq!(
-        store.open_room(ROOM, &seed, true).await.unwrap(),
+        store
+            .open_room(ROOM, &seed, &RoomPolicy::default(), true)
+            .await
+            .unwrap(),
         Seeded::Reseeded
     );
     let live = store.stats(ROOM).await.unwrap().settings;
     assert_eq!((live.rate, live.max_active, live.paused), (10.0, 100, true));
     assert_eq!(
-        store.open_room(ROOM, &seed, false).await.unwrap(),
+        store
+            .open_room(ROOM, &seed, &RoomPolicy::default(), false)
+            .await
+            .unwrap(),
         Seeded::Unchanged
     );
 }
@@ -423,7 +451,9 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
 pub async fn line_survives_a_reopen<H: Harness>(h: &mut H) {
     let store = open(h, settings(5.0, 100)).await;
     let on_site = VisitorId::random();
-    assert!(admitted(store.resolve(ROOM, on_site).await.unwrap()));
+    assert!(admitted(
+        store.resolve(ROOM, on_site, anyone()).await.unwrap()
+    ));
     pause(&*store).await;
     let line = visitors(50);
     join_all(&*store, &line).await;
@@ -432,18 +462,20 @@ pub async fn line_survives_a_reopen<H: Harness>(h: &mut H) {
     h.reopen(Duration::from_secs(7_200 + 300)).await;
     let store = h.store();
     store
-        .open_room(ROOM, &settings(5.0, 100), false)
+        .open_room(ROOM, &settings(5.0, 100), &RoomPolicy::default(), false)
         .await
         .unwrap();
     store.admit_pass(ROOM).await.unwrap();
     let states = store.heartbeat(ROOM, &line).await.unwrap();
     for (i, state) in states.iter().enumerate() {
         assert!(
-            matches!(state, VisitorState::Waiting(p) if p.position == i as u64 + 1),
+            matches!(state, VisitorState::Waiting(p) if p.position == Some(i as u64 + 1)),
             "visitor {i} lost their place: {state:?}"
         );
     }
-    assert!(admitted(store.resolve(ROOM, on_site).await.unwrap()));
+    assert!(admitted(
+        store.resolve(ROOM, on_site, anyone()).await.unwrap()
+    ));
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!((stats.total_joined, stats.total_admitted), (50, 1));
 }
@@ -457,7 +489,9 @@ pub async fn heartbeat_never_joins<H: Harness>(h: &mut H) {
     );
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!((stats.waiting, stats.active, stats.total_joined), (0, 0, 0));
-    assert!(admitted(store.resolve(ROOM, stranger).await.unwrap()));
+    assert!(admitted(
+        store.resolve(ROOM, stranger, anyone()).await.unwrap()
+    ));
     assert_eq!(
         store.heartbeat(ROOM, &[stranger]).await.unwrap(),
         vec![VisitorState::Admitted]
@@ -528,7 +562,9 @@ pub async fn invalid_settings_change_nothing<H: Harness>(h: &mut H) {
         settings(10.0, 100)
     );
     assert!(matches!(
-        store.resolve("nowhere", VisitorId::random()).await,
+        store
+            .resolve("nowhere", VisitorId::random(), anyone())
+            .await,
         Err(super::StoreError::UnknownRoom(_))
     ));
 }
@@ -536,18 +572,24 @@ pub async fn invalid_settings_change_nothing<H: Harness>(h: &mut H) {
 pub async fn rooms_are_independent<H: Harness>(h: &mut H) {
     let store = open(h, settings(1.0, 1)).await;
     store
-        .open_room("other", &settings(1.0, 1), false)
+        .open_room("other", &settings(1.0, 1), &RoomPolicy::default(), false)
         .await
         .unwrap();
     let v = VisitorId::random();
-    assert!(admitted(store.resolve(ROOM, v).await.unwrap()));
+    assert!(admitted(store.resolve(ROOM, v, anyone()).await.unwrap()));
     // The first room is full; the other is not.
     assert!(matches!(
-        store.resolve(ROOM, VisitorId::random()).await.unwrap(),
+        store
+            .resolve(ROOM, VisitorId::random(), anyone())
+            .await
+            .unwrap(),
         Resolution::Waiting { .. }
     ));
     assert!(admitted(
-        store.resolve("other", VisitorId::random()).await.unwrap()
+        store
+            .resolve("other", VisitorId::random(), anyone())
+            .await
+            .unwrap()
     ));
     pause(&*store).await;
     assert!(!store.stats("other").await.unwrap().settings.paused);

@@ -20,6 +20,11 @@ pub trait Harness: Send + Sync {
     async fn advance(&self, by: Duration);
     /// Closes the store and opens it again on the same durable state after `downtime`.
     async fn reopen(&mut self, downtime: Duration);
+    /// How many entrants the lottery fairness test draws (SPEC asks for 100k; a store over
+    /// the network may use fewer to keep debug builds quick).
+    fn lottery_entrants(&self) -> usize {
+        100_000
+    }
 }
 
 /// Instantiates every conformance test for one store. `$make` builds a fresh harness.
@@ -45,6 +50,10 @@ macro_rules! suite {
             reaping_is_bounded_but_catches_up,
             invalid_settings_change_nothing,
             rooms_are_independent,
+            join_limit_counts_per_address_and_refusals,
+            schedule_phases_from_store_time,
+            lottery_draw_is_by_lot_and_a_rejoin_keeps_its_place,
+            lottery_is_fair_to_early_arrivals,
         );
     };
     (@tests [$attr:meta] $make:expr; $($name:ident),* $(,)?) => {
@@ -593,4 +602,369 @@ pub async fn rooms_are_independent<H: Harness>(h: &mut H) {
     ));
     pause(&*store).await;
     assert!(!store.stats("other").await.unwrap().settings.paused);
+}
+
+/// Where both harnesses' clocks start.
+pub const START_MS: u64 = 1_700_000_000_000;
+
+/// `secs` after the harness's clock started, as a wall-clock time.
+fn at(secs: u64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_millis(START_MS + secs * 1_000)
+}
+
+fn waiting_place(resolution: Resolution) -> (Place, bool) {
+    match resolution {
+        Resolution::Waiting { place, joined } => (place, joined),
+        other => panic!("expected to wait, got {other:?}"),
+    }
+}
+
+pub async fn join_limit_counts_per_address_and_refusals<H: Harness>(h: &mut H) {
+    let store = h.store();
+    let policy = RoomPolicy {
+        join_limit_per_ip: 3,
+        join_limit_window: Duration::from_secs(60),
+        ..Default::default()
+    };
+    store
+        .open_room(ROOM, &settings(10.0, 100), &policy, false)
+        .await
+        .unwrap();
+    pause(&*store).await;
+    let a = ClientKey::from(std::net::Ipv4Addr::new(203, 0, 113, 7));
+    let b = ClientKey::from(std::net::Ipv4Addr::new(203, 0, 113, 8));
+    let joined = visitors(3);
+    for &v in &joined {
+        waiting_place(store.resolve(ROOM, v, a).await.unwrap());
+    }
+    h.advance(Duration::from_secs(10)).await;
+    match store.resolve(ROOM, VisitorId::random(), a).await.unwrap() {
+        Resolution::Refused { retry_after } => {
+            assert_eq!(
+                retry_after,
+                Duration::from_secs(50),
+                "the rest of the window"
+            )
+        }
+        other => panic!("the fourth join from one address is refused, got {other:?}"),
+    }
+    // Refusals count against the window too, and are counted.
+    assert!(matches!(
+        store.resolve(ROOM, VisitorId::random(), a).await.unwrap(),
+        Resolution::Refused { .. }
+    ));
+    // Someone already waiting is never refused; another address joins.
+    let (again, joined_now) = waiting_place(store.resolve(ROOM, joined[0], a).await.unwrap());
+    assert_eq!((again.position, joined_now), (Some(1), false));
+    waiting_place(store.resolve(ROOM, VisitorId::random(), b).await.unwrap());
+    // An IPv6 /64 is one address.
+    let net: std::net::Ipv6Addr = "2001:db8:1:2::".parse().unwrap();
+    for i in 0..4u128 {
+        let ip = std::net::Ipv6Addr::from(u128::from(net) + i * 0x1_0000_0001);
+        let outcome = store
+            .resolve(ROOM, VisitorId::random(), ClientKey::from(ip))
+            .await
+            .unwrap();
+        assert_eq!(
+            matches!(outcome, Resolution::Refused { .. }),
+            i == 3,
+            "join {i} from the /64: {outcome:?}"
+        );
+    }
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.total_refused, stats.total_joined), (3, 7));
+    // A new window starts after the old one is over.
+    h.advance(Duration::from_secs(51)).await;
+    store.admit_pass(ROOM).await.unwrap();
+    waiting_place(store.resolve(ROOM, VisitorId::random(), a).await.unwrap());
+    // The policy is config: reopening replaces it (0 lifts the limit).
+    store
+        .open_room(ROOM, &settings(10.0, 100), &RoomPolicy::default(), false)
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        waiting_place(store.resolve(ROOM, VisitorId::random(), a).await.unwrap());
+    }
+}
+
+pub async fn schedule_phases_from_store_time<H: Harness>(h: &mut H) {
+    let store = h.store();
+    let policy = RoomPolicy {
+        schedule: Schedule {
+            queue_opens_at: Some(at(10)),
+            admits_at: Some(at(20)),
+            closes_at: Some(at(40)),
+        },
+        ..Default::default()
+    };
+    store
+        .open_room(ROOM, &settings(10.0, 100), &policy, false)
+        .await
+        .unwrap();
+    let [early, first, second, late, on_site, stuck] = [(); 6].map(|_| VisitorId::random());
+
+    // Before the line opens nobody is queued.
+    assert_eq!(
+        store.resolve(ROOM, early, anyone()).await.unwrap(),
+        Resolution::NotOpen
+    );
+    assert_eq!(
+        store.heartbeat(ROOM, &[early]).await.unwrap(),
+        vec![VisitorState::Unknown]
+    );
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.waiting, stats.total_joined), (0, 0));
+
+    // The draw (no lottery): collected in arrival order, nobody admitted, no fast path.
+    h.advance(Duration::from_secs(10)).await;
+    let (p1, joined) = waiting_place(store.resolve(ROOM, first, anyone()).await.unwrap());
+    assert!(joined);
+    assert_eq!((p1.position, p1.phase), (Some(1), Phase::Draw));
+    let (p2, _) = waiting_place(store.resolve(ROOM, second, anyone()).await.unwrap());
+    assert_eq!((p2.position, p2.waiting), (Some(2), 2));
+    h.advance(Duration::from_secs(5)).await;
+    assert!(store.admit_pass(ROOM).await.unwrap().admitted.is_empty());
+    match store.heartbeat(ROOM, &[second]).await.unwrap()[0] {
+        VisitorState::Waiting(p) => assert_eq!((p.position, p.phase), (Some(2), Phase::Draw)),
+        other => panic!("{other:?}"),
+    }
+
+    // The doors: the line moves, and then the fast path works again.
+    h.advance(Duration::from_secs(5)).await;
+    assert_eq!(
+        store.admit_pass(ROOM).await.unwrap().admitted,
+        vec![first, second]
+    );
+    assert_eq!(
+        store.resolve(ROOM, on_site, anyone()).await.unwrap(),
+        Resolution::Admitted { newly: true }
+    );
+    pause(&*store).await;
+    let (p, _) = waiting_place(store.resolve(ROOM, stuck, anyone()).await.unwrap());
+    assert_eq!((p.position, p.phase), (Some(1), Phase::Queueing));
+
+    // Closed: newcomers and the line are told so, nobody else is admitted, and sessions
+    // on the site carry on.
+    h.advance(Duration::from_secs(20)).await;
+    resume(&*store).await;
+    assert_eq!(
+        store.resolve(ROOM, late, anyone()).await.unwrap(),
+        Resolution::Closed
+    );
+    assert_eq!(
+        store.resolve(ROOM, stuck, anyone()).await.unwrap(),
+        Resolution::Closed
+    );
+    assert!(store.admit_pass(ROOM).await.unwrap().admitted.is_empty());
+    assert_eq!(
+        store.resolve(ROOM, on_site, anyone()).await.unwrap(),
+        Resolution::Admitted { newly: false }
+    );
+    match store.heartbeat(ROOM, &[stuck]).await.unwrap()[0] {
+        VisitorState::Waiting(p) => assert_eq!(p.phase, Phase::Closed),
+        other => panic!("{other:?}"),
+    }
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.total_admitted, stats.total_joined), (3, 3));
+}
+
+fn lottery_policy(opens: u64, admits: u64) -> RoomPolicy {
+    RoomPolicy {
+        lottery: true,
+        schedule: Schedule {
+            queue_opens_at: Some(at(opens)),
+            admits_at: Some(at(admits)),
+            closes_at: None,
+        },
+        ..Default::default()
+    }
+}
+
+/// Everyone's position, asked in one batch.
+async fn positions<S: QueueStore>(store: &S, who: &[VisitorId]) -> Vec<u64> {
+    let mut out = Vec::with_capacity(who.len());
+    for chunk in who.chunks(1_000) {
+        for state in store.heartbeat(ROOM, chunk).await.unwrap() {
+            match state {
+                VisitorState::Waiting(p) => out.push(p.position.expect("a place after the doors")),
+                other => panic!("expected to wait, got {other:?}"),
+            }
+        }
+    }
+    out
+}
+
+pub async fn lottery_draw_is_by_lot_and_a_rejoin_keeps_its_place<H: Harness>(h: &mut H) {
+    let store = h.store();
+    let mut seed = settings(1_000.0, 100_000);
+    seed.abandon_after = Duration::from_secs(20);
+    store
+        .open_room(ROOM, &seed, &lottery_policy(0, 60), false)
+        .await
+        .unwrap();
+    pause(&*store).await;
+    let entrants = visitors(200);
+    let leaver = entrants[0];
+    for (i, &v) in entrants.iter().enumerate() {
+        let (p, joined) = waiting_place(store.resolve(ROOM, v, anyone()).await.unwrap());
+        assert!(joined);
+        assert_eq!(
+            (p.position, p.waiting, p.phase),
+            (None, i as u64 + 1, Phase::Draw),
+            "no position during the draw"
+        );
+    }
+    // The earliest entrant leaves (no heartbeat) and is dropped...
+    for _ in 0..3 {
+        h.advance(Duration::from_secs(10)).await;
+        store.heartbeat(ROOM, &entrants[1..]).await.unwrap();
+        store.admit_pass(ROOM).await.unwrap();
+    }
+    assert_eq!(
+        store.heartbeat(ROOM, &[leaver]).await.unwrap(),
+        vec![VisitorState::Unknown]
+    );
+    // ...and comes back, last, before the doors.
+    let (p, joined) = waiting_place(store.resolve(ROOM, leaver, anyone()).await.unwrap());
+    assert_eq!((p.position, p.waiting, joined), (None, 200, true));
+
+    // The doors. Someone arriving after them queues behind the whole draw, even before
+    // any pass has run.
+    h.advance(Duration::from_secs(31)).await;
+    store.heartbeat(ROOM, &entrants).await.unwrap();
+    let after = VisitorId::random();
+    let (p, _) = waiting_place(store.resolve(ROOM, after, anyone()).await.unwrap());
+    assert_eq!(
+        (p.position, p.waiting, p.phase),
+        (Some(201), 201, Phase::Queueing)
+    );
+    let first_order = positions(&*store, &entrants).await;
+    store.admit_pass(ROOM).await.unwrap();
+    assert_eq!(positions(&*store, &entrants).await, first_order, "stable");
+    let mut sorted = first_order.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (1..=200).collect::<Vec<_>>(), "every place once");
+    assert_ne!(
+        first_order,
+        (1..=200).collect::<Vec<_>>(),
+        "not arrival order"
+    );
+
+    // A second drop in the same room, after a reseed: the salt is the room's for good, so
+    // the same people get the same order, whatever order they arrive in and although the
+    // first of them leaves and rejoins.
+    store.flush(ROOM).await.unwrap();
+    let now = 61;
+    store
+        .open_room(ROOM, &seed, &lottery_policy(now, now + 60), true)
+        .await
+        .unwrap();
+    for &v in entrants.iter().rev() {
+        let (p, _) = waiting_place(store.resolve(ROOM, v, anyone()).await.unwrap());
+        assert_eq!(p.phase, Phase::Draw);
+    }
+    for _ in 0..3 {
+        h.advance(Duration::from_secs(10)).await;
+        store.heartbeat(ROOM, &entrants[1..]).await.unwrap();
+        store.admit_pass(ROOM).await.unwrap();
+    }
+    waiting_place(store.resolve(ROOM, leaver, anyone()).await.unwrap());
+    h.advance(Duration::from_secs(31)).await;
+    store.heartbeat(ROOM, &entrants).await.unwrap();
+    let mut admitted = Vec::new();
+    resume(&*store).await;
+    for _ in 0..4 {
+        h.advance(Duration::from_millis(250)).await;
+        admitted.extend(store.admit_pass(ROOM).await.unwrap().admitted);
+    }
+    let mut by_first_order: Vec<(u64, VisitorId)> = first_order
+        .iter()
+        .copied()
+        .zip(entrants.iter().copied())
+        .collect();
+    by_first_order.sort_unstable();
+    let expected: Vec<VisitorId> = by_first_order.into_iter().map(|(_, v)| v).collect();
+    assert_eq!(admitted, expected, "admitted in the same lottery order");
+}
+
+/// The chi-square statistic of where `early` arrivals ended up among `total` places, in
+/// ten equal buckets.
+fn chi_square(places: &[u64], total: u64) -> f64 {
+    let mut buckets = [0u64; 10];
+    for &p in places {
+        buckets[((p - 1) * 10 / total) as usize] += 1;
+    }
+    let expected = places.len() as f64 / 10.0;
+    buckets
+        .iter()
+        .map(|&o| (o as f64 - expected).powi(2) / expected)
+        .sum()
+}
+
+/// Runs a draw of `n` entrants in `room` and returns where the earliest 1 % ended up, after
+/// checking the order is the same before, during and after the doors' moves.
+async fn draw_places<H: Harness>(h: &H, room: &str, n: usize, t0: u64) -> Vec<u64> {
+    let store = h.store();
+    store
+        .open_room(
+            room,
+            &settings(10.0, 1),
+            &lottery_policy(t0, t0 + 60),
+            false,
+        )
+        .await
+        .unwrap();
+    store
+        .update_settings(room, &SettingsPatch::pause())
+        .await
+        .unwrap();
+    let entrants: Vec<VisitorId> = visitors(n);
+    for &v in &entrants {
+        store.resolve(room, v, anyone()).await.unwrap();
+    }
+    h.advance(Duration::from_secs(61)).await;
+    let early = &entrants[..n / 100];
+    let place_of = |states: Vec<VisitorState>| -> Vec<u64> {
+        states
+            .into_iter()
+            .map(|s| match s {
+                VisitorState::Waiting(p) => p.position.expect("placed after the doors"),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    let before = place_of(store.heartbeat(room, early).await.unwrap());
+    // A pass moves (part of) the draw into the line; positions never change while it does.
+    store.admit_pass(room).await.unwrap();
+    assert_eq!(
+        place_of(store.heartbeat(room, early).await.unwrap()),
+        before
+    );
+    for _ in 0..(n / super::memory::REAP_BUDGET + 1) {
+        store.admit_pass(room).await.unwrap();
+    }
+    assert_eq!(
+        place_of(store.heartbeat(room, early).await.unwrap()),
+        before
+    );
+    before
+}
+
+pub async fn lottery_is_fair_to_early_arrivals<H: Harness>(h: &mut H) {
+    let n = h.lottery_entrants();
+    // 9 degrees of freedom: p > 0.01 below 21.67. With a random salt a fair lottery still
+    // lands above it once in a hundred runs, so one fresh room (a fresh salt) is allowed a
+    // second try; a biased one (early arrivals first) scores in the thousands, twice.
+    const CRITICAL: f64 = 21.67;
+    let places = draw_places(h, ROOM, n, 0).await;
+    let first = chi_square(&places, n as u64);
+    if first < CRITICAL {
+        return;
+    }
+    let places = draw_places(h, "second", n, 61).await;
+    let second = chi_square(&places, n as u64);
+    assert!(
+        second < CRITICAL,
+        "early arrivals are not spread evenly: chi-square {first:.2}, then {second:.2}"
+    );
 }

@@ -783,7 +783,7 @@ mod tests {
         fn new() -> Self {
             let dir = tempfile::tempdir().unwrap();
             let store = Arc::new(
-                MemoryStore::open(Clock::starting_at(1_700_000_000_000), dir.path()).unwrap(),
+                MemoryStore::open(Clock::starting_at(conformance::START_MS), dir.path()).unwrap(),
             );
             MemoryHarness { store, dir }
         }

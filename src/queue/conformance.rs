@@ -54,6 +54,7 @@ macro_rules! suite {
             schedule_phases_from_store_time,
             lottery_draw_is_by_lot_and_a_rejoin_keeps_its_place,
             lottery_is_fair_to_early_arrivals,
+            lottery_salt_and_draw_survive_a_reopen,
         );
     };
     (@tests [$attr:meta] $make:expr; $($name:ident),* $(,)?) => {
@@ -967,4 +968,46 @@ pub async fn lottery_is_fair_to_early_arrivals<H: Harness>(h: &mut H) {
         second < CRITICAL,
         "early arrivals are not spread evenly: chi-square {first:.2}, then {second:.2}"
     );
+}
+
+pub async fn lottery_salt_and_draw_survive_a_reopen<H: Harness>(h: &mut H) {
+    let seed = settings(1_000.0, 100_000);
+    let store = h.store();
+    store
+        .open_room(ROOM, &seed, &lottery_policy(0, 60), false)
+        .await
+        .unwrap();
+    pause(&*store).await;
+    let entrants = visitors(50);
+    join_all(&*store, &entrants[..25]).await;
+    drop(store);
+    // A restart in the middle of the draw keeps the entrants collected so far.
+    h.reopen(Duration::from_secs(5)).await;
+    let store = h.store();
+    store
+        .open_room(ROOM, &seed, &lottery_policy(0, 60), false)
+        .await
+        .unwrap();
+    assert_eq!(store.stats(ROOM).await.unwrap().waiting, 25);
+    for &v in &entrants[..25] {
+        let (p, joined) = waiting_place(store.resolve(ROOM, v, anyone()).await.unwrap());
+        assert_eq!((p.position, joined), (None, false));
+    }
+    join_all(&*store, &entrants[25..]).await;
+    h.advance(Duration::from_secs(56)).await;
+    let first_order = positions(&*store, &entrants).await;
+
+    // After another restart and a reseed, a second drop of the same people comes out in the
+    // same order: the salt is the room's for good.
+    store.flush(ROOM).await.unwrap();
+    drop(store);
+    h.reopen(Duration::from_secs(5)).await;
+    let store = h.store();
+    store
+        .open_room(ROOM, &seed, &lottery_policy(61, 120), true)
+        .await
+        .unwrap();
+    join_all(&*store, &entrants).await;
+    h.advance(Duration::from_secs(60)).await;
+    assert_eq!(positions(&*store, &entrants).await, first_order);
 }

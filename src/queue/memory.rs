@@ -822,6 +822,53 @@ mod tests {
         }
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_snapshot_of_the_first_layout_still_opens() {
+        #[derive(Serialize)]
+        struct V1 {
+            rooms: Vec<(String, V1Room)>,
+        }
+        #[derive(Serialize)]
+        struct V1Room {
+            settings: RoomSettings,
+            tokens: f64,
+            next_ticket: u64,
+            line: Vec<(u64, VisitorId)>,
+            sessions: Vec<VisitorId>,
+            counters: Counters,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let line = vec![(7, VisitorId::random()), (9, VisitorId::random())];
+        let v1 = V1 {
+            rooms: vec![(
+                "main".to_owned(),
+                V1Room {
+                    settings: conformance::settings(1.0, 10),
+                    tokens: 0.0,
+                    next_ticket: 10,
+                    line: line.clone(),
+                    sessions: vec![],
+                    counters: Counters::default(),
+                },
+            )],
+        };
+        std::fs::write(
+            dir.path().join(SNAPSHOT_FILE),
+            postcard::to_stdvec(&v1).unwrap(),
+        )
+        .unwrap();
+        let store = MemoryStore::open(Clock::starting_at(0), dir.path()).unwrap();
+        let states = store
+            .heartbeat("main", &[line[0].1, line[1].1])
+            .await
+            .unwrap();
+        assert!(matches!(states[1], VisitorState::Waiting(p) if p.position == Some(2)));
+        // And it is written back in the current layout.
+        store.persist().await.unwrap();
+        let bytes = std::fs::read(dir.path().join(SNAPSHOT_FILE)).unwrap();
+        assert!(bytes.starts_with(SNAPSHOT_MAGIC));
+    }
+
     #[tokio::test]
     async fn a_corrupt_snapshot_is_a_clear_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();

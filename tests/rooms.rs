@@ -254,7 +254,10 @@ async fn a_scheduled_drop_collects_a_draw_then_admits_by_lot() {
     assert_eq!(store.stats("drop").await.unwrap().waiting, 0);
 
     // The draw: collected, no position, nobody admitted (not even the first).
+    // (A little past it: the store's clock is monotonic from its start, so it may trail the
+    // wall clock by a few milliseconds.)
     tokio::time::sleep(opens.duration_since(SystemTime::now()).unwrap_or_default()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let mut cookies = Vec::new();
     for i in 1..=5u64 {
         let response = get(&ar, "shop.example", &as_json).await;

@@ -11,7 +11,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{Event, EventKind, EventSink};
-use crate::queue::{PassReport, QueueStore, Resolution, RoomStats, StoreError, VisitorId};
+use crate::queue::{
+    ClientKey, PassReport, QueueStore, Resolution, RoomStats, StoreError, VisitorId,
+};
 
 /// How long a replica trusts that a visitor it saw admitted is still on the site before
 /// asking the store again. Re-confirming also records the session's activity in the store,
@@ -40,6 +42,14 @@ pub struct Admission {
 pub enum Decision {
     Admitted,
     Waiting(crate::queue::Place),
+    /// A newcomer over their address's join limit; try again after `retry_after`.
+    Refused {
+        retry_after: Duration,
+    },
+    /// The room's line is not open yet (before `queue_opens_at`).
+    NotOpen,
+    /// The room closed (after `closes_at`): nobody else gets in.
+    Closed,
     /// The store did not answer; `fail_open` says whether to proxy anyway.
     Stalled {
         fail_open: bool,
@@ -65,15 +75,16 @@ impl Admission {
         &self.store
     }
 
-    /// Decides one request for the site from `visitor` in `room`.
-    pub async fn decide(&self, room: &str, visitor: VisitorId) -> Decision {
+    /// Decides one request for the site from `visitor` in `room`, coming from `client`
+    /// (whose join limit applies if this is a newcomer).
+    pub async fn decide(&self, room: &str, visitor: VisitorId, client: ClientKey) -> Decision {
         if self
             .sessions
             .is_confirmed(room, visitor, self.confirm_window(room))
         {
             return Decision::Admitted;
         }
-        match self.store.resolve(room, visitor).await {
+        match self.store.resolve(room, visitor, client).await {
             Ok(Resolution::Admitted { newly }) => {
                 self.health.record_ok();
                 self.sessions.confirm(room, visitor);
@@ -90,6 +101,18 @@ impl Admission {
                         .publish(Event::visitor(EventKind::VisitorJoined, room, visitor));
                 }
                 Decision::Waiting(place)
+            }
+            Ok(Resolution::Refused { retry_after }) => {
+                self.health.record_ok();
+                Decision::Refused { retry_after }
+            }
+            Ok(Resolution::NotOpen) => {
+                self.health.record_ok();
+                Decision::NotOpen
+            }
+            Ok(Resolution::Closed) => {
+                self.health.record_ok();
+                Decision::Closed
             }
             Err(StoreError::Unavailable(reason)) => {
                 self.health.record_failure(&reason);
@@ -150,6 +173,18 @@ impl Admission {
             .map(|s| s.observed_rate.unwrap_or(s.stats.settings.rate))
             .unwrap_or(0.0);
         Eta::for_position(position, rate)
+    }
+
+    /// The estimated wait of a waiting visitor. Without a position (a lottery draw) their
+    /// place could be anywhere in the draw: from no wait to the whole draw's.
+    pub fn eta_for(&self, room: &str, place: &crate::queue::Place) -> Eta {
+        match place.position {
+            Some(position) => self.eta(room, position),
+            None => Eta {
+                min: 0,
+                max: self.eta(room, place.waiting).max,
+            },
+        }
     }
 
     /// Refreshes the statistics of every room once.
@@ -402,7 +437,10 @@ impl StoreHealth {
 mod tests {
     use super::*;
     use crate::clock::Clock;
-    use crate::queue::{MemoryStore, conformance::settings};
+    use crate::queue::{
+        MemoryStore, RoomPolicy,
+        conformance::{anyone, settings},
+    };
 
     #[test]
     fn eta_is_a_range_and_never_negative() {
@@ -420,13 +458,19 @@ mod tests {
         // the line really moves at about 10 a second.
         let mut seed = settings(100.0, 10);
         seed.session_ttl = Duration::from_secs(1);
-        store.open_room("main", &seed, false).await.unwrap();
+        store
+            .open_room("main", &seed, &RoomPolicy::default(), false)
+            .await
+            .unwrap();
         store
             .update_settings("main", &crate::queue::SettingsPatch::pause())
             .await
             .unwrap();
         for _ in 0..1_000 {
-            store.resolve("main", VisitorId::random()).await.unwrap();
+            store
+                .resolve("main", VisitorId::random(), anyone())
+                .await
+                .unwrap();
         }
         let admission = Arc::new(Admission::new(store.clone(), None, EventSink::disabled()));
         let rooms = vec!["main".to_owned()];
@@ -474,16 +518,22 @@ mod tests {
     async fn confirmed_sessions_skip_the_store_then_reconfirm() {
         let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
         store
-            .open_room("main", &settings(1.0, 1), false)
+            .open_room("main", &settings(1.0, 1), &RoomPolicy::default(), false)
             .await
             .unwrap();
         let admission = Admission::new(store.clone(), None, EventSink::disabled());
         let v = VisitorId::random();
-        assert_eq!(admission.decide("main", v).await, Decision::Admitted);
+        assert_eq!(
+            admission.decide("main", v, anyone()).await,
+            Decision::Admitted
+        );
         let joined_before = store.stats("main").await.unwrap();
         // A flush of the line leaves the session, and the cache answers without the store.
         store.flush("main").await.unwrap();
-        assert_eq!(admission.decide("main", v).await, Decision::Admitted);
+        assert_eq!(
+            admission.decide("main", v, anyone()).await,
+            Decision::Admitted
+        );
         assert_eq!(store.stats("main").await.unwrap(), joined_before);
     }
 

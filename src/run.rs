@@ -14,7 +14,7 @@ use crate::admission::Admission;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::http::App;
-use crate::queue::{MemoryStore, QueueStore, RedisStore, RoomSettings, Seeded};
+use crate::queue::{MemoryStore, QueueStore, RedisStore, RoomPolicy, RoomSettings, Seeded};
 use crate::server::{self, ServerLimits};
 
 /// How often the embedded store is snapshotted; a crash loses at most this much.
@@ -56,6 +56,16 @@ pub fn seed_settings(room: &crate::config::RoomConfig) -> RoomSettings {
     }
 }
 
+/// The static policy a room's config hands the store on every start.
+pub fn room_policy(room: &crate::config::RoomConfig) -> RoomPolicy {
+    RoomPolicy {
+        join_limit_per_ip: room.join_limit_per_ip,
+        join_limit_window: room.join_limit_window,
+        schedule: room.schedule.clone(),
+        lottery: room.lottery,
+    }
+}
+
 /// Opens the store the config asks for: Redis when `redis.url` is set (one node, or a
 /// Cluster given as several comma-separated node URLs), else the embedded store.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn QueueStore>> {
@@ -81,7 +91,8 @@ pub async fn start(
 ) -> anyhow::Result<Running> {
     for room in &config.rooms {
         let seed = seed_settings(room);
-        match store.open_room(&room.name, &seed, reseed).await? {
+        let policy = room_policy(room);
+        match store.open_room(&room.name, &seed, &policy, reseed).await? {
             Seeded::KeptLive(live) => tracing::warn!(
                 room = %room.name,
                 file = ?seed,

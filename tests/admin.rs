@@ -849,18 +849,20 @@ impl anteroom::queue::QueueStore for Switchable {
         &self,
         room: &str,
         seed: &anteroom::queue::RoomSettings,
+        policy: &anteroom::queue::RoomPolicy,
         reseed: bool,
     ) -> anteroom::queue::StoreResult<anteroom::queue::Seeded> {
         self.check()?;
-        self.inner.open_room(room, seed, reseed).await
+        self.inner.open_room(room, seed, policy, reseed).await
     }
     async fn resolve(
         &self,
         room: &str,
         visitor: anteroom::queue::VisitorId,
+        client: anteroom::queue::ClientKey,
     ) -> anteroom::queue::StoreResult<anteroom::queue::Resolution> {
         self.check()?;
-        self.inner.resolve(room, visitor).await
+        self.inner.resolve(room, visitor, client).await
     }
     async fn heartbeat(
         &self,

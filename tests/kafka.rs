@@ -209,7 +209,8 @@ async fn a_dead_broker_drops_events_and_never_slows_a_join() {
         &origin.url(),
         dir.path(),
         broker.addr,
-        "    rate: 0.01\n    max_active: 100",
+        // 200 joins from one address: over the default join limit.
+        "    rate: 0.01\n    max_active: 100\n    join_limit_per_ip: 0",
     ))
     .await;
     let http = client();

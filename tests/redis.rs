@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use anteroom::config::{Config, from_yaml_str};
 use anteroom::queue::{
-    QueueStore, RedisStore, Resolution, SettingsPatch, StoreError, VisitorId, VisitorState,
+    ClientKey, QueueStore, RedisStore, Resolution, RoomPolicy, SettingsPatch, StoreError,
+    VisitorId, VisitorState,
 };
 use anteroom::run::{self, Running};
 use anteroom::testing::RedisServer;
@@ -47,6 +48,12 @@ async fn instance(config: &Config, url: &str) -> Running {
         .unwrap()
 }
 
+/// One client address: these tests are not about the join limit (off in the store's
+/// default policy).
+fn anyone() -> ClientKey {
+    ClientKey::from(std::net::Ipv4Addr::new(192, 0, 2, 1))
+}
+
 /// Joins `n` visitors, many at once, and returns them in line order.
 async fn fill(store: &Arc<RedisStore>, n: usize) -> Vec<VisitorId> {
     let mut line = Vec::with_capacity(n);
@@ -55,9 +62,11 @@ async fn fill(store: &Arc<RedisStore>, n: usize) -> Vec<VisitorId> {
             let store = store.clone();
             async move {
                 let v = VisitorId::random();
-                match store.resolve("main", v).await.unwrap() {
+                // Many addresses: a room opened from the config has a join limit.
+                let client = ClientKey::from(std::net::Ipv4Addr::new(10, v.0[0], v.0[1], v.0[2]));
+                match store.resolve("main", v, client).await.unwrap() {
                     Resolution::Waiting { place: p, .. } => (p.position, v),
-                    Resolution::Admitted { .. } => panic!("the room is paused"),
+                    other => panic!("the room is paused: {other:?}"),
                 }
             }
         });
@@ -89,7 +98,12 @@ async fn three_replicas_admit_at_the_configured_rate_not_three_times_it() {
     );
     let seeder = store(&redis.url()).await;
     seeder
-        .open_room("main", &run::seed_settings(&config.rooms[0]), false)
+        .open_room(
+            "main",
+            &run::seed_settings(&config.rooms[0]),
+            &RoomPolicy::default(),
+            false,
+        )
         .await
         .unwrap();
     seeder
@@ -201,7 +215,7 @@ async fn redis_down_admits_nobody_and_recovery_needs_no_restart() {
     redis.kill();
     let down_at = Instant::now();
     assert!(matches!(
-        direct.resolve("main", line[199]).await,
+        direct.resolve("main", line[199], anyone()).await,
         Err(StoreError::Unavailable(_))
     ));
     assert!(down_at.elapsed() < Duration::from_secs(5), "fails fast");
@@ -258,7 +272,7 @@ async fn redis_down_admits_nobody_and_recovery_needs_no_restart() {
             assert_eq!(*state, VisitorState::Admitted, "visitor {i}");
         } else {
             assert!(
-                matches!(state, VisitorState::Waiting(p) if p.position == (i - first_waiting) as u64 + 1),
+                matches!(state, VisitorState::Waiting(p) if p.position == Some((i - first_waiting) as u64 + 1)),
                 "visitor {i} lost their place: {state:?}"
             );
         }
@@ -397,7 +411,10 @@ async fn measure_joins_admissions_and_memory() {
         abandon_after: Duration::from_secs(3_600),
         paused: false,
     };
-    store.open_room("main", &seed, false).await.unwrap();
+    store
+        .open_room("main", &seed, &RoomPolicy::default(), false)
+        .await
+        .unwrap();
     store
         .update_settings("main", &SettingsPatch::pause())
         .await
@@ -407,7 +424,12 @@ async fn measure_joins_admissions_and_memory() {
     let joined = futures_util::stream::iter(0..n)
         .map(|_| {
             let store = store.clone();
-            async move { store.resolve("main", VisitorId::random()).await.unwrap() }
+            async move {
+                store
+                    .resolve("main", VisitorId::random(), anyone())
+                    .await
+                    .unwrap()
+            }
         })
         .buffer_unordered(256)
         .count()

@@ -122,6 +122,15 @@ impl ClientKey {
         self.0
     }
 
+    /// The key as 16 bytes: the IPv4-mapped IPv6 address, or the /64 prefix followed by
+    /// zeros. Distinct keys have distinct bytes.
+    pub fn to_bytes(&self) -> [u8; 16] {
+        match self.0 {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        }
+    }
+
     /// The key as a network: `a.b.c.d/32` or `prefix::/64`.
     pub fn net(&self) -> IpNet {
         let prefix = if self.0.is_ipv4() { 32 } else { 64 };

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::body::Body;
 use crate::admission::Admission;
-use crate::queue::{StoreError, VisitorId, VisitorState};
+use crate::queue::{Phase, StoreError, VisitorId, VisitorState};
 
 /// At most one store read per waiting visitor this often (SPEC §5).
 pub const TICK: Duration = Duration::from_secs(2);
@@ -176,13 +176,21 @@ impl LiveHub {
         match state {
             VisitorState::Admitted => Some(LiveEvent::Admitted),
             VisitorState::Unknown => None,
+            // Closed (or not open after a schedule change): end the stream; the page
+            // reloads and shows why.
+            VisitorState::Waiting(place)
+                if matches!(place.phase, Phase::Closed | Phase::BeforeOpen) =>
+            {
+                None
+            }
             VisitorState::Waiting(place) => {
-                let eta = admission.eta(room, place.position);
+                let eta = admission.eta_for(room, &place);
                 Some(LiveEvent::Position(serde_json::json!({
+                    // null during a lottery draw: nobody has a place before the doors.
                     "position": place.position,
                     "waiting": place.waiting,
                     "eta_secs": eta,
-                    "phase": "queueing",
+                    "phase": place.phase,
                     "paused": place.paused,
                 })))
             }

@@ -15,7 +15,7 @@ pub mod proxy;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
@@ -25,7 +25,7 @@ use crate::config::{Config, RoomConfig};
 use crate::queue::{Place, VisitorId};
 use crate::token::{self, CookieKeys};
 use body::Body;
-use client::{LogLimiter, TrustedProxies};
+use client::{ClientKey, LogLimiter, TrustedProxies};
 use live::LiveHub;
 use pages::{Pages, Phase, RoomText, VisitorStatus, WaitingView};
 use proxy::{ForwardContext, Origin, OriginClient, ProxyError};
@@ -94,7 +94,10 @@ fn classify(req: &Request<Incoming>) -> Class {
 
 /// Who is asking, established before anything else runs.
 struct Identity {
+    /// Behind trusted proxies, the address they forwarded for; else the peer.
     client_ip: IpAddr,
+    /// What the join limit counts: the IPv4 address or the IPv6 /64 of `client_ip`.
+    client: ClientKey,
     room: Option<usize>,
     /// The verified visitor of this room, if the cookie verified.
     visitor: Option<VisitorId>,
@@ -220,7 +223,10 @@ impl App {
             Some(v) => (v, false),
             None => (VisitorId::random(), true),
         };
-        let decision = self.admission.decide(&room.config.name, visitor).await;
+        let decision = self
+            .admission
+            .decide(&room.config.name, visitor, identity.client)
+            .await;
 
         // Respond.
         let mut response = match decision {
@@ -229,9 +235,14 @@ impl App {
                 self.metrics.time_proxy(&room.config.name, proxied).await
             }
             Decision::Waiting(place) => self.waiting(room, place, &identity),
+            Decision::Refused { retry_after } => self.refused(room, retry_after, &identity),
+            Decision::NotOpen => self.not_open(room, &identity),
+            Decision::Closed => self.closed(room, &identity),
             Decision::Stalled { fail_open: false } => self.stalled(room, &identity),
         };
-        if new_cookie || matches!(decision, Decision::Waiting(_)) {
+        // A refused newcomer is not anyone yet: no cookie to remember them by.
+        let refused = matches!(decision, Decision::Refused { .. });
+        if (new_cookie && !refused) || matches!(decision, Decision::Waiting(_)) {
             // Re-issued on every waiting page so the cookie's age slides while they wait.
             let value = self
                 .cookies
@@ -262,6 +273,7 @@ impl App {
         });
         Identity {
             client_ip,
+            client: ClientKey::from(client_ip),
             room,
             visitor,
             wants_json: pages::prefers_json(req.headers().get(header::ACCEPT)),
@@ -327,18 +339,35 @@ impl App {
     }
 
     fn waiting(&self, room: &Room, place: Place, identity: &Identity) -> Response<Body> {
-        let eta = self.admission.eta(&room.config.name, place.position);
+        let eta = self.admission.eta_for(&room.config.name, &place);
+        let doors = room.config.schedule.admits_at;
+        let retry_after_secs = match (place.phase, doors) {
+            // Nobody moves before the doors: come back then, or every 30 s.
+            (Phase::Draw, Some(at)) => secs_until(at).clamp(2, 30),
+            _ => retry_after(eta),
+        };
         let view = WaitingView {
             status: VisitorStatus::Waiting,
             room: room.config.name.clone(),
-            position: Some(place.position),
+            position: place.position,
             waiting: place.waiting,
             eta_secs: eta,
-            retry_after_secs: retry_after(eta),
-            phase: Phase::Queueing,
+            retry_after_secs,
+            phase: place.phase,
             paused: place.paused,
-            phase_ends_at: None,
+            // The draw counts down to the doors.
+            phase_ends_at: doors.filter(|_| place.phase == Phase::Draw),
         };
+        self.render_waiting(room, view, identity)
+    }
+
+    /// The waiting page (or its JSON) in the visitor's language, with the room's status code.
+    fn render_waiting(
+        &self,
+        room: &Room,
+        view: WaitingView,
+        identity: &Identity,
+    ) -> Response<Body> {
         let status = StatusCode::from_u16(room.config.queue_status_code).unwrap_or(StatusCode::OK);
         self.pages.waiting(
             &view,
@@ -347,6 +376,94 @@ impl App {
             identity.wants_json,
             identity.lang,
         )
+    }
+
+    /// A body for JSON clients that were not let in (SPEC §5): no place, just the status.
+    fn placeless(
+        &self,
+        room: &Room,
+        status: VisitorStatus,
+        phase: Phase,
+        retry_after_secs: u64,
+    ) -> WaitingView {
+        WaitingView {
+            status,
+            room: room.config.name.clone(),
+            position: None,
+            waiting: self.cached_waiting(room),
+            eta_secs: Eta { min: 0, max: 0 },
+            retry_after_secs,
+            phase,
+            paused: false,
+            phase_ends_at: None,
+        }
+    }
+
+    /// A newcomer over their address's join limit: 429 until their window is over.
+    fn refused(&self, room: &Room, retry_after: Duration, identity: &Identity) -> Response<Body> {
+        let retry_after_secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+        if identity.wants_json {
+            let view = self.placeless(
+                room,
+                VisitorStatus::Refused,
+                self.phase_now(room),
+                retry_after_secs,
+            );
+            return self.pages.waiting(
+                &view,
+                &room_text(room),
+                StatusCode::TOO_MANY_REQUESTS,
+                true,
+                identity.lang,
+            );
+        }
+        self.pages.refused(identity.lang, retry_after_secs, false)
+    }
+
+    /// Before `queue_opens_at`: nobody is queued; the page counts down to the opening.
+    fn not_open(&self, room: &Room, identity: &Identity) -> Response<Body> {
+        let opens = room.config.schedule.queue_opens_at;
+        let retry_after_secs = opens.map_or(30, |at| secs_until(at).clamp(2, 30));
+        let mut view = self.placeless(
+            room,
+            VisitorStatus::Waiting,
+            Phase::BeforeOpen,
+            retry_after_secs,
+        );
+        view.waiting = 0;
+        view.phase_ends_at = opens;
+        self.render_waiting(room, view, identity)
+    }
+
+    /// After `closes_at`: nobody else gets in.
+    fn closed(&self, room: &Room, identity: &Identity) -> Response<Body> {
+        const RETRY_SECS: u64 = 300;
+        if identity.wants_json {
+            let mut view = self.placeless(room, VisitorStatus::Closed, Phase::Closed, RETRY_SECS);
+            view.waiting = 0;
+            return self.pages.waiting(
+                &view,
+                &room_text(room),
+                StatusCode::SERVICE_UNAVAILABLE,
+                true,
+                identity.lang,
+            );
+        }
+        self.pages
+            .closed(identity.lang, StatusCode::SERVICE_UNAVAILABLE, false)
+    }
+
+    /// The room's phase by this replica's clock, for pages the store did not place (a
+    /// refusal); the store's clock decides everything else.
+    fn phase_now(&self, room: &Room) -> Phase {
+        crate::run::room_policy(&room.config).phase_at(crate::queue::unix_ms(SystemTime::now()))
+    }
+
+    /// How many wait in `room`, as last read (at most about a second old).
+    fn cached_waiting(&self, room: &Room) -> u64 {
+        self.admission
+            .cached_stats(&room.config.name)
+            .map_or(0, |s| s.stats.waiting)
     }
 
     fn stalled(&self, room: &Room, identity: &Identity) -> Response<Body> {
@@ -392,6 +509,12 @@ fn room_text(room: &Room) -> RoomText<'_> {
         title: &room.config.title,
         message: &room.config.message,
     }
+}
+
+/// Whole seconds from now until `at` (0 when it has passed), rounded up.
+fn secs_until(at: SystemTime) -> u64 {
+    at.duration_since(SystemTime::now())
+        .map_or(0, |d| d.as_secs_f64().ceil() as u64)
 }
 
 /// How long a waiting client should wait before asking again: the soonest they could be

@@ -49,15 +49,9 @@ impl VisitorStatus {
     }
 }
 
-/// Where a room is in its schedule (SPEC §7); `Queueing` for rooms without one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    Queueing,
-    BeforeOpen,
-    Draw,
-    Closed,
-}
+/// Where a room is in its schedule (SPEC §7); `Queueing` for rooms without one. The store
+/// decides it, from its own clock.
+pub use crate::queue::Phase;
 
 /// What a waiting (or held) visitor is shown, in HTML or JSON.
 #[derive(Clone, Debug, Serialize)]
@@ -74,17 +68,6 @@ pub struct WaitingView {
     /// open), for the page's countdown. Not part of the JSON body.
     #[serde(skip)]
     pub phase_ends_at: Option<SystemTime>,
-}
-
-impl Phase {
-    fn as_str(self) -> &'static str {
-        match self {
-            Phase::Queueing => "queueing",
-            Phase::BeforeOpen => "before_open",
-            Phase::Draw => "draw",
-            Phase::Closed => "closed",
-        }
-    }
 }
 
 /// Page text that comes from the room's config rather than the store.

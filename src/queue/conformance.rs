@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    Place, QueueStore, Resolution, RoomSettings, Seeded, SettingsPatch, VisitorId, VisitorState,
+    ClientKey, Phase, Place, QueueStore, Resolution, RoomPolicy, RoomSettings, Schedule, Seeded,
+    SettingsPatch, VisitorId, VisitorState,
 };
 
 /// A store under test plus control of the time it reads.
@@ -19,6 +20,11 @@ pub trait Harness: Send + Sync {
     async fn advance(&self, by: Duration);
     /// Closes the store and opens it again on the same durable state after `downtime`.
     async fn reopen(&mut self, downtime: Duration);
+    /// How many entrants the lottery fairness test draws (SPEC asks for 100k; a store over
+    /// the network may use fewer to keep debug builds quick).
+    fn lottery_entrants(&self) -> usize {
+        100_000
+    }
 }
 
 /// Instantiates every conformance test for one store. `$make` builds a fresh harness.
@@ -44,6 +50,11 @@ macro_rules! suite {
             reaping_is_bounded_but_catches_up,
             invalid_settings_change_nothing,
             rooms_are_independent,
+            join_limit_counts_per_address_and_refusals,
+            schedule_phases_from_store_time,
+            lottery_draw_is_by_lot_and_a_rejoin_keeps_its_place,
+            lottery_is_fair_to_early_arrivals,
+            lottery_salt_and_draw_survive_a_reopen,
         );
     };
     (@tests [$attr:meta] $make:expr; $($name:ident),* $(,)?) => {
@@ -78,6 +89,11 @@ pub fn settings(rate: f64, max_active: u64) -> RoomSettings {
     }
 }
 
+/// One client address for tests that are not about the join limit (off by default).
+pub fn anyone() -> ClientKey {
+    ClientKey::from(std::net::Ipv4Addr::new(192, 0, 2, 1))
+}
+
 fn visitors(n: usize) -> Vec<VisitorId> {
     (0..n).map(|_| VisitorId::random()).collect()
 }
@@ -89,13 +105,16 @@ fn admitted(resolution: Resolution) -> bool {
 fn place(resolution: Resolution) -> Place {
     match resolution {
         Resolution::Waiting { place, .. } => place,
-        Resolution::Admitted { .. } => panic!("expected to wait, was admitted"),
+        other => panic!("expected to wait, got {other:?}"),
     }
 }
 
 async fn open<H: Harness>(h: &H, seed: RoomSettings) -> Arc<H::Store> {
     let store = h.store();
-    store.open_room(ROOM, &seed, false).await.unwrap();
+    store
+        .open_room(ROOM, &seed, &RoomPolicy::default(), false)
+        .await
+        .unwrap();
     store
 }
 
@@ -117,7 +136,7 @@ async fn resume<S: QueueStore>(store: &S) {
 async fn join_all<S: QueueStore>(store: &S, who: &[VisitorId]) -> Vec<Place> {
     let mut places = Vec::with_capacity(who.len());
     for &v in who {
-        places.push(place(store.resolve(ROOM, v).await.unwrap()));
+        places.push(place(store.resolve(ROOM, v, anyone()).await.unwrap()));
     }
     places
 }
@@ -140,12 +159,12 @@ pub async fn fast_path_admits_when_nobody_waits<H: Harness>(h: &mut H) {
     let store = open(h, settings(10.0, 100)).await;
     let first = VisitorId::random();
     assert_eq!(
-        store.resolve(ROOM, first).await.unwrap(),
+        store.resolve(ROOM, first, anyone()).await.unwrap(),
         Resolution::Admitted { newly: true }
     );
     // Still admitted on the next request, without taking another token.
     assert_eq!(
-        store.resolve(ROOM, first).await.unwrap(),
+        store.resolve(ROOM, first, anyone()).await.unwrap(),
         Resolution::Admitted { newly: false }
     );
     let stats = store.stats(ROOM).await.unwrap();
@@ -157,11 +176,11 @@ pub async fn fast_path_admits_when_nobody_waits<H: Harness>(h: &mut H) {
     pause(&*store).await;
     let second = VisitorId::random();
     assert!(matches!(
-        store.resolve(ROOM, second).await.unwrap(),
+        store.resolve(ROOM, second, anyone()).await.unwrap(),
         Resolution::Waiting { joined: true, .. }
     ));
     assert!(matches!(
-        store.resolve(ROOM, second).await.unwrap(),
+        store.resolve(ROOM, second, anyone()).await.unwrap(),
         Resolution::Waiting { joined: false, .. }
     ));
     assert_eq!(store.stats(ROOM).await.unwrap().total_joined, 1);
@@ -175,7 +194,12 @@ pub async fn fifo_under_concurrent_joins<H: Harness>(h: &mut H) {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let v = VisitorId::random();
-            (v, place(store.resolve(ROOM, v).await.unwrap()).position)
+            (
+                v,
+                place(store.resolve(ROOM, v, anyone()).await.unwrap())
+                    .position
+                    .unwrap(),
+            )
         }));
     }
     let mut joined = Vec::new();
@@ -255,7 +279,7 @@ pub async fn max_active_is_held<H: Harness>(h: &mut H) {
     let crowd = visitors(20);
     let mut admitted_now = 0;
     for &v in &crowd {
-        if admitted(store.resolve(ROOM, v).await.unwrap()) {
+        if admitted(store.resolve(ROOM, v, anyone()).await.unwrap()) {
             admitted_now += 1;
         }
     }
@@ -264,7 +288,7 @@ pub async fn max_active_is_held<H: Harness>(h: &mut H) {
         h.advance(Duration::from_millis(250)).await;
         // Keep every session busy so none is reclaimed.
         for &v in &crowd {
-            store.resolve(ROOM, v).await.unwrap();
+            store.resolve(ROOM, v, anyone()).await.unwrap();
         }
         store.admit_pass(ROOM).await.unwrap();
         let stats = store.stats(ROOM).await.unwrap();
@@ -294,15 +318,15 @@ pub async fn idle_sessions_are_reclaimed<H: Harness>(h: &mut H) {
         VisitorId::random(),
         VisitorId::random(),
     ];
-    assert!(admitted(store.resolve(ROOM, busy).await.unwrap()));
-    assert!(admitted(store.resolve(ROOM, idle).await.unwrap()));
+    assert!(admitted(store.resolve(ROOM, busy, anyone()).await.unwrap()));
+    assert!(admitted(store.resolve(ROOM, idle, anyone()).await.unwrap()));
     assert_eq!(
-        place(store.resolve(ROOM, waiting).await.unwrap()).position,
-        1
+        place(store.resolve(ROOM, waiting, anyone()).await.unwrap()).position,
+        Some(1)
     );
 
     h.advance(Duration::from_secs(9)).await;
-    store.resolve(ROOM, busy).await.unwrap();
+    store.resolve(ROOM, busy, anyone()).await.unwrap();
     store.heartbeat(ROOM, &[waiting]).await.unwrap();
     assert!(store.admit_pass(ROOM).await.unwrap().admitted.is_empty());
 
@@ -318,7 +342,7 @@ pub async fn idle_sessions_are_reclaimed<H: Harness>(h: &mut H) {
         vec![waiting],
         "and its slot goes to the next in line"
     );
-    assert!(admitted(store.resolve(ROOM, busy).await.unwrap()));
+    assert!(admitted(store.resolve(ROOM, busy, anyone()).await.unwrap()));
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!((stats.active, stats.total_expired), (2, 1));
 }
@@ -340,17 +364,17 @@ pub async fn abandoned_visitors_drop_and_rejoin_at_the_back<H: Harness>(h: &mut 
     assert_eq!((stats.waiting, stats.total_abandoned), (2, 1));
     let states = store.heartbeat(ROOM, &line).await.unwrap();
     assert_eq!(states[0], VisitorState::Unknown);
-    assert!(matches!(states[1], VisitorState::Waiting(p) if p.position == 1));
+    assert!(matches!(states[1], VisitorState::Waiting(p) if p.position == Some(1)));
     // Coming back puts them at the end of the line.
-    let back = place(store.resolve(ROOM, line[0]).await.unwrap());
-    assert_eq!((back.position, back.waiting), (3, 3));
+    let back = place(store.resolve(ROOM, line[0], anyone()).await.unwrap());
+    assert_eq!((back.position, back.waiting), (Some(3), 3));
 }
 
 pub async fn pause_holds_even_the_fast_path<H: Harness>(h: &mut H) {
     let store = open(h, settings(10.0, 100)).await;
     pause(&*store).await;
     let v = VisitorId::random();
-    let waiting = place(store.resolve(ROOM, v).await.unwrap());
+    let waiting = place(store.resolve(ROOM, v, anyone()).await.unwrap());
     assert!(waiting.paused);
     h.advance(Duration::from_secs(5)).await;
     assert!(store.admit_pass(ROOM).await.unwrap().admitted.is_empty());
@@ -363,20 +387,24 @@ pub async fn pause_holds_even_the_fast_path<H: Harness>(h: &mut H) {
 pub async fn flush_empties_the_line_and_leaves_sessions<H: Harness>(h: &mut H) {
     let store = open(h, settings(1.0, 100)).await;
     let on_site = VisitorId::random();
-    assert!(admitted(store.resolve(ROOM, on_site).await.unwrap()));
+    assert!(admitted(
+        store.resolve(ROOM, on_site, anyone()).await.unwrap()
+    ));
     let line = visitors(10);
     join_all(&*store, &line).await;
     assert_eq!(store.flush(ROOM).await.unwrap(), 10);
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!((stats.waiting, stats.active), (0, 1));
-    assert!(admitted(store.resolve(ROOM, on_site).await.unwrap()));
+    assert!(admitted(
+        store.resolve(ROOM, on_site, anyone()).await.unwrap()
+    ));
     assert_eq!(
         store.heartbeat(ROOM, &line[..1]).await.unwrap(),
         vec![VisitorState::Unknown]
     );
     // The line works normally afterwards, numbered from 1 again.
-    let again = place(store.resolve(ROOM, line[5]).await.unwrap());
-    assert_eq!((again.position, again.waiting), (1, 1));
+    let again = place(store.resolve(ROOM, line[5], anyone()).await.unwrap());
+    assert_eq!((again.position, again.waiting), (Some(1), 1));
 }
 
 pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
@@ -399,7 +427,11 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
     h.reopen(Duration::from_secs(5)).await;
     let store = h.store();
     // The file still says rate 10: the live settings win and the caller is told.
-    match store.open_room(ROOM, &seed, false).await.unwrap() {
+    match store
+        .open_room(ROOM, &seed, &RoomPolicy::default(), false)
+        .await
+        .unwrap()
+    {
         Seeded::KeptLive(live) => assert_eq!((live.rate, live.max_active), (25.0, 7)),
         other => panic!("expected the live settings to be kept, got {other:?}"),
     }
@@ -409,13 +441,19 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
     assert!(live.paused);
     // --reseed makes the file win, but does not lift an operator's pause.
     assert_eq!(
-        store.open_room(ROOM, &seed, true).await.unwrap(),
+        store
+            .open_room(ROOM, &seed, &RoomPolicy::default(), true)
+            .await
+            .unwrap(),
         Seeded::Reseeded
     );
     let live = store.stats(ROOM).await.unwrap().settings;
     assert_eq!((live.rate, live.max_active, live.paused), (10.0, 100, true));
     assert_eq!(
-        store.open_room(ROOM, &seed, false).await.unwrap(),
+        store
+            .open_room(ROOM, &seed, &RoomPolicy::default(), false)
+            .await
+            .unwrap(),
         Seeded::Unchanged
     );
 }
@@ -423,7 +461,9 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
 pub async fn line_survives_a_reopen<H: Harness>(h: &mut H) {
     let store = open(h, settings(5.0, 100)).await;
     let on_site = VisitorId::random();
-    assert!(admitted(store.resolve(ROOM, on_site).await.unwrap()));
+    assert!(admitted(
+        store.resolve(ROOM, on_site, anyone()).await.unwrap()
+    ));
     pause(&*store).await;
     let line = visitors(50);
     join_all(&*store, &line).await;
@@ -432,18 +472,20 @@ pub async fn line_survives_a_reopen<H: Harness>(h: &mut H) {
     h.reopen(Duration::from_secs(7_200 + 300)).await;
     let store = h.store();
     store
-        .open_room(ROOM, &settings(5.0, 100), false)
+        .open_room(ROOM, &settings(5.0, 100), &RoomPolicy::default(), false)
         .await
         .unwrap();
     store.admit_pass(ROOM).await.unwrap();
     let states = store.heartbeat(ROOM, &line).await.unwrap();
     for (i, state) in states.iter().enumerate() {
         assert!(
-            matches!(state, VisitorState::Waiting(p) if p.position == i as u64 + 1),
+            matches!(state, VisitorState::Waiting(p) if p.position == Some(i as u64 + 1)),
             "visitor {i} lost their place: {state:?}"
         );
     }
-    assert!(admitted(store.resolve(ROOM, on_site).await.unwrap()));
+    assert!(admitted(
+        store.resolve(ROOM, on_site, anyone()).await.unwrap()
+    ));
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!((stats.total_joined, stats.total_admitted), (50, 1));
 }
@@ -457,7 +499,9 @@ pub async fn heartbeat_never_joins<H: Harness>(h: &mut H) {
     );
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!((stats.waiting, stats.active, stats.total_joined), (0, 0, 0));
-    assert!(admitted(store.resolve(ROOM, stranger).await.unwrap()));
+    assert!(admitted(
+        store.resolve(ROOM, stranger, anyone()).await.unwrap()
+    ));
     assert_eq!(
         store.heartbeat(ROOM, &[stranger]).await.unwrap(),
         vec![VisitorState::Admitted]
@@ -528,7 +572,9 @@ pub async fn invalid_settings_change_nothing<H: Harness>(h: &mut H) {
         settings(10.0, 100)
     );
     assert!(matches!(
-        store.resolve("nowhere", VisitorId::random()).await,
+        store
+            .resolve("nowhere", VisitorId::random(), anyone())
+            .await,
         Err(super::StoreError::UnknownRoom(_))
     ));
 }
@@ -536,19 +582,432 @@ pub async fn invalid_settings_change_nothing<H: Harness>(h: &mut H) {
 pub async fn rooms_are_independent<H: Harness>(h: &mut H) {
     let store = open(h, settings(1.0, 1)).await;
     store
-        .open_room("other", &settings(1.0, 1), false)
+        .open_room("other", &settings(1.0, 1), &RoomPolicy::default(), false)
         .await
         .unwrap();
     let v = VisitorId::random();
-    assert!(admitted(store.resolve(ROOM, v).await.unwrap()));
+    assert!(admitted(store.resolve(ROOM, v, anyone()).await.unwrap()));
     // The first room is full; the other is not.
     assert!(matches!(
-        store.resolve(ROOM, VisitorId::random()).await.unwrap(),
+        store
+            .resolve(ROOM, VisitorId::random(), anyone())
+            .await
+            .unwrap(),
         Resolution::Waiting { .. }
     ));
     assert!(admitted(
-        store.resolve("other", VisitorId::random()).await.unwrap()
+        store
+            .resolve("other", VisitorId::random(), anyone())
+            .await
+            .unwrap()
     ));
     pause(&*store).await;
     assert!(!store.stats("other").await.unwrap().settings.paused);
+}
+
+/// Where both harnesses' clocks start.
+pub const START_MS: u64 = 1_700_000_000_000;
+
+/// `secs` after the harness's clock started, as a wall-clock time.
+fn at(secs: u64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_millis(START_MS + secs * 1_000)
+}
+
+fn waiting_place(resolution: Resolution) -> (Place, bool) {
+    match resolution {
+        Resolution::Waiting { place, joined } => (place, joined),
+        other => panic!("expected to wait, got {other:?}"),
+    }
+}
+
+pub async fn join_limit_counts_per_address_and_refusals<H: Harness>(h: &mut H) {
+    let store = h.store();
+    let policy = RoomPolicy {
+        join_limit_per_ip: 3,
+        join_limit_window: Duration::from_secs(60),
+        ..Default::default()
+    };
+    store
+        .open_room(ROOM, &settings(10.0, 100), &policy, false)
+        .await
+        .unwrap();
+    pause(&*store).await;
+    let a = ClientKey::from(std::net::Ipv4Addr::new(203, 0, 113, 7));
+    let b = ClientKey::from(std::net::Ipv4Addr::new(203, 0, 113, 8));
+    let joined = visitors(3);
+    for &v in &joined {
+        waiting_place(store.resolve(ROOM, v, a).await.unwrap());
+    }
+    h.advance(Duration::from_secs(10)).await;
+    match store.resolve(ROOM, VisitorId::random(), a).await.unwrap() {
+        Resolution::Refused { retry_after } => {
+            assert_eq!(
+                retry_after,
+                Duration::from_secs(50),
+                "the rest of the window"
+            )
+        }
+        other => panic!("the fourth join from one address is refused, got {other:?}"),
+    }
+    // Refusals count against the window too, and are counted.
+    assert!(matches!(
+        store.resolve(ROOM, VisitorId::random(), a).await.unwrap(),
+        Resolution::Refused { .. }
+    ));
+    // Someone already waiting is never refused; another address joins.
+    let (again, joined_now) = waiting_place(store.resolve(ROOM, joined[0], a).await.unwrap());
+    assert_eq!((again.position, joined_now), (Some(1), false));
+    waiting_place(store.resolve(ROOM, VisitorId::random(), b).await.unwrap());
+    // An IPv6 /64 is one address.
+    let net: std::net::Ipv6Addr = "2001:db8:1:2::".parse().unwrap();
+    for i in 0..4u128 {
+        let ip = std::net::Ipv6Addr::from(u128::from(net) + i * 0x1_0000_0001);
+        let outcome = store
+            .resolve(ROOM, VisitorId::random(), ClientKey::from(ip))
+            .await
+            .unwrap();
+        assert_eq!(
+            matches!(outcome, Resolution::Refused { .. }),
+            i == 3,
+            "join {i} from the /64: {outcome:?}"
+        );
+    }
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.total_refused, stats.total_joined), (3, 7));
+    // A new window starts after the old one is over.
+    h.advance(Duration::from_secs(51)).await;
+    store.admit_pass(ROOM).await.unwrap();
+    waiting_place(store.resolve(ROOM, VisitorId::random(), a).await.unwrap());
+    // The policy is config: reopening replaces it (0 lifts the limit).
+    store
+        .open_room(ROOM, &settings(10.0, 100), &RoomPolicy::default(), false)
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        waiting_place(store.resolve(ROOM, VisitorId::random(), a).await.unwrap());
+    }
+}
+
+pub async fn schedule_phases_from_store_time<H: Harness>(h: &mut H) {
+    let store = h.store();
+    let policy = RoomPolicy {
+        schedule: Schedule {
+            queue_opens_at: Some(at(10)),
+            admits_at: Some(at(20)),
+            closes_at: Some(at(40)),
+        },
+        ..Default::default()
+    };
+    store
+        .open_room(ROOM, &settings(10.0, 100), &policy, false)
+        .await
+        .unwrap();
+    let [early, first, second, late, on_site, stuck] = [(); 6].map(|_| VisitorId::random());
+
+    // Before the line opens nobody is queued.
+    assert_eq!(
+        store.resolve(ROOM, early, anyone()).await.unwrap(),
+        Resolution::NotOpen
+    );
+    assert_eq!(
+        store.heartbeat(ROOM, &[early]).await.unwrap(),
+        vec![VisitorState::Unknown]
+    );
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.waiting, stats.total_joined), (0, 0));
+
+    // The draw (no lottery): collected in arrival order, nobody admitted, no fast path.
+    h.advance(Duration::from_secs(10)).await;
+    let (p1, joined) = waiting_place(store.resolve(ROOM, first, anyone()).await.unwrap());
+    assert!(joined);
+    assert_eq!((p1.position, p1.phase), (Some(1), Phase::Draw));
+    let (p2, _) = waiting_place(store.resolve(ROOM, second, anyone()).await.unwrap());
+    assert_eq!((p2.position, p2.waiting), (Some(2), 2));
+    h.advance(Duration::from_secs(5)).await;
+    assert!(store.admit_pass(ROOM).await.unwrap().admitted.is_empty());
+    match store.heartbeat(ROOM, &[second]).await.unwrap()[0] {
+        VisitorState::Waiting(p) => assert_eq!((p.position, p.phase), (Some(2), Phase::Draw)),
+        other => panic!("{other:?}"),
+    }
+
+    // The doors: the line moves, and then the fast path works again.
+    h.advance(Duration::from_secs(5)).await;
+    assert_eq!(
+        store.admit_pass(ROOM).await.unwrap().admitted,
+        vec![first, second]
+    );
+    assert_eq!(
+        store.resolve(ROOM, on_site, anyone()).await.unwrap(),
+        Resolution::Admitted { newly: true }
+    );
+    pause(&*store).await;
+    let (p, _) = waiting_place(store.resolve(ROOM, stuck, anyone()).await.unwrap());
+    assert_eq!((p.position, p.phase), (Some(1), Phase::Queueing));
+
+    // Closed: newcomers and the line are told so, nobody else is admitted, and sessions
+    // on the site carry on.
+    h.advance(Duration::from_secs(20)).await;
+    resume(&*store).await;
+    assert_eq!(
+        store.resolve(ROOM, late, anyone()).await.unwrap(),
+        Resolution::Closed
+    );
+    assert_eq!(
+        store.resolve(ROOM, stuck, anyone()).await.unwrap(),
+        Resolution::Closed
+    );
+    assert!(store.admit_pass(ROOM).await.unwrap().admitted.is_empty());
+    assert_eq!(
+        store.resolve(ROOM, on_site, anyone()).await.unwrap(),
+        Resolution::Admitted { newly: false }
+    );
+    match store.heartbeat(ROOM, &[stuck]).await.unwrap()[0] {
+        VisitorState::Waiting(p) => assert_eq!(p.phase, Phase::Closed),
+        other => panic!("{other:?}"),
+    }
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.total_admitted, stats.total_joined), (3, 3));
+}
+
+fn lottery_policy(opens: u64, admits: u64) -> RoomPolicy {
+    RoomPolicy {
+        lottery: true,
+        schedule: Schedule {
+            queue_opens_at: Some(at(opens)),
+            admits_at: Some(at(admits)),
+            closes_at: None,
+        },
+        ..Default::default()
+    }
+}
+
+/// Everyone's position, asked in one batch.
+async fn positions<S: QueueStore>(store: &S, who: &[VisitorId]) -> Vec<u64> {
+    let mut out = Vec::with_capacity(who.len());
+    for chunk in who.chunks(1_000) {
+        for state in store.heartbeat(ROOM, chunk).await.unwrap() {
+            match state {
+                VisitorState::Waiting(p) => out.push(p.position.expect("a place after the doors")),
+                other => panic!("expected to wait, got {other:?}"),
+            }
+        }
+    }
+    out
+}
+
+pub async fn lottery_draw_is_by_lot_and_a_rejoin_keeps_its_place<H: Harness>(h: &mut H) {
+    let store = h.store();
+    let mut seed = settings(1_000.0, 100_000);
+    seed.abandon_after = Duration::from_secs(20);
+    store
+        .open_room(ROOM, &seed, &lottery_policy(0, 60), false)
+        .await
+        .unwrap();
+    pause(&*store).await;
+    let entrants = visitors(200);
+    let leaver = entrants[0];
+    for (i, &v) in entrants.iter().enumerate() {
+        let (p, joined) = waiting_place(store.resolve(ROOM, v, anyone()).await.unwrap());
+        assert!(joined);
+        assert_eq!(
+            (p.position, p.waiting, p.phase),
+            (None, i as u64 + 1, Phase::Draw),
+            "no position during the draw"
+        );
+    }
+    // The earliest entrant leaves (no heartbeat) and is dropped...
+    for _ in 0..3 {
+        h.advance(Duration::from_secs(10)).await;
+        store.heartbeat(ROOM, &entrants[1..]).await.unwrap();
+        store.admit_pass(ROOM).await.unwrap();
+    }
+    assert_eq!(
+        store.heartbeat(ROOM, &[leaver]).await.unwrap(),
+        vec![VisitorState::Unknown]
+    );
+    // ...and comes back, last, before the doors.
+    let (p, joined) = waiting_place(store.resolve(ROOM, leaver, anyone()).await.unwrap());
+    assert_eq!((p.position, p.waiting, joined), (None, 200, true));
+
+    // The doors. Someone arriving after them queues behind the whole draw, even before
+    // any pass has run.
+    h.advance(Duration::from_secs(31)).await;
+    store.heartbeat(ROOM, &entrants).await.unwrap();
+    let after = VisitorId::random();
+    let (p, _) = waiting_place(store.resolve(ROOM, after, anyone()).await.unwrap());
+    assert_eq!(
+        (p.position, p.waiting, p.phase),
+        (Some(201), 201, Phase::Queueing)
+    );
+    let first_order = positions(&*store, &entrants).await;
+    store.admit_pass(ROOM).await.unwrap();
+    assert_eq!(positions(&*store, &entrants).await, first_order, "stable");
+    let mut sorted = first_order.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (1..=200).collect::<Vec<_>>(), "every place once");
+    assert_ne!(
+        first_order,
+        (1..=200).collect::<Vec<_>>(),
+        "not arrival order"
+    );
+
+    // A second drop in the same room, after a reseed: the salt is the room's for good, so
+    // the same people get the same order, whatever order they arrive in and although the
+    // first of them leaves and rejoins.
+    store.flush(ROOM).await.unwrap();
+    let now = 61;
+    store
+        .open_room(ROOM, &seed, &lottery_policy(now, now + 60), true)
+        .await
+        .unwrap();
+    for &v in entrants.iter().rev() {
+        let (p, _) = waiting_place(store.resolve(ROOM, v, anyone()).await.unwrap());
+        assert_eq!(p.phase, Phase::Draw);
+    }
+    for _ in 0..3 {
+        h.advance(Duration::from_secs(10)).await;
+        store.heartbeat(ROOM, &entrants[1..]).await.unwrap();
+        store.admit_pass(ROOM).await.unwrap();
+    }
+    waiting_place(store.resolve(ROOM, leaver, anyone()).await.unwrap());
+    h.advance(Duration::from_secs(31)).await;
+    store.heartbeat(ROOM, &entrants).await.unwrap();
+    let mut admitted = Vec::new();
+    resume(&*store).await;
+    for _ in 0..4 {
+        h.advance(Duration::from_millis(250)).await;
+        admitted.extend(store.admit_pass(ROOM).await.unwrap().admitted);
+    }
+    let mut by_first_order: Vec<(u64, VisitorId)> = first_order
+        .iter()
+        .copied()
+        .zip(entrants.iter().copied())
+        .collect();
+    by_first_order.sort_unstable();
+    let expected: Vec<VisitorId> = by_first_order.into_iter().map(|(_, v)| v).collect();
+    assert_eq!(admitted, expected, "admitted in the same lottery order");
+}
+
+/// The chi-square statistic of where `early` arrivals ended up among `total` places, in
+/// ten equal buckets.
+fn chi_square(places: &[u64], total: u64) -> f64 {
+    let mut buckets = [0u64; 10];
+    for &p in places {
+        buckets[((p - 1) * 10 / total) as usize] += 1;
+    }
+    let expected = places.len() as f64 / 10.0;
+    buckets
+        .iter()
+        .map(|&o| (o as f64 - expected).powi(2) / expected)
+        .sum()
+}
+
+/// Runs a draw of `n` entrants in `room` and returns where the earliest 1 % ended up, after
+/// checking the order is the same before, during and after the doors' moves.
+async fn draw_places<H: Harness>(h: &H, room: &str, n: usize, t0: u64) -> Vec<u64> {
+    let store = h.store();
+    store
+        .open_room(
+            room,
+            &settings(10.0, 1),
+            &lottery_policy(t0, t0 + 60),
+            false,
+        )
+        .await
+        .unwrap();
+    store
+        .update_settings(room, &SettingsPatch::pause())
+        .await
+        .unwrap();
+    let entrants: Vec<VisitorId> = visitors(n);
+    for &v in &entrants {
+        store.resolve(room, v, anyone()).await.unwrap();
+    }
+    h.advance(Duration::from_secs(61)).await;
+    let early = &entrants[..n / 100];
+    let place_of = |states: Vec<VisitorState>| -> Vec<u64> {
+        states
+            .into_iter()
+            .map(|s| match s {
+                VisitorState::Waiting(p) => p.position.expect("placed after the doors"),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    let before = place_of(store.heartbeat(room, early).await.unwrap());
+    // A pass moves (part of) the draw into the line; positions never change while it does.
+    store.admit_pass(room).await.unwrap();
+    assert_eq!(
+        place_of(store.heartbeat(room, early).await.unwrap()),
+        before
+    );
+    for _ in 0..(n / super::memory::REAP_BUDGET + 1) {
+        store.admit_pass(room).await.unwrap();
+    }
+    assert_eq!(
+        place_of(store.heartbeat(room, early).await.unwrap()),
+        before
+    );
+    before
+}
+
+pub async fn lottery_is_fair_to_early_arrivals<H: Harness>(h: &mut H) {
+    let n = h.lottery_entrants();
+    // 9 degrees of freedom: p > 0.01 below 21.67. With a random salt a fair lottery still
+    // lands above it once in a hundred runs, so one fresh room (a fresh salt) is allowed a
+    // second try; a biased one (early arrivals first) scores in the thousands, twice.
+    const CRITICAL: f64 = 21.67;
+    let places = draw_places(h, ROOM, n, 0).await;
+    let first = chi_square(&places, n as u64);
+    if first < CRITICAL {
+        return;
+    }
+    let places = draw_places(h, "second", n, 61).await;
+    let second = chi_square(&places, n as u64);
+    assert!(
+        second < CRITICAL,
+        "early arrivals are not spread evenly: chi-square {first:.2}, then {second:.2}"
+    );
+}
+
+pub async fn lottery_salt_and_draw_survive_a_reopen<H: Harness>(h: &mut H) {
+    let seed = settings(1_000.0, 100_000);
+    let store = h.store();
+    store
+        .open_room(ROOM, &seed, &lottery_policy(0, 60), false)
+        .await
+        .unwrap();
+    pause(&*store).await;
+    let entrants = visitors(50);
+    join_all(&*store, &entrants[..25]).await;
+    drop(store);
+    // A restart in the middle of the draw keeps the entrants collected so far.
+    h.reopen(Duration::from_secs(5)).await;
+    let store = h.store();
+    store
+        .open_room(ROOM, &seed, &lottery_policy(0, 60), false)
+        .await
+        .unwrap();
+    assert_eq!(store.stats(ROOM).await.unwrap().waiting, 25);
+    for &v in &entrants[..25] {
+        let (p, joined) = waiting_place(store.resolve(ROOM, v, anyone()).await.unwrap());
+        assert_eq!((p.position, joined), (None, false));
+    }
+    join_all(&*store, &entrants[25..]).await;
+    h.advance(Duration::from_secs(56)).await;
+    let first_order = positions(&*store, &entrants).await;
+
+    // After another restart and a reseed, a second drop of the same people comes out in the
+    // same order: the salt is the room's for good.
+    store.flush(ROOM).await.unwrap();
+    drop(store);
+    h.reopen(Duration::from_secs(5)).await;
+    let store = h.store();
+    store
+        .open_room(ROOM, &seed, &lottery_policy(61, 120), true)
+        .await
+        .unwrap();
+    join_all(&*store, &entrants).await;
+    h.advance(Duration::from_secs(60)).await;
+    assert_eq!(positions(&*store, &entrants).await, first_order);
 }

@@ -7,7 +7,7 @@
 //! replicas sharing a store cannot disagree about it.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -19,6 +19,8 @@ pub mod redis;
 #[cfg(test)]
 pub mod conformance;
 
+pub use crate::config::Schedule;
+pub use crate::http::client::ClientKey;
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 
@@ -148,24 +150,108 @@ impl SettingsPatch {
     }
 }
 
+/// The static policy of a room that the store enforces: config, not runtime settings, so it
+/// is handed over (and replaced) every time the room is opened. The lottery's salt is not
+/// part of it: the store generates that once per room and never replaces it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoomPolicy {
+    /// Newcomers (joins and fast-path admissions) per client key per window; 0 disables.
+    /// Refused attempts count against the window too.
+    pub join_limit_per_ip: u32,
+    /// A fixed window per (room, client key), starting at its first attempt.
+    pub join_limit_window: Duration,
+    pub schedule: Schedule,
+    /// Visitors collected during the draw are placed by a salted hash of their id.
+    pub lottery: bool,
+}
+
+impl RoomPolicy {
+    /// The schedule as unix milliseconds: (queue_opens_at, admits_at, closes_at).
+    pub fn schedule_ms(&self) -> [Option<u64>; 3] {
+        let s = &self.schedule;
+        [s.queue_opens_at, s.admits_at, s.closes_at].map(|t| t.map(unix_ms))
+    }
+
+    /// Where the schedule stands at `now_ms` (store time). A room without a schedule is
+    /// always [`Phase::Queueing`].
+    pub fn phase_at(&self, now_ms: u64) -> Phase {
+        let [opens, admits, closes] = self.schedule_ms();
+        if closes.is_some_and(|t| now_ms >= t) {
+            Phase::Closed
+        } else if opens.is_some_and(|t| now_ms < t) {
+            Phase::BeforeOpen
+        } else if admits.is_some_and(|t| now_ms < t) {
+            Phase::Draw
+        } else {
+            Phase::Queueing
+        }
+    }
+
+    /// Whether the join limit is on.
+    pub fn limits_joins(&self) -> bool {
+        self.join_limit_per_ip > 0 && !self.join_limit_window.is_zero()
+    }
+}
+
+/// Unix milliseconds of a wall-clock time (0 before the epoch).
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(crate::clock::ms)
+        .unwrap_or(0)
+}
+
+/// Where a room is in its schedule (SPEC §7), read from the store's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// No schedule, or past `admits_at`: the line moves.
+    Queueing,
+    /// Before `queue_opens_at`: nobody is queued.
+    BeforeOpen,
+    /// Between `queue_opens_at` and `admits_at`: visitors are collected, nobody admitted.
+    Draw,
+    /// After `closes_at`: no new admissions; sessions on the site carry on.
+    Closed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Queueing => "queueing",
+            Phase::BeforeOpen => "before_open",
+            Phase::Draw => "draw",
+            Phase::Closed => "closed",
+        }
+    }
+}
+
 /// Where a visitor stands after [`QueueStore::resolve`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Resolution {
     /// On the site: proxy the request. `newly` when this very call let them in (the fast
     /// path), so the caller can report the admission.
     Admitted { newly: bool },
-    /// In line. `joined` when this very call put them at the back of it.
+    /// In line (or in the draw). `joined` when this very call put them there.
     Waiting { place: Place, joined: bool },
+    /// A newcomer over the join limit of their client key; counted in `total_refused` and
+    /// charged to the window. `retry_after` is what is left of the window.
+    Refused { retry_after: Duration },
+    /// Before `queue_opens_at`: nobody is queued (and the visitor was not).
+    NotOpen,
+    /// After `closes_at`: nobody else is admitted; only sessions already on the site go on.
+    Closed,
 }
 
 /// A waiting visitor's place in line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Place {
-    /// 1 for the head of the line.
-    pub position: u64,
-    /// Everyone in line.
+    /// 1 for the head of the line; `None` during a lottery draw, where nobody has a place
+    /// until the doors open.
+    pub position: Option<u64>,
+    /// Everyone in line (during the draw: everyone entered).
     pub waiting: u64,
     pub paused: bool,
+    pub phase: Phase,
 }
 
 /// What a live stream reports for one visitor on a tick.
@@ -230,15 +316,28 @@ pub type StoreResult<T> = Result<T, StoreError>;
 #[async_trait]
 pub trait QueueStore: Send + Sync + 'static {
     /// Makes `room` known, seeding its runtime settings from the file when the store has
-    /// none. With `reseed`, the file's settings replace live ones.
-    async fn open_room(&self, room: &str, seed: &RoomSettings, reseed: bool)
-    -> StoreResult<Seeded>;
+    /// none. With `reseed`, the file's settings replace live ones. `policy` always replaces
+    /// the stored one; the lottery salt is generated on first open and never replaced.
+    async fn open_room(
+        &self,
+        room: &str,
+        seed: &RoomSettings,
+        policy: &RoomPolicy,
+        reseed: bool,
+    ) -> StoreResult<Seeded>;
 
     /// Decides one request: an active session is admitted (and its activity recorded, which
     /// is how sessions stay alive: the proxy re-confirms each session every few seconds); a
     /// waiting visitor gets their place (and a heartbeat); a newcomer is admitted on the
     /// spot when nobody waits and both limits allow, otherwise joins the back of the line.
-    async fn resolve(&self, room: &str, visitor: VisitorId) -> StoreResult<Resolution>;
+    /// The schedule and the join limit of `client` apply to newcomers only: a visitor
+    /// already waiting or on the site is never refused.
+    async fn resolve(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        client: ClientKey,
+    ) -> StoreResult<Resolution>;
 
     /// The live stream's tick for many visitors of one room at once: each waiting visitor's
     /// place (recording a heartbeat), admitted ones as such. Never joins anyone.
@@ -247,7 +346,8 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// One admission pass: reap idle sessions and abandoned waiters (bounded, catching up
     /// over passes), refill the bucket, admit from the head while both limits allow.
-    /// Costs O(admitted + reaped), never O(depth).
+    /// Costs O(admitted + reaped), never O(depth). Nobody is admitted before `admits_at`
+    /// nor after `closes_at`; the first pass at the doors orders a lottery draw (once).
     async fn admit_pass(&self, room: &str) -> StoreResult<PassReport>;
 
     async fn stats(&self, room: &str) -> StoreResult<RoomStats>;

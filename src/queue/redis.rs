@@ -11,8 +11,9 @@
 //! Keys of room `main` (see `lua/common.lua` for the fields):
 //! `ar:{main}:conf` (runtime settings), `ar:{main}:state` (bucket, ticket counter, counters,
 //! downtime bookkeeping), `ar:{main}:line` (ZSET id → ticket), `ar:{main}:seen` (ZSET id →
-//! last heartbeat), `ar:{main}:active` (ZSET id → last activity). Members are the raw
-//! 16-byte visitor ids.
+//! last heartbeat), `ar:{main}:active` (ZSET id → last activity), `ar:{main}:draw` (ZSET
+//! id → lottery score, during a draw), `ar:{main}:joins:<client>` (one client's join-limit
+//! window, expiring with it). Members are the raw 16-byte visitor ids.
 //!
 //! Outages: every connection, I/O or timeout error is [`StoreError::Unavailable`] (admission
 //! fails closed). The single-node connection is a [`ConnectionManager`] with short timeouts
@@ -30,8 +31,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 
 use super::{
-    PassReport, Place, QueueStore, Resolution, RoomSettings, RoomStats, Seeded, SettingsPatch,
-    StoreError, StoreResult, VisitorId, VisitorState,
+    ClientKey, PassReport, Phase, Place, QueueStore, Resolution, RoomPolicy, RoomSettings,
+    RoomStats, Seeded, SettingsPatch, StoreError, StoreResult, VisitorId, VisitorState,
 };
 use crate::clock::ms;
 use crate::queue::memory::REAP_BUDGET;
@@ -217,8 +218,13 @@ impl RedisStore {
         &self.describe
     }
 
-    fn keys(room: &str) -> [String; 5] {
-        ["conf", "state", "line", "seen", "active"].map(|k| format!("ar:{{{room}}}:{k}"))
+    fn keys(room: &str) -> [String; 6] {
+        ["conf", "state", "line", "seen", "active", "draw"].map(|k| format!("ar:{{{room}}}:{k}"))
+    }
+
+    /// The key of one client's join-limit window in `room` (same slot as the room).
+    fn joins_key(room: &str, client: ClientKey) -> String {
+        format!("ar:{{{room}}}:joins:{client}")
     }
 
     /// Runs one script on `room` with `args` after the clock offset.
@@ -228,8 +234,19 @@ impl RedisStore {
         room: &str,
         args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
     ) -> StoreResult<Value> {
+        self.call_with(script, room, None, args).await
+    }
+
+    /// [`RedisStore::call`] with one more key after the room's.
+    async fn call_with(
+        &self,
+        script: &Script,
+        room: &str,
+        extra_key: Option<String>,
+        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+    ) -> StoreResult<Value> {
         let mut invocation = script.prepare_invoke();
-        for key in Self::keys(room) {
+        for key in Self::keys(room).into_iter().chain(extra_key) {
             invocation.key(key);
         }
         invocation.arg(self.clock_arg());
@@ -273,6 +290,23 @@ fn ids(what: &str, value: Value) -> StoreResult<Vec<VisitorId>> {
         .collect()
 }
 
+/// A place from a script's reply; position 0 is none (a lottery draw before the doors).
+fn place(position: i64, waiting: i64, paused: i64, phase: i64) -> StoreResult<Place> {
+    let phase = match phase {
+        0 => Phase::Queueing,
+        1 => Phase::BeforeOpen,
+        2 => Phase::Draw,
+        3 => Phase::Closed,
+        other => return Err(bad_reply("a phase", other)),
+    };
+    Ok(Place {
+        position: (position > 0).then_some(position as u64),
+        waiting: waiting.max(0) as u64,
+        paused: paused == 1,
+        phase,
+    })
+}
+
 fn parse<T: std::str::FromStr>(field: &str, s: &str) -> StoreResult<T> {
     s.parse().map_err(|_| {
         StoreError::Unavailable(format!("redis: bad data: {field} is {s:?} in the store"))
@@ -285,16 +319,28 @@ impl QueueStore for RedisStore {
         &self,
         room: &str,
         seed: &RoomSettings,
+        policy: &RoomPolicy,
         reseed: bool,
     ) -> StoreResult<Seeded> {
         seed.validate()?;
+        let mut salt = [0u8; 16];
+        getrandom::fill(&mut salt).expect("the operating system's random generator failed");
+        let time = |t: Option<u64>| t.map(|t| t.to_string()).unwrap_or_default();
+        let [opens, admits, closes] = policy.schedule_ms();
         let reply = self
             .call(&OPEN_ROOM, room, |inv| {
                 inv.arg(seed.rate.to_string())
                     .arg(seed.max_active)
                     .arg(ms(seed.session_ttl))
                     .arg(ms(seed.abandon_after))
-                    .arg(if reseed { "1" } else { "0" });
+                    .arg(if reseed { "1" } else { "0" })
+                    .arg(policy.join_limit_per_ip)
+                    .arg(ms(policy.join_limit_window))
+                    .arg(time(opens))
+                    .arg(time(admits))
+                    .arg(time(closes))
+                    .arg(if policy.lottery { "1" } else { "0" })
+                    .arg(&salt[..]);
             })
             .await?;
         match ints("open_room", reply)?.as_slice() {
@@ -306,22 +352,28 @@ impl QueueStore for RedisStore {
         }
     }
 
-    async fn resolve(&self, room: &str, visitor: VisitorId) -> StoreResult<Resolution> {
+    async fn resolve(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        client: ClientKey,
+    ) -> StoreResult<Resolution> {
         let reply = self
-            .call(&RESOLVE, room, |inv| {
+            .call_with(&RESOLVE, room, Some(Self::joins_key(room, client)), |inv| {
                 inv.arg(&visitor.0[..]);
             })
             .await?;
         match ints("resolve", reply)?.as_slice() {
             &[1, newly] => Ok(Resolution::Admitted { newly: newly == 1 }),
-            &[2, position, waiting, paused, joined] => Ok(Resolution::Waiting {
-                place: Place {
-                    position: position as u64,
-                    waiting: waiting as u64,
-                    paused: paused == 1,
-                },
+            &[2, position, waiting, paused, joined, phase] => Ok(Resolution::Waiting {
+                place: place(position, waiting, paused, phase)?,
                 joined: joined == 1,
             }),
+            &[3, retry_after_ms] => Ok(Resolution::Refused {
+                retry_after: Duration::from_millis(retry_after_ms.max(1) as u64),
+            }),
+            [4] => Ok(Resolution::NotOpen),
+            [5] => Ok(Resolution::Closed),
             other => Err(bad_reply("resolve", other)),
         }
     }
@@ -339,7 +391,7 @@ impl QueueStore for RedisStore {
             })
             .await?;
         let reply = ints("heartbeat", reply)?;
-        let Some((&[waiting, paused], states)) = reply.split_first_chunk::<2>() else {
+        let Some((&[waiting, paused, phase], states)) = reply.split_first_chunk::<3>() else {
             return Err(bad_reply("heartbeat", &reply));
         };
         if states.len() != visitors.len() * 2 {
@@ -350,11 +402,9 @@ impl QueueStore for RedisStore {
             .map(|pair| match *pair {
                 [0, _] => Ok(VisitorState::Unknown),
                 [1, _] => Ok(VisitorState::Admitted),
-                [2, position] => Ok(VisitorState::Waiting(Place {
-                    position: position as u64,
-                    waiting: waiting as u64,
-                    paused: paused == 1,
-                })),
+                [2, position] => Ok(VisitorState::Waiting(place(
+                    position, waiting, paused, phase,
+                )?)),
                 _ => Err(bad_reply("heartbeat", pair)),
             })
             .collect()
@@ -489,7 +539,7 @@ impl QueueStore for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::conformance::{self, Harness};
+    use crate::queue::conformance::{self, Harness, anyone};
     use crate::testing::{RedisCluster, RedisServer};
     use std::sync::Arc;
 
@@ -530,7 +580,7 @@ mod tests {
     /// A store whose clock stands still until the test advances it.
     async fn frozen(urls: &[String]) -> RedisStore {
         let store = connect(urls).await;
-        store.freeze_clock_for_tests(1_700_000_000_000);
+        store.freeze_clock_for_tests(conformance::START_MS);
         store
     }
 
@@ -547,6 +597,10 @@ mod tests {
         }
         async fn advance(&self, by: Duration) {
             self.store.advance_clock_for_tests(by);
+        }
+        fn lottery_entrants(&self) -> usize {
+            // Two chunks of the doors' move; 100k joins over the network is slow in debug.
+            20_000
         }
         async fn reopen(&mut self, downtime: Duration) {
             let at = self.store.clock_for_tests() + ms(downtime);
@@ -582,13 +636,18 @@ mod tests {
         let server = RedisServer::start();
         let store = connect(&[server.url()]).await;
         store
-            .open_room("main", &conformance::settings(1.0, 1), false)
+            .open_room(
+                "main",
+                &conformance::settings(1.0, 1),
+                &RoomPolicy::default(),
+                false,
+            )
             .await
             .unwrap();
         drop(server);
         let started = std::time::Instant::now();
         let err = store
-            .resolve("main", VisitorId::random())
+            .resolve("main", VisitorId::random(), anyone())
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
@@ -604,7 +663,12 @@ mod tests {
         let server = RedisServer::start();
         let store = connect(&[server.url()]).await;
         store
-            .open_room("main", &conformance::settings(1.0, 1), false)
+            .open_room(
+                "main",
+                &conformance::settings(1.0, 1),
+                &RoomPolicy::default(),
+                false,
+            )
             .await
             .unwrap();
         server.cli(&["HSET", "ar:{main}:conf", "max_active", "lots"]);

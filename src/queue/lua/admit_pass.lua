@@ -6,6 +6,8 @@ if not r then
   return {-1}
 end
 local budget = tonumber(ARGV[2])
+local ph = phase_of(r)
+open_doors(ph)
 
 local last_pass = tonumber(redis.call('HGET', K_STATE, 'pass_ms'))
 if ARGV[3] == '1' and last_pass and NOW > last_pass then
@@ -27,15 +29,24 @@ local abandoned = redis.call('ZRANGEBYSCORE', K_SEEN, '-inf', r.live - r.abandon
 if #abandoned > 0 then
   redis.call('ZREMRANGEBYRANK', K_SEEN, 0, #abandoned - 1)
   chunked('ZREM', K_LINE, abandoned)
+  chunked('ZREM', K_DRAW, abandoned)
   redis.call('HINCRBY', K_STATE, 'total_abandoned', #abandoned)
 end
 
--- Admit from the head while both limits allow.
+-- Move the next chunk of a draw whose doors have opened into the line.
+drain_draw(budget)
+
+-- Admit from the head while both limits allow; nobody before the doors or after closing.
 refill(r)
 local admitted = {}
-if not r.paused and r.tokens >= 1 then
+if ph == QUEUEING and not r.paused and r.tokens >= 1 then
   local room_left = r.max_active - redis.call('ZCARD', K_ACTIVE)
   local n = math.min(math.floor(r.tokens), room_left)
+  local nxt, last = draw_tickets()
+  if nxt < last and redis.call('ZCARD', K_DRAW) > 0 then
+    -- Part of the draw is still to be moved: nobody behind it goes first.
+    n = math.min(n, redis.call('ZCOUNT', K_LINE, '-inf', nxt))
+  end
   if n > 0 then
     local popped = redis.call('ZPOPMIN', K_LINE, n)
     for i = 1, #popped, 2 do

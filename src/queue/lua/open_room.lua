@@ -1,16 +1,29 @@
 -- open_room: ARGV[2..5] = the file's rate, max_active, session_ttl_ms, abandon_after_ms;
--- ARGV[6] = 1 to reseed. Returns {0} fresh, {1} unchanged, {2} kept live, {3} reseeded.
+-- ARGV[6] = 1 to reseed; ARGV[7..12] = the policy: jl_limit, jl_window_ms, opens_ms,
+-- admits_ms, closes_ms ('' for none), lottery (1/0); ARGV[13] = a fresh random salt, kept
+-- only if the room has none (the salt is never replaced, not even by a reseed).
+-- Returns {0} fresh, {1} unchanged, {2} kept live, {3} reseeded.
+--
+-- The policy is config, not a runtime setting: it is written on every open.
 --
 -- Opening a room is also how a replica starts: the time since the last pass (nobody ran
 -- one, so no replica was up) is forgiven as downtime, as the embedded store does when it
 -- restores a snapshot.
+local function write_policy()
+  redis.call('HSET', K_CONF, 'jl_limit', ARGV[7], 'jl_window_ms', ARGV[8], 'opens_ms', ARGV[9],
+    'admits_ms', ARGV[10], 'closes_ms', ARGV[11], 'lottery', ARGV[12])
+  redis.call('HSETNX', K_STATE, 'salt', ARGV[13])
+end
+
 if redis.call('EXISTS', K_CONF) == 0 then
   redis.call('HSET', K_CONF, 'rate', ARGV[2], 'max_active', ARGV[3], 'session_ttl_ms', ARGV[4],
     'abandon_after_ms', ARGV[5], 'paused', '0')
   redis.call('HSET', K_STATE, 'tokens', string.format('%.17g', math.max(tonumber(ARGV[2]), 1)),
     'refilled_ms', string.format('%d', NOW), 'pass_ms', string.format('%d', NOW))
+  write_policy()
   return {0}
 end
+write_policy()
 local r = load_room()
 local last_pass = tonumber(redis.call('HGET', K_STATE, 'pass_ms'))
 if last_pass and NOW > last_pass then

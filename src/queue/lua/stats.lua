@@ -7,7 +7,7 @@ end
 local c = redis.call('HMGET', K_STATE, 'total_joined', 'total_admitted', 'total_expired', 'total_abandoned', 'total_refused')
 local c2 = redis.call('HMGET', K_CONF, 'rate', 'max_active', 'session_ttl_ms', 'abandon_after_ms', 'paused')
 return {
-  tostring(redis.call('ZCARD', K_LINE)),
+  tostring(waiting_count()),
   tostring(redis.call('ZCARD', K_ACTIVE)),
   c[1] or '0', c[2] or '0', c[3] or '0', c[4] or '0', c[5] or '0',
   c2[1], c2[2], c2[3], c2[4], c2[5] or '0',

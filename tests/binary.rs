@@ -107,6 +107,26 @@ fn malformed_configs_name_the_key_and_line() {
         );
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+    // A template that does not parse is named too.
+    let template = dir.path().join("broken.html");
+    std::fs::write(&template, "{% if %}").unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "cookie_secret: \"{COOKIE_SECRET}\"\nadmin_token: \"{ADMIN_TOKEN}\"\nwaiting_template: {}\nrooms:\n  main:\n    origin: http://127.0.0.1:1\n",
+            template.display()
+        ),
+    )
+    .unwrap();
+    let out = anteroom(&["check", "--config", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("bad.yaml:3: waiting_template: is not a valid template"),
+        "{stderr}"
+    );
+
     let missing = anteroom(&["check", "--config", "/nonexistent/anteroom.yaml"]);
     assert_eq!(missing.status.code(), Some(1));
     let nothing = anteroom(&[]);

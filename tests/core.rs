@@ -542,3 +542,42 @@ async fn origin_down_is_a_502_and_slow_origin_a_504() {
     assert!(started.elapsed() < Duration::from_secs(5));
     ar.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn operators_can_replace_the_waiting_page_and_add_a_stylesheet() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("waiting.html");
+    std::fs::write(
+        &template,
+        r#"<!doctype html><html lang="{{ t.code }}"><title>{{ title }}</title><p id="custom">You are {{ position }} of {{ waiting }}</p>{% if custom_css %}<style>{{ custom_css }}</style>{% endif %}"#,
+    )
+    .unwrap();
+    let stylesheet = dir.path().join("brand.css");
+    std::fs::write(&stylesheet, "main > h1 { color: rebeccapurple; }").unwrap();
+    let yaml = format!(
+        "cookie_secret: \"{COOKIE_SECRET}\"\nadmin_token: \"{ADMIN_TOKEN}\"\ndata_dir: \"{}\"\nwaiting_template: \"{}\"\nwaiting_stylesheet: \"{}\"\nrooms:\n  main:\n    origin: {}\n{ONE_THEN_QUEUE}\n",
+        dir.path().join("data").display(),
+        template.display(),
+        stylesheet.display(),
+        origin.url()
+    );
+    let config = anteroom::config::from_yaml_str(&yaml, "test.yaml").unwrap();
+    let ar = start(&config).await;
+    let http = client();
+    let url = format!("http://{}/", ar.addr);
+    http.get(&url).send().await.unwrap();
+    http.get(&url).send().await.unwrap();
+    let response = http.get(&url).send().await.unwrap();
+    assert_eq!(status_header(&response).as_deref(), Some("waiting"));
+    let html = response.text().await.unwrap();
+    assert!(
+        html.contains(r#"<p id="custom">You are 2 of 2</p>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains("main > h1 { color: rebeccapurple; }"),
+        "the stylesheet is not escaped: {html}"
+    );
+    ar.shutdown().await.unwrap();
+}

@@ -19,6 +19,8 @@ pub(super) struct RawFile {
     pub secure_cookies: Option<S>,
     pub trusted_proxies: Option<Vec<S>>,
     pub data_dir: Option<S>,
+    pub waiting_template: Option<S>,
+    pub waiting_stylesheet: Option<S>,
     pub fail_open: Option<S>,
     pub fail_open_after: Option<S>,
     pub redis: Option<RawRedis>,

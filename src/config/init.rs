@@ -29,6 +29,12 @@ secure_cookies: false
 trusted_proxies: []
 # Where the embedded store keeps snapshots, bans and the audit log.
 data_dir: ./anteroom-data
+# Your own waiting page: a minijinja template replacing the built-in one (it gets the
+# same variables: title, message, position, waiting, eta_text, phase, countdown_text, t
+# for the translated strings, data for the page script), and a stylesheet added to the
+# built-in pages. Empty: the built-in page.
+waiting_template: ""
+waiting_stylesheet: ""
 # When the queue store is unreachable for fail_open_after, let everyone through (loudly).
 fail_open: false
 # How long the store must be down before fail_open lets everyone through.

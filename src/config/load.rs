@@ -160,6 +160,8 @@ fn draft_from_file(text: &str, name: &str) -> Result<Draft, ConfigError> {
         secure_cookies: fv(raw.secure_cookies),
         trusted_proxies: fvs(raw.trusted_proxies),
         data_dir: fv(raw.data_dir),
+        waiting_template: fv(raw.waiting_template),
+        waiting_stylesheet: fv(raw.waiting_stylesheet),
         fail_open: fv(raw.fail_open),
         fail_open_after: fv(raw.fail_open_after),
         redis_url: fv(redis.url),

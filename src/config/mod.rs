@@ -40,6 +40,8 @@ pub struct Config {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Embedded store snapshots, bans, audit log.
     pub data_dir: PathBuf,
+    /// The operator's own waiting page template and stylesheet, if any.
+    pub waiting_page: WaitingPageConfig,
     /// Proxy everyone through after `fail_open_after` of continuous store outage.
     pub fail_open: bool,
     pub fail_open_after: Duration,
@@ -71,6 +73,21 @@ impl RedisConfig {
             .filter(|s| !s.is_empty())
             .collect()
     }
+}
+
+/// An operator-supplied file: where it came from and what it said when loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageFile {
+    pub path: PathBuf,
+    pub text: String,
+}
+
+/// The waiting page as the operator wants it (SPEC §5): a minijinja template replacing the
+/// built-in one (same context variables), and a stylesheet added to the built-in pages.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WaitingPageConfig {
+    pub template: Option<PageFile>,
+    pub stylesheet: Option<PageFile>,
 }
 
 /// Event publishing (§9). No brokers: events are not published.

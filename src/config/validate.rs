@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::file::line_of_key;
 use super::{
-    Config, ConfigError, KafkaConfig, RedisConfig, RoomConfig, Schedule, Secret, ServerConfig,
+    Config, ConfigError, KafkaConfig, PageFile, RedisConfig, RoomConfig, Schedule, Secret,
+    ServerConfig, WaitingPageConfig,
 };
 
 /// Where a value came from.
@@ -47,6 +48,8 @@ pub(super) struct Draft {
     pub secure_cookies: Option<V>,
     pub trusted_proxies: Vec<V>,
     pub data_dir: Option<V>,
+    pub waiting_template: Option<V>,
+    pub waiting_stylesheet: Option<V>,
     pub fail_open: Option<V>,
     pub fail_open_after: Option<V>,
     pub redis_url: Option<V>,
@@ -234,6 +237,21 @@ impl Draft {
             }
             PathBuf::from(v.text.trim())
         };
+        let waiting_page = WaitingPageConfig {
+            template: page_file(&cx, "waiting_template", &d.waiting_template, |text| {
+                minijinja::Environment::new()
+                    .template_from_str(text)
+                    .map(|_| ())
+                    .map_err(|e| format!("is not a valid template: {e}"))
+            })?,
+            stylesheet: page_file(&cx, "waiting_stylesheet", &d.waiting_stylesheet, |text| {
+                if text.to_ascii_lowercase().contains("</style") {
+                    Err("must not contain `</style` (it is placed inside a <style> element)".into())
+                } else {
+                    Ok(())
+                }
+            })?,
+        };
         let fail_open = boolean(&cx, "fail_open", &or_default(&d.fail_open, "false"))?;
         let fail_open_after = positive_duration(
             &cx,
@@ -358,6 +376,7 @@ impl Draft {
             secure_cookies,
             trusted_proxies,
             data_dir,
+            waiting_page,
             fail_open,
             fail_open_after,
             redis,
@@ -601,6 +620,29 @@ fn at_least_1s(cx: &Ctx<'_>, key: &str, v: &V) -> Result<Duration, ConfigError> 
         ));
     }
     Ok(d)
+}
+
+/// An operator's page file: read now (so a missing or bad file stops the start, naming the
+/// key) and checked by `check`. Empty means none.
+fn page_file(
+    cx: &Ctx<'_>,
+    key: &str,
+    v: &Option<V>,
+    check: impl Fn(&str) -> Result<(), String>,
+) -> Result<Option<PageFile>, ConfigError> {
+    const MAX_BYTES: u64 = 256 * 1024;
+    let Some(v) = v.as_ref().filter(|v| !v.text.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(v.text.trim());
+    let too_big = std::fs::metadata(&path).is_ok_and(|m| m.len() > MAX_BYTES);
+    if too_big {
+        return Err(cx.fail(key, v, format!("{} is larger than 256 KiB", path.display())));
+    }
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| cx.fail(key, v, format!("cannot read {}: {e}", path.display())))?;
+    check(&text).map_err(|m| cx.fail(key, v, m))?;
+    Ok(Some(PageFile { path, text }))
 }
 
 fn boolean(cx: &Ctx<'_>, key: &str, v: &V) -> Result<bool, ConfigError> {

@@ -149,7 +149,7 @@ impl App {
                 response: config.server.origin_timeout,
                 idle: config.server.idle_timeout,
             }),
-            pages: Pages::default(),
+            pages: Pages::default().with_operator_page(&config.waiting_page),
             origin_errors: LogLimiter::new(std::time::Duration::from_secs(10)),
             admin: admin::Admin::new(config),
             metrics,

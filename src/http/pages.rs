@@ -80,12 +80,36 @@ pub struct Pages {
     env: Environment<'static>,
     /// The split-flap board's script and stylesheets, when the front-end is built in.
     board: Option<Entry>,
+    /// The operator's template replaces ours when set (`waiting_template`).
+    custom_template: bool,
+    /// The operator's stylesheet, added to our pages (`waiting_stylesheet`).
+    custom_css: Option<String>,
 }
 
 impl Default for Pages {
     /// The board when it is built in, else the plain page.
     fn default() -> Self {
         Pages::new(assets::entry(assets::WAITING_ENTRY))
+    }
+}
+
+impl Pages {
+    /// The built-in pages with the operator's template and stylesheet, if configured (both
+    /// were read and checked when the config was loaded).
+    pub fn with_operator_page(mut self, page: &crate::config::WaitingPageConfig) -> Self {
+        if let Some(template) = &page.template {
+            match self
+                .env
+                .add_template_owned("custom.html", template.text.clone())
+            {
+                Ok(()) => self.custom_template = true,
+                Err(e) => {
+                    tracing::error!(path = %template.path.display(), error = %e, "waiting_template does not parse; using the built-in page")
+                }
+            }
+        }
+        self.custom_css = page.stylesheet.as_ref().map(|css| css.text.clone());
+        self
     }
 }
 
@@ -161,7 +185,12 @@ impl Pages {
             .expect("built-in board template parses");
         env.add_template("message.html", include_str!("templates/message.html"))
             .expect("built-in message template parses");
-        Pages { env, board }
+        Pages {
+            env,
+            board,
+            custom_template: false,
+            custom_css: None,
+        }
     }
 
     /// The plain page, whatever this binary was built with.
@@ -206,6 +235,7 @@ impl Pages {
                 announce => view.position.map(|p| t.announce(p)),
                 paused => view.paused,
                 phase => view.phase.as_str(),
+                custom_css => self.custom_css.clone().map(Value::from_safe_string),
                 refresh_secs => view.retry_after_secs,
                 countdown_text => countdown_text(countdown_secs, t),
                 digits => board_digits(view.position.unwrap_or(0), view.waiting),
@@ -225,7 +255,9 @@ impl Pages {
                     countdown_to_ms: view.phase_ends_at.map(unix_ms),
                 },
             };
-            let template = if self.board.is_some() {
+            let template = if self.custom_template {
+                "custom.html"
+            } else if self.board.is_some() {
                 "board.html"
             } else {
                 "waiting.html"

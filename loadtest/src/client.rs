@@ -245,15 +245,15 @@ pub async fn open_stream(
 }
 
 /// Admin API calls against room `main`.
+/// A fresh connection per call: anteroom closes keep-alive connections idle for longer than
+/// its header-read timeout, and the harness may sit idle through a long fill.
 pub struct Admin {
-    conn: Conn,
+    addr: SocketAddr,
 }
 
 impl Admin {
     pub async fn connect(addr: SocketAddr) -> anyhow::Result<Admin> {
-        Ok(Admin {
-            conn: Conn::connect(addr).await?,
-        })
+        Ok(Admin { addr })
     }
 
     async fn call(
@@ -263,8 +263,8 @@ impl Admin {
         body: Option<String>,
     ) -> anyhow::Result<serde_json::Value> {
         let auth = format!("Bearer {ADMIN_TOKEN}");
-        let reply = self
-            .conn
+        let mut conn = Conn::connect(self.addr).await?;
+        let reply = conn
             .send(
                 method,
                 &format!("/__anteroom/admin/api/rooms/main/{path}"),

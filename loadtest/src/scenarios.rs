@@ -733,6 +733,10 @@ fn pass_memory(depth: u64, passes: usize) -> anyhow::Result<Vec<u64>> {
     rt.block_on(async {
         let store = MemoryStore::in_memory(Clock::system());
         store.open_room("main", &room_seed(), true).await?;
+        // A store keeps `paused` as an incident control, not a seed value: set it.
+        store
+            .update_settings("main", &SettingsPatch::pause())
+            .await?;
         let join = async |n: u64| -> anyhow::Result<()> {
             for _ in 0..n {
                 if let Resolution::Admitted { .. } =
@@ -788,6 +792,10 @@ async fn pass_redis(url: &str, depth: u64, passes: usize) -> anyhow::Result<Vec<
         .as_millis() as u64;
     store.freeze_clock_for_tests(now);
     store.open_room(&room, &room_seed(), true).await?;
+    // A store keeps `paused` as an incident control, not a seed value: set it.
+    store
+        .update_settings(&room, &SettingsPatch::pause())
+        .await?;
     let join = async |n: u64| -> anyhow::Result<()> {
         let results: Vec<_> = futures_util::stream::iter(0..n)
             .map(|_| {

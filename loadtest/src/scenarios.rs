@@ -312,11 +312,19 @@ fn drain_rows(
             "/s",
         )
         .target("within 0.1 % of configured", steady_dev.abs() <= 0.1)
-        .why(&format!(
-            "{steady_dev:+.2} %, within the measurement's resolution of ±{resolution:.2} % \
-             when that is larger: the count at a pause is quantised to whole passes. Longer \
-             windows or a shorter admit_interval narrow it."
-        )),
+        .why(&if steady_dev.abs() <= resolution {
+            format!(
+                "{steady_dev:+.2} %, within the measurement's resolution of ±{resolution:.2} %: \
+                 the count at a pause is quantised to whole passes. Longer windows or a shorter \
+                 admit_interval narrow it."
+            )
+        } else {
+            format!(
+                "{steady_dev:+.2} %, outside the measurement's resolution of \
+                 ±{resolution:.2} %: the two windows admitted at different rates (see the \
+                 notes on variance under CPU contention)."
+            )
+        }),
     ];
     if let Some((text, value)) = seed {
         for r in rows.iter_mut().skip(1) {
@@ -452,8 +460,8 @@ pub async fn hold(store: Store, streams: usize, loads: u64) -> anyhow::Result<Ve
         .why(&format!(
             "the open-file limit: this machine's RLIMIT_NOFILE hard limit is {limit} and \
              setrlimit above it is refused, so {held} of the {asked} asked for were held. \
-             Raising the hard limit (ulimit -Hn, systemd LimitNOFILE) closes it; memory is \
-             not the constraint (see RSS per stream)."
+             Raising the hard limit (ulimit -Hn, systemd LimitNOFILE) closes it, after \
+             which memory is next (see RSS per stream)."
         )),
         Row::new(
             "hold",
@@ -642,8 +650,8 @@ pub async fn proxy(
             .target("≥ 1.00", tput >= 1.0)
             .why(
                 "each admitted request does a session check, cookie verification and \
-                  header rewriting before a pooled hyper client forwards it; see the notes \
-                  for where the time goes",
+                  header rewriting before a pooled hyper client forwards it (not profiled \
+                  here), against nginx's event loop with upstream keepalive",
             ),
     );
     rows.push(

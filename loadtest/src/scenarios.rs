@@ -122,7 +122,7 @@ pub async fn depth(store: Store, sizes: &[u64], conns: usize) -> anyhow::Result<
         let since = Instant::now();
         let stats = admin.stats_after(since).await?;
         let (rss, hwm) = ant.rss()?;
-        let s = format!("{}", fmt_value(stats.waiting as f64, ""));
+        let s = fmt_value(stats.waiting as f64, "");
         match &redis {
             None => {
                 let mib = rss as f64 / MIB;

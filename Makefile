@@ -2,7 +2,7 @@
 CARGO ?= cargo
 NPM ?= npm
 
-.PHONY: build web test test-tools test-web test-browser test-plain check demo clean
+.PHONY: build web test test-tools test-web test-browser test-plain check demo clean bench bench-smoke
 
 ## build: the front-end (web/ → web/dist, embedded), then the release binary
 build: web
@@ -41,7 +41,18 @@ test-tools:
 ## check: formatting and lints, as CI enforces them
 check:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+
+## bench: every benchmark scenario at full size (about 10–15 minutes); writes BENCHMARKS.md
+bench:
+	$(CARGO) build --release --locked --workspace
+	target/release/anteroom-loadtest all
+
+## bench-smoke: every scenario at small scale (under three minutes); prints the table and
+## writes BENCHMARKS-smoke.md
+bench-smoke:
+	$(CARGO) build --release --locked --workspace
+	target/release/anteroom-loadtest all --smoke
 
 ## demo: the built-in demo on http://localhost:8080
 demo:

@@ -1,0 +1,361 @@
+//! What the scenarios start: anteroom (the release binary, as its own process so its RSS is
+//! its own), nginx (origin and plain reverse proxy), and Redis (reusing
+//! `anteroom::testing::RedisServer`). Everything is bound to loopback and killed on drop.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+pub const ADMIN_TOKEN: &str = "bench-admin-token-0123456789abcdef";
+
+/// A private temporary directory, removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> anyhow::Result<Scratch> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "anteroom-bench-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path)?;
+        Ok(Scratch(path))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A loopback port that is free now.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Waits until something accepts TCP connections on `addr` (bounded).
+pub fn wait_listening(addr: SocketAddr, child: &mut Child, what: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait()? {
+            bail!("{what} exited at start: {status}");
+        }
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    bail!("{what} did not listen on {addr} within 20 s")
+}
+
+/// Resident set size and its peak of a process, in bytes (`/proc/<pid>/status`).
+pub fn rss(pid: u32) -> anyhow::Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| -> anyhow::Result<u64> {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .with_context(|| format!("no {name} in /proc/{pid}/status"))?;
+        let kb: u64 = line
+            .split_whitespace()
+            .nth(1)
+            .context("malformed status line")?
+            .parse()?;
+        Ok(kb * 1024)
+    };
+    Ok((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// A child process killed (SIGKILL) and reaped on drop.
+pub struct Proc {
+    pub child: Child,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How an anteroom under test is configured.
+#[derive(Clone, Debug)]
+pub struct AnteroomSpec {
+    pub redis_url: Option<String>,
+    pub origin: String,
+    pub rate: f64,
+    pub max_active: u64,
+    pub admit_interval: &'static str,
+    pub max_connections: usize,
+}
+
+impl AnteroomSpec {
+    pub fn new(redis_url: Option<String>) -> Self {
+        AnteroomSpec {
+            redis_url,
+            // Nothing listens here: rooms that only queue never reach their origin.
+            origin: "http://127.0.0.1:9".into(),
+            rate: 1_000.0,
+            max_active: 100_000_000,
+            admit_interval: "250ms",
+            max_connections: 10_000,
+        }
+    }
+}
+
+/// The release binary `target/release/anteroom`, beside this harness (or `ANTEROOM_BIN`).
+pub fn anteroom_binary() -> anyhow::Result<PathBuf> {
+    if let Ok(bin) = std::env::var("ANTEROOM_BIN") {
+        return Ok(bin.into());
+    }
+    let exe = std::env::current_exe()?;
+    let bin = exe.with_file_name("anteroom");
+    if !bin.exists() {
+        bail!(
+            "{} not found: build it first (cargo build --release), or set ANTEROOM_BIN",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// One anteroom process on a free loopback port.
+pub struct Anteroom {
+    pub addr: SocketAddr,
+    proc: Proc,
+    _dir: Scratch,
+}
+
+impl Anteroom {
+    pub fn start(spec: &AnteroomSpec) -> anyhow::Result<Anteroom> {
+        let dir = Scratch::new("anteroom")?;
+        let port = free_port()?;
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        let secret = [
+            anteroom::queue::VisitorId::random().0,
+            anteroom::queue::VisitorId::random().0,
+        ]
+        .concat();
+        let redis = spec
+            .redis_url
+            .as_deref()
+            .map(|u| format!("redis:\n  url: \"{u}\"\n"))
+            .unwrap_or_default();
+        let config = format!(
+            r#"listen: "{addr}"
+admit_interval: {interval}
+cookie_secret: "{secret}"
+admin_token: "{ADMIN_TOKEN}"
+data_dir: "{data}"
+{redis}server:
+  max_connections: {max_conns}
+  idle_timeout: 300s
+rooms:
+  main:
+    origin: {origin}
+    rate: {rate}
+    max_active: {max_active}
+    session_ttl: 1h
+    abandon_after: 1h
+    join_limit_per_ip: 0
+"#,
+            interval = spec.admit_interval,
+            secret = hex(&secret),
+            data = dir.0.join("data").display(),
+            max_conns = spec.max_connections,
+            origin = spec.origin,
+            rate = spec.rate,
+            max_active = spec.max_active,
+        );
+        let path = dir.0.join("anteroom.yaml");
+        std::fs::write(&path, config)?;
+        let child = Command::new(anteroom_binary()?)
+            .arg("--config")
+            .arg(&path)
+            .env("ANTEROOM_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("cannot start anteroom")?;
+        let mut proc = Proc { child };
+        wait_listening(addr, &mut proc.child, "anteroom")?;
+        Ok(Anteroom {
+            addr,
+            proc,
+            _dir: dir,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.proc.child.id()
+    }
+
+    pub fn rss(&self) -> anyhow::Result<(u64, u64)> {
+        rss(self.pid())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// nginx (Debian) with a generated config, on loopback, in the foreground.
+pub struct Nginx {
+    pub addr: SocketAddr,
+    _proc: Proc,
+    _dir: Scratch,
+}
+
+impl Nginx {
+    /// An origin answering every request with a small fixed body (one worker).
+    pub fn origin() -> anyhow::Result<Nginx> {
+        Self::start(
+            1,
+            "location / { return 200 \"hello from the origin\\n\"; }",
+            "",
+        )
+    }
+
+    /// A plain reverse proxy to `upstream` with pooled upstream connections, the fair
+    /// configuration for a throughput comparison. `workers` should match the cores anteroom
+    /// may use.
+    pub fn reverse_proxy(upstream: SocketAddr, workers: usize) -> anyhow::Result<Nginx> {
+        let upstream_block = format!("upstream origin {{ server {upstream}; keepalive 128; }}");
+        Self::start(
+            workers,
+            "location / { proxy_pass http://origin; proxy_http_version 1.1; \
+             proxy_set_header Connection \"\"; proxy_buffering on; }",
+            &upstream_block,
+        )
+    }
+
+    fn start(workers: usize, location: &str, http_extra: &str) -> anyhow::Result<Nginx> {
+        let dir = Scratch::new("nginx")?;
+        let port = free_port()?;
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        let d = dir.0.display();
+        let conf = format!(
+            r#"worker_processes {workers};
+daemon off;
+error_log {d}/error.log error;
+pid {d}/nginx.pid;
+worker_rlimit_nofile 65536;
+events {{ worker_connections 16384; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/body;
+  proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi;
+  scgi_temp_path {d}/scgi;
+  keepalive_requests 1000000;
+  {http_extra}
+  server {{ listen {addr}; {location} }}
+}}
+"#
+        );
+        let path = dir.0.join("nginx.conf");
+        std::fs::write(&path, conf)?;
+        let child = Command::new(nginx_binary())
+            .arg("-c")
+            .arg(&path)
+            .arg("-p")
+            .arg(&dir.0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("cannot start nginx (apt-get install nginx-light)")?;
+        let mut proc = Proc { child };
+        wait_listening(addr, &mut proc.child, "nginx")?;
+        Ok(Nginx {
+            addr,
+            _proc: proc,
+            _dir: dir,
+        })
+    }
+}
+
+fn nginx_binary() -> &'static str {
+    if Path::new("/usr/sbin/nginx").exists() {
+        "/usr/sbin/nginx"
+    } else {
+        "nginx"
+    }
+}
+
+/// Redis `used_memory` in bytes.
+pub fn used_memory(redis: &anteroom::testing::RedisServer) -> anyhow::Result<u64> {
+    let info = redis.cli(&["INFO", "memory"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .context("no used_memory in INFO memory (is redis-cli installed?)")?
+        .trim()
+        .parse()
+        .context("used_memory")
+}
+
+/// Raises this process's open-file limit (soft and hard; root may raise the hard one) so
+/// tens of thousands of sockets fit. Children (anteroom) inherit it.
+pub fn raise_nofile(want: u64) -> anyhow::Result<u64> {
+    let (soft, hard) = rlimit::getrlimit(rlimit::Resource::NOFILE)?;
+    if soft >= want {
+        return Ok(soft);
+    }
+    if hard < want && rlimit::setrlimit(rlimit::Resource::NOFILE, want, want).is_ok() {
+        return Ok(want);
+    }
+    rlimit::setrlimit(rlimit::Resource::NOFILE, want.min(hard), hard)?;
+    Ok(want.min(hard))
+}
+
+/// The machine, for the report.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .map(|kb| format!("{:.1} GiB", kb as f64 / 1024.0 / 1024.0))
+        .unwrap_or_else(|| "unknown memory".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let redis = Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("v="))
+                .unwrap_or("?")
+                .to_owned()
+        })
+        .unwrap_or_else(|| "?".into());
+    let nginx = Command::new(nginx_binary())
+        .arg("-v")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stderr).trim().to_owned())
+        .unwrap_or_default();
+    format!("{cores} cores ({cpu}), {mem} RAM; Redis {redis}; {nginx}; wrk (Debian)")
+}

@@ -1,0 +1,450 @@
+//! `anteroom-loadtest`: the benchmark harness of anteroom (issue 8). One subcommand per
+//! scenario, and `all`, which runs every scenario and writes `BENCHMARKS.md`.
+//!
+//! Everything runs on loopback and is started here: the release binary of anteroom as its own
+//! process (so its RSS is its own), `redis-server` on a free port, nginx (Debian) with a
+//! generated config, and `wrk` for the proxy comparison. Joins and SSE holds are driven by
+//! the harness's own hyper client, latencies into HDR histograms. Every loop is bounded in
+//! count and time, and every process started is killed when its scenario ends.
+#![forbid(unsafe_code)]
+
+mod client;
+mod infra;
+mod report;
+mod scenarios;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use report::Row;
+use scenarios::Store;
+
+#[derive(Parser)]
+#[command(
+    name = "anteroom-loadtest",
+    about = "anteroom's benchmark harness (loopback only)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// N cookieless joins into a paused room from W connections → joins/s, p50, p99.
+    Fill {
+        #[arg(long, value_enum, default_value = "memory")]
+        store: Store,
+        #[arg(long)]
+        n: Option<u64>,
+        #[arg(long)]
+        conns: Option<usize>,
+        #[arg(long)]
+        smoke: bool,
+    },
+    /// anteroom RSS (and Redis used_memory) at each depth, filled over HTTP.
+    Depth {
+        #[arg(long, value_enum, default_value = "memory")]
+        store: Store,
+        /// Depths, comma-separated, ascending.
+        #[arg(long, value_delimiter = ',')]
+        sizes: Option<Vec<u64>>,
+        #[arg(long)]
+        conns: Option<usize>,
+        #[arg(long)]
+        smoke: bool,
+    },
+    /// Admit at RATE for SECS (and 2×SECS) → admitted (stats API) vs drop in depth.
+    Drain {
+        #[arg(long, value_enum, default_value = "memory")]
+        store: Store,
+        #[arg(long)]
+        rate: Option<f64>,
+        #[arg(long)]
+        secs: Option<f64>,
+        #[arg(long)]
+        smoke: bool,
+    },
+    /// Three replicas on one Redis at RATE → observed per second.
+    Replicas {
+        #[arg(long)]
+        rate: Option<f64>,
+        #[arg(long)]
+        secs: Option<f64>,
+        #[arg(long)]
+        smoke: bool,
+    },
+    /// S SSE streams held → RSS per stream, page-load p99 while holding.
+    Hold {
+        #[arg(long, value_enum, default_value = "memory")]
+        store: Store,
+        #[arg(long)]
+        streams: Option<usize>,
+        /// Fresh page loads measured while holding.
+        #[arg(long)]
+        loads: Option<u64>,
+        #[arg(long)]
+        smoke: bool,
+    },
+    /// wrk against the origin direct, nginx as a reverse proxy, and anteroom (admitted).
+    Proxy {
+        #[arg(long)]
+        secs: Option<u64>,
+        #[arg(long, default_value_t = 64)]
+        conns: usize,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        #[arg(long)]
+        rounds: Option<usize>,
+        #[arg(long)]
+        smoke: bool,
+    },
+    /// admit_pass time at each depth (store called directly).
+    Pass {
+        #[arg(long, value_enum, default_value = "memory")]
+        store: Store,
+        #[arg(long, value_delimiter = ',')]
+        depths: Option<Vec<u64>>,
+        #[arg(long)]
+        passes: Option<usize>,
+        #[arg(long)]
+        smoke: bool,
+    },
+    /// Every scenario, both stores; prints the table and writes BENCHMARKS.md
+    /// (BENCHMARKS-smoke.md with --smoke).
+    All {
+        #[arg(long)]
+        smoke: bool,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+/// The sizes of a run.
+#[derive(Clone, Debug)]
+struct Sizes {
+    fill_n: u64,
+    conns: usize,
+    depths: Vec<u64>,
+    drain_rate: f64,
+    drain_secs: f64,
+    replicas_rate: f64,
+    replicas_secs: f64,
+    streams: usize,
+    loads: u64,
+    proxy_secs: u64,
+    proxy_rounds: usize,
+    pass_depths: Vec<u64>,
+    passes: usize,
+}
+
+impl Sizes {
+    fn get(smoke: bool) -> Sizes {
+        if smoke {
+            Sizes {
+                fill_n: 20_000,
+                conns: 64,
+                depths: vec![10_000, 50_000],
+                drain_rate: 2_000.0,
+                drain_secs: 2.0,
+                replicas_rate: 1_000.0,
+                replicas_secs: 3.0,
+                streams: 2_000,
+                loads: 2_000,
+                proxy_secs: 3,
+                proxy_rounds: 1,
+                pass_depths: vec![1_000, 100_000],
+                passes: 100,
+            }
+        } else {
+            Sizes {
+                fill_n: 200_000,
+                conns: 64,
+                depths: vec![100_000, 1_000_000],
+                drain_rate: 10_000.0,
+                drain_secs: 10.0,
+                replicas_rate: 1_000.0,
+                replicas_secs: 20.0,
+                streams: 50_000,
+                loads: 5_000,
+                proxy_secs: 10,
+                proxy_rounds: 3,
+                pass_depths: vec![1_000, 1_000_000],
+                passes: 300,
+            }
+        }
+    }
+}
+
+/// Passes run this often in drain and replicas: a pause lands between two passes, so the
+/// window count is quantised to a pass; 10 ms keeps that small (the product default is
+/// 250 ms).
+const DRAIN_INTERVAL: &str = "10ms";
+const REPLICAS_INTERVAL: &str = "50ms";
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rows = match cli.cmd {
+        Cmd::Fill {
+            store,
+            n,
+            conns,
+            smoke,
+        } => {
+            let s = Sizes::get(smoke);
+            scenarios::fill(store, n.unwrap_or(s.fill_n), conns.unwrap_or(s.conns)).await?
+        }
+        Cmd::Depth {
+            store,
+            sizes,
+            conns,
+            smoke,
+        } => {
+            let s = Sizes::get(smoke);
+            scenarios::depth(store, &sizes.unwrap_or(s.depths), conns.unwrap_or(s.conns)).await?
+        }
+        Cmd::Drain {
+            store,
+            rate,
+            secs,
+            smoke,
+        } => {
+            let s = Sizes::get(smoke);
+            scenarios::drain(
+                store,
+                rate.unwrap_or(s.drain_rate),
+                secs.unwrap_or(s.drain_secs),
+                DRAIN_INTERVAL,
+            )
+            .await?
+        }
+        Cmd::Replicas { rate, secs, smoke } => {
+            let s = Sizes::get(smoke);
+            scenarios::replicas(
+                rate.unwrap_or(s.replicas_rate),
+                secs.unwrap_or(s.replicas_secs),
+                REPLICAS_INTERVAL,
+            )
+            .await?
+        }
+        Cmd::Hold {
+            store,
+            streams,
+            loads,
+            smoke,
+        } => {
+            let s = Sizes::get(smoke);
+            scenarios::hold(
+                store,
+                streams.unwrap_or(s.streams),
+                loads.unwrap_or(s.loads),
+            )
+            .await?
+        }
+        Cmd::Proxy {
+            secs,
+            conns,
+            threads,
+            rounds,
+            smoke,
+        } => {
+            let s = Sizes::get(smoke);
+            scenarios::proxy(
+                secs.unwrap_or(s.proxy_secs),
+                conns,
+                threads,
+                rounds.unwrap_or(s.proxy_rounds),
+            )
+            .await?
+        }
+        Cmd::Pass {
+            store,
+            depths,
+            passes,
+            smoke,
+        } => {
+            let s = Sizes::get(smoke);
+            scenarios::pass(
+                store,
+                &depths.unwrap_or(s.pass_depths),
+                passes.unwrap_or(s.passes),
+            )
+            .await?
+        }
+        Cmd::All { smoke, out } => {
+            let out = out.unwrap_or_else(|| {
+                PathBuf::from(if smoke {
+                    "BENCHMARKS-smoke.md"
+                } else {
+                    "BENCHMARKS.md"
+                })
+            });
+            return all(smoke, out).await;
+        }
+    };
+    println!("{}", report::table(&rows));
+    print!("{}", report::misses(&rows));
+    Ok(())
+}
+
+async fn all(smoke: bool, out: PathBuf) -> anyhow::Result<()> {
+    let s = Sizes::get(smoke);
+    let started = std::time::Instant::now();
+    let date = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    macro_rules! run {
+        ($name:expr, $fut:expr) => {
+            match $fut.await {
+                Ok(r) => rows.extend(r),
+                Err(e) => {
+                    eprintln!("[loadtest] {} failed: {e:#}", $name);
+                    failures.push(format!("{}: {e:#}", $name));
+                }
+            }
+        };
+    }
+    for store in [Store::Memory, Store::Redis] {
+        run!("fill", scenarios::fill(store, s.fill_n, s.conns));
+    }
+    for store in [Store::Memory, Store::Redis] {
+        run!("depth", scenarios::depth(store, &s.depths, s.conns));
+    }
+    for store in [Store::Memory, Store::Redis] {
+        run!(
+            "drain",
+            scenarios::drain(store, s.drain_rate, s.drain_secs, DRAIN_INTERVAL)
+        );
+    }
+    run!(
+        "replicas",
+        scenarios::replicas(s.replicas_rate, s.replicas_secs, REPLICAS_INTERVAL)
+    );
+    run!("hold", scenarios::hold(Store::Memory, s.streams, s.loads));
+    run!(
+        "proxy",
+        scenarios::proxy(s.proxy_secs, 64, 2, s.proxy_rounds)
+    );
+    for store in [Store::Memory, Store::Redis] {
+        run!("pass", scenarios::pass(store, &s.pass_depths, s.passes));
+    }
+    let table = report::table(&rows);
+    println!("{table}");
+    print!("{}", report::misses(&rows));
+    let doc = document(
+        smoke,
+        &date,
+        &s,
+        &table,
+        &rows,
+        &failures,
+        started.elapsed(),
+    );
+    std::fs::write(&out, doc)?;
+    eprintln!("[loadtest] wrote {}", out.display());
+    if !failures.is_empty() {
+        anyhow::bail!(
+            "{} scenario(s) failed: {}",
+            failures.len(),
+            failures.join("; ")
+        );
+    }
+    Ok(())
+}
+
+fn document(
+    smoke: bool,
+    date: &str,
+    s: &Sizes,
+    table: &str,
+    rows: &[Row],
+    failures: &[String],
+    took: std::time::Duration,
+) -> String {
+    let scale = if smoke {
+        "smoke (small scale; the targets are for the full sizes)"
+    } else {
+        "full"
+    };
+    let make = if smoke {
+        "make bench-smoke"
+    } else {
+        "make bench"
+    };
+    let failed = if failures.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\n## Scenarios that failed in this run\n\n{}\n",
+            failures
+                .iter()
+                .map(|f| format!("- {f}\n"))
+                .collect::<String>()
+        )
+    };
+    format!(
+        r#"# Benchmarks
+
+Generated by `{make}` (`anteroom-loadtest all{smoke_flag}`), {scale} run, on {date}; it took
+{mins:.1} minutes.
+
+**Machine:** {machine}. The machine is shared: other engineers compile in other worktrees
+while this runs, so absolute figures move between runs. That is why every comparison that
+matters is a ratio against a reference measured in the same run (nginx, the origin direct,
+depth 1k) rather than against a number from another day.
+
+The seed column is the Go waiting room's published table (one M1 laptop, 8 cores, 8 GB,
+Redis 7.4 in Docker). "ours ÷ seed" compares our 2-core box with that 8-core one, so read
+it as context, not as a verdict; the targets are issue 8's.
+
+## What was run
+
+All traffic is on loopback. The harness starts everything itself and kills it at the end.
+
+| scenario | what it does | sizes in this run |
+|---|---|---|
+| fill | `anteroom-loadtest fill --store memory\|redis`: cookieless `GET /` into a paused room (each request a new visitor, answered with the HTML waiting page) from keep-alive connections of the harness's own hyper client; joins/s over the run, p50/p99 from an HDR histogram. 2,000 untimed warm-up joins first. | {fill_n} joins, {conns} connections |
+| depth | `anteroom-loadtest depth`: the release binary runs as its own process and is filled over HTTP the same way (no test hooks), paused; after each depth the harness waits 6 s (one snapshot cycle of the embedded store) and reads VmRSS/VmHWM from `/proc/<pid>/status`, and in Redis mode `INFO memory` `used_memory` minus the empty-room baseline. | depths {depths:?} |
+| drain | `anteroom-loadtest drain`: fill, then resume for T s and pause, and again for 2T s; admitted = `total_admitted` delta from the admin stats API, drop = `waiting` delta; both read from a store read made after the pause. The steady rate is the slope between the two windows, which cancels the one-second burst a resume lets in. `admit_interval: {drain_interval}` so a pause cuts the count at a fine grain. | {drain_rate}/s, T = {drain_secs} s |
+| replicas | `anteroom-loadtest replicas`: three anteroom processes on one `redis-server`, same config, same windows as drain, pause/resume through one of them; `admit_interval: {replicas_interval}`. | {replicas_rate}/s configured, T = {replicas_secs} s |
+| hold | `anteroom-loadtest hold`: S waiting visitors join (cookies kept), then S `GET /__anteroom/events` streams are opened and read from 127.0.0.2, .3, … (20,000 per source address, under the ephemeral-port range); RLIMIT_NOFILE raised with `setrlimit` (the `rlimit` crate; anteroom inherits it), `server.max_connections` S + 2,000. RSS per stream = (RSS 5 s after all are open − RSS before) / S. Fresh page loads (cookieless joins, 8 connections) are measured before and while holding. | {streams} streams, {loads} page loads |
+| proxy | `anteroom-loadtest proxy`: nginx (1 worker) as the origin returning a 22-byte body; nginx ({cores} workers, upstream keepalive) as a plain reverse proxy; anteroom (embedded store, an admitted visitor's cookie). `wrk -t2 -c64 -d{proxy_secs}s --latency` against each in turn, {rounds} round(s), the median round by req/s reported. | as stated |
+| pass | `anteroom-loadtest pass`: the store called in-process: fill to depth, then time `admit_pass` with each pass admitting 100 (rate 10,000/s, the store's clock advanced 10 ms per pass: tokio's paused clock for the embedded store, the test clock offset for Redis), topping the line back up between passes (untimed). | depths {pass_depths:?}, {passes} passes each |
+
+Run one scenario yourself, e.g. `cargo build --release --workspace && target/release/anteroom-loadtest fill --store redis --n 100000`. Every subcommand takes `--smoke`.
+
+## Results
+
+{table}
+## Where a target is missed
+
+{misses}{failed}"#,
+        smoke_flag = if smoke { " --smoke" } else { "" },
+        mins = took.as_secs_f64() / 60.0,
+        machine = infra::machine(),
+        fill_n = s.fill_n,
+        conns = s.conns,
+        depths = s.depths,
+        drain_rate = s.drain_rate,
+        drain_secs = s.drain_secs,
+        drain_interval = DRAIN_INTERVAL,
+        replicas_rate = s.replicas_rate,
+        replicas_secs = s.replicas_secs,
+        replicas_interval = REPLICAS_INTERVAL,
+        streams = s.streams,
+        loads = s.loads,
+        cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2),
+        proxy_secs = s.proxy_secs,
+        rounds = s.proxy_rounds,
+        pass_depths = s.pass_depths,
+        passes = s.passes,
+        misses = report::misses(rows),
+    )
+}

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use anteroom::clock::Clock;
 use anteroom::queue::{
-    MemoryStore, QueueStore, RedisStore, Resolution, RoomSettings, SettingsPatch, VisitorId,
+    MemoryStore, QueueStore, RedisStore, Resolution, RoomPolicy, RoomSettings, SettingsPatch,
+    VisitorId,
 };
 use anteroom::testing::RedisServer;
 use anyhow::{Context, bail};
@@ -749,15 +750,18 @@ fn pass_memory(depth: u64, passes: usize) -> anyhow::Result<Vec<u64>> {
         .build()?;
     rt.block_on(async {
         let store = MemoryStore::in_memory(Clock::system());
-        store.open_room("main", &room_seed(), true).await?;
+        store
+            .open_room("main", &room_seed(), &RoomPolicy::default(), true)
+            .await?;
         // A store keeps `paused` as an incident control, not a seed value: set it.
         store
             .update_settings("main", &SettingsPatch::pause())
             .await?;
         let join = async |n: u64| -> anyhow::Result<()> {
             for _ in 0..n {
-                if let Resolution::Admitted { .. } =
-                    store.resolve("main", VisitorId::random()).await?
+                if let Resolution::Admitted { .. } = store
+                    .resolve("main", VisitorId::random(), bench_client())
+                    .await?
                 {
                     bail!("admitted while filling");
                 }
@@ -808,7 +812,9 @@ async fn pass_redis(url: &str, depth: u64, passes: usize) -> anyhow::Result<Vec<
         .duration_since(std::time::UNIX_EPOCH)?
         .as_millis() as u64;
     store.freeze_clock_for_tests(now);
-    store.open_room(&room, &room_seed(), true).await?;
+    store
+        .open_room(&room, &room_seed(), &RoomPolicy::default(), true)
+        .await?;
     // A store keeps `paused` as an incident control, not a seed value: set it.
     store
         .update_settings(&room, &SettingsPatch::pause())
@@ -818,7 +824,11 @@ async fn pass_redis(url: &str, depth: u64, passes: usize) -> anyhow::Result<Vec<
             .map(|_| {
                 let store = store.clone();
                 let room = room.clone();
-                async move { store.resolve(&room, VisitorId::random()).await }
+                async move {
+                    store
+                        .resolve(&room, VisitorId::random(), bench_client())
+                        .await
+                }
             })
             .buffer_unordered(256)
             .collect()
@@ -863,4 +873,9 @@ async fn pass_redis(url: &str, depth: u64, passes: usize) -> anyhow::Result<Vec<
             .await?;
     }
     Ok(times)
+}
+
+/// The one client address the pass benchmarks join from (their rooms set no join limit).
+fn bench_client() -> anteroom::queue::ClientKey {
+    anteroom::queue::ClientKey::from(std::net::Ipv4Addr::LOCALHOST)
 }

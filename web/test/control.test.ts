@@ -163,7 +163,7 @@ describe('the control room in Chromium', () => {
     await rate.fill('7.5');
     await moving.getByRole('button', { name: 'Apply' }).click();
     await moving.getByText('Applied rate 1 → 7.5/s').waitFor();
-    expect((await room(MOVING)).rate).toBe(7.5);
+    // The API's counters come from the one-second cache: the new rate shows within a second.
     await eventually(MOVING, (r) => r.rate === 7.5);
     await page.waitForFunction(
       () => document.querySelector('section[data-room="moving"] .cr-sub')?.textContent === 'limit 7.5/s',
@@ -213,11 +213,9 @@ describe('the control room in Chromium', () => {
     await still.getByRole('button', { name: 'Pause admissions' }).click();
     await still.getByText('Paused: nobody is admitted until you resume.').waitFor();
     await still.locator('[data-testid="paused-badge"]').waitFor();
-    expect((await room(STILL)).paused).toBe(true);
     await eventually(STILL, (r) => r.paused);
     await still.getByRole('button', { name: 'Resume admissions' }).click();
     await still.getByText('Resumed: admitting again.').waitFor();
-    expect((await room(STILL)).paused).toBe(false);
     await eventually(STILL, (r) => !r.paused);
     await still.getByRole('button', { name: 'Pause admissions' }).waitFor();
     expect(await still.locator('[data-testid="paused-badge"]').count()).toBe(0);

@@ -157,12 +157,18 @@ async fn the_control_room_shell_loads_without_a_token() {
         let html = response.text().await.unwrap();
         let control = anteroom::http::assets::entry(anteroom::http::assets::CONTROL_ENTRY)
             .expect("the control room entry is built in");
-        assert!(html.contains(&format!(r#"<script type="module" src="{}">"#, control.script)));
+        assert!(html.contains(&format!(
+            r#"<script type="module" src="{}">"#,
+            control.script
+        )));
         for style in &control.styles {
             assert!(html.contains(&format!(r#"<link rel="stylesheet" href="{style}">"#)));
         }
         assert!(!html.contains("front-end is not built into this binary"));
-        assert!(!html.contains(ADMIN_TOKEN), "the page never shows the token");
+        assert!(
+            !html.contains(ADMIN_TOKEN),
+            "the page never shows the token"
+        );
         let script = h.http.get(h.url(&control.script)).send().await.unwrap();
         assert_eq!(script.status(), 200);
     }

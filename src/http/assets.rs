@@ -183,8 +183,14 @@ mod tests {
         assert_eq!(control.is_some(), super::super::pages::FRONTEND_BUILT_IN);
         if let Some(control) = control {
             let name = control.script.strip_prefix(STATIC_PREFIX).unwrap();
-            assert!(serve(name, false).is_some(), "the control room's script is served");
-            assert!(!control.styles.is_empty(), "the control room has a stylesheet");
+            assert!(
+                serve(name, false).is_some(),
+                "the control room's script is served"
+            );
+            assert!(
+                !control.styles.is_empty(),
+                "the control room has a stylesheet"
+            );
         }
     }
 }

@@ -279,7 +279,10 @@ async fn status_reports_the_store_and_version() {
     assert_eq!(status["audit_log"]["ok"], true);
     assert_eq!(status["rooms"], json!(["main"]));
     assert_eq!(status["open_streams"], 0);
-    assert_eq!(status["frontend_built_in"], false);
+    assert_eq!(
+        status["frontend_built_in"],
+        anteroom::http::pages::FRONTEND_BUILT_IN
+    );
     h.ar.shutdown().await.unwrap();
 }
 

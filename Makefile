@@ -32,7 +32,7 @@ test-browser:
 
 ## test-plain: the end-to-end tests against a binary built without the front-end
 test-plain:
-	ANTEROOM_FRONTEND=off $(CARGO) test --locked --lib --test core
+	ANTEROOM_FRONTEND=off $(CARGO) test --locked --lib --test core --test admin
 
 ## test-tools: the real services end-to-end tests start (Kafka-protocol broker, …)
 test-tools:

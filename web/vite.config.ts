@@ -1,5 +1,6 @@
 // One Vite project for every page anteroom serves itself. Each page is an entry in
-// `input`; the control room will be a second one. The server reads
+// `input`: the waiting page's board and the control room (Preact, JSX compiled by Vite's
+// own transform with `jsxImportSource: "preact"` from tsconfig.json). The server reads
 // dist/.vite/manifest.json (embedded into the binary) to find the fingerprinted names, and
 // serves them under /__anteroom/static/ with a one-year immutable cache.
 import { defineConfig } from 'vite';
@@ -13,9 +14,13 @@ export default defineConfig({
     assetsDir: '',
     target: 'es2020',
     modulePreload: false,
+    // The pages load only their entry's own file and CSS (src/http/assets.rs ignores the
+    // manifest's `imports`), so the entries must share no chunk: keep shared helpers out
+    // (the control room declares class fields with `declare` for that reason).
     rollupOptions: {
       input: {
         waiting: 'src/waiting/main.ts',
+        control: 'src/control/main.tsx',
       },
     },
   },

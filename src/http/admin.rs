@@ -1,5 +1,5 @@
 //! The control room's backend (SPEC §8): the admin API under `/__anteroom/admin/api/`, the
-//! placeholder page at `/__anteroom/admin/`, and the OpenAPI document. [`handle`] is the one
+//! page at `/__anteroom/admin/`, and the OpenAPI document. [`handle`] is the one
 //! entry point, called from [`super::App::handle`] for every path under `/__anteroom/admin`.
 //!
 //! - Every API route except `openapi.json` needs `Authorization: Bearer <admin_token>`,
@@ -17,6 +17,10 @@
 //! - Every change is appended to the audit log ([`crate::audit`]). A failed audit write
 //!   does not undo the change (an operator must be able to pause during a disk incident);
 //!   the response says `"audit": {"written": false, "error": …}` and an error is logged.
+//! - The page is the control room's shell (`templates/control.html`, which loads the
+//!   `web/src/control/` entry; the token is typed into it and kept in the tab's
+//!   `sessionStorage`) when the front-end is built in, else a placeholder listing the API
+//!   with `curl` examples (`templates/admin.html`). Either way it holds no secret.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -28,6 +32,7 @@ use minijinja::{Environment, context};
 use serde_json::{Value, json};
 
 use super::App;
+use super::assets::{self, Entry};
 use super::body::{Body, full};
 use super::client::LogLimiter;
 use super::pages::{FRONTEND_BUILT_IN, STATUS_HEADER};
@@ -178,6 +183,8 @@ pub struct Admin {
     fail_open_after: Option<Duration>,
     store_kind: &'static str,
     pages: Environment<'static>,
+    /// The control room's script and stylesheets, when the front-end is built in.
+    control: Option<Entry>,
     wrong_tokens: LogLimiter,
 }
 
@@ -187,6 +194,9 @@ impl Admin {
         pages
             .add_template("admin.html", include_str!("templates/admin.html"))
             .expect("built-in admin template parses");
+        pages
+            .add_template("control.html", include_str!("templates/control.html"))
+            .expect("built-in control room template parses");
         Admin {
             token: config.admin_token.clone(),
             audit: AuditLog::new(&config.data_dir),
@@ -197,6 +207,7 @@ impl Admin {
                 "redis"
             },
             pages,
+            control: assets::entry(assets::CONTROL_ENTRY),
             wrong_tokens: LogLimiter::new(Duration::from_secs(10)),
         }
     }
@@ -716,8 +727,18 @@ fn respond(status: StatusCode, content_type: &'static str, body: String) -> Resp
     response
 }
 
-/// `GET /__anteroom/admin/`: until the front-end is built in, a page listing the API.
+/// What the control room's shell may load: its own scripts and stylesheets, and the API.
+/// No inline script or style, no framing (the page has buttons worth clickjacking).
+const CONTROL_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
+     frame-ancestors 'none'";
+
+/// `GET /__anteroom/admin/`: the control room's shell when the front-end is built in,
+/// else a page listing the API.
 fn page(app: &App, req: &Request<Incoming>) -> Response<Body> {
+    if let Some(control) = &app.admin.control {
+        return control_page(app, control);
+    }
     // Only echoed back to whoever sent it, and escaped by the template.
     let host = req
         .headers()
@@ -767,6 +788,51 @@ fn page(app: &App, req: &Request<Incoming>) -> Response<Body> {
                 .to_owned()
         });
     respond(StatusCode::OK, "text/html; charset=utf-8", html)
+}
+
+/// The control room's HTML shell: the entry's stylesheets and module script, and a
+/// `<noscript>` pointing at the API. Everything else is drawn by the script.
+fn control_page(app: &App, control: &Entry) -> Response<Body> {
+    let rendered = app.admin.pages.get_template("control.html").and_then(|t| {
+        t.render(context! {
+            script => minijinja::Value::from_safe_string(control.script.clone()),
+            styles => control
+                .styles
+                .iter()
+                .cloned()
+                .map(minijinja::Value::from_safe_string)
+                .collect::<Vec<_>>(),
+            version => env!("CARGO_PKG_VERSION"),
+        })
+    });
+    let html = match rendered {
+        Ok(html) => html,
+        Err(e) => {
+            tracing::error!(error = %e, "control room page failed to render");
+            return problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Control room unavailable",
+                "The page failed to render; the API at /__anteroom/admin/api/ still answers.",
+                None,
+            );
+        }
+    };
+    let mut response = respond(StatusCode::OK, "text/html; charset=utf-8", html);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTROL_CSP),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    response
 }
 
 #[cfg(test)]

@@ -20,6 +20,9 @@ pub const STATIC_PREFIX: &str = "/__anteroom/static/";
 /// The waiting page's entry in `web/vite.config.ts`.
 pub const WAITING_ENTRY: &str = "src/waiting/main.ts";
 
+/// The control room's entry in `web/vite.config.ts`.
+pub const CONTROL_ENTRY: &str = "src/control/main.tsx";
+
 #[cfg(anteroom_frontend)]
 #[derive(rust_embed::RustEmbed)]
 #[folder = "web/dist/"]
@@ -175,6 +178,19 @@ mod tests {
                 "public, max-age=31536000, immutable"
             );
             assert!(!waiting.styles.is_empty(), "the board has a stylesheet");
+        }
+        let control = entry(CONTROL_ENTRY);
+        assert_eq!(control.is_some(), super::super::pages::FRONTEND_BUILT_IN);
+        if let Some(control) = control {
+            let name = control.script.strip_prefix(STATIC_PREFIX).unwrap();
+            assert!(
+                serve(name, false).is_some(),
+                "the control room's script is served"
+            );
+            assert!(
+                !control.styles.is_empty(),
+                "the control room has a stylesheet"
+            );
         }
     }
 }

@@ -1,13 +1,13 @@
 // The waiting page in real headless Chromium, against a real anteroom binary built with
 // the front-end, in front of a real origin. Screenshots go to test-artifacts/.
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { gzipSync } from 'node:zlib';
 import type { Browser, BrowserContextOptions, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   ARTIFACTS,
-  WEB_DIR,
+  axeViolations,
   launchBrowser,
   startAnteroom,
   startOrigin,
@@ -61,18 +61,6 @@ async function boardDigits(page: Page): Promise<string> {
   return page.$$eval('#ar-board .ar-flap', (flaps) =>
     flaps.map((f) => (f as HTMLElement).dataset.digit).join(''),
   );
-}
-
-async function axeViolations(page: Page): Promise<string[]> {
-  const axe = readFileSync(path.join(WEB_DIR, 'node_modules', 'axe-core', 'axe.min.js'), 'utf8');
-  await page.addScriptTag({ content: axe });
-  const result = await page.evaluate(async () => {
-    const w = window as unknown as { axe: { run: (ctx: Document) => Promise<{ violations: { id: string; impact: string; help: string; nodes: unknown[] }[] }> } };
-    return w.axe.run(document);
-  });
-  return result.violations
-    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
-    .map((v) => `${v.id} (${v.impact}): ${v.help} ×${v.nodes.length}`);
 }
 
 describe('the waiting page in Chromium', () => {

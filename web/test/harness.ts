@@ -2,13 +2,13 @@
 // with the front-end) in front of it, both on loopback, and Debian's chromium through
 // playwright-core.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium, type Browser } from 'playwright-core';
+import { chromium, type Browser, type Page } from 'playwright-core';
 
 export const WEB_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const REPO_DIR = path.resolve(WEB_DIR, '..');
@@ -68,6 +68,9 @@ async function freePort(): Promise<number> {
   return port;
 }
 
+/** The admin token of every anteroom {@link startAnteroom} starts. */
+export const ADMIN_TOKEN = 'browser-test-admin-token-0123456789';
+
 export interface Anteroom {
   port: number;
   /** The room whose line moves (1 per second), on 127.0.0.1. */
@@ -93,7 +96,7 @@ export async function startAnteroom(origin: string): Promise<Anteroom> {
     `listen: "127.0.0.1:${port}"
 admit_interval: 100ms
 cookie_secret: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-admin_token: "browser-test-admin-token-0123456789"
+admin_token: "${ADMIN_TOKEN}"
 data_dir: "${path.join(dir, 'data')}"
 rooms:
   still:
@@ -164,4 +167,23 @@ export function visit(
     );
     req.on('error', reject);
   });
+}
+
+/** axe-core's serious and critical violations on the page as it is now. */
+export async function axeViolations(page: Page): Promise<string[]> {
+  const axe = readFileSync(path.join(WEB_DIR, 'node_modules', 'axe-core', 'axe.min.js'), 'utf8');
+  // Evaluated through the DevTools protocol, so a page with a strict CSP (the control
+  // room) is checked as served.
+  await page.evaluate(axe);
+  const result = await page.evaluate(async () => {
+    const w = window as unknown as {
+      axe: {
+        run: (ctx: Document) => Promise<{ violations: { id: string; impact: string; help: string; nodes: { target: unknown }[] }[] }>;
+      };
+    };
+    return w.axe.run(document);
+  });
+  return result.violations
+    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+    .map((v) => `${v.id} (${v.impact}): ${v.help} ×${v.nodes.length} ${JSON.stringify(v.nodes.map((n) => n.target))}`);
 }

@@ -1,0 +1,235 @@
+// The admin API as the control room uses it (SPEC §8, src/http/openapi.json). Every call
+// carries the token as a bearer token; every failure becomes an ApiError carrying what the
+// API's problem+json said, so the UI can put a field's error next to that field.
+
+export const API_BASE = '/__anteroom/admin/api';
+
+/** One room as `GET /rooms` lists it. Without statistics yet only `room` is there. */
+export interface RoomView {
+  room: string;
+  stats_available: boolean;
+  waiting?: number;
+  active?: number;
+  max_active?: number;
+  rate?: number;
+  paused?: boolean;
+  session_ttl_secs?: number;
+  abandon_after_secs?: number;
+  total_joined?: number;
+  total_admitted?: number;
+  total_expired?: number;
+  total_abandoned?: number;
+  total_refused?: number;
+  observed_rate?: number;
+  last_pass_ms?: number | null;
+  stats_age_secs?: number;
+}
+
+export interface Status {
+  version: string;
+  frontend_built_in: boolean;
+  store: { kind: string; up: boolean; down_for_secs: number | null };
+  fail_open: { enabled: boolean; after_secs: number | null; active: boolean };
+  audit_log: { path: string; ok: boolean; last_error: string | null };
+  rooms: string[];
+  open_streams: number;
+}
+
+export interface AuditResult {
+  written: boolean;
+  error?: string;
+}
+
+export interface Settings {
+  rate: number;
+  max_active: number;
+  session_ttl_secs: number;
+  abandon_after_secs: number;
+  paused: boolean;
+}
+
+/** The fields `PUT …/config` takes, as the form sends them. A value that is not a number is
+ * sent as the text typed, so the API (the one judge of valid input) names the field. */
+export type ConfigPatch = Partial<Record<'rate' | 'max_active', number | string>>;
+
+/** A failed call: the HTTP status (0 when anteroom could not be reached) and the
+ * problem+json members. */
+export class ApiError extends Error {
+  declare readonly status: number;
+  declare readonly title: string;
+  declare readonly detail: string;
+  declare readonly field: string | null;
+
+  constructor(status: number, title: string, detail: string, field: string | null = null) {
+    super(detail ? `${title}: ${detail}` : title);
+    this.name = 'ApiError';
+    this.status = status;
+    this.title = title;
+    this.detail = detail;
+    this.field = field;
+  }
+
+  /** The token is missing or wrong: sign in again. */
+  get unauthorized(): boolean {
+    return this.status === 401;
+  }
+}
+
+const STATUS_TEXT: Record<number, string> = {
+  400: 'Invalid input',
+  401: 'Not signed in',
+  403: 'Forbidden',
+  404: 'Not found',
+  405: 'Method not allowed',
+  413: 'Body too large',
+  429: 'Too many requests',
+  500: 'Server error',
+  502: 'Bad gateway',
+  503: 'Unavailable',
+  504: 'Gateway timeout',
+};
+
+/** An error response as an ApiError: the problem+json members when the body is one, else
+ * the status and the start of whatever the body was (a proxy's HTML error page, say). */
+export function parseProblem(status: number, body: string): ApiError {
+  const fallbackTitle = STATUS_TEXT[status] ?? `HTTP ${status}`;
+  try {
+    const value: unknown = JSON.parse(body);
+    if (value && typeof value === 'object' && !Array.isArray(value)) {
+      const p = value as Record<string, unknown>;
+      const title = typeof p.title === 'string' && p.title ? p.title : fallbackTitle;
+      const detail = typeof p.detail === 'string' ? p.detail : '';
+      const field = typeof p.field === 'string' && p.field ? p.field : null;
+      return new ApiError(status, title, detail, field);
+    }
+  } catch {
+    /* not JSON: fall through */
+  }
+  const text = body.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim();
+  const detail = text.length > 200 ? `${text.slice(0, 199)}…` : text;
+  return new ApiError(status, fallbackTitle, detail || `The server answered ${status}.`);
+}
+
+/** The part of a field error to show under the field: the API writes
+ * `rate: must be a number (got "x"); nothing was changed`, and the field's label already
+ * says `rate`. */
+export function fieldMessage(error: ApiError): string {
+  let text = error.detail || error.title;
+  if (error.field && text.startsWith(`${error.field}: `)) text = text.slice(error.field.length + 2);
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
+
+/** The fields of the form that differ from the room's current settings. Blank fields and
+ * unchanged values are left out; a number is sent as a number, anything else as typed. */
+export function buildPatch(
+  form: { rate: string; max_active: string },
+  current: { rate?: number; max_active?: number },
+): ConfigPatch {
+  const patch: ConfigPatch = {};
+  for (const key of ['rate', 'max_active'] as const) {
+    const typed = form[key].trim();
+    if (typed === '') continue;
+    const n = Number(typed);
+    const value = Number.isFinite(n) && /^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(typed) ? n : typed;
+    if (value !== current[key]) patch[key] = value;
+  }
+  return patch;
+}
+
+type Fetch = (input: string, init?: RequestInit) => Promise<Response>;
+
+/** The admin API with one token. */
+export class Api {
+  private declare readonly token: string;
+  private declare readonly fetcher: Fetch;
+  private declare readonly base: string;
+
+  constructor(token: string, fetcher: Fetch = (i, init) => fetch(i, init), base = API_BASE) {
+    this.token = token;
+    this.fetcher = fetcher;
+    this.base = base;
+  }
+
+  private async call<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+    const headers: Record<string, string> = {
+      authorization: `Bearer ${this.token}`,
+      accept: 'application/json',
+    };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    let response: Response;
+    try {
+      response = await this.fetcher(`${this.base}${path}`, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        cache: 'no-store',
+        credentials: 'omit',
+        signal,
+      });
+    } catch (e) {
+      if (signal?.aborted) throw e;
+      throw new ApiError(0, 'Cannot reach anteroom', e instanceof Error ? e.message : String(e));
+    }
+    const text = await response.text();
+    if (!response.ok) throw parseProblem(response.status, text);
+    try {
+      return JSON.parse(text) as T;
+    } catch {
+      throw new ApiError(response.status, 'Unreadable answer', 'The API answered with something that is not JSON.');
+    }
+  }
+
+  status(signal?: AbortSignal): Promise<Status> {
+    return this.call('GET', '/status', undefined, signal);
+  }
+
+  async rooms(signal?: AbortSignal): Promise<RoomView[]> {
+    const body = await this.call<{ rooms: RoomView[] }>('GET', '/rooms', undefined, signal);
+    return body.rooms;
+  }
+
+  configure(room: string, patch: ConfigPatch): Promise<{ room: string; settings: Settings; audit: AuditResult }> {
+    return this.call('PUT', `/rooms/${encodeURIComponent(room)}/config`, patch);
+  }
+
+  pause(room: string): Promise<{ room: string; paused: boolean; audit: AuditResult }> {
+    return this.call('POST', `/rooms/${encodeURIComponent(room)}/pause`);
+  }
+
+  resume(room: string): Promise<{ room: string; paused: boolean; audit: AuditResult }> {
+    return this.call('POST', `/rooms/${encodeURIComponent(room)}/resume`);
+  }
+
+  flush(room: string): Promise<{ room: string; flushed: number; audit: AuditResult }> {
+    return this.call('POST', `/rooms/${encodeURIComponent(room)}/flush`);
+  }
+}
+
+/** Where the token lives: this tab's sessionStorage only (never localStorage or a cookie),
+ * so closing the tab forgets it and no other site's request can carry it. */
+export const TOKEN_KEY = 'anteroom.admin_token';
+
+export function loadToken(storage: Pick<Storage, 'getItem'>): string | null {
+  try {
+    const t = storage.getItem(TOKEN_KEY);
+    return t && t.trim() ? t : null;
+  } catch {
+    return null;
+  }
+}
+
+export function saveToken(storage: Pick<Storage, 'setItem'>, token: string): void {
+  try {
+    storage.setItem(TOKEN_KEY, token);
+  } catch {
+    /* storage disabled: the token lives only as long as the page */
+  }
+}
+
+export function clearToken(storage: Pick<Storage, 'removeItem'>): void {
+  try {
+    storage.removeItem(TOKEN_KEY);
+  } catch {
+    /* nothing stored */
+  }
+}

@@ -1,0 +1,353 @@
+// The control room in real headless Chromium, against a real anteroom binary built with
+// the front-end: sign in, read the rooms, change settings, pause, resume, empty the queue,
+// and read every change back through the admin API. Screenshots go to test-artifacts/.
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import type { Browser, BrowserContextOptions, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  ADMIN_TOKEN,
+  ARTIFACTS,
+  axeViolations,
+  launchBrowser,
+  startAnteroom,
+  startOrigin,
+  visit,
+  type Anteroom,
+  type OriginServer,
+} from './harness';
+
+let browser: Browser;
+let origin: OriginServer;
+let ar: Anteroom;
+
+const DESKTOP: BrowserContextOptions = { viewport: { width: 1440, height: 900 } };
+const CONTROL = '/__anteroom/admin/';
+/** The room that lets one visitor in, then holds everyone (rate 0.01 per second). */
+const STILL = 'still';
+/** The room that admits one per second. */
+const MOVING = 'moving';
+
+interface RoomView {
+  room: string;
+  waiting: number;
+  rate: number;
+  max_active: number;
+  paused: boolean;
+}
+
+/** The admin API, read as a script would: the bearer token, no browser. */
+async function api(pathname: string, init: RequestInit = {}): Promise<Response> {
+  return fetch(`${ar.moving}/__anteroom/admin/api${pathname}`, {
+    ...init,
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...(init.headers ?? {}) },
+  });
+}
+
+async function room(name: string): Promise<RoomView> {
+  const r = await api(`/rooms/${name}/stats`);
+  expect(r.status).toBe(200);
+  return (await r.json()) as RoomView;
+}
+
+/** Waits until `check` holds for what the API says about `name` (the stats cache is
+ * refreshed every second). */
+async function eventually(name: string, check: (r: RoomView) => boolean, ms = 5000): Promise<RoomView> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const r = await room(name);
+    if (check(r)) return r;
+    if (Date.now() > deadline) throw new Error(`room ${name} never matched: ${JSON.stringify(r)}`);
+    await new Promise((res) => setTimeout(res, 100));
+  }
+}
+
+async function newPage(options: BrowserContextOptions = DESKTOP): Promise<{ page: Page; errors: string[] }> {
+  const context = await browser.newContext(options);
+  const page = await context.newPage();
+  const errors: string[] = [];
+  page.on('console', (m) => {
+    if (m.type() === 'error') errors.push(m.text());
+  });
+  page.on('pageerror', (e) => errors.push(String(e)));
+  return { page, errors };
+}
+
+async function signIn(page: Page, token = ADMIN_TOKEN): Promise<void> {
+  await page.goto(`${ar.moving}${CONTROL}`);
+  await page.getByLabel('Admin token').fill(token);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+}
+
+const tile = (page: Page, name: string) => page.locator(`section[data-room="${name}"]`);
+
+beforeAll(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  origin = await startOrigin();
+  ar = await startAnteroom(origin.url);
+  browser = await launchBrowser();
+  // The still room lets its first visitor straight in; the next five wait.
+  expect((await visit(ar.port, 'localhost')).status).toBe(200);
+  for (let i = 0; i < 5; i++) {
+    expect((await visit(ar.port, 'localhost')).headers['x-anteroom-status']).toBe('waiting');
+  }
+  await eventually(STILL, (r) => r.waiting === 5);
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await ar?.stop();
+  await origin?.close();
+});
+
+describe('the control room in Chromium', () => {
+  it('refuses a wrong token with a clear error and keeps nothing', async () => {
+    const { page, errors } = await newPage();
+    await signIn(page, 'not-the-admin-token');
+    const alert = page.locator('#cr-token-error');
+    await alert.waitFor();
+    expect(await alert.getAttribute('role')).toBe('alert');
+    expect(await alert.textContent()).toContain('That token was refused (Wrong admin token)');
+    expect(await page.getAttribute('#cr-token', 'aria-invalid')).toBe('true');
+    expect(await page.locator('section[data-room]').count()).toBe(0);
+    expect(await page.evaluate(() => sessionStorage.length + localStorage.length)).toBe(0);
+    expect(await axeViolations(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-signin-refused.png') });
+    // The browser logs the 401 itself; nothing else may go wrong.
+    expect(errors.filter((e) => !e.includes('401'))).toEqual([]);
+    await page.context().close();
+  });
+
+  it('signs in with the token, shows every room live, and keeps the token in sessionStorage only', async () => {
+    const { page, errors } = await newPage();
+    await signIn(page);
+    await tile(page, STILL).waitFor();
+    await tile(page, MOVING).waitFor();
+    expect(await tile(page, STILL).locator('h3').textContent()).toBe(STILL);
+    await page.waitForFunction(
+      () => document.querySelector('section[data-room="still"] [data-stat="waiting"]')?.textContent === '5',
+    );
+    expect(await tile(page, STILL).locator('[data-stat="active"]').textContent()).toBe('1 / 1,000');
+    expect(await tile(page, STILL).locator('.cr-sub').textContent()).toBe('limit 0.01/s');
+    // The sparkline fills up as the page polls (one reading a second).
+    await page.waitForFunction(
+      () => Number(document.querySelector('section[data-room="still"] svg')?.getAttribute('data-samples')) >= 3,
+      undefined,
+      { timeout: 10_000 },
+    );
+    expect(await tile(page, STILL).locator('svg path.cr-spark-line').getAttribute('d')).toMatch(/^M[\d.]+ [\d.]+ L/);
+    expect(await page.locator('.cr-store').textContent()).toContain('Store (embedded): up');
+    const stored = await page.evaluate(() => ({
+      session: sessionStorage.getItem('anteroom.admin_token'),
+      local: localStorage.length,
+      cookie: document.cookie,
+    }));
+    expect(stored).toEqual({ session: ADMIN_TOKEN, local: 0, cookie: '' });
+    // A reload keeps the session (same tab).
+    await page.reload();
+    await tile(page, STILL).waitFor();
+    // Signing out forgets the token.
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByLabel('Admin token').waitFor();
+    expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
+    expect(errors).toEqual([]);
+    await page.context().close();
+  });
+
+  it('changes the rate through the form, and shows field errors from the API inline', async () => {
+    const { page, errors } = await newPage();
+    await signIn(page);
+    const moving = tile(page, MOVING);
+    await moving.waitFor();
+    const rate = moving.getByLabel('Rate (admitted per second)');
+    await rate.fill('7.5');
+    await moving.getByRole('button', { name: 'Apply' }).click();
+    await moving.getByText('Applied rate 1 → 7.5/s').waitFor();
+    // The API's counters come from the one-second cache: the new rate shows within a second.
+    await eventually(MOVING, (r) => r.rate === 7.5);
+    await page.waitForFunction(
+      () => document.querySelector('section[data-room="moving"] .cr-sub')?.textContent === 'limit 7.5/s',
+    );
+
+    // A negative rate: the API refuses it and names the field; the form says so next to
+    // the field, and nothing changes.
+    await rate.fill('-3');
+    await moving.getByRole('button', { name: 'Apply' }).click();
+    const rateError = moving.locator('[data-field-error="rate"]');
+    await rateError.waitFor();
+    expect(await rateError.textContent()).toMatch(/nothing was changed/);
+    expect(await rate.getAttribute('aria-invalid')).toBe('true');
+    expect(await rate.getAttribute('aria-describedby')).toBe(await rateError.getAttribute('id'));
+    expect(await page.evaluate(() => document.activeElement?.getAttribute('name'))).toBe('rate');
+    // Text that is not a number goes to the API as typed; it names the field too.
+    await rate.fill('fast');
+    await moving.getByRole('button', { name: 'Apply' }).click();
+    await page.waitForFunction(() =>
+      document.querySelector('section[data-room="moving"] [data-field-error="rate"]')?.textContent?.includes('fast'),
+    );
+    await moving.getByRole('button', { name: 'Reset' }).click();
+    expect(await rate.inputValue()).toBe('7.5');
+
+    const max = moving.getByLabel('Max on the site');
+    await max.fill('0');
+    await moving.getByRole('button', { name: 'Apply' }).click();
+    await moving.locator('[data-field-error="max_active"]').waitFor();
+    expect(await max.getAttribute('aria-invalid')).toBe('true');
+    expect(await axeViolations(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-field-error.png'), fullPage: true });
+    await max.fill('250');
+    await moving.getByRole('button', { name: 'Apply' }).click();
+    await moving.getByText('max on the site 1,000 → 250').waitFor();
+    const after = await eventually(MOVING, (r) => r.max_active === 250);
+    expect(after.rate).toBe(7.5);
+    // The browser logs the refused PUTs (400) itself.
+    expect(errors.filter((e) => !e.includes('400'))).toEqual([]);
+    await page.context().close();
+  });
+
+  it('pauses and resumes a room', async () => {
+    const { page, errors } = await newPage();
+    await signIn(page);
+    const still = tile(page, STILL);
+    await still.waitFor();
+    await still.getByRole('button', { name: 'Pause admissions' }).click();
+    await still.getByText('Paused: nobody is admitted until you resume.').waitFor();
+    await still.locator('[data-testid="paused-badge"]').waitFor();
+    await eventually(STILL, (r) => r.paused);
+    await still.getByRole('button', { name: 'Resume admissions' }).click();
+    await still.getByText('Resumed: admitting again.').waitFor();
+    await eventually(STILL, (r) => !r.paused);
+    await still.getByRole('button', { name: 'Pause admissions' }).waitFor();
+    expect(await still.locator('[data-testid="paused-badge"]').count()).toBe(0);
+    expect(errors).toEqual([]);
+    await page.context().close();
+  });
+
+  it('empties the queue only after the room name is typed', async () => {
+    // Held, so nobody leaves the line on their own while the test counts it.
+    expect((await api(`/rooms/${STILL}/pause`, { method: 'POST' })).status).toBe(200);
+    const { waiting } = await eventually(STILL, (r) => r.paused);
+    expect(waiting).toBeGreaterThanOrEqual(4);
+    const { page, errors } = await newPage();
+    await signIn(page);
+    const still = tile(page, STILL);
+    await page.waitForFunction(
+      (n) => document.querySelector('section[data-room="still"] [data-stat="waiting"]')?.textContent === String(n),
+      waiting,
+    );
+    // Cancelling changes nothing.
+    await still.getByRole('button', { name: 'Empty the queue…' }).click();
+    let dialog = page.getByRole('dialog');
+    await dialog.waitFor();
+    await dialog.getByRole('button', { name: 'Cancel' }).click();
+    await dialog.waitFor({ state: 'detached' });
+    expect((await room(STILL)).waiting).toBe(waiting);
+
+    await still.getByRole('button', { name: 'Empty the queue…' }).click();
+    dialog = page.getByRole('dialog');
+    await dialog.waitFor();
+    expect(await dialog.textContent()).toContain(`removes all ${waiting} visitors`);
+    const confirm = dialog.getByRole('button', { name: 'Empty the queue', exact: true });
+    expect(await confirm.isDisabled()).toBe(true);
+    const typed = dialog.getByLabel('Type the room name');
+    // The confirmation input has the focus, and a wrong name does not arm the button.
+    expect(await page.evaluate(() => document.activeElement?.id)).toBe(await typed.getAttribute('id'));
+    await typed.fill('stil');
+    expect(await confirm.isDisabled()).toBe(true);
+    await typed.fill(STILL);
+    expect(await confirm.isDisabled()).toBe(false);
+    expect(await axeViolations(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-flush-confirm.png') });
+    await confirm.click();
+    await still.getByText(`Emptied the queue: removed ${waiting} visitors from the line.`).waitFor();
+    expect(await page.getByRole('dialog').count()).toBe(0);
+    await eventually(STILL, (r) => r.waiting === 0);
+    await page.waitForFunction(
+      () => document.querySelector('section[data-room="still"] [data-stat="waiting"]')?.textContent === '0',
+    );
+    expect((await api(`/rooms/${STILL}/resume`, { method: 'POST' })).status).toBe(200);
+    expect(errors).toEqual([]);
+    await page.context().close();
+  });
+
+  it('sends you back to sign in when the API stops taking the token', async () => {
+    const { page } = await newPage();
+    await page.goto(`${ar.moving}${CONTROL}`);
+    // As if the token had been rotated since this tab signed in.
+    await page.evaluate(() => sessionStorage.setItem('anteroom.admin_token', 'rotated-away-token'));
+    await page.reload();
+    const notice = page.getByText('Signed out: the server refused the admin token (Wrong admin token)');
+    await notice.waitFor();
+    await page.getByLabel('Admin token').waitFor();
+    expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
+    await page.context().close();
+  });
+
+  it('shows loud banners for a store outage, fail-open and a lost connection', async () => {
+    const { page } = await newPage();
+    await signIn(page);
+    await tile(page, STILL).waitFor();
+    // The embedded store cannot be taken down from outside, so the status the API would
+    // report during a long outage with fail-open on is played to the page.
+    const real = await (await api('/status')).json();
+    await page.route('**/__anteroom/admin/api/status', (route) =>
+      route.fulfill({
+        status: 200,
+        contentType: 'application/json',
+        body: JSON.stringify({
+          ...real,
+          store: { kind: 'redis', up: false, down_for_secs: 95.4 },
+          fail_open: { enabled: true, after_secs: 30, active: true },
+        }),
+      }),
+    );
+    const store = page.locator('[data-banner="cr-banner-store"]');
+    await store.waitFor();
+    expect(await store.getAttribute('role')).toBe('alert');
+    expect(await store.locator('h2').textContent()).toBe('Queue store (redis) down for 1 min 35 s');
+    const failOpen = page.locator('[data-banner="cr-banner-failopen"]');
+    expect(await failOpen.locator('h2').textContent()).toBe('FAIL-OPEN: everyone is let straight in');
+    expect(await failOpen.textContent()).toContain('longer than 30 s');
+    expect(await page.locator('.cr-store').textContent()).toContain('DOWN');
+    expect(await axeViolations(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-outage-banners.png') });
+
+    // anteroom itself unreachable: the numbers are marked stale, with how long.
+    await page.route('**/__anteroom/admin/api/rooms', (route) => route.abort('connectionrefused'));
+    const conn = page.locator('[data-banner="cr-banner-conn"]');
+    await conn.waitFor();
+    expect(await conn.locator('h2').textContent()).toMatch(/^Cannot read anteroom for \d+ s$/);
+    await tile(page, STILL).locator('.cr-badge-stale').waitFor();
+    await page.unroute('**/__anteroom/admin/api/rooms');
+    await page.unroute('**/__anteroom/admin/api/status');
+    await conn.waitFor({ state: 'detached' });
+    await store.waitFor({ state: 'detached' });
+    await page.context().close();
+  });
+
+  it('passes axe-core and looks right, dark and light', async () => {
+    // Somebody waiting again, so the tile has something to show.
+    for (let i = 0; i < 3; i++) await visit(ar.port, 'localhost');
+    for (const scheme of ['dark', 'light'] as const) {
+      const { page, errors } = await newPage({ ...DESKTOP, colorScheme: scheme });
+      await signIn(page);
+      await tile(page, STILL).waitFor();
+      await page.waitForFunction(
+        () => Number(document.querySelector('section[data-room="still"] svg')?.getAttribute('data-samples')) >= 4,
+        undefined,
+        { timeout: 10_000 },
+      );
+      expect(await page.getAttribute('html', 'lang')).toBe('en');
+      expect(await axeViolations(page)).toEqual([]);
+      await page.screenshot({ path: path.join(ARTIFACTS, `control-room-${scheme}.png`), fullPage: true });
+      expect(errors).toEqual([]);
+      await page.context().close();
+    }
+    const { page } = await newPage({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
+    await signIn(page);
+    await tile(page, STILL).waitFor();
+    expect(await axeViolations(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-room-phone.png'), fullPage: true });
+    await page.context().close();
+  });
+});

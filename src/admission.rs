@@ -215,7 +215,7 @@ impl Admission {
         passes.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut stats = tokio::time::interval(STATS_INTERVAL);
         stats.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let failures = crate::http::client::LogLimiter::new(Duration::from_secs(10));
+        let failures = crate::log_limiter::LogLimiter::new(Duration::from_secs(10));
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::http::client::LogLimiter;
+use crate::log_limiter::LogLimiter;
 use crate::queue::VisitorId;
 
 /// Events buffered in-process before new ones are dropped.

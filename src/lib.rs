@@ -13,6 +13,7 @@
 //! - [`queue`]    — the store boundary: one small trait, the embedded store behind it, and
 //!   the conformance suite every store must pass.
 //! - [`events`]   — queue events to Kafka, strictly a side channel.
+//! - [`log_limiter`] — "at most once every N" for warnings that can repeat per request.
 //! - [`clock`]    — wall time that tokio's paused clock can drive in tests.
 //! - [`audit`]    — the audit log of admin changes (JSON lines, rotated by size).
 //! - [`run`]      — wiring: store, rooms, background loops, serve, drain, snapshot.
@@ -27,6 +28,7 @@ pub mod config;
 pub mod demo;
 pub mod events;
 pub mod http;
+pub mod log_limiter;
 pub mod queue;
 pub mod run;
 pub mod server;

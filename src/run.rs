@@ -177,7 +177,7 @@ async fn snapshot_loop(store: Arc<dyn QueueStore>, stop: CancellationToken) {
     let mut ticks = tokio::time::interval(SNAPSHOT_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
-    let failures = crate::http::client::LogLimiter::new(Duration::from_secs(60));
+    let failures = crate::log_limiter::LogLimiter::new(Duration::from_secs(60));
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,

@@ -48,6 +48,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::http::body::{Body, BoxError};
+use crate::log_limiter::LogLimiter;
 
 /// Largest HTTP/1 request head (request line + headers) accepted; larger gets a 431.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -105,7 +106,7 @@ where
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
-    let mut accept_errors = RateLimitedLog::default();
+    let accept_errors = LogLimiter::new(ACCEPT_ERROR_LOG_INTERVAL);
 
     loop {
         // Reap finished connection tasks so the set does not grow.
@@ -134,7 +135,14 @@ where
                 } else {
                     CONNECTION_ERROR_BACKOFF
                 };
-                accept_errors.log(&error);
+                if let Some(suppressed) = accept_errors.allow_counted() {
+                    tracing::warn!(
+                        %error,
+                        suppressed,
+                        resource_exhaustion = is_resource_exhaustion(&error),
+                        "accept failed; backing off and continuing"
+                    );
+                }
                 tokio::select! {
                     biased;
                     () = &mut shutdown => break,
@@ -229,35 +237,6 @@ fn is_resource_exhaustion(error: &io::Error) -> bool {
         error.raw_os_error(),
         Some(EMFILE | ENFILE | ENOBUFS | ENOMEM)
     ) || error.kind() == io::ErrorKind::OutOfMemory
-}
-
-/// Logs accept errors at most once per [`ACCEPT_ERROR_LOG_INTERVAL`], with a count of the
-/// ones it kept quiet about.
-#[derive(Debug, Default)]
-struct RateLimitedLog {
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-impl RateLimitedLog {
-    fn log(&mut self, error: &io::Error) {
-        let now = Instant::now();
-        match self.last {
-            Some(last) if now.duration_since(last) < ACCEPT_ERROR_LOG_INTERVAL => {
-                self.suppressed += 1;
-            }
-            _ => {
-                tracing::warn!(
-                    %error,
-                    suppressed = self.suppressed,
-                    resource_exhaustion = is_resource_exhaustion(error),
-                    "accept failed; backing off and continuing"
-                );
-                self.last = Some(now);
-                self.suppressed = 0;
-            }
-        }
-    }
 }
 
 /// What the idle watchdog of one connection needs to know.

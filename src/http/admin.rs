@@ -34,11 +34,11 @@ use serde_json::{Value, json};
 use super::App;
 use super::assets::{self, Entry};
 use super::body::{Body, full};
-use super::client::LogLimiter;
 use super::pages::{FRONTEND_BUILT_IN, STATUS_HEADER};
 use crate::admission::CachedStats;
 use crate::audit::{AuditEntry, AuditLog};
 use crate::config::{Config, Secret};
+use crate::log_limiter::LogLimiter;
 use crate::queue::{RoomSettings, SettingsPatch, StoreError};
 
 /// The OpenAPI 3 document of the admin API, kept true by `tests/admin.rs`.

@@ -22,10 +22,11 @@ use hyper::body::Incoming;
 
 use crate::admission::{Admission, Decision, Eta};
 use crate::config::{Config, RoomConfig};
+use crate::log_limiter::LogLimiter;
 use crate::queue::{Place, VisitorId};
 use crate::token::{self, CookieKeys};
 use body::Body;
-use client::{ClientKey, LogLimiter, TrustedProxies};
+use client::{ClientKey, TrustedProxies};
 use live::LiveHub;
 use pages::{Pages, Phase, RoomText, VisitorStatus, WaitingView};
 use proxy::{ForwardContext, Origin, OriginClient, ProxyError};

@@ -54,8 +54,8 @@ bench-smoke:
 	$(CARGO) build --release --locked --workspace
 	target/release/anteroom-loadtest all --smoke
 
-## demo: the built-in demo on http://localhost:8080
-demo:
+## demo: the built-in demo on http://localhost:8080, with the split-flap board built in
+demo: web
 	$(CARGO) run --release --locked -- demo
 
 clean:

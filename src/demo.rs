@@ -101,7 +101,7 @@ pub fn banner(listen: SocketAddr) -> String {
     format!(
         "anteroom demo is running.\n\n  \
          Open      http://localhost:{port}/\n  \
-         Admin token {ADMIN_TOKEN}\n\n\
+         Control   http://localhost:{port}/__anteroom/admin/   (token: {ADMIN_TOKEN})\n\n\
          The room admits one visitor every 2 s, at most 3 on the site at once.\n\
          Open more private windows (or run the curl below a few times) to get in line\n\
          behind yourself and watch the position count down:\n\n  \

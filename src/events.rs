@@ -208,10 +208,19 @@ mod kafka {
     use rdkafka::types::RDKafkaErrorCode;
 
     use super::{CHANNEL_CAPACITY, EventSink, SinkStats};
+    use crate::log_limiter::LogLimiter;
 
-    struct Reports(Arc<SinkStats>);
+    struct Reports(Arc<SinkStats>, LogLimiter);
 
     impl ClientContext for Reports {
+        fn error(&self, error: KafkaError, reason: &str) {
+            // "All brokers down" repeats every few seconds for as long as the broker is
+            // gone; once every 10 s is enough to know.
+            if let Some(suppressed) = self.1.allow_counted() {
+                tracing::warn!(%error, reason, suppressed, "Kafka producer error; events are dropped while it lasts");
+            }
+        }
+
         fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
             // librdkafka repeats broker-down messages every few seconds; keep them at debug
             // so the drop counter's rate-limited warning is the one loud signal.
@@ -238,7 +247,10 @@ mod kafka {
             .set("queue.buffering.max.messages", "100000")
             .set("message.timeout.ms", "10000")
             .set("linger.ms", "20")
-            .create_with_context(Reports(sink.stats()))?;
+            .create_with_context(Reports(
+                sink.stats(),
+                LogLimiter::new(std::time::Duration::from_secs(10)),
+            ))?;
         let topic = config.topic.clone();
         let stats = sink.stats();
         std::thread::Builder::new()

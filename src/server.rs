@@ -42,8 +42,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -239,77 +241,77 @@ fn is_resource_exhaustion(error: &io::Error) -> bool {
     ) || error.kind() == io::ErrorKind::OutOfMemory
 }
 
-/// What the idle watchdog of one connection needs to know.
-#[derive(Debug, Clone, Copy)]
+/// What the idle watchdog of one connection needs to know, kept in atomics so a request
+/// costs two counter updates and no wake-up: the watchdog sleeps until the earliest moment
+/// the connection could be idle long enough and only then looks again.
+#[derive(Debug)]
 struct ActivityState {
+    /// The watchdog's time origin; `idle_since_ms` counts from it.
+    origin: Instant,
     /// Requests whose response has not been fully sent yet.
-    in_flight: usize,
+    in_flight: AtomicUsize,
     /// When `in_flight` last dropped to zero (or the connection was accepted).
-    since: Instant,
+    idle_since_ms: AtomicU64,
     /// Whether the connection has carried a request yet.
-    served: bool,
+    served: AtomicBool,
 }
 
 #[derive(Debug, Clone)]
-struct Activity {
-    tx: Arc<watch::Sender<ActivityState>>,
-}
+struct Activity(Arc<ActivityState>);
 
 impl Activity {
     fn new() -> Self {
-        let (tx, _) = watch::channel(ActivityState {
-            in_flight: 0,
-            since: Instant::now(),
-            served: false,
-        });
-        Activity { tx: Arc::new(tx) }
+        Activity(Arc::new(ActivityState {
+            origin: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            idle_since_ms: AtomicU64::new(0),
+            served: AtomicBool::new(false),
+        }))
     }
 
     fn begin(&self) -> InFlight {
-        self.tx.send_modify(|s| {
-            s.in_flight += 1;
-            s.served = true;
-        });
-        InFlight {
-            tx: self.tx.clone(),
-        }
+        self.0.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.0.served.store(true, Ordering::Release);
+        InFlight(self.0.clone())
     }
 
     /// Resolves once the connection has had no request in flight for `idle` (or, before
     /// its first request, for `first`).
     async fn expired(&self, first: Duration, idle: Duration) {
-        let mut rx = self.tx.subscribe();
+        let state = &self.0;
         loop {
-            let state = *rx.borrow_and_update();
-            if state.in_flight == 0 {
-                let limit = if state.served { idle } else { first };
-                tokio::select! {
-                    () = tokio::time::sleep_until(state.since + limit) => return,
-                    changed = rx.changed() => if changed.is_err() {
-                        return std::future::pending().await;
-                    },
-                }
-            } else if rx.changed().await.is_err() {
-                return std::future::pending().await;
+            let limit = if state.served.load(Ordering::Acquire) {
+                idle
+            } else {
+                first
+            };
+            if state.in_flight.load(Ordering::Acquire) > 0 {
+                // Busy: it cannot be idle for `limit` before `limit` from now.
+                tokio::time::sleep(limit).await;
+                continue;
             }
+            let since = Duration::from_millis(state.idle_since_ms.load(Ordering::Acquire));
+            let deadline = state.origin + since + limit;
+            // Re-read the count: a request that began meanwhile keeps the connection.
+            if Instant::now() >= deadline && state.in_flight.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
         }
     }
 }
 
 /// Marks one request as in flight until dropped (with the response body).
 #[derive(Debug)]
-struct InFlight {
-    tx: Arc<watch::Sender<ActivityState>>,
-}
+struct InFlight(Arc<ActivityState>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.tx.send_modify(|s| {
-            s.in_flight -= 1;
-            if s.in_flight == 0 {
-                s.since = Instant::now();
-            }
-        });
+        let state = &self.0;
+        // Stamp before the count drops, so the watchdog never sees zero with an old stamp.
+        let now = state.origin.elapsed().as_millis() as u64;
+        state.idle_since_ms.fetch_max(now, Ordering::AcqRel);
+        state.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

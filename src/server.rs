@@ -280,23 +280,30 @@ impl Activity {
     async fn expired(&self, first: Duration, idle: Duration) {
         let state = &self.0;
         loop {
-            let limit = if state.served.load(Ordering::Acquire) {
-                idle
-            } else {
-                first
-            };
+            let served = state.served.load(Ordering::Acquire);
             if state.in_flight.load(Ordering::Acquire) > 0 {
-                // Busy: it cannot be idle for `limit` before `limit` from now.
-                tokio::time::sleep(limit).await;
+                // Busy: once this request ends, the connection has `idle` to go.
+                tokio::time::sleep(idle).await;
                 continue;
             }
             let since = Duration::from_millis(state.idle_since_ms.load(Ordering::Acquire));
-            let deadline = state.origin + since + limit;
-            // Re-read the count: a request that began meanwhile keeps the connection.
-            if Instant::now() >= deadline && state.in_flight.load(Ordering::Acquire) == 0 {
-                return;
+            let deadline = state.origin + since + if served { idle } else { first };
+            let now = Instant::now();
+            if now >= deadline {
+                // Re-read the count: a request that began meanwhile keeps the connection.
+                if state.in_flight.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                continue;
             }
-            tokio::time::sleep_until(deadline).await;
+            // Before its first request the limit drops from `first` to `idle` the moment one
+            // is served, so look again within `idle`.
+            let wake = if served {
+                deadline
+            } else {
+                deadline.min(now + idle)
+            };
+            tokio::time::sleep_until(wake).await;
         }
     }
 }

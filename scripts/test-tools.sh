@@ -14,9 +14,8 @@ need_apt=()
 have() { command -v "$1" >/dev/null 2>&1; }
 apt_install() {
   if [ "${#need_apt[@]}" -gt 0 ]; then
-    if [ ! -f /var/lib/apt/lists/lock ] || [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v lock)" ]; then
-      apt-get update -qq
-    fi
+    # A fresh machine's package lists may be missing or old: always refresh before installing.
+    apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
   fi
 }

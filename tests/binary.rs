@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ADMIN_TOKEN, COOKIE_SECRET, Origin, client, visitor_cookie};
+use common::{ADMIN_TOKEN, AsVisitor, COOKIE_SECRET, Origin, client, visitor_cookie};
 
 const BIN: &str = env!("CARGO_BIN_EXE_anteroom");
 
@@ -284,7 +284,7 @@ async fn sigterm_drains_snapshots_and_exits_zero() {
     for (i, cookie) in cookies.iter().enumerate() {
         let body: serde_json::Value = http
             .get(&url)
-            .header("cookie", format!("ar_visitor={cookie}"))
+            .visitor(&cookie)
             .header("accept", "application/json")
             .send()
             .await

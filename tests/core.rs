@@ -90,7 +90,7 @@ async fn beyond_the_rate_visitors_queue_in_arrival_order() {
     for (i, cookie) in cookies.iter().enumerate() {
         let response = http
             .get(&url)
-            .header("cookie", format!("ar_visitor={cookie}"))
+            .visitor(&cookie)
             .header("accept", "application/json")
             .send()
             .await
@@ -144,12 +144,7 @@ async fn forged_tampered_and_expired_cookies_never_admit() {
         ),
     ];
     for (what, cookie) in bad {
-        let response = http
-            .get(&url)
-            .header("cookie", format!("ar_visitor={cookie}"))
-            .send()
-            .await
-            .unwrap();
+        let response = http.get(&url).visitor(&cookie).send().await.unwrap();
         assert_eq!(
             status_header(&response).as_deref(),
             Some("waiting"),
@@ -164,12 +159,7 @@ async fn forged_tampered_and_expired_cookies_never_admit() {
     }
     assert_eq!(origin.hits(), 1);
     // The genuine cookie still gets through.
-    let response = http
-        .get(&url)
-        .header("cookie", format!("ar_visitor={good}"))
-        .send()
-        .await
-        .unwrap();
+    let response = http.get(&url).visitor(&good).send().await.unwrap();
     assert_eq!(json(response).await["origin"], true);
     ar.shutdown().await.unwrap();
 }
@@ -314,12 +304,7 @@ async fn live_stream_reports_position_then_admission() {
     let no_cookie = http.get(&events_url).send().await.unwrap();
     assert_eq!(no_cookie.status(), 404, "a stream needs a place in line");
 
-    let stream = http
-        .get(&events_url)
-        .header("cookie", format!("ar_visitor={cookie}"))
-        .send()
-        .await
-        .unwrap();
+    let stream = http.get(&events_url).visitor(&cookie).send().await.unwrap();
     assert_eq!(stream.headers()["content-type"], "text/event-stream");
     // Let the visitor in as soon as the first position has been seen.
     let store = ar.app.admission.store().clone();
@@ -345,12 +330,7 @@ async fn live_stream_reports_position_then_admission() {
     assert_eq!(events[0].1["waiting"], 1);
     assert_eq!(events[1].0, "admitted");
     // The page's next request goes through.
-    let response = http
-        .get(&url)
-        .header("cookie", format!("ar_visitor={cookie}"))
-        .send()
-        .await
-        .unwrap();
+    let response = http.get(&url).visitor(&cookie).send().await.unwrap();
     assert_eq!(json(response).await["origin"], true);
     ar.shutdown().await.unwrap();
 }
@@ -410,7 +390,7 @@ async fn a_graceful_restart_keeps_every_place() {
     for (i, cookie) in cookies.iter().enumerate() {
         let body = json(
             http.get(&url)
-                .header("cookie", format!("ar_visitor={cookie}"))
+                .visitor(&cookie)
                 .header("accept", "application/json")
                 .send()
                 .await
@@ -419,12 +399,7 @@ async fn a_graceful_restart_keeps_every_place() {
         .await;
         assert_eq!(body["position"], i as u64 + 1, "visitor {i} after restart");
     }
-    let on_site = http
-        .get(&url)
-        .header("cookie", format!("ar_visitor={admitted}"))
-        .send()
-        .await
-        .unwrap();
+    let on_site = http.get(&url).visitor(&admitted).send().await.unwrap();
     assert_eq!(json(on_site).await["origin"], true, "sessions survive too");
     ar.shutdown().await.unwrap();
 }

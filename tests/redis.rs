@@ -222,12 +222,7 @@ async fn redis_down_admits_nobody_and_recovery_needs_no_restart() {
     ));
     assert!(down_at.elapsed() < Duration::from_secs(5), "fails fast");
     for _ in 0..3 {
-        let page = http
-            .get(&url)
-            .header("cookie", format!("ar_visitor={cookie}"))
-            .send()
-            .await
-            .unwrap();
+        let page = http.get(&url).visitor(&cookie).send().await.unwrap();
         assert_eq!(page.status(), 503);
         assert_eq!(status_header(&page).as_deref(), Some("stalled"));
         let fresh = http.get(&url).send().await.unwrap();
@@ -287,7 +282,7 @@ async fn redis_down_admits_nobody_and_recovery_needs_no_restart() {
     assert_eq!(ready.status(), 200);
     let page = http
         .get(&url)
-        .header("cookie", format!("ar_visitor={cookie}"))
+        .visitor(&cookie)
         .header("accept", "application/json")
         .send()
         .await
@@ -369,7 +364,7 @@ async fn a_replica_killed_with_sigkill_loses_nobodys_place() {
     for (i, cookie) in cookies.iter().enumerate() {
         let page = http
             .get(format!("http://{}/", survivor.addr))
-            .header("cookie", format!("ar_visitor={cookie}"))
+            .visitor(cookie)
             .header("accept", "application/json")
             .send()
             .await

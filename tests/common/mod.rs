@@ -155,3 +155,14 @@ pub async fn front(room_extra: &str) -> (Origin, tempfile::TempDir, Running) {
     let ar = start(&config(&origin.url(), dir.path(), room_extra)).await;
     (origin, dir, ar)
 }
+
+/// Requests made as a visitor holding an `ar_visitor` cookie.
+pub trait AsVisitor {
+    fn visitor(self, cookie: &str) -> Self;
+}
+
+impl AsVisitor for reqwest::RequestBuilder {
+    fn visitor(self, cookie: &str) -> Self {
+        self.header("cookie", format!("ar_visitor={cookie}"))
+    }
+}

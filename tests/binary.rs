@@ -284,7 +284,7 @@ async fn sigterm_drains_snapshots_and_exits_zero() {
     for (i, cookie) in cookies.iter().enumerate() {
         let body: serde_json::Value = http
             .get(&url)
-            .visitor(&cookie)
+            .visitor(cookie)
             .header("accept", "application/json")
             .send()
             .await

@@ -90,7 +90,7 @@ async fn beyond_the_rate_visitors_queue_in_arrival_order() {
     for (i, cookie) in cookies.iter().enumerate() {
         let response = http
             .get(&url)
-            .visitor(&cookie)
+            .visitor(cookie)
             .header("accept", "application/json")
             .send()
             .await
@@ -390,7 +390,7 @@ async fn a_graceful_restart_keeps_every_place() {
     for (i, cookie) in cookies.iter().enumerate() {
         let body = json(
             http.get(&url)
-                .visitor(&cookie)
+                .visitor(cookie)
                 .header("accept", "application/json")
                 .send()
                 .await

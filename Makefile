@@ -2,7 +2,7 @@
 CARGO ?= cargo
 NPM ?= npm
 
-.PHONY: build web test test-tools test-web test-browser test-plain check demo clean bench bench-smoke
+.PHONY: build web test test-tools test-web test-browser test-plain test-deploy check demo clean bench bench-smoke
 
 ## build: the front-end (web/ → web/dist, embedded), then the release binary
 build: web
@@ -19,6 +19,7 @@ web:
 test: test-tools web test-web
 	$(CARGO) test --locked --all-targets
 	$(MAKE) test-browser
+	$(MAKE) test-deploy
 	$(MAKE) test-plain
 
 ## test-web: tsc --noEmit and the vitest unit tests
@@ -33,6 +34,12 @@ test-browser:
 ## test-plain: the end-to-end tests against a binary built without the front-end
 test-plain:
 	ANTEROOM_FRONTEND=off $(CARGO) test --locked --lib --test core --test admin
+
+## test-deploy: the deployment kit (deploy/) with real promtool, systemd-analyze, hadolint,
+## and a real Prometheus scraping target/debug/anteroom on loopback (deploy/test.sh)
+test-deploy:
+	$(CARGO) build --locked
+	timeout 120 bash deploy/test.sh
 
 ## test-tools: the real services end-to-end tests start (Kafka-protocol broker, …)
 test-tools:

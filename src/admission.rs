@@ -5,14 +5,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{Event, EventKind, EventSink};
 use crate::queue::{
-    ClientKey, PassReport, QueueStore, Resolution, RoomStats, StoreError, VisitorId,
+    ClientKey, PassReport, QueueStore, Resolution, RoomStats, StoreError, StoreResult, VisitorId,
 };
 
 /// How long a replica trusts that a visitor it saw admitted is still on the site before
@@ -28,7 +28,11 @@ const RATE_WINDOW: Duration = Duration::from_secs(60);
 /// How often the statistics cache refreshes.
 pub const STATS_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Admission as the HTTP layer sees it: a store plus this replica's caches.
+/// Admission as the rest of the product sees it: the store plus this replica's caches.
+///
+/// This is the only door to the store for request-time, ticker and admin work: every call
+/// goes through `Admission::observe`, so every failure feeds [`StoreHealth`] (readiness,
+/// fail-open, the status endpoint).
 pub struct Admission {
     store: Arc<dyn QueueStore>,
     events: EventSink,
@@ -40,7 +44,11 @@ pub struct Admission {
 /// The outcome of deciding one request for the site.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
-    Admitted,
+    /// On the site, since `since` (unix seconds: when this replica first saw the session
+    /// admitted; the `admitted_at` of the admission token).
+    Admitted {
+        since: u64,
+    },
     Waiting(crate::queue::Place),
     /// A newcomer over their address's join limit; try again after `retry_after`.
     Refused {
@@ -71,55 +79,93 @@ impl Admission {
         }
     }
 
-    pub fn store(&self) -> &Arc<dyn QueueStore> {
+    /// The raw store, for tests that drive its clock or inspect it directly. Product code
+    /// goes through the methods below so that failures are recorded.
+    #[doc(hidden)]
+    pub fn store_for_tests(&self) -> &Arc<dyn QueueStore> {
         &self.store
+    }
+
+    /// Records the outcome of one store call in [`StoreHealth`] and hands it back.
+    fn observe<T>(&self, result: StoreResult<T>) -> StoreResult<T> {
+        match &result {
+            Ok(_) => self.health.record_ok(),
+            Err(StoreError::Unavailable(reason)) => self.health.record_failure(reason),
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// Whether the store answers (`/__anteroom/readyz`).
+    pub async fn ping(&self) -> StoreResult<()> {
+        self.observe(self.store.ping().await)
+    }
+
+    /// The live ticker's batched heartbeat: the state of each of `visitors` in `room`.
+    pub async fn heartbeat(
+        &self,
+        room: &str,
+        visitors: &[VisitorId],
+    ) -> StoreResult<Vec<crate::queue::VisitorState>> {
+        self.observe(self.store.heartbeat(room, visitors).await)
+    }
+
+    /// The live settings of `room`, read from the store (not the cache).
+    pub async fn settings(&self, room: &str) -> StoreResult<crate::queue::RoomSettings> {
+        self.observe(self.store.stats(room).await)
+            .map(|s| s.settings)
+    }
+
+    /// Changes `room`'s live settings (admin API).
+    pub async fn update_settings(
+        &self,
+        room: &str,
+        patch: &crate::queue::SettingsPatch,
+    ) -> StoreResult<crate::queue::RoomSettings> {
+        self.observe(self.store.update_settings(room, patch).await)
+    }
+
+    /// Empties `room`'s line (admin API); returns how many were removed.
+    pub async fn flush(&self, room: &str) -> StoreResult<u64> {
+        self.observe(self.store.flush(room).await)
     }
 
     /// Decides one request for the site from `visitor` in `room`, coming from `client`
     /// (whose join limit applies if this is a newcomer).
     pub async fn decide(&self, room: &str, visitor: VisitorId, client: ClientKey) -> Decision {
-        if self
+        if let Some(since) = self
             .sessions
-            .is_confirmed(room, visitor, self.confirm_window(room))
+            .confirmed_since(room, visitor, self.confirm_window(room))
         {
-            return Decision::Admitted;
+            return Decision::Admitted { since };
         }
-        match self.store.resolve(room, visitor, client).await {
+        match self.observe(self.store.resolve(room, visitor, client).await) {
             Ok(Resolution::Admitted { newly }) => {
-                self.health.record_ok();
-                self.sessions.confirm(room, visitor);
+                let since = self.sessions.confirm(room, visitor);
                 if newly {
                     self.events
                         .publish(Event::visitor(EventKind::VisitorAdmitted, room, visitor));
                 }
-                Decision::Admitted
+                Decision::Admitted { since }
             }
             Ok(Resolution::Waiting { place, joined }) => {
-                self.health.record_ok();
                 if joined {
                     self.events
                         .publish(Event::visitor(EventKind::VisitorJoined, room, visitor));
                 }
                 Decision::Waiting(place)
             }
-            Ok(Resolution::Refused { retry_after }) => {
-                self.health.record_ok();
-                Decision::Refused { retry_after }
-            }
-            Ok(Resolution::NotOpen) => {
-                self.health.record_ok();
-                Decision::NotOpen
-            }
-            Ok(Resolution::Closed) => {
-                self.health.record_ok();
-                Decision::Closed
-            }
-            Err(StoreError::Unavailable(reason)) => {
-                self.health.record_failure(&reason);
-                Decision::Stalled {
-                    fail_open: self.health.failing_open(),
-                }
-            }
+            Ok(Resolution::Refused { retry_after, .. }) => Decision::Refused { retry_after },
+            // Only with `max_waiting` set: a stand-in until the request path answers 503
+            // `full` (SPEC §10).
+            Ok(Resolution::Full) => Decision::Refused {
+                retry_after: crate::queue::SHARE_RETRY_AFTER,
+            },
+            Ok(Resolution::NotOpen) => Decision::NotOpen,
+            Ok(Resolution::Closed) => Decision::Closed,
+            Err(StoreError::Unavailable(_)) => Decision::Stalled {
+                fail_open: self.health.failing_open(),
+            },
             Err(other) => {
                 // An unknown room here means the store lost it (e.g. Redis flushed); hold
                 // the visitor rather than admit.
@@ -127,6 +173,19 @@ impl Admission {
                 Decision::Stalled { fail_open: false }
             }
         }
+    }
+
+    /// Ends `visitor`'s session in `room` now (the origin's `X-Anteroom-End-Session: 1`,
+    /// SPEC §14): the store frees the slot for the next pass, and this replica stops
+    /// trusting the session at once. Returns whether there was a session.
+    pub async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
+        self.sessions.forget(room, visitor);
+        let ended = self.observe(self.store.end_session(room, visitor).await)?;
+        if ended {
+            self.events
+                .publish(Event::visitor(EventKind::SessionExpired, room, visitor));
+        }
+        Ok(ended)
     }
 
     fn confirm_window(&self, room: &str) -> Duration {
@@ -190,12 +249,9 @@ impl Admission {
     /// Refreshes the statistics of every room once.
     pub async fn refresh_stats(&self, rooms: &[String]) {
         for room in rooms {
-            match self.store.stats(room).await {
-                Ok(stats) => {
-                    self.health.record_ok();
-                    self.stats.record(room, stats);
-                }
-                Err(StoreError::Unavailable(reason)) => self.health.record_failure(&reason),
+            match self.observe(self.store.stats(room).await) {
+                Ok(stats) => self.stats.record(room, stats),
+                Err(StoreError::Unavailable(_)) => {}
                 Err(other) => tracing::error!(room, error = %other, "cannot read room stats"),
             }
         }
@@ -222,16 +278,12 @@ impl Admission {
                 _ = passes.tick() => {
                     for room in &rooms {
                         let started = Instant::now();
-                        match self.store.admit_pass(room).await {
+                        match self.observe(self.store.admit_pass(room).await) {
                             Ok(report) => {
-                                self.health.record_ok();
                                 self.stats.record_pass(room, started.elapsed());
                                 self.publish_pass(room, &report);
                             }
                             Err(e) => {
-                                if let StoreError::Unavailable(reason) = &e {
-                                    self.health.record_failure(reason);
-                                }
                                 if failures.allow() {
                                     tracing::warn!(room, error = %e, "admission pass failed; nobody is admitted until the store answers");
                                 }
@@ -266,28 +318,44 @@ impl Eta {
     }
 }
 
-/// Admitted visitors this replica has recently confirmed with the store.
+/// Admitted visitors this replica has recently confirmed with the store, with when it
+/// first saw each one admitted (unix seconds: the `admitted_at` of the admission token).
 #[derive(Default)]
 struct SessionCache {
-    confirmed: Mutex<HashMap<(String, VisitorId), Instant>>,
+    confirmed: Mutex<HashMap<(String, VisitorId), (Instant, u64)>>,
 }
 
 impl SessionCache {
-    fn is_confirmed(&self, room: &str, visitor: VisitorId, window: Duration) -> bool {
+    /// Since when `visitor` has been on the site, if this replica confirmed them within
+    /// `window`.
+    fn confirmed_since(&self, room: &str, visitor: VisitorId, window: Duration) -> Option<u64> {
         let confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
         confirmed
             .get(&(room.to_owned(), visitor))
-            .is_some_and(|at| at.elapsed() < window)
+            .filter(|(at, _)| at.elapsed() < window)
+            .map(|&(_, since)| since)
     }
 
-    fn confirm(&self, room: &str, visitor: VisitorId) {
+    /// Records a confirmation from the store; returns since when the visitor has been on
+    /// the site (kept from the first confirmation).
+    fn confirm(&self, room: &str, visitor: VisitorId) -> u64 {
         let mut confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
-        confirmed.insert((room.to_owned(), visitor), Instant::now());
+        let now = Instant::now();
+        let entry = confirmed
+            .entry((room.to_owned(), visitor))
+            .and_modify(|(at, _)| *at = now)
+            .or_insert((now, crate::queue::unix_ms(SystemTime::now()) / 1000));
+        entry.1
+    }
+
+    fn forget(&self, room: &str, visitor: VisitorId) {
+        let mut confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
+        confirmed.remove(&(room.to_owned(), visitor));
     }
 
     fn prune(&self, window: Duration) {
         let mut confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
-        confirmed.retain(|_, at| at.elapsed() < window);
+        confirmed.retain(|_, (at, _)| at.elapsed() < window);
     }
 }
 
@@ -514,27 +582,58 @@ mod tests {
         assert_eq!(observed_rate(&idle), None);
     }
 
+    /// Observed through the store's session activity: a request the cache answers does not
+    /// touch the session, so it expires on the store's clock as if the visitor had gone
+    /// quiet; a request after the window touches it again. Without the cache the first half
+    /// fails (the session stays alive); trusting the cache forever fails the second half.
     #[tokio::test(start_paused = true)]
     async fn confirmed_sessions_skip_the_store_then_reconfirm() {
         let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
+        let mut seed = settings(1.0, 1);
+        seed.session_ttl = Duration::from_secs(10);
         store
-            .open_room("main", &settings(1.0, 1), &RoomPolicy::default(), false)
+            .open_room("main", &seed, &RoomPolicy::default(), false)
             .await
             .unwrap();
         let admission = Admission::new(store.clone(), None, EventSink::disabled());
-        let v = VisitorId::random();
+        let second = |s: u64| tokio::time::advance(Duration::from_secs(s));
+
+        // t=0 admitted; t=3 answered by the cache, so the store still has t=0.
+        let cached = VisitorId::random();
+        assert!(matches!(
+            admission.decide("main", cached, anyone()).await,
+            Decision::Admitted { .. }
+        ));
+        second(3).await;
+        assert!(matches!(
+            admission.decide("main", cached, anyone()).await,
+            Decision::Admitted { .. }
+        ));
+        second(7).await;
+        let report = store.admit_pass("main").await.unwrap();
         assert_eq!(
-            admission.decide("main", v, anyone()).await,
-            Decision::Admitted
+            report.expired,
+            vec![cached],
+            "the cached request never reached the store"
         );
-        let joined_before = store.stats("main").await.unwrap();
-        // A flush of the line leaves the session, and the cache answers without the store.
-        store.flush("main").await.unwrap();
-        assert_eq!(
-            admission.decide("main", v, anyone()).await,
-            Decision::Admitted
+
+        // t=10 admitted; t=16 is past the window, so the store is asked (and touched) again.
+        let reconfirmed = VisitorId::random();
+        assert!(matches!(
+            admission.decide("main", reconfirmed, anyone()).await,
+            Decision::Admitted { .. }
+        ));
+        second(6).await;
+        assert!(matches!(
+            admission.decide("main", reconfirmed, anyone()).await,
+            Decision::Admitted { .. }
+        ));
+        second(4).await;
+        let report = store.admit_pass("main").await.unwrap();
+        assert!(
+            report.expired.is_empty(),
+            "reconfirmed at t=16, alive at t=20"
         );
-        assert_eq!(store.stats("main").await.unwrap(), joined_before);
     }
 
     #[tokio::test(start_paused = true)]

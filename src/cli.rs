@@ -1,4 +1,5 @@
-//! The command line (SPEC §2): run (default), `init`, `check`, `demo`, `--version`.
+//! The command line (SPEC §2): run (default), `init`, `check`, `demo`, `verify-draw`,
+//! `--version`.
 //!
 //! Flags are parsed with clap; the environment is read through an injectable lookup so
 //! tests never touch the process environment. Clap's own errors (unknown flag, bad value)
@@ -29,6 +30,27 @@ pub enum Command {
     Demo { options: RunOptions },
     /// Print the version (and whether the front-end is built in).
     Version,
+    /// `verify-draw`: check a lottery draw (SPEC §14) without any config.
+    VerifyDraw(VerifyDrawArgs),
+}
+
+/// The arguments of `anteroom verify-draw`, checked by
+/// [`crate::fairness::draw::verify_command`].
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct VerifyDrawArgs {
+    /// The room's lottery salt, hex, as published when the doors opened
+    #[arg(long, value_name = "HEX")]
+    pub salt: String,
+    /// The commitment (hex SHA-256 of the salt) as shown before the doors opened
+    #[arg(long, value_name = "HEX")]
+    pub commitment: String,
+    /// Your visitor id (32 hex characters, shown on your receipt)
+    #[arg(long, value_name = "HEX")]
+    pub visitor_id: String,
+    /// The published draw (GET /__anteroom/rooms/{room}/draw): a file, `-` for standard
+    /// input, or an http:// URL. Without it only the salt and your hash are checked.
+    #[arg(long, value_name = "FILE_OR_URL")]
+    pub draw: Option<String>,
 }
 
 /// Process-wide options that are not part of the config.
@@ -139,6 +161,9 @@ enum Sub {
     Check,
     /// Run a built-in demo origin behind a waiting room on http://localhost:8080
     Demo,
+    /// Check a lottery draw: the salt against its commitment, your draw hash and place
+    /// (exit 0 verified, 1 not verified, 2 could not check)
+    VerifyDraw(VerifyDrawArgs),
 }
 
 /// Parse `std::env::args` and the process environment. Usage errors and `--help` print
@@ -205,6 +230,7 @@ where
     match args.command {
         Some(Sub::Init) => Ok(Command::Init),
         Some(Sub::Demo) => Ok(Command::Demo { options }),
+        Some(Sub::VerifyDraw(verify)) => Ok(Command::VerifyDraw(verify)),
         Some(Sub::Check) => {
             let has_config =
                 overrides.config.is_some() || env("ANTEROOM_CONFIG").is_some_and(|v| !v.is_empty());
@@ -365,6 +391,30 @@ mod tests {
             panic!()
         };
         assert_eq!(options.verbosity, 1);
+    }
+
+    #[test]
+    fn verify_draw_needs_no_config() {
+        let cmd = run(
+            &[
+                "verify-draw",
+                "--salt",
+                "00",
+                "--commitment",
+                "ab",
+                "--visitor-id",
+                "cd",
+                "--draw",
+                "draw.json",
+            ],
+            &no_env,
+        )
+        .unwrap();
+        let Command::VerifyDraw(args) = cmd else {
+            panic!("{cmd:?}")
+        };
+        assert_eq!(args.draw.as_deref(), Some("draw.json"));
+        assert!(run(&["verify-draw", "--salt", "00"], &no_env).is_err());
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Wall time that tokio's paused clock drives, so every time-dependent rule (bucket refill,
 //! session reclaim, abandonment) is exact and instant in tests.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
@@ -12,6 +14,8 @@ use tokio::time::Instant;
 pub struct Clock {
     origin_unix_ms: u64,
     origin: Instant,
+    /// Milliseconds a test moved this clock (and every clone of it) forward.
+    skipped_ms: Arc<AtomicU64>,
 }
 
 impl Clock {
@@ -27,11 +31,21 @@ impl Clock {
         Clock {
             origin_unix_ms: unix_ms,
             origin: Instant::now(),
+            skipped_ms: Arc::default(),
         }
     }
 
     pub fn now_ms(&self) -> u64 {
-        self.origin_unix_ms + self.origin.elapsed().as_millis() as u64
+        self.origin_unix_ms
+            + self.origin.elapsed().as_millis() as u64
+            + self.skipped_ms.load(Ordering::Relaxed)
+    }
+
+    /// Moves this clock and its clones forward by `by` without waiting: end-to-end tests,
+    /// whose sockets need tokio's real clock, drive the store's time with it.
+    #[doc(hidden)]
+    pub fn advance_for_tests(&self, by: Duration) {
+        self.skipped_ms.fetch_add(ms(by), Ordering::Relaxed);
     }
 
     pub fn now(&self) -> SystemTime {

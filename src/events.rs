@@ -4,6 +4,19 @@
 //! on a bounded channel: a full channel, a slow broker or a dead one drops events (counted,
 //! logged at most every 10 s) and never blocks or slows a visitor. With no brokers
 //! configured there is no channel and no producer at all.
+//!
+//! `kafka.properties` (SPEC §9) passes librdkafka settings through, so a managed Kafka with
+//! SASL and TLS works (`security.protocol`, `sasl.mechanism`, `sasl.username`,
+//! `ssl.ca.location`, …); `ANTEROOM_KAFKA_SASL_PASSWORD` supplies `sasl.password`. Secrets
+//! are never printed: [`KafkaProperties`]'s `Debug` and every error message mask them.
+//!
+//! Departure from "TLS with rustls" (SPEC §13): librdkafka does its TLS with OpenSSL and
+//! cannot use rustls, so this one connection uses OpenSSL, built from source into the binary
+//! (rdkafka's `ssl-vendored`, so building needs no libssl-dev). SASL PLAIN and SCRAM come
+//! with it; GSSAPI/Kerberos (libsasl2) is not built in. Because that OpenSSL does not know
+//! the distribution's CA directory, anteroom sets `ssl.ca.location: probe` (librdkafka looks
+//! in the usual system places) for TLS connections unless `ssl.ca.location` or `ssl.ca.pem`
+//! is given.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +26,92 @@ use serde::Serialize;
 
 use crate::log_limiter::LogLimiter;
 use crate::queue::VisitorId;
+
+/// `kafka.properties`: librdkafka settings (name → value), applied after anteroom's own so
+/// they may override them (see [`ANTEROOM_DEFAULTS`]), except the broker list, which only
+/// `kafka.brokers` sets.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct KafkaProperties(pub std::collections::BTreeMap<String, String>);
+
+/// Settings anteroom gives the producer before `kafka.properties`; each may be overridden.
+pub const ANTEROOM_DEFAULTS: [(&str, &str); 4] = [
+    ("client.id", "anteroom"),
+    // Bounded in rdkafka too: beyond this, sends fail fast and count as dropped.
+    ("queue.buffering.max.messages", "100000"),
+    ("message.timeout.ms", "10000"),
+    ("linger.ms", "20"),
+];
+
+/// Properties `kafka.properties` may not set: the brokers come from `kafka.brokers`, so
+/// there is one place that says where events go.
+pub const RESERVED_PROPERTIES: [&str; 2] = ["bootstrap.servers", "metadata.broker.list"];
+
+impl KafkaProperties {
+    /// Whether a property's value is a secret (passwords, private keys, OAuth secrets):
+    /// such values are shown as `***` everywhere.
+    pub fn is_secret(name: &str) -> bool {
+        let n = name.to_ascii_lowercase();
+        n.contains("password")
+            || n.contains("secret")
+            || n == "ssl.key.pem"
+            || n == "sasl.oauthbearer.config"
+    }
+
+    /// `text` with every secret value in it replaced by `***`.
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for (k, v) in &self.0 {
+            if Self::is_secret(k) && !v.is_empty() {
+                out = out.replace(v.as_str(), "***");
+            }
+        }
+        out
+    }
+
+    /// `name=value` pairs for display, secrets masked.
+    pub fn shown(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .map(|(k, v)| {
+                let v = if Self::is_secret(k) {
+                    "***"
+                } else {
+                    v.as_str()
+                };
+                format!("{k}={v}")
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for KafkaProperties {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.shown()).finish()
+    }
+}
+
+/// Checks `kafka.properties` the way the producer will use them, for `anteroom check`:
+/// librdkafka itself is handed the settings, so a misspelt name or a bad value is refused
+/// here, not at the first event. Returns the property at fault (or `""`) and why, secrets
+/// masked.
+pub fn check_properties(config: &crate::config::KafkaConfig) -> Result<(), (String, String)> {
+    for name in config.properties.0.keys() {
+        if RESERVED_PROPERTIES.contains(&name.as_str()) {
+            return Err((
+                name.clone(),
+                "cannot be set here; list the brokers under kafka.brokers".to_owned(),
+            ));
+        }
+    }
+    #[cfg(feature = "kafka")]
+    {
+        kafka::check(config)
+    }
+    #[cfg(not(feature = "kafka"))]
+    {
+        Ok(())
+    }
+}
 
 /// Events buffered in-process before new ones are dropped.
 pub const CHANNEL_CAPACITY: usize = 65_536;
@@ -178,8 +277,21 @@ impl EventSink {
     }
 }
 
+/// Why the Kafka publisher could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("kafka.brokers: this binary was built without the `kafka` feature")]
+    NotBuiltIn,
+    /// librdkafka refused to create the producer; the message has any secret of
+    /// `kafka.properties` masked.
+    #[error("kafka: {0}")]
+    Kafka(String),
+    #[error("kafka: cannot start the producer thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
 /// Starts the Kafka publisher for `config`, or a disabled sink when no brokers are set.
-pub fn start(config: &crate::config::KafkaConfig) -> anyhow::Result<EventSink> {
+pub fn start(config: &crate::config::KafkaConfig) -> Result<EventSink, StartError> {
     if config.brokers.is_empty() {
         return Ok(EventSink::disabled());
     }
@@ -189,7 +301,7 @@ pub fn start(config: &crate::config::KafkaConfig) -> anyhow::Result<EventSink> {
     }
     #[cfg(not(feature = "kafka"))]
     {
-        anyhow::bail!("kafka.brokers: this binary was built without the `kafka` feature")
+        Err(StartError::NotBuiltIn)
     }
 }
 
@@ -207,7 +319,7 @@ mod kafka {
     use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
     use rdkafka::types::RDKafkaErrorCode;
 
-    use super::{CHANNEL_CAPACITY, EventSink, SinkStats};
+    use super::{ANTEROOM_DEFAULTS, CHANNEL_CAPACITY, EventSink, SinkStats};
     use crate::log_limiter::LogLimiter;
 
     struct Reports(Arc<SinkStats>, LogLimiter);
@@ -238,19 +350,71 @@ mod kafka {
         }
     }
 
-    pub fn start(config: &crate::config::KafkaConfig) -> anyhow::Result<EventSink> {
+    /// The producer's settings: the brokers, anteroom's defaults, then `kafka.properties`.
+    pub fn client_config(config: &crate::config::KafkaConfig) -> ClientConfig {
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", config.brokers.join(","));
+        for (k, v) in ANTEROOM_DEFAULTS {
+            client.set(k, v);
+        }
+        let props = &config.properties.0;
+        let tls = props
+            .get("security.protocol")
+            .is_some_and(|p| p.to_ascii_lowercase().contains("ssl"));
+        if tls && !props.contains_key("ssl.ca.location") && !props.contains_key("ssl.ca.pem") {
+            // The vendored OpenSSL's default CA path is not the distribution's.
+            client.set("ssl.ca.location", "probe");
+        }
+        for (k, v) in props {
+            client.set(k, v);
+        }
+        client
+    }
+
+    /// Creates (and drops) a producer with `config`'s settings: librdkafka refuses unknown
+    /// names and bad values when they are set, and checks the rest (SASL mechanism, CA
+    /// files, keys) when the client is created. Nothing is sent; the producer is dropped
+    /// before it can matter.
+    pub fn check(config: &crate::config::KafkaConfig) -> Result<(), (String, String)> {
+        if config.properties.0.is_empty() {
+            return Ok(());
+        }
+        let props = &config.properties;
+        let client = client_config(config);
+        let blame = |message: &str| -> String {
+            // librdkafka's messages name the property; find which of ours it is.
+            props
+                .0
+                .keys()
+                .filter(|k| message.contains(k.as_str()))
+                .max_by_key(|k| k.len())
+                .cloned()
+                .unwrap_or_default()
+        };
+        match client.create::<BaseProducer>() {
+            Ok(_producer) => Ok(()),
+            Err(KafkaError::ClientConfig(_, description, key, _value)) => {
+                // The value is left out: it may be a secret.
+                Err((key, props.redact(&description)))
+            }
+            Err(KafkaError::ClientCreation(message)) => {
+                Err((blame(&message), props.redact(&message)))
+            }
+            Err(other) => {
+                let message = other.to_string();
+                Err((blame(&message), props.redact(&message)))
+            }
+        }
+    }
+
+    pub fn start(config: &crate::config::KafkaConfig) -> Result<EventSink, super::StartError> {
         let (sink, rx) = EventSink::channel(CHANNEL_CAPACITY);
-        let producer: BaseProducer<Reports> = ClientConfig::new()
-            .set("bootstrap.servers", config.brokers.join(","))
-            .set("client.id", "anteroom")
-            // Bounded in rdkafka too: beyond this, sends fail fast and count as dropped.
-            .set("queue.buffering.max.messages", "100000")
-            .set("message.timeout.ms", "10000")
-            .set("linger.ms", "20")
+        let producer: BaseProducer<Reports> = client_config(config)
             .create_with_context(Reports(
                 sink.stats(),
                 LogLimiter::new(std::time::Duration::from_secs(10)),
-            ))?;
+            ))
+            .map_err(|e| super::StartError::Kafka(config.properties.redact(&e.to_string())))?;
         let topic = config.topic.clone();
         let stats = sink.stats();
         std::thread::Builder::new()

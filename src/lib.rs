@@ -5,21 +5,39 @@
 //! - [`config`]   — the YAML file, `ANTEROOM_*` environment and flags, merged and validated.
 //! - [`cli`]      — the command line: run, `init`, `check`, `demo`, `--version`.
 //! - [`server`]   — the accept loop: connection cap, header-read timeout, graceful drain.
-//! - [`http`]     — the one request path (identify, classify, decide, respond), the proxy,
-//!   the waiting page and its live stream.
+//! - [`gate`]     — the one request path: identify, classify (SPEC §10 order), decide,
+//!   respond, and its one error type.
+//! - [`identity`] — who is asking: client address behind trusted proxies, [`identity::ClientKey`],
+//!   host normalising; used by both [`gate`] and [`queue`].
 //! - [`token`]    — the signed visitor cookie.
-//! - [`admission`] — the per-replica side of admission: pass driver, session cache,
-//!   statistics cache and ETA.
-//! - [`queue`]    — the store boundary: one small trait, the embedded store behind it, and
-//!   the conformance suite every store must pass.
+//! - [`admission`] — the per-replica side of admission and the only door to the store:
+//!   pass driver, session cache, statistics cache, ETA, store health.
+//! - [`queue`]    — the store boundary: one small trait, the embedded and Redis stores
+//!   behind it, and the conformance suite every store must pass.
+//! - [`proxy`]    — forwarding to the origin.
+//! - [`admin`]    — the admin API and control-room page, given an [`admin::AdminContext`].
+//! - [`live`]     — the waiting page's live streams and their one ticker.
+//! - [`metrics`]  — the Prometheus registry.
+//! - [`http`]     — what every listener shares: body type, pages, i18n, built-in assets.
 //! - [`events`]   — queue events to Kafka, strictly a side channel.
+//! - [`abuse`]    — SPEC §10's abuse registry: strikes, bans (embedded or shared through
+//!   Redis), the ban log; checked first on every request from an in-memory set.
+//! - [`glob`]     — the path globs of `ban_paths`, `bypass_paths` and `asset_paths`.
+//! - [`fairness`] — SPEC §14: admission token, auditable draw, honest ETA, adaptive rate.
+//! - [`tls`]      — TLS as a client: whom anteroom trusts toward Redis and origins.
 //! - [`log_limiter`] — "at most once every N" for warnings that can repeat per request.
 //! - [`clock`]    — wall time that tokio's paused clock can drive in tests.
 //! - [`audit`]    — the audit log of admin changes (JSON lines, rotated by size).
 //! - [`run`]      — wiring: store, rooms, background loops, serve, drain, snapshot.
 //! - [`demo`]     — the built-in demo origin.
+//!
+//! Imports point one way: [`gate`] uses [`admission`], [`proxy`], [`admin`], [`live`],
+//! [`metrics`] and [`http`]; [`queue`] uses [`identity`] and [`config`], never [`http`] or
+//! [`gate`]; [`run`] wires [`gate`] and nothing imports [`run`].
 #![forbid(unsafe_code)]
 
+pub mod abuse;
+pub mod admin;
 pub mod admission;
 pub mod audit;
 pub mod cli;
@@ -27,11 +45,19 @@ pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod events;
+pub mod fairness;
+pub mod gate;
+pub mod glob;
 pub mod http;
+pub mod identity;
+pub mod live;
 pub mod log_limiter;
+pub mod metrics;
+pub mod proxy;
 pub mod queue;
 pub mod run;
 pub mod server;
 #[doc(hidden)]
 pub mod testing;
+pub mod tls;
 pub mod token;

@@ -62,6 +62,34 @@ fn main() -> ExitCode {
             init_logging(&options);
             exit(serve_demo())
         }
+        Command::VerifyDraw(args) => verify_draw(&args),
+    }
+}
+
+/// `anteroom verify-draw`: 0 verified, 1 not verified, 2 could not check.
+fn verify_draw(args: &cli::VerifyDrawArgs) -> ExitCode {
+    let checked = runtime().map_err(|e| e.to_string()).and_then(|rt| {
+        rt.block_on(anteroom::fairness::draw::verify_command(
+            &args.salt,
+            &args.commitment,
+            &args.visitor_id,
+            args.draw.as_deref(),
+        ))
+        .map_err(|e| e.to_string())
+    });
+    match checked {
+        Ok(verification) => {
+            print!("{}", verification.report());
+            if verification.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
     }
 }
 
@@ -123,7 +151,7 @@ async fn serve_until_signal(
         run::shutdown_signal().await;
         stop.cancel();
     });
-    running.wait().await
+    Ok(running.wait().await?)
 }
 
 fn serve_demo() -> anyhow::Result<()> {

@@ -6,16 +6,49 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::Admission;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::http::App;
-use crate::queue::{MemoryStore, QueueStore, RedisStore, RoomPolicy, RoomSettings, Seeded};
+use crate::gate::App;
+use crate::queue::{
+    MemoryStore, QueueStore, RedisStore, RoomPolicy, RoomSettings, Seeded, StoreError,
+};
 use crate::server::{self, ServerLimits};
+
+/// Why an instance could not start or did not stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("redis.url: {0}")]
+    Redis(#[source] StoreError),
+    #[error("data_dir: cannot open {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        #[source]
+        source: StoreError,
+    },
+    /// The store refused to open a room (its message names what).
+    #[error("{source}")]
+    OpenRoom {
+        room: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error(transparent)]
+    Events(#[from] crate::events::StartError),
+    #[error(transparent)]
+    App(#[from] crate::gate::AppError),
+    #[error("{0}")]
+    Listener(#[source] std::io::Error),
+    #[error("server failed: {0}")]
+    Server(#[source] std::io::Error),
+    #[error("final snapshot failed: {0}")]
+    Snapshot(#[source] StoreError),
+    #[error("server task panicked: {0}")]
+    Panicked(#[from] tokio::task::JoinError),
+}
 
 /// How often the embedded store is snapshotted; a crash loses at most this much.
 pub const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(5);
@@ -25,19 +58,19 @@ pub struct Running {
     pub addr: SocketAddr,
     pub app: Arc<App>,
     stop: CancellationToken,
-    done: tokio::task::JoinHandle<anyhow::Result<()>>,
+    done: tokio::task::JoinHandle<Result<(), RunError>>,
 }
 
 impl Running {
     /// Stops accepting, drains, snapshots, and waits for all of it.
-    pub async fn shutdown(self) -> anyhow::Result<()> {
+    pub async fn shutdown(self) -> Result<(), RunError> {
         self.stop.cancel();
-        self.done.await.context("server task panicked")?
+        self.done.await?
     }
 
     /// Waits until the instance stops by itself (after [`Running::stop_handle`] is used).
-    pub async fn wait(self) -> anyhow::Result<()> {
-        self.done.await.context("server task panicked")?
+    pub async fn wait(self) -> Result<(), RunError> {
+        self.done.await?
     }
 
     pub fn stop_handle(&self) -> CancellationToken {
@@ -45,40 +78,23 @@ impl Running {
     }
 }
 
-/// The runtime settings a room's config seeds into the store.
-pub fn seed_settings(room: &crate::config::RoomConfig) -> RoomSettings {
-    RoomSettings {
-        rate: room.rate,
-        max_active: room.max_active,
-        session_ttl: room.session_ttl,
-        abandon_after: room.abandon_after,
-        paused: false,
-    }
-}
-
-/// The static policy a room's config hands the store on every start.
-pub fn room_policy(room: &crate::config::RoomConfig) -> RoomPolicy {
-    RoomPolicy {
-        join_limit_per_ip: room.join_limit_per_ip,
-        join_limit_window: room.join_limit_window,
-        schedule: room.schedule.clone(),
-        lottery: room.lottery,
-    }
-}
-
 /// Opens the store the config asks for: Redis when `redis.url` is set (one node, or a
 /// Cluster given as several comma-separated node URLs), else the embedded store.
-pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn QueueStore>> {
+pub async fn open_store(config: &Config) -> Result<Arc<dyn QueueStore>, RunError> {
     if !config.redis.is_embedded() {
         let nodes = config.redis.nodes();
-        let store = RedisStore::connect(&nodes)
+        let store = RedisStore::connect_with(&nodes, config.redis.ca_file.as_ref())
             .await
-            .map_err(|e| anyhow::anyhow!("redis.url: {e}"))?;
+            .map_err(RunError::Redis)?;
         tracing::info!(redis = store.describe(), "queue store: Redis");
         return Ok(Arc::new(store));
     }
-    let store = MemoryStore::open(Clock::system(), &config.data_dir)
-        .with_context(|| format!("data_dir: cannot open {}", config.data_dir.display()))?;
+    let store = MemoryStore::open(Clock::system(), &config.data_dir).map_err(|source| {
+        RunError::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        }
+    })?;
     Ok(Arc::new(store))
 }
 
@@ -88,11 +104,18 @@ pub async fn start(
     store: Arc<dyn QueueStore>,
     listener: TcpListener,
     reseed: bool,
-) -> anyhow::Result<Running> {
+) -> Result<Running, RunError> {
     for room in &config.rooms {
-        let seed = seed_settings(room);
-        let policy = room_policy(room);
-        match store.open_room(&room.name, &seed, &policy, reseed).await? {
+        let seed = RoomSettings::seed(room);
+        let policy = RoomPolicy::of(room);
+        let seeded = store
+            .open_room(&room.name, &seed, &policy, reseed)
+            .await
+            .map_err(|source| RunError::OpenRoom {
+                room: room.name.clone(),
+                source,
+            })?;
+        match seeded {
             Seeded::KeptLive(live) => tracing::warn!(
                 room = %room.name,
                 file = ?seed,
@@ -113,7 +136,7 @@ pub async fn start(
     let rooms = app.room_names();
     admission.refresh_stats(&rooms).await;
 
-    let addr = listener.local_addr()?;
+    let addr = listener.local_addr().map_err(RunError::Listener)?;
     let stop = CancellationToken::new();
     let background = CancellationToken::new();
 
@@ -159,8 +182,8 @@ pub async fn start(
             let served = server::serve(listener, limits, handler, shutdown).await;
             background.cancel();
             let persisted = store.persist().await;
-            served.context("server failed")?;
-            persisted.context("final snapshot failed")?;
+            served.map_err(RunError::Server)?;
+            persisted.map_err(RunError::Snapshot)?;
             tracing::info!("stopped");
             Ok(())
         })

@@ -28,14 +28,12 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::{Pin, pin};
+use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Context;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -49,7 +47,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::http::body::{Body, BoxError};
+use crate::http::body::{Body, BoxError, Watch, Watched};
 use crate::log_limiter::LogLimiter;
 
 /// Largest HTTP/1 request head (request line + headers) accepted; larger gets a 431.
@@ -171,13 +169,7 @@ where
                     let response = handler(req, peer);
                     async move {
                         let response = response.await;
-                        Ok::<_, Infallible>(response.map(|body| {
-                            GuardedBody {
-                                inner: body,
-                                _guard: guard,
-                            }
-                            .boxed()
-                        }))
+                        Ok::<_, Infallible>(response.map(|body| Watched::new(body, guard).boxed()))
                     }
                 })
             };
@@ -322,29 +314,10 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that keeps its request counted as in flight until it is dropped.
-struct GuardedBody {
-    inner: Body,
-    _guard: InFlight,
-}
-
-impl HttpBody for GuardedBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+/// Held by a response body ([`Watched`]): the request counts as in flight until dropped.
+impl Watch for InFlight {
+    fn polled(&mut self, _: bool, _: &mut Context<'_>) -> Option<BoxError> {
+        None
     }
 }
 
@@ -624,7 +597,7 @@ mod tests {
         tokio::spawn(conn);
         let req = Request::builder()
             .uri(format!("http://{}/", server.addr))
-            .body(http_body_util::Empty::<Bytes>::new())
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
             .unwrap();
         let response = sender.send_request(req).await.unwrap();
         assert_eq!(response.version(), http::Version::HTTP_2);

@@ -2,12 +2,18 @@
 //! on a free loopback port, and a real three-node Redis Cluster, each in its own temporary
 //! directory and killed when dropped. Not part of the product's interface.
 //!
+//! TLS variants ([`TestCa`], [`RedisServer::start_tls`], [`RedisCluster::start_tls`]): a
+//! throwaway CA and a server certificate for `localhost` and `127.0.0.1`, made per test
+//! with the `openssl` command (so these fixtures need no crate the product does not), and
+//! servers listening with TLS only (`--port 0`).
+//!
 //! A missing `redis-server` is a test failure with a clear message, never a silent pass:
 //! `.ci/run` installs it.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -31,6 +37,109 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A throwaway certificate authority and one server certificate it signed, valid for
+/// `localhost` and `127.0.0.1` (server and client use, so a Redis Cluster's bus can use it
+/// both ways), in a temporary directory removed on drop.
+pub struct TestCa {
+    dir: TempDir,
+}
+
+impl TestCa {
+    pub fn new() -> TestCa {
+        let dir = TempDir::new("ca");
+        let unique = dir.0.file_name().map(|n| n.to_string_lossy().into_owned());
+        let unique = unique.unwrap_or_default();
+        let run = |args: &[&str]| {
+            let output = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir.0)
+                .output()
+                .expect("the openssl command is not installed (apt-get install openssl)");
+            assert!(
+                output.status.success(),
+                "openssl {args:?} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ];
+        run(&[
+            &["req", "-x509"][..],
+            &ec,
+            &["-keyout", "ca.key", "-out", "ca.crt", "-days", "2"],
+            // A name of its own: two test CAs must not look like one to a verifier.
+            &["-subj", &format!("/CN=anteroom test CA {}", unique)],
+            &["-addext", "basicConstraints=critical,CA:TRUE"],
+            &["-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+        ]
+        .concat());
+        run(&[
+            &["req"][..],
+            &ec,
+            &["-keyout", "server.key", "-out", "server.csr"],
+            &["-subj", "/CN=localhost"],
+        ]
+        .concat());
+        std::fs::write(
+            dir.0.join("server.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n\
+             basicConstraints=CA:FALSE\n\
+             keyUsage=critical,digitalSignature\n\
+             extendedKeyUsage=serverAuth,clientAuth\n",
+        )
+        .unwrap();
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ]);
+        TestCa { dir }
+    }
+
+    /// The CA certificate's file (PEM): what a client is told to trust.
+    pub fn ca_path(&self) -> PathBuf {
+        self.dir.0.join("ca.crt")
+    }
+
+    /// The CA certificate (PEM).
+    pub fn cert_pem(&self) -> String {
+        std::fs::read_to_string(self.ca_path()).unwrap()
+    }
+
+    /// The server certificate (PEM), for `localhost` and `127.0.0.1`.
+    pub fn server_cert_path(&self) -> PathBuf {
+        self.dir.0.join("server.crt")
+    }
+
+    /// The server's private key (PKCS#8 PEM).
+    pub fn server_key_path(&self) -> PathBuf {
+        self.dir.0.join("server.key")
+    }
+}
+
+impl Default for TestCa {
+    fn default() -> Self {
+        TestCa::new()
     }
 }
 
@@ -69,15 +178,19 @@ fn redis_server_binary() -> &'static str {
     "redis-server"
 }
 
-/// Waits until a server on `port` answers PING.
-fn wait_for_ping(port: u16, child: &mut Child) {
+/// Waits until a server on `port` answers PING (through `redis-cli` when it speaks TLS).
+fn wait_for_ping(port: u16, child: &mut Child, tls: Option<&TestCa>) {
     use std::io::{Read, Write};
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("redis-server on port {port} exited at start: {status}");
         }
-        if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
+        if tls.is_some() {
+            if cli(port, tls, &["PING"]).starts_with("PONG") {
+                return;
+            }
+        } else if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
             let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
             let mut reply = [0u8; 64];
             if stream.write_all(b"PING\r\n").is_ok()
@@ -98,6 +211,8 @@ pub struct RedisServer {
     dir: TempDir,
     aof: bool,
     extra: Vec<String>,
+    /// Listens with TLS only (`--port 0 --tls-port`), with this CA's server certificate.
+    tls: Option<Arc<TestCa>>,
     child: Option<Child>,
 }
 
@@ -112,12 +227,22 @@ impl RedisServer {
         Self::start_with(true, &[])
     }
 
+    /// TLS only: no plain port, the certificate of `ca`; clients are not asked for one.
+    pub fn start_tls(ca: Arc<TestCa>) -> RedisServer {
+        Self::start_with_tls(false, &[], Some(ca))
+    }
+
     fn start_with(aof: bool, extra: &[&str]) -> RedisServer {
+        Self::start_with_tls(aof, extra, None)
+    }
+
+    fn start_with_tls(aof: bool, extra: &[&str], tls: Option<Arc<TestCa>>) -> RedisServer {
         let mut server = RedisServer {
             port: free_port(!extra.is_empty()),
             dir: TempDir::new("redis"),
             aof,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            tls,
             child: None,
         };
         server.restart();
@@ -128,8 +253,14 @@ impl RedisServer {
         self.port
     }
 
+    /// `redis://127.0.0.1:port`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     pub fn dir(&self) -> &Path {
@@ -149,9 +280,28 @@ impl RedisServer {
     pub fn restart(&mut self) {
         self.kill();
         let binary = redis_server_binary();
+        let port = self.port.to_string();
+        let (plain_port, tls_args) = match &self.tls {
+            None => (port, vec![]),
+            Some(ca) => (
+                "0".to_owned(),
+                vec![
+                    "--tls-port".to_owned(),
+                    port,
+                    "--tls-cert-file".to_owned(),
+                    ca.server_cert_path().display().to_string(),
+                    "--tls-key-file".to_owned(),
+                    ca.server_key_path().display().to_string(),
+                    "--tls-ca-cert-file".to_owned(),
+                    ca.ca_path().display().to_string(),
+                    "--tls-auth-clients".to_owned(),
+                    "no".to_owned(),
+                ],
+            ),
+        };
         let mut args: Vec<String> = vec![
             "--port".into(),
-            self.port.to_string(),
+            plain_port,
             "--bind".into(),
             "127.0.0.1".into(),
             "--dir".into(),
@@ -168,6 +318,7 @@ impl RedisServer {
         } else {
             args.extend(["--appendonly", "no"].map(String::from));
         }
+        args.extend(tls_args);
         args.extend(self.extra.iter().cloned());
         let mut child = Command::new(binary)
             .args(&args)
@@ -176,13 +327,13 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("cannot start redis-server");
-        wait_for_ping(self.port, &mut child);
+        wait_for_ping(self.port, &mut child, self.tls.as_deref());
         self.child = Some(child);
     }
 
     /// Runs `redis-cli` against this server and returns its output.
     pub fn cli(&self, args: &[&str]) -> String {
-        cli(self.port, args)
+        cli(self.port, self.tls.as_deref(), args)
     }
 }
 
@@ -192,9 +343,13 @@ impl Drop for RedisServer {
     }
 }
 
-fn cli(port: u16, args: &[&str]) -> String {
-    let output = Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+fn cli(port: u16, tls: Option<&TestCa>, args: &[&str]) -> String {
+    let mut command = Command::new("redis-cli");
+    command.args(["-h", "127.0.0.1", "-p", &port.to_string()]);
+    if let Some(ca) = tls {
+        command.arg("--tls").arg("--cacert").arg(ca.ca_path());
+    }
+    let output = command
         .args(args)
         .output()
         .expect("redis-cli is not installed (apt-get install redis-tools)");
@@ -208,26 +363,39 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
+        Self::start_with_tls(None)
+    }
+
+    /// Every node TLS only, the cluster bus too (`--tls-cluster yes`), so nodes announce
+    /// their TLS ports to clients.
+    pub fn start_tls(ca: Arc<TestCa>) -> RedisCluster {
+        Self::start_with_tls(Some(ca))
+    }
+
+    fn start_with_tls(tls: Option<Arc<TestCa>>) -> RedisCluster {
+        let mut extra = vec![
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "5000",
+        ];
+        if tls.is_some() {
+            extra.extend(["--tls-cluster", "yes"]);
+        }
         let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| {
-                RedisServer::start_with(
-                    false,
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-node-timeout",
-                        "5000",
-                    ],
-                )
-            })
+            .map(|_| RedisServer::start_with_tls(false, &extra, tls.clone()))
             .collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let output = Command::new("redis-cli")
+        let mut command = Command::new("redis-cli");
+        if let Some(ca) = &tls {
+            command.arg("--tls").arg("--cacert").arg(ca.ca_path());
+        }
+        let output = command
             .arg("--cluster")
             .arg("create")
             .args(&addrs)

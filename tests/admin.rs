@@ -6,7 +6,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use anteroom::http::admin;
+use anteroom::admin;
 use anteroom::run::Running;
 use common::*;
 use serde_json::{Value, json};
@@ -82,6 +82,17 @@ impl Harness {
         }
     }
 
+    /// Waits until the statistics cache has been read from the store again.
+    async fn cache_refreshed(&self) {
+        let cached = || self.ar.app.admission.cached_stats("main").unwrap().read_at;
+        let before = cached();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while cached() == before {
+            assert!(Instant::now() < deadline, "the statistics cache refreshes");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// A visitor's request to the site, as a JSON client.
     async fn visit(&self, cookie: Option<&str>) -> (Value, Option<String>) {
         let mut request = self
@@ -122,7 +133,7 @@ impl Harness {
         self.ar
             .app
             .admission
-            .store()
+            .store_for_tests()
             .stats("main")
             .await
             .unwrap()
@@ -410,8 +421,8 @@ async fn bad_config_input_names_the_field_and_changes_nothing() {
         );
         assert_eq!(h.store_settings().await, before, "{shown} changed nothing");
     }
-    // The cache still shows the same, and nothing was audited.
-    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // The cache still shows the same after its next refresh, and nothing was audited.
+    h.cache_refreshed().await;
     let stats_after = h.stats().await;
     for key in [
         "rate",
@@ -902,14 +913,47 @@ impl anteroom::queue::QueueStore for Switchable {
         self.check()?;
         self.inner.open_room(room, seed, policy, reseed).await
     }
-    async fn resolve(
+    async fn resolve_with(
         &self,
         room: &str,
         visitor: anteroom::queue::VisitorId,
         client: anteroom::queue::ClientKey,
+        join: anteroom::queue::Join,
     ) -> anteroom::queue::StoreResult<anteroom::queue::Resolution> {
         self.check()?;
-        self.inner.resolve(room, visitor, client).await
+        self.inner.resolve_with(room, visitor, client, join).await
+    }
+    async fn queue(
+        &self,
+        room: &str,
+        query: anteroom::queue::QueueQuery,
+    ) -> anteroom::queue::StoreResult<Vec<anteroom::queue::WaitingEntry>> {
+        self.check()?;
+        self.inner.queue(room, query).await
+    }
+    async fn move_to_front(
+        &self,
+        room: &str,
+        reference: anteroom::queue::VisitorRef,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::Place> {
+        self.check()?;
+        self.inner.move_to_front(room, reference).await
+    }
+    async fn end_session(
+        &self,
+        room: &str,
+        visitor: anteroom::queue::VisitorId,
+    ) -> anteroom::queue::StoreResult<bool> {
+        self.check()?;
+        self.inner.end_session(room, visitor).await
+    }
+    async fn touch_sessions(
+        &self,
+        room: &str,
+        visitors: &[anteroom::queue::VisitorId],
+    ) -> anteroom::queue::StoreResult<Vec<bool>> {
+        self.check()?;
+        self.inner.touch_sessions(room, visitors).await
     }
     async fn heartbeat(
         &self,

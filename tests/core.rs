@@ -46,7 +46,13 @@ async fn fast_path_proxies_and_sets_the_cookie() {
     assert_eq!(body["headers"]["x-forwarded-for"], "127.0.0.1");
     assert_eq!(body["headers"]["x-forwarded-proto"], "http");
     assert!(!cookie.is_empty());
-    let stats = ar.app.admission.store().stats("main").await.unwrap();
+    let stats = ar
+        .app
+        .admission
+        .store_for_tests()
+        .stats("main")
+        .await
+        .unwrap();
     assert_eq!((stats.total_admitted, stats.total_joined), (1, 0));
     ar.shutdown().await.unwrap();
 }
@@ -262,33 +268,41 @@ async fn json_clients_get_the_spec_body() {
     ar.shutdown().await.unwrap();
 }
 
-/// Reads SSE events (name, data) from a streaming response until `want` names are seen.
-async fn read_events(
-    response: reqwest::Response,
-    want: &[&str],
-    limit: Duration,
-) -> Vec<(String, serde_json::Value)> {
-    let mut stream = response.bytes_stream();
-    let mut buffer = String::new();
-    let mut events = Vec::new();
-    let deadline = tokio::time::Instant::now() + limit;
-    while events.len() < want.len() {
-        let chunk = tokio::time::timeout_at(deadline, stream.next())
-            .await
-            .expect("events arrive in time")
-            .expect("stream stays open")
-            .unwrap();
-        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-        while let Some(end) = buffer.find("\n\n") {
-            let block: String = buffer.drain(..end + 2).collect();
-            let name = block.lines().find_map(|l| l.strip_prefix("event: "));
-            let data = block.lines().find_map(|l| l.strip_prefix("data: "));
-            if let (Some(name), Some(data)) = (name, data) {
-                events.push((name.to_owned(), serde_json::from_str(data).unwrap()));
-            }
+/// Server-sent events as they arrive: `(event name, data)` pairs.
+struct Events {
+    stream:
+        std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: String,
+}
+
+impl Events {
+    fn new(response: reqwest::Response) -> Self {
+        Events {
+            stream: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
         }
     }
-    events
+
+    /// The next event, within `limit`.
+    async fn next(&mut self, limit: Duration) -> (String, serde_json::Value) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            while let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let name = block.lines().find_map(|l| l.strip_prefix("event: "));
+                let data = block.lines().find_map(|l| l.strip_prefix("data: "));
+                if let (Some(name), Some(data)) = (name, data) {
+                    return (name.to_owned(), serde_json::from_str(data).unwrap());
+                }
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.stream.next())
+                .await
+                .expect("events arrive in time")
+                .expect("stream stays open")
+                .unwrap();
+            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
 }
 
 #[tokio::test]
@@ -307,13 +321,9 @@ async fn live_stream_reports_position_then_admission() {
     let stream = http.get(&events_url).visitor(&cookie).send().await.unwrap();
     assert_eq!(stream.headers()["content-type"], "text/event-stream");
     // Let the visitor in as soon as the first position has been seen.
-    let store = ar.app.admission.store().clone();
-    let events = tokio::spawn(read_events(
-        stream,
-        &["position", "admitted"],
-        Duration::from_secs(10),
-    ));
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let store = ar.app.admission.store_for_tests().clone();
+    let mut stream = Events::new(stream);
+    let mut events = vec![stream.next(Duration::from_secs(10)).await];
     store
         .update_settings(
             "main",
@@ -324,7 +334,7 @@ async fn live_stream_reports_position_then_admission() {
         )
         .await
         .unwrap();
-    let events = events.await.unwrap();
+    events.push(stream.next(Duration::from_secs(10)).await);
     assert_eq!(events[0].0, "position");
     assert_eq!(events[0].1["position"], 1);
     assert_eq!(events[0].1["waiting"], 1);
@@ -337,7 +347,6 @@ async fn live_stream_reports_position_then_admission() {
 
 #[tokio::test]
 async fn websocket_passes_through_for_admitted_visitors() {
-    use tokio_tungstenite::tungstenite::Message;
     // A WebSocket echo origin.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let ws_origin = listener.local_addr().unwrap();
@@ -356,17 +365,7 @@ async fn websocket_passes_through_for_admitted_visitors() {
     });
     let dir = tempfile::tempdir().unwrap();
     let ar = start(&config(&format!("http://{ws_origin}"), dir.path(), "")).await;
-    let (mut ws, response) = tokio_tungstenite::connect_async(format!("ws://{}/socket", ar.addr))
-        .await
-        .expect("upgrade through anteroom");
-    assert_eq!(response.status(), 101);
-    use futures_util::SinkExt;
-    for i in 0..3 {
-        ws.send(Message::text(format!("hello {i}"))).await.unwrap();
-        let echoed = ws.next().await.unwrap().unwrap();
-        assert_eq!(echoed.into_text().unwrap().as_str(), format!("hello {i}"));
-    }
-    ws.close(None).await.unwrap();
+    common::assert_websocket_echoes(ar.addr).await;
     ar.shutdown().await.unwrap();
 }
 

@@ -4,11 +4,10 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anteroom::config::{Config, from_yaml_str};
+use anteroom::config::Config;
 use anteroom::queue::{
     ClientKey, QueueStore, RedisStore, Resolution, RoomPolicy, SettingsPatch, StoreError,
     VisitorId, VisitorState,
@@ -18,32 +17,9 @@ use anteroom::testing::RedisServer;
 use common::*;
 use tokio::net::TcpListener;
 
-fn redis_config(origin: &str, redis_url: &str, data_dir: &std::path::Path, room: &str) -> Config {
-    let yaml = format!(
-        r#"listen: "127.0.0.1:0"
-admit_interval: 100ms
-cookie_secret: "{COOKIE_SECRET}"
-admin_token: "{ADMIN_TOKEN}"
-data_dir: "{dir}"
-redis:
-  url: "{redis_url}"
-rooms:
-  main:
-    origin: {origin}
-{room}
-"#,
-        dir = data_dir.display()
-    );
-    from_yaml_str(&yaml, "test.yaml").unwrap_or_else(|e| panic!("test config: {e}\n{yaml}"))
-}
-
-async fn store(url: &str) -> Arc<RedisStore> {
-    Arc::new(RedisStore::connect(&[url]).await.unwrap())
-}
-
 async fn instance(config: &Config, url: &str) -> Running {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    run::start(config, store(url).await, listener, false)
+    run::start(config, redis_store(url).await, listener, false)
         .await
         .unwrap()
 }
@@ -96,11 +72,11 @@ async fn three_replicas_admit_at_the_configured_rate_not_three_times_it() {
         dir.path(),
         "    rate: 1000\n    max_active: 1000000",
     );
-    let seeder = store(&redis.url()).await;
+    let seeder = redis_store(&redis.url()).await;
     seeder
         .open_room(
             "main",
-            &run::seed_settings(&config.rooms[0]),
+            &anteroom::queue::RoomSettings::seed(&config.rooms[0]),
             &RoomPolicy::default(),
             false,
         )
@@ -127,15 +103,10 @@ async fn three_replicas_admit_at_the_configured_rate_not_three_times_it() {
         .update_settings("main", &SettingsPatch::resume())
         .await
         .unwrap();
-    // Spend the full bucket at once (any replica's pass would; this one is ours), so the
-    // rate is measured from `t0`, once the bucket is empty: while it is full, time credits
-    // nothing.
-    let burst_pass = seeder.admit_pass("main").await.unwrap().admitted.len();
-    let t0 = redis_time(&redis);
-    assert!(
-        burst_pass >= 1_000,
-        "the first pass spends the burst ({burst_pass})"
-    );
+    // A resume starts with an empty bucket (SPEC §3): no burst, so the rate is measured
+    // from the resume itself.
+    let burst_pass = 0usize;
+    let t0 = resumed_at;
     tokio::time::sleep(Duration::from_secs(10)).await;
     seeder
         .update_settings("main", &SettingsPatch::pause())
@@ -192,7 +163,7 @@ async fn redis_down_admits_nobody_and_recovery_needs_no_restart() {
         dir.path(),
         "    rate: 5\n    max_active: 100000",
     );
-    let direct = store(&redis.url()).await;
+    let direct = redis_store(&redis.url()).await;
     let ar = instance(&config, &redis.url()).await;
     direct
         .update_settings("main", &SettingsPatch::pause())
@@ -300,43 +271,9 @@ async fn a_replica_killed_with_sigkill_loses_nobodys_place() {
     let dir = tempfile::tempdir().unwrap();
     // Rate 0.01: the first visitor goes straight in, everyone after waits.
     let room = "    rate: 0.01\n    max_active: 1000";
-    let listen = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let config_path = dir.path().join("anteroom.yaml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "listen: \"{listen}\"\nadmit_interval: 100ms\ncookie_secret: \"{COOKIE_SECRET}\"\nadmin_token: \"{ADMIN_TOKEN}\"\ndata_dir: \"{data}\"\nredis:\n  url: \"{url}\"\nrooms:\n  main:\n    origin: {origin}\n{room}\n",
-            data = dir.path().join("data").display(),
-            url = redis.url(),
-            origin = origin.url(),
-        ),
-    )
-    .unwrap();
-    let mut killed = Command::new(env!("CARGO_BIN_EXE_anteroom"))
-        .arg("--config")
-        .arg(&config_path)
-        .env_remove("ANTEROOM_ADMIN_TOKEN")
-        .env_remove("ANTEROOM_COOKIE_SECRET")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut killed = BinaryReplica::start(&origin.url(), &redis.url(), dir.path(), room).await;
     let http = client();
-    let url = format!("http://{listen}/");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while http
-        .get(format!("{url}__anteroom/healthz"))
-        .send()
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "the replica did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let url = format!("http://{}/", killed.addr);
     let first = http.get(&url).send().await.unwrap();
     assert_eq!(status_header(&first), None, "the first visitor is proxied");
     let mut cookies = Vec::new();
@@ -353,8 +290,7 @@ async fn a_replica_killed_with_sigkill_loses_nobodys_place() {
         cookies.push(cookie);
     }
 
-    killed.kill().unwrap(); // SIGKILL
-    killed.wait().unwrap();
+    killed.kill();
 
     let survivor = instance(
         &redis_config(&origin.url(), &redis.url(), dir.path(), room),
@@ -400,7 +336,7 @@ async fn measure_joins_admissions_and_memory() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
     let redis = RedisServer::start();
-    let store = store(&redis.url()).await;
+    let store = redis_store(&redis.url()).await;
     let seed = anteroom::queue::RoomSettings {
         rate: 1_000_000.0,
         max_active: 100_000_000,
@@ -408,8 +344,25 @@ async fn measure_joins_admissions_and_memory() {
         abandon_after: Duration::from_secs(3_600),
         paused: false,
     };
+    // `ANTEROOM_MEASURE_PER_CLIENT=k`: the SPEC's per-client shares on, and every k visitors
+    // from one client of their own (k = 1, everyone distinct, is the per-client map's worst
+    // case). Unset: shares off, everyone from one client, as before.
+    let per_client: Option<usize> = std::env::var("ANTEROOM_MEASURE_PER_CLIENT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&k| k > 0);
+    let policy = match per_client {
+        Some(_) => RoomPolicy::default().with_default_shares(),
+        None => RoomPolicy::default(),
+    };
+    let client_of = move |i: usize| match per_client {
+        Some(k) => ClientKey::from(std::net::Ipv6Addr::from(
+            (0x2001_0db8_u128 << 96) | (((i / k) as u128) << 64),
+        )),
+        None => anyone(),
+    };
     store
-        .open_room("main", &seed, &RoomPolicy::default(), false)
+        .open_room("main", &seed, &policy, false)
         .await
         .unwrap();
     store
@@ -419,11 +372,11 @@ async fn measure_joins_admissions_and_memory() {
     let base = used_memory(&redis);
     let started = Instant::now();
     let joined = futures_util::stream::iter(0..n)
-        .map(|_| {
+        .map(|i| {
             let store = store.clone();
             async move {
                 store
-                    .resolve("main", VisitorId::random(), anyone())
+                    .resolve("main", VisitorId::random(), client_of(i))
                     .await
                     .unwrap()
             }

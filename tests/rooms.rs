@@ -77,7 +77,7 @@ async fn rooms_are_chosen_by_host_and_unknown_hosts_reach_no_origin() {
     assert_eq!((a.hits(), b.hits()), (1, 1), "origins untouched");
 
     // Each room has its own counters.
-    let store = ar.app.admission.store();
+    let store = ar.app.admission.store_for_tests();
     assert_eq!(store.stats("a").await.unwrap().total_admitted, 1);
     assert_eq!(store.stats("b").await.unwrap().total_admitted, 1);
     ar.shutdown().await.unwrap();
@@ -101,7 +101,7 @@ async fn the_catch_all_takes_every_other_host() {
     // A cookie of one room is no cookie in another.
     let first = get(&ar, "a.example", &[]).await;
     let cookie = visitor_cookie(&first).unwrap();
-    let store = ar.app.admission.store();
+    let store = ar.app.admission.store_for_tests();
     let before = store.stats("rest").await.unwrap().total_admitted;
     get(
         &ar,
@@ -184,7 +184,13 @@ async fn the_join_limit_counts_the_address_behind_a_trusted_proxy() {
 
     // Another address behind the same proxy still joins.
     assert_eq!(joins(&ar, "203.0.113.8", 1).await, [200]);
-    let stats = ar.app.admission.store().stats("main").await.unwrap();
+    let stats = ar
+        .app
+        .admission
+        .store_for_tests()
+        .stats("main")
+        .await
+        .unwrap();
     assert_eq!(
         (
             stats.total_refused,
@@ -236,7 +242,10 @@ async fn a_scheduled_drop_collects_a_draw_then_admits_by_lot() {
         doors = rfc3339(doors),
         past = rfc3339(now - Duration::from_secs(60)),
     );
-    let ar = start(&rooms_config(dir.path(), "", &rooms)).await;
+    // The store's clock decides the phases; the test moves it instead of waiting.
+    let clock = anteroom::clock::Clock::system();
+    let store = std::sync::Arc::new(anteroom::queue::MemoryStore::in_memory(clock.clone()));
+    let ar = start_with_store(&rooms_config(dir.path(), "", &rooms), store).await;
     let as_json = [("accept", "application/json")];
 
     // Before the line opens: told when, not queued.
@@ -250,14 +259,12 @@ async fn a_scheduled_drop_collects_a_draw_then_admits_by_lot() {
     );
     let page = get(&ar, "shop.example", &[]).await.text().await.unwrap();
     assert!(page.contains("The line opens in"), "{page}");
-    let store = ar.app.admission.store();
+    let store = ar.app.admission.store_for_tests();
     assert_eq!(store.stats("drop").await.unwrap().waiting, 0);
 
     // The draw: collected, no position, nobody admitted (not even the first).
-    // (A little past it: the store's clock is monotonic from its start, so it may trail the
-    // wall clock by a few milliseconds.)
-    tokio::time::sleep(opens.duration_since(SystemTime::now()).unwrap_or_default()).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // (A little past it: the store's clock started after `now`, to the millisecond.)
+    clock.advance_for_tests(Duration::from_millis(2_100));
     let mut cookies = Vec::new();
     for i in 1..=5u64 {
         let response = get(&ar, "shop.example", &as_json).await;
@@ -289,8 +296,7 @@ async fn a_scheduled_drop_collects_a_draw_then_admits_by_lot() {
         .unwrap();
 
     // The doors: everyone in the draw has a place by lot; anyone later is behind them.
-    tokio::time::sleep(doors.duration_since(SystemTime::now()).unwrap_or_default()).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    clock.advance_for_tests(Duration::from_secs(3));
     let mut places = Vec::new();
     for cookie in &cookies {
         let body = json(get(&ar, "shop.example", &[("cookie", cookie), as_json[0]]).await).await;

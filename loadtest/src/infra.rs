@@ -94,6 +94,8 @@ pub struct AnteroomSpec {
     pub max_active: u64,
     pub admit_interval: &'static str,
     pub max_connections: usize,
+    pub session_ttl: &'static str,
+    pub abandon_after: &'static str,
 }
 
 impl AnteroomSpec {
@@ -106,6 +108,8 @@ impl AnteroomSpec {
             max_active: 100_000_000,
             admit_interval: "250ms",
             max_connections: 10_000,
+            session_ttl: "1h",
+            abandon_after: "1h",
         }
     }
 }
@@ -162,8 +166,8 @@ rooms:
     origin: {origin}
     rate: {rate}
     max_active: {max_active}
-    session_ttl: 1h
-    abandon_after: 1h
+    session_ttl: {session_ttl}
+    abandon_after: {abandon_after}
     join_limit_per_ip: 0
 "#,
             interval = spec.admit_interval,
@@ -173,6 +177,8 @@ rooms:
             origin = spec.origin,
             rate = spec.rate,
             max_active = spec.max_active,
+            session_ttl = spec.session_ttl,
+            abandon_after = spec.abandon_after,
         );
         let path = dir.0.join("anteroom.yaml");
         std::fs::write(&path, config)?;

@@ -12,6 +12,7 @@ mod client;
 mod infra;
 mod report;
 mod scenarios;
+mod soak;
 
 use std::path::PathBuf;
 
@@ -109,6 +110,23 @@ enum Cmd {
         passes: Option<usize>,
         #[arg(long)]
         smoke: bool,
+    },
+    /// Joins, admissions and held waiting pages for SECS → RSS and fds at start and end
+    /// (issue 17; not part of `all`).
+    Soak {
+        #[arg(long, value_enum, default_value = "memory")]
+        store: Store,
+        #[arg(long, default_value_t = 120)]
+        secs: u64,
+        /// Cookieless joins a second.
+        #[arg(long, default_value_t = 200)]
+        joins: u64,
+        /// Admissions a second.
+        #[arg(long, default_value_t = 50.0)]
+        rate: f64,
+        /// Waiting pages held open on the events stream.
+        #[arg(long, default_value_t = 500)]
+        held: usize,
     },
     /// Every scenario, both stores; prints the table and writes BENCHMARKS.md
     /// (BENCHMARKS-smoke.md with --smoke).
@@ -272,6 +290,13 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?
         }
+        Cmd::Soak {
+            store,
+            secs,
+            joins,
+            rate,
+            held,
+        } => soak::soak(store, secs, joins, rate, held).await?,
         Cmd::All { smoke, out } => {
             let out = out.unwrap_or_else(|| {
                 PathBuf::from(if smoke {

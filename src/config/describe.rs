@@ -50,6 +50,9 @@ impl Config {
             );
         } else {
             let _ = writeln!(o, "store:            redis {}", redact_url(&self.redis.url));
+            if let Some(ca) = &self.redis.ca_file {
+                let _ = writeln!(o, "redis trusts:     {}", ca.path.display());
+            }
         }
         let _ = writeln!(o, "admit interval:   {}", dur(self.admit_interval));
         let _ = writeln!(
@@ -67,6 +70,17 @@ impl Config {
                     ", {} previous secret(s) accepted",
                     self.previous_cookie_secrets.len()
                 )
+            }
+        );
+        let _ = writeln!(
+            o,
+            "admission key:    {}",
+            match &self.admission_key {
+                Some(k) => format!(
+                    "Ed25519 kid {} (X-Anteroom-Admission to the origin)",
+                    k.public().kid()
+                ),
+                None => "none (no X-Anteroom-Admission header)".to_string(),
             }
         );
         let proxies: Vec<String> = self.trusted_proxies.iter().map(|n| n.to_string()).collect();
@@ -95,9 +109,14 @@ impl Config {
                 "not published (no kafka brokers)".to_string()
             } else {
                 format!(
-                    "kafka {} topic {}",
+                    "kafka {} topic {}{}",
                     self.kafka.brokers.join(","),
-                    self.kafka.topic
+                    self.kafka.topic,
+                    if self.kafka.properties.0.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", self.kafka.properties.shown().join(", "))
+                    }
                 )
             }
         );

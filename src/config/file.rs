@@ -1,93 +1,148 @@
 //! The YAML file as written: every scalar kept as text with its line, so validation can
 //! parse it and point at it. Unknown keys are rejected here.
+//!
+//! The config has exactly one raw layer, [`RawFile`] (a room: [`RawRoom`]): the file fills
+//! it, the environment and flags override fields of it, and `validate.rs` turns it into the
+//! final [`super::Config`]. A new room setting is a field of [`RawRoom`], a field of
+//! [`super::RoomConfig`], and the lines in `validate_room` that check it.
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use super::ConfigError;
+use super::validate::{Src, V};
 
 pub(super) type S = Spanned<String>;
 
+/// The whole file: the one raw layer. The file fills it, the environment and flags
+/// override fields of it (`load.rs`), and `validate.rs` turns it into a [`super::Config`].
+/// An absent or empty (`null`) section or list is the same as an empty one.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawFile {
-    pub listen: Option<S>,
-    pub admit_interval: Option<S>,
-    pub cookie_secret: Option<S>,
-    pub previous_cookie_secrets: Option<Vec<S>>,
-    pub admin_token: Option<S>,
-    pub secure_cookies: Option<S>,
-    pub trusted_proxies: Option<Vec<S>>,
-    pub data_dir: Option<S>,
-    pub waiting_template: Option<S>,
-    pub waiting_stylesheet: Option<S>,
-    pub fail_open: Option<S>,
-    pub fail_open_after: Option<S>,
-    pub redis: Option<RawRedis>,
-    pub kafka: Option<RawKafka>,
-    pub server: Option<RawServer>,
-    pub rooms: Option<RawRooms>,
+    pub listen: Option<V>,
+    pub admit_interval: Option<V>,
+    pub cookie_secret: Option<V>,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub previous_cookie_secrets: Vec<V>,
+    pub admin_token: Option<V>,
+    pub admission_key: Option<V>,
+    pub secure_cookies: Option<V>,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub trusted_proxies: Vec<V>,
+    pub data_dir: Option<V>,
+    pub waiting_template: Option<V>,
+    pub waiting_stylesheet: Option<V>,
+    pub fail_open: Option<V>,
+    pub fail_open_after: Option<V>,
+    pub origin_ca_file: Option<V>,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub redis: RawRedis,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub kafka: RawKafka,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub server: RawServer,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub rooms: RawRooms,
+}
+
+/// A section or list that may be written but left empty (`key:` with nothing after it).
+fn null_is_empty<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRedis {
-    pub url: Option<S>,
+    pub url: Option<V>,
+    pub ca_file: Option<V>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawKafka {
-    pub brokers: Option<Vec<S>>,
-    pub topic: Option<S>,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub brokers: Vec<V>,
+    pub topic: Option<V>,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub properties: std::collections::BTreeMap<String, V>,
+    /// `sasl.password`, from `ANTEROOM_KAFKA_SASL_PASSWORD` only (never the file).
+    #[serde(skip)]
+    pub sasl_password: Option<V>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawServer {
-    pub header_read_timeout: Option<S>,
-    pub idle_timeout: Option<S>,
-    pub origin_connect_timeout: Option<S>,
-    pub origin_timeout: Option<S>,
-    pub max_connections: Option<S>,
-    pub shutdown_grace: Option<S>,
+    pub header_read_timeout: Option<V>,
+    pub idle_timeout: Option<V>,
+    pub origin_connect_timeout: Option<V>,
+    pub origin_timeout: Option<V>,
+    pub max_connections: Option<V>,
+    pub shutdown_grace: Option<V>,
 }
 
+/// One room: the single raw layer between the file (plus overrides) and `RoomConfig`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRoom {
-    pub match_host: Option<S>,
-    pub origin: Option<S>,
-    pub rate: Option<S>,
-    pub max_active: Option<S>,
-    pub session_ttl: Option<S>,
-    pub abandon_after: Option<S>,
-    pub join_limit_per_ip: Option<S>,
-    pub join_limit_window: Option<S>,
-    pub title: Option<S>,
-    pub message: Option<S>,
-    pub preserve_host: Option<S>,
-    pub lottery: Option<S>,
-    pub queue_status_code: Option<S>,
+    /// The room's key under `rooms:`, with its line (not a field of the YAML body).
+    #[serde(skip)]
+    pub name: V,
+    pub match_host: Option<V>,
+    pub origin: Option<V>,
+    pub rate: Option<V>,
+    pub max_active: Option<V>,
+    pub session_ttl: Option<V>,
+    pub abandon_after: Option<V>,
+    pub join_limit_per_ip: Option<V>,
+    pub join_limit_window: Option<V>,
+    pub title: Option<V>,
+    pub message: Option<V>,
+    pub preserve_host: Option<V>,
+    pub lottery: Option<V>,
+    pub queue_status_code: Option<V>,
     pub schedule: Option<RawSchedule>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawSchedule {
-    pub queue_opens_at: Option<S>,
-    pub admits_at: Option<S>,
-    pub closes_at: Option<S>,
+    pub queue_opens_at: Option<V>,
+    pub admits_at: Option<V>,
+    pub closes_at: Option<V>,
+}
+
+impl RawRoom {
+    /// A room with nothing set but its name.
+    pub fn named(name: V) -> RawRoom {
+        RawRoom {
+            name,
+            ..RawRoom::default()
+        }
+    }
+}
+
+/// A scalar of the file: its text and its line.
+impl<'de> Deserialize<'de> for V {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = S::deserialize(d)?;
+        Ok(V::new(s.value, Src::File(s.referenced.line())))
+    }
 }
 
 /// `rooms:` in file order (a map would lose it). A null room body is an empty room.
 #[derive(Debug, Default)]
-pub(super) struct RawRooms(pub Vec<(S, RawRoom)>);
+pub(super) struct RawRooms(pub Vec<RawRoom>);
 
 impl<'de> Deserialize<'de> for RawRooms {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
+        struct Rooms;
+        impl<'de> serde::de::Visitor<'de> for Rooms {
             type Value = RawRooms;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a mapping from room name to room settings")
@@ -97,14 +152,17 @@ impl<'de> Deserialize<'de> for RawRooms {
                 mut map: A,
             ) -> Result<RawRooms, A::Error> {
                 let mut rooms = Vec::new();
-                while let Some(name) = map.next_key::<S>()? {
+                while let Some(name) = map.next_key::<V>()? {
                     let room: Option<RawRoom> = map.next_value()?;
-                    rooms.push((name, room.unwrap_or_default()));
+                    rooms.push(RawRoom {
+                        name,
+                        ..room.unwrap_or_default()
+                    });
                 }
                 Ok(RawRooms(rooms))
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(Rooms)
     }
 }
 

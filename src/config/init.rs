@@ -6,6 +6,10 @@ use super::Secret;
 pub fn init_yaml() -> String {
     let cookie_secret = Secret::generate_hex(32);
     let admin_token = Secret::generate_hex(24);
+    // Without a working generator there is no cookie secret either; fall back to no key.
+    let admission_key = crate::fairness::admission_token::AdmissionKey::generate()
+        .map(|k| k.to_config_text())
+        .unwrap_or_default();
     format!(
         r#"# anteroom configuration. Precedence: flags > ANTEROOM_* environment > this file > defaults.
 # Durations are written like 250ms, 60s, 5m. Unknown keys are errors.
@@ -23,6 +27,11 @@ previous_cookie_secrets: []
 # Bearer token for the control room and admin API (at least 16 characters).
 # Can also be set with ANTEROOM_ADMIN_TOKEN.
 admin_token: "{admin_token}"
+# Ed25519 key signing the X-Anteroom-Admission header sent to your origin with every
+# request of an admitted visitor (base64url of a 32-byte seed, or a PKCS#8 PEM key).
+# The origin checks it with the public key at /__anteroom/admission-key. Empty: no header.
+# Can also be set with ANTEROOM_ADMISSION_KEY.
+admission_key: "{admission_key}"
 # Mark the visitor cookie Secure; turn on when visitors reach you over HTTPS.
 secure_cookies: false
 # Proxies (CIDRs or addresses) whose X-Forwarded-For header is believed.
@@ -39,15 +48,27 @@ waiting_stylesheet: ""
 fail_open: false
 # How long the store must be down before fail_open lets everyone through.
 fail_open_after: 30s
+# https:// origins are checked against the system's CAs; or set a PEM file whose CAs
+# (only those) are trusted for every https:// origin.
+# origin_ca_file: /etc/anteroom/origin-ca.pem
 redis:
-  # Empty: embedded store. Otherwise redis://host:6379/0, rediss://..., or several
-  # cluster nodes separated by commas. Replicas sharing one Redis share one queue.
+  # Empty: embedded store. Otherwise redis://host:6379/0, rediss://host:6380/0 (TLS), or
+  # several cluster nodes separated by commas. Replicas sharing one Redis share one queue.
   url: ""
+  # For rediss://: a PEM file whose CAs (only those) are trusted instead of the system's.
+  # ca_file: /etc/anteroom/redis-ca.pem
 kafka:
   # Brokers (host:port) to publish queue events to; empty: events are not published.
   brokers: []
   # Topic the events are published to.
   topic: anteroom.events
+  # librdkafka settings passed through, e.g. for SASL over TLS. The password comes from
+  # the ANTEROOM_KAFKA_SASL_PASSWORD environment variable (never put it in this file).
+  # properties:
+  #   security.protocol: SASL_SSL
+  #   sasl.mechanism: SCRAM-SHA-512
+  #   sasl.username: anteroom
+  #   ssl.ca.location: /etc/anteroom/kafka-ca.pem
 # Connection limits and timeouts; every key is optional.
 # server:
 #   header_read_timeout: 10s     # time a client has to send its request headers
@@ -90,5 +111,6 @@ rooms:
 "#,
         cookie_secret = cookie_secret.as_str(),
         admin_token = admin_token.as_str(),
+        admission_key = admission_key.as_str(),
     )
 }

@@ -1,9 +1,10 @@
-//! Merging the sources: defaults < file < environment < flags.
+//! Merging the sources into the one raw layer ([`RawFile`]): defaults < file < environment
+//! < flags; then `validate.rs` turns it into a [`Config`].
 
 use std::path::{Path, PathBuf};
 
-use super::file::{self, RawFile, S};
-use super::validate::{Draft, DraftRoom, Src, V};
+use super::file::{self, RawFile, RawRoom, RawRooms};
+use super::validate::{Src, V};
 use super::{Config, ConfigError, Secret};
 
 /// Values given on the command line. `None` / `false` means "not given".
@@ -54,7 +55,7 @@ pub fn load(
                 source,
             })?;
             let name = display_name(path);
-            (draft_from_file(&text, &name)?, Some((text, name)))
+            (file::parse(&text, &name)?, Some((text, name)))
         }
         None => {
             let has_origin = overrides.origin.is_some() || env("ANTEROOM_ORIGIN").is_some();
@@ -93,93 +94,26 @@ pub fn load(
 /// Parse and validate YAML text alone: no environment, no flags, nothing generated.
 /// `file_name` is used in error messages.
 pub fn from_yaml_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
-    draft_from_file(text, file_name)?.validate(Some(file_name), Some(text))
+    file::parse(text, file_name)?.validate(Some(file_name), Some(text))
 }
 
 fn display_name(path: &Path) -> String {
     path.display().to_string()
 }
 
-fn origin_only_draft() -> Draft {
-    Draft {
-        rooms: vec![DraftRoom::named(V::new("main".to_string(), Src::Default))],
-        ..Draft::default()
+fn origin_only_draft() -> RawFile {
+    RawFile {
+        rooms: RawRooms(vec![RawRoom::named(V::new(
+            "main".to_string(),
+            Src::Default,
+        ))]),
+        ..RawFile::default()
     }
-}
-
-fn fv(s: Option<S>) -> Option<V> {
-    s.map(|s| V::new(s.value, Src::File(s.referenced.line())))
-}
-
-fn fvs(list: Option<Vec<S>>) -> Vec<V> {
-    list.unwrap_or_default()
-        .into_iter()
-        .map(|s| V::new(s.value, Src::File(s.referenced.line())))
-        .collect()
-}
-
-fn draft_from_file(text: &str, name: &str) -> Result<Draft, ConfigError> {
-    let raw: RawFile = file::parse(text, name)?;
-    let redis = raw.redis.unwrap_or_default();
-    let kafka = raw.kafka.unwrap_or_default();
-    let server = raw.server.unwrap_or_default();
-    let rooms = raw
-        .rooms
-        .unwrap_or_default()
-        .0
-        .into_iter()
-        .map(|(name, r)| {
-            let schedule = r.schedule.unwrap_or_default();
-            DraftRoom {
-                name: V::new(name.value, Src::File(name.referenced.line())),
-                match_host: fv(r.match_host),
-                origin: fv(r.origin),
-                rate: fv(r.rate),
-                max_active: fv(r.max_active),
-                session_ttl: fv(r.session_ttl),
-                abandon_after: fv(r.abandon_after),
-                join_limit_per_ip: fv(r.join_limit_per_ip),
-                join_limit_window: fv(r.join_limit_window),
-                title: fv(r.title),
-                message: fv(r.message),
-                preserve_host: fv(r.preserve_host),
-                lottery: fv(r.lottery),
-                queue_status_code: fv(r.queue_status_code),
-                queue_opens_at: fv(schedule.queue_opens_at),
-                admits_at: fv(schedule.admits_at),
-                closes_at: fv(schedule.closes_at),
-            }
-        })
-        .collect();
-    Ok(Draft {
-        listen: fv(raw.listen),
-        admit_interval: fv(raw.admit_interval),
-        cookie_secret: fv(raw.cookie_secret),
-        previous_cookie_secrets: fvs(raw.previous_cookie_secrets),
-        admin_token: fv(raw.admin_token),
-        secure_cookies: fv(raw.secure_cookies),
-        trusted_proxies: fvs(raw.trusted_proxies),
-        data_dir: fv(raw.data_dir),
-        waiting_template: fv(raw.waiting_template),
-        waiting_stylesheet: fv(raw.waiting_stylesheet),
-        fail_open: fv(raw.fail_open),
-        fail_open_after: fv(raw.fail_open_after),
-        redis_url: fv(redis.url),
-        kafka_brokers: fvs(kafka.brokers),
-        kafka_topic: fv(kafka.topic),
-        header_read_timeout: fv(server.header_read_timeout),
-        idle_timeout: fv(server.idle_timeout),
-        origin_connect_timeout: fv(server.origin_connect_timeout),
-        origin_timeout: fv(server.origin_timeout),
-        max_connections: fv(server.max_connections),
-        shutdown_grace: fv(server.shutdown_grace),
-        rooms,
-    })
 }
 
 /// Environment first, then flags on top, so a flag beats the environment.
 fn apply(
-    draft: &mut Draft,
+    draft: &mut RawFile,
     ov: &Overrides,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), ConfigError> {
@@ -192,15 +126,20 @@ fn apply(
 
     // Global settings.
     set(&mut draft.listen, e("ANTEROOM_LISTEN"));
-    set(&mut draft.redis_url, e("ANTEROOM_REDIS_URL"));
+    set(&mut draft.redis.url, e("ANTEROOM_REDIS_URL"));
     set(&mut draft.data_dir, e("ANTEROOM_DATA_DIR"));
     set(&mut draft.fail_open, e("ANTEROOM_FAIL_OPEN"));
     set(&mut draft.admin_token, e("ANTEROOM_ADMIN_TOKEN"));
+    set(&mut draft.admission_key, e("ANTEROOM_ADMISSION_KEY"));
     set(&mut draft.cookie_secret, e("ANTEROOM_COOKIE_SECRET"));
+    set(
+        &mut draft.kafka.sasl_password,
+        e("ANTEROOM_KAFKA_SASL_PASSWORD"),
+    );
 
     let flag = |name: &'static str, v: Option<String>| v.map(|v| V::new(v, Src::Flag(name)));
     set(&mut draft.listen, flag("--listen", ov.listen.clone()));
-    set(&mut draft.redis_url, flag("--redis", ov.redis.clone()));
+    set(&mut draft.redis.url, flag("--redis", ov.redis.clone()));
     set(
         &mut draft.data_dir,
         flag(
@@ -229,9 +168,9 @@ fn apply(
         .flat_map(|(a, b)| [a, b])
         .find_map(|v| v.as_ref());
     if let Some(v) = any
-        && draft.rooms.len() != 1
+        && draft.rooms.0.len() != 1
     {
-        let names: Vec<&str> = draft.rooms.iter().map(|r| r.name.text.as_str()).collect();
+        let names: Vec<&str> = draft.rooms.0.iter().map(|r| r.name.text.as_str()).collect();
         let what = match &v.src {
             Src::Env(n) | Src::Flag(n) => *n,
             _ => "override",
@@ -252,7 +191,7 @@ fn apply(
             },
         });
     }
-    if let Some(room) = draft.rooms.first_mut() {
+    if let Some(room) = draft.rooms.0.first_mut() {
         let [(eo, fo), (er, fr), (em, fm)] = room_values;
         set(&mut room.origin, eo);
         set(&mut room.origin, fo);

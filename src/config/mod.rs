@@ -16,10 +16,11 @@ mod init;
 mod load;
 mod validate;
 
+pub use crate::identity::normalize_host;
 pub use describe::redact_url;
 pub use init::init_yaml;
 pub use load::{Generated, Loaded, Overrides, from_yaml_str, load};
-pub use validate::{normalize_host, parse_rfc3339};
+pub use validate::{MAX_DURATION, parse_rfc3339};
 
 /// The whole validated configuration.
 #[derive(Clone, Debug)]
@@ -34,6 +35,8 @@ pub struct Config {
     pub previous_cookie_secrets: Vec<Secret>,
     /// Bearer token for the admin API (≥ 16 characters).
     pub admin_token: Secret,
+    /// Signs `X-Anteroom-Admission` for the origin (SPEC §14); `None`: no header.
+    pub admission_key: Option<std::sync::Arc<crate::fairness::admission_token::AdmissionKey>>,
     /// Mark the visitor cookie `Secure`.
     pub secure_cookies: bool,
     /// Peers whose `X-Forwarded-For` is believed.
@@ -45,6 +48,8 @@ pub struct Config {
     /// Proxy everyone through after `fail_open_after` of continuous store outage.
     pub fail_open: bool,
     pub fail_open_after: Duration,
+    /// `origin_ca_file`: the only CAs trusted for `https://` origins (else the system's).
+    pub origin_ca_file: Option<crate::tls::CaFile>,
     pub redis: RedisConfig,
     pub kafka: KafkaConfig,
     pub server: ServerConfig,
@@ -57,6 +62,8 @@ pub struct Config {
 pub struct RedisConfig {
     /// `""`, `redis://…`, `rediss://…`, or several cluster nodes separated by commas.
     pub url: String,
+    /// `redis.ca_file`: the only CAs trusted for `rediss://` (else the system's).
+    pub ca_file: Option<crate::tls::CaFile>,
 }
 
 impl RedisConfig {
@@ -95,6 +102,8 @@ pub struct WaitingPageConfig {
 pub struct KafkaConfig {
     pub brokers: Vec<String>,
     pub topic: String,
+    /// `kafka.properties`, with `sasl.password` from `ANTEROOM_KAFKA_SASL_PASSWORD`.
+    pub properties: crate::events::KafkaProperties,
 }
 
 impl Default for KafkaConfig {
@@ -102,6 +111,7 @@ impl Default for KafkaConfig {
         KafkaConfig {
             brokers: Vec::new(),
             topic: "anteroom.events".to_string(),
+            properties: Default::default(),
         }
     }
 }

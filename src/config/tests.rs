@@ -160,7 +160,7 @@ data_dir: /var/lib/anteroom
 fail_open: true
 fail_open_after: 45s
 redis:
-  url: "redis://:hunter2@r1:6379/0,redis://r2:6379/0"
+  url: "redis://:hunter2@r1:6379/0,redis://:hunter2@r2:6379/0"
 kafka:
   brokers: ["k1:9092", "k2:9092"]
   topic: drops
@@ -203,7 +203,7 @@ rooms:
     assert_eq!(nets, ["10.0.0.0/8", "192.168.1.7/32", "fd00::/8"]);
     assert_eq!(
         c.redis.nodes(),
-        ["redis://:hunter2@r1:6379/0", "redis://r2:6379/0"]
+        ["redis://:hunter2@r1:6379/0", "redis://:hunter2@r2:6379/0"]
     );
     assert_eq!(c.kafka.brokers, ["k1:9092", "k2:9092"]);
     assert_eq!(c.kafka.topic, "drops");
@@ -236,7 +236,7 @@ rooms:
     let d = c.describe();
     assert!(d.contains("127.0.0.1:9000"), "{d}");
     assert!(
-        d.contains("redis redis://:***@r1:6379/0,redis://r2:6379/0"),
+        d.contains("redis redis://:***@r1:6379/0,redis://:***@r2:6379/0"),
         "{d}"
     );
     assert!(!d.contains("hunter2"), "{d}");
@@ -403,8 +403,8 @@ fn bad_origins() {
             "{bad}: {e}"
         );
     }
-    let e = origin("https://secure.example");
-    assert!(e.contains("https origins are not supported yet"), "{e}");
+    // https origins are accepted (trusting the system's CAs, or origin_ca_file).
+    assert!(parse(&minimal("").replace("http://127.0.0.1:3000", "https://secure.example")).is_ok());
     let e = err(&format!(
         "cookie_secret: \"{SECRET}\"\nadmin_token: \"{TOKEN}\"\nrooms:\n  main:\n    rate: 5\n"
     ));
@@ -753,6 +753,31 @@ fn file_errors_use_the_path_given() {
 }
 
 #[test]
+fn admission_key_is_optional_checked_and_named() {
+    let base = format!(
+        "cookie_secret: \"{SECRET}\"\nadmin_token: \"{TOKEN}\"\nrooms:\n  main:\n    origin: http://127.0.0.1:3000\n"
+    );
+    assert!(parse(&base).unwrap().admission_key.is_none());
+    assert!(
+        parse(&format!("admission_key: \"\"\n{base}"))
+            .unwrap()
+            .admission_key
+            .is_none()
+    );
+    let e = parse(&format!("admission_key: \"not-a-key\"\n{base}"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("anteroom.yaml:1: admission_key: "), "{e}");
+    let key = crate::fairness::admission_token::AdmissionKey::generate().unwrap();
+    let c = parse(&format!(
+        "admission_key: \"{}\"\n{base}",
+        &*key.to_config_text()
+    ))
+    .unwrap();
+    assert_eq!(c.admission_key.unwrap().public().kid(), key.public().kid());
+}
+
+#[test]
 fn init_yaml_round_trips_with_fresh_secrets() {
     let a = init_yaml();
     let b = init_yaml();
@@ -760,6 +785,12 @@ fn init_yaml_round_trips_with_fresh_secrets() {
     let cb = parse(&b).unwrap();
     assert_ne!(ca.cookie_secret, cb.cookie_secret);
     assert_ne!(ca.admin_token, cb.admin_token);
+    // A fresh admission key each time, which the config reads back.
+    let (ka, kb) = (
+        ca.admission_key.as_ref().unwrap(),
+        cb.admission_key.as_ref().unwrap(),
+    );
+    assert_ne!(ka.public().kid(), kb.public().kid());
     assert_eq!(
         ca.cookie_secret.len(),
         32,
@@ -776,6 +807,7 @@ fn init_yaml_round_trips_with_fresh_secrets() {
         "cookie_secret",
         "previous_cookie_secrets",
         "admin_token",
+        "admission_key",
         "secure_cookies",
         "trusted_proxies",
         "data_dir",
@@ -859,4 +891,18 @@ fn host_normalization() {
     assert_eq!(normalize_host("shop.example.com."), "shop.example.com");
     assert_eq!(normalize_host("[::1]:8080"), "::1");
     assert_eq!(normalize_host("::1"), "::1");
+}
+
+#[test]
+fn durations_are_bounded_so_no_deadline_overflows() {
+    let e = err(&minimal("    session_ttl: 1000000000y\n"));
+    assert!(e.contains("rooms.main.session_ttl"), "{e}");
+    assert!(e.contains("at most 365 days"), "{e}");
+    assert!(e.contains(":6"), "names the line: {e}");
+    let e = err(&format!(
+        "server:\n  idle_timeout: 400days\n{}",
+        minimal("")
+    ));
+    assert!(e.contains("server.idle_timeout"), "{e}");
+    assert!(e.contains("at most 365 days"), "{e}");
 }

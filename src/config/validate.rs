@@ -5,15 +5,17 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::file::line_of_key;
+use super::file::{RawFile, RawRoom, line_of_key};
 use super::{
     Config, ConfigError, KafkaConfig, PageFile, RedisConfig, RoomConfig, Schedule, Secret,
     ServerConfig, WaitingPageConfig,
 };
+use crate::identity::normalize_host;
 
 /// Where a value came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) enum Src {
+    #[default]
     Default,
     /// 1-based line in the config file.
     File(u64),
@@ -23,7 +25,7 @@ pub(super) enum Src {
 }
 
 /// A value as text, before parsing.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct V {
     pub text: String,
     pub src: Src,
@@ -34,77 +36,6 @@ impl V {
         V {
             text: text.into(),
             src,
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-pub(super) struct Draft {
-    pub listen: Option<V>,
-    pub admit_interval: Option<V>,
-    pub cookie_secret: Option<V>,
-    pub previous_cookie_secrets: Vec<V>,
-    pub admin_token: Option<V>,
-    pub secure_cookies: Option<V>,
-    pub trusted_proxies: Vec<V>,
-    pub data_dir: Option<V>,
-    pub waiting_template: Option<V>,
-    pub waiting_stylesheet: Option<V>,
-    pub fail_open: Option<V>,
-    pub fail_open_after: Option<V>,
-    pub redis_url: Option<V>,
-    pub kafka_brokers: Vec<V>,
-    pub kafka_topic: Option<V>,
-    pub header_read_timeout: Option<V>,
-    pub idle_timeout: Option<V>,
-    pub origin_connect_timeout: Option<V>,
-    pub origin_timeout: Option<V>,
-    pub max_connections: Option<V>,
-    pub shutdown_grace: Option<V>,
-    pub rooms: Vec<DraftRoom>,
-}
-
-#[derive(Debug)]
-pub(super) struct DraftRoom {
-    pub name: V,
-    pub match_host: Option<V>,
-    pub origin: Option<V>,
-    pub rate: Option<V>,
-    pub max_active: Option<V>,
-    pub session_ttl: Option<V>,
-    pub abandon_after: Option<V>,
-    pub join_limit_per_ip: Option<V>,
-    pub join_limit_window: Option<V>,
-    pub title: Option<V>,
-    pub message: Option<V>,
-    pub preserve_host: Option<V>,
-    pub lottery: Option<V>,
-    pub queue_status_code: Option<V>,
-    pub queue_opens_at: Option<V>,
-    pub admits_at: Option<V>,
-    pub closes_at: Option<V>,
-}
-
-impl DraftRoom {
-    pub fn named(name: V) -> DraftRoom {
-        DraftRoom {
-            name,
-            match_host: None,
-            origin: None,
-            rate: None,
-            max_active: None,
-            session_ttl: None,
-            abandon_after: None,
-            join_limit_per_ip: None,
-            join_limit_window: None,
-            title: None,
-            message: None,
-            preserve_host: None,
-            lottery: None,
-            queue_status_code: None,
-            queue_opens_at: None,
-            admits_at: None,
-            closes_at: None,
         }
     }
 }
@@ -152,7 +83,7 @@ fn or_default(v: &Option<V>, default: &str) -> V {
     v.clone().unwrap_or_else(|| V::new(default, Src::Default))
 }
 
-impl Draft {
+impl RawFile {
     pub fn validate(self, file: Option<&str>, text: Option<&str>) -> Result<Config, ConfigError> {
         let cx = Ctx { file, text };
         let d = &self;
@@ -161,13 +92,10 @@ impl Draft {
             let v = or_default(&d.listen, ":8080");
             parse_listen(&v.text).map_err(|m| cx.fail("listen", &v, m))?
         };
-        let admit_interval = duration(
-            &cx,
-            "admit_interval",
-            &or_default(&d.admit_interval, "250ms"),
-        )?;
+        let admit_interval_v = or_default(&d.admit_interval, "250ms");
+        let admit_interval = duration(&cx, "admit_interval", &admit_interval_v)?;
         if admit_interval < Duration::from_millis(10) {
-            let v = d.admit_interval.clone().unwrap();
+            let v = admit_interval_v;
             return Err(cx.fail(
                 "admit_interval",
                 &v,
@@ -191,6 +119,22 @@ impl Draft {
             previous_cookie_secrets
                 .push(Secret::cookie_key(&v.text).map_err(|m| cx.fail(&key, v, m))?);
         }
+        // Empty (as `admission_key: ""`) means no admission header.
+        let admission_key = match &d.admission_key {
+            Some(v) if !v.text.trim().is_empty() => Some(std::sync::Arc::new(
+                crate::fairness::admission_token::AdmissionKey::parse(&v.text).map_err(|e| {
+                    cx.fail(
+                        "admission_key",
+                        v,
+                        format!(
+                            "{e} (base64url of a 32-byte Ed25519 seed, or a PKCS#8 PEM key; \
+                             `anteroom init` generates one)"
+                        ),
+                    )
+                })?,
+            )),
+            _ => None,
+        };
         let admin_token = match &d.admin_token {
             Some(v) => {
                 let n = v.text.chars().count();
@@ -260,14 +204,24 @@ impl Draft {
         )?;
 
         let redis = {
-            let v = or_default(&d.redis_url, "");
+            let v = or_default(&d.redis.url, "");
             let url = v.text.trim().to_string();
             validate_redis_url(&url).map_err(|m| cx.fail("redis.url", &v, m))?;
-            RedisConfig { url }
+            let ca_file = ca_file(&cx, "redis.ca_file", &d.redis.ca_file)?;
+            let redis = RedisConfig { url, ca_file };
+            // The very function the server connects with, so both accept the same URLs.
+            if !redis.is_embedded() {
+                crate::queue::redis_client::build(&redis.nodes(), redis.ca_file.as_ref())
+                    .map_err(|m| cx.fail("redis.url", &v, m))?;
+            } else if let (Some(_), Some(ca)) = (&redis.ca_file, &d.redis.ca_file) {
+                return Err(cx.fail("redis.ca_file", ca, "is set but redis.url is empty"));
+            }
+            redis
         };
+        let origin_ca_file = ca_file(&cx, "origin_ca_file", &d.origin_ca_file)?;
 
         let mut brokers = Vec::new();
-        for (i, v) in d.kafka_brokers.iter().enumerate() {
+        for (i, v) in d.kafka.brokers.iter().enumerate() {
             let b = v.text.trim();
             if b.is_empty() || b.contains(char::is_whitespace) {
                 return Err(cx.fail(
@@ -278,38 +232,61 @@ impl Draft {
             }
             brokers.push(b.to_string());
         }
-        let topic = or_default(&d.kafka_topic, "anteroom.events");
+        let topic = or_default(&d.kafka.topic, "anteroom.events");
         if topic.text.trim().is_empty() {
             return Err(cx.fail("kafka.topic", &topic, "must not be empty"));
+        }
+        let mut properties = std::collections::BTreeMap::new();
+        for (k, v) in &d.kafka.properties {
+            properties.insert(k.trim().to_string(), v.text.clone());
+        }
+        if let Some(v) = &d.kafka.sasl_password {
+            properties.insert("sasl.password".to_string(), v.text.clone());
         }
         let kafka = KafkaConfig {
             brokers,
             topic: topic.text.trim().to_string(),
+            properties: crate::events::KafkaProperties(properties),
         };
+        crate::events::check_properties(&kafka).map_err(|(key, m)| {
+            let at = d.kafka.properties.iter().find(|(k, _)| k.trim() == key);
+            let from_env = d
+                .kafka
+                .sasl_password
+                .as_ref()
+                .filter(|_| key == "sasl.password");
+            match (at, from_env) {
+                (_, Some(v)) | (Some((_, v)), None) => {
+                    cx.fail(&format!("kafka.properties.{key}"), v, m)
+                }
+                (None, None) if key.is_empty() => cx.fail_key(&["kafka", "properties"], m),
+                (None, None) => cx.fail_key(&["kafka", "properties"], format!("{key}: {m}")),
+            }
+        })?;
 
         let server = ServerConfig {
             header_read_timeout: positive_duration(
                 &cx,
                 "server.header_read_timeout",
-                &or_default(&d.header_read_timeout, "10s"),
+                &or_default(&d.server.header_read_timeout, "10s"),
             )?,
             idle_timeout: positive_duration(
                 &cx,
                 "server.idle_timeout",
-                &or_default(&d.idle_timeout, "60s"),
+                &or_default(&d.server.idle_timeout, "60s"),
             )?,
             origin_connect_timeout: positive_duration(
                 &cx,
                 "server.origin_connect_timeout",
-                &or_default(&d.origin_connect_timeout, "5s"),
+                &or_default(&d.server.origin_connect_timeout, "5s"),
             )?,
             origin_timeout: positive_duration(
                 &cx,
                 "server.origin_timeout",
-                &or_default(&d.origin_timeout, "30s"),
+                &or_default(&d.server.origin_timeout, "30s"),
             )?,
             max_connections: {
-                let v = or_default(&d.max_connections, "10000");
+                let v = or_default(&d.server.max_connections, "10000");
                 match v.text.trim().parse::<usize>() {
                     Ok(n) if n >= 1 => n,
                     _ => {
@@ -324,18 +301,18 @@ impl Draft {
             shutdown_grace: duration(
                 &cx,
                 "server.shutdown_grace",
-                &or_default(&d.shutdown_grace, "30s"),
+                &or_default(&d.server.shutdown_grace, "30s"),
             )?,
         };
 
-        if d.rooms.is_empty() {
+        if d.rooms.0.is_empty() {
             return Err(cx.fail_key(
                 &["rooms"],
                 "at least one room is required (a name with an `origin`)",
             ));
         }
         let mut rooms: Vec<RoomConfig> = Vec::new();
-        for r in &d.rooms {
+        for r in &d.rooms.0 {
             let room = validate_room(&cx, r)?;
             if let Some(prev) = rooms.iter().find(|p| p.name == room.name) {
                 return Err(cx.fail(
@@ -367,27 +344,35 @@ impl Draft {
             rooms.push(room);
         }
 
-        Ok(Config {
+        let config = Config {
             listen,
             admit_interval,
             cookie_secret,
             previous_cookie_secrets,
             admin_token,
+            admission_key,
             secure_cookies,
             trusted_proxies,
             data_dir,
             waiting_page,
             fail_open,
             fail_open_after,
+            origin_ca_file,
             redis,
             kafka,
             server,
             rooms,
-        })
+        };
+        // What the origin client will trust, built as the server builds it.
+        crate::tls::origins_tls_config(&config).map_err(|m| match &d.origin_ca_file {
+            Some(v) => cx.fail("origin_ca_file", v, m),
+            None => cx.fail_key(&["origin_ca_file"], m),
+        })?;
+        Ok(config)
     }
 }
 
-fn validate_room(cx: &Ctx<'_>, r: &DraftRoom) -> Result<RoomConfig, ConfigError> {
+fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, ConfigError> {
     let name = r.name.text.clone();
     let valid_name = !name.is_empty()
         && name.len() <= 64
@@ -540,9 +525,13 @@ fn validate_room(cx: &Ctx<'_>, r: &DraftRoom) -> Result<RoomConfig, ConfigError>
             },
         }
     };
-    let opens = time("queue_opens_at", &r.queue_opens_at)?;
-    let admits = time("admits_at", &r.admits_at)?;
-    let closes = time("closes_at", &r.closes_at)?;
+    let schedule = r.schedule.as_ref();
+    let opens = time(
+        "queue_opens_at",
+        &schedule.and_then(|s| s.queue_opens_at.clone()),
+    )?;
+    let admits = time("admits_at", &schedule.and_then(|s| s.admits_at.clone()))?;
+    let closes = time("closes_at", &schedule.and_then(|s| s.closes_at.clone()))?;
     if let (Some((o, _)), Some((a, av))) = (&opens, &admits)
         && a < o
     {
@@ -589,8 +578,12 @@ fn validate_room(cx: &Ctx<'_>, r: &DraftRoom) -> Result<RoomConfig, ConfigError>
     })
 }
 
+/// Every duration in the config is at most this long, so no `Instant + Duration` (timers,
+/// deadlines, session expiry) can overflow, whatever the file says.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
 fn duration(cx: &Ctx<'_>, key: &str, v: &V) -> Result<Duration, ConfigError> {
-    humantime::parse_duration(v.text.trim()).map_err(|e| {
+    let d = humantime::parse_duration(v.text.trim()).map_err(|e| {
         cx.fail(
             key,
             v,
@@ -599,7 +592,15 @@ fn duration(cx: &Ctx<'_>, key: &str, v: &V) -> Result<Duration, ConfigError> {
                 v.text
             ),
         )
-    })
+    })?;
+    if d > MAX_DURATION {
+        return Err(cx.fail(
+            key,
+            v,
+            format!("must be at most 365 days (got {})", v.text.trim()),
+        ));
+    }
+    Ok(d)
 }
 
 fn positive_duration(cx: &Ctx<'_>, key: &str, v: &V) -> Result<Duration, ConfigError> {
@@ -698,15 +699,10 @@ fn parse_origin(text: &str) -> Result<http::Uri, String> {
         format!("is not a valid URL ({e}); expected e.g. http://127.0.0.1:3000 (got {t:?})")
     })?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(format!(
-                "https origins are not supported yet; use an http:// origin (got {t:?})"
-            ));
-        }
+        Some("http" | "https") => {}
         Some(other) => {
             return Err(format!(
-                "must be an http:// URL, not {other}:// (got {t:?})"
+                "must be an http:// or https:// URL, not {other}:// (got {t:?})"
             ));
         }
         None => {
@@ -727,6 +723,21 @@ fn parse_origin(text: &str) -> Result<http::Uri, String> {
         return Err(format!("must not have a query string (got {t:?})"));
     }
     Ok(uri)
+}
+
+/// A CA file key (`redis.ca_file`, `origin_ca_file`): read and checked now, so a bad path
+/// or PEM is a config error naming the key, never a failure at the first connection.
+fn ca_file(
+    cx: &Ctx<'_>,
+    key: &str,
+    v: &Option<V>,
+) -> Result<Option<crate::tls::CaFile>, ConfigError> {
+    let Some(v) = v.as_ref().filter(|v| !v.text.trim().is_empty()) else {
+        return Ok(None);
+    };
+    crate::tls::CaFile::read(std::path::Path::new(v.text.trim()))
+        .map(Some)
+        .map_err(|m| cx.fail(key, v, m))
 }
 
 fn validate_redis_url(url: &str) -> Result<(), String> {
@@ -754,20 +765,6 @@ fn validate_redis_url(url: &str) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Host as rooms match it: trimmed, lowercased, port and brackets and a trailing dot
-/// removed (`Shop.Example.com:443` → `shop.example.com`, `[::1]:8080` → `::1`).
-pub fn normalize_host(host: &str) -> String {
-    let h = host.trim();
-    let h = if let Some(rest) = h.strip_prefix('[') {
-        rest.split(']').next().unwrap_or(rest)
-    } else if h.matches(':').count() == 1 {
-        h.split(':').next().unwrap_or(h)
-    } else {
-        h
-    };
-    h.trim_end_matches('.').to_ascii_lowercase()
 }
 
 /// RFC 3339 (`2025-06-01T10:00:00Z`, `2025-06-01T12:00:00.5+02:00`) to `SystemTime`.

@@ -1,7 +1,13 @@
-//! The one response body type every handler returns, so proxied streams, SSE and rendered
-//! pages flow through the same server without boxing decisions scattered around.
+//! Bodies: the one response body type every handler returns (so proxied streams, SSE and
+//! rendered pages flow through the same server), and [`Watched`], the one wrapper for
+//! anything that must notice a body's progress (upload activity, an idle origin, a request
+//! held in flight until its response body is dropped).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::{BodyExt, Empty, Full, combinators::BoxBody};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -17,4 +23,60 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 
 pub fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed()
+}
+
+/// What a [`Watched`] body does around each poll of the body it wraps.
+pub trait Watch: Send + Sync + Unpin + 'static {
+    /// Called after every poll of the inner body, with whether it produced something (a
+    /// frame, an error or its end). While it is pending, an error returned here ends the
+    /// body with that error; otherwise the return value is ignored.
+    fn polled(&mut self, ready: bool, cx: &mut Context<'_>) -> Option<BoxError>;
+}
+
+/// A body that tells its [`Watch`] about every poll and otherwise passes frames through.
+/// The watch is dropped with the body, so it can also be a guard.
+pub struct Watched<B, W> {
+    inner: B,
+    watch: W,
+}
+
+impl<B, W> Watched<B, W> {
+    pub fn new(inner: B, watch: W) -> Self {
+        Watched { inner, watch }
+    }
+}
+
+impl<B, W> HttpBody for Watched<B, W>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+    W: Watch,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                this.watch.polled(true, cx);
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => match this.watch.polled(false, cx) {
+                Some(e) => Poll::Ready(Some(Err(e))),
+                None => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }

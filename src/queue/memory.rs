@@ -13,14 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use super::fenwick::RankIndex;
 use super::{
-    ClientKey, PassReport, Phase, Place, QueueStore, Resolution, RoomPolicy, RoomSettings,
-    RoomStats, Seeded, SettingsPatch, StoreError, StoreResult, VisitorId, VisitorState,
+    ClientKey, Join, PassReport, Phase, Place, QueueQuery, QueueStore, REAP_BUDGET, RefusedReason,
+    Resolution, RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded, SettingsPatch,
+    StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
 };
 use crate::clock::{Clock, ms};
-
-/// How many idle sessions and abandoned waiters one pass may reap of each; a backlog is
-/// cleared over the following passes.
-pub const REAP_BUDGET: usize = 10_000;
 
 /// Heartbeats and session activity closer together than this do not move the visitor in
 /// the time indexes: abandonment and reclaim are measured in seconds, and skipping the
@@ -149,13 +146,43 @@ impl QueueStore for MemoryStore {
         Ok(room.reseed(seed, reseed))
     }
 
-    async fn resolve(
+    async fn resolve_with(
         &self,
         room: &str,
         visitor: VisitorId,
         client: ClientKey,
+        join: Join,
     ) -> StoreResult<Resolution> {
-        self.with_room(room, |room, now| room.resolve(visitor, client, now))
+        self.with_room(room, |room, now| room.resolve(visitor, client, join, now))
+    }
+
+    async fn queue(&self, room: &str, query: QueueQuery) -> StoreResult<Vec<WaitingEntry>> {
+        self.with_room(room, |room, now| {
+            room.phase(now);
+            room.queue(query)
+        })?
+    }
+
+    async fn move_to_front(&self, room: &str, reference: VisitorRef) -> StoreResult<Place> {
+        self.with_room(room, |room, now| {
+            let phase = room.phase(now);
+            let visitor = room.find(reference)?.visitor;
+            room.move_front(visitor, now, phase)
+                .ok_or(StoreError::NotWaiting(reference))
+        })?
+    }
+
+    async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
+        self.with_room(room, |room, _| room.drop_session(visitor))
+    }
+
+    async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<Vec<bool>> {
+        self.with_room(room, |room, now| {
+            visitors
+                .iter()
+                .map(|&v| room.touch_session(v, now))
+                .collect()
+        })
     }
 
     async fn heartbeat(
@@ -186,8 +213,13 @@ impl QueueStore for MemoryStore {
             // Credit the bucket at the old rate up to now, so a rate change applies only
             // from this moment on.
             room.refill(now);
+            let resuming = room.settings.paused && !next.paused;
             room.settings = next.clone();
             room.tokens = room.tokens.min(next.burst());
+            if resuming {
+                // SPEC §3: a resume starts with an empty bucket; paused time earns nothing.
+                room.tokens = 0.0;
+            }
             Ok(next)
         })?
     }
@@ -239,12 +271,36 @@ fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> StoreResult<()> {
     Ok(())
 }
 
-/// A waiting visitor: their ticket and when the store last heard from them.
+/// A waiting visitor: their ticket, when the store last heard from them, when they took
+/// their place, and the client they joined from (for `max_places_per_client`; `None` when
+/// restored from a snapshot, which does not keep clients).
 #[derive(Clone, Copy, Debug)]
 struct Waiter {
     ticket: u64,
     seen_ms: u64,
+    joined_ms: u64,
+    client: Option<ClientKey>,
 }
+
+/// A lottery draw entrant (no ticket until the doors open).
+#[derive(Clone, Copy, Debug)]
+struct Entrant {
+    seen_ms: u64,
+    client: Option<ClientKey>,
+}
+
+/// An admitted session: last activity and the distinct clients it has been used from, the
+/// first of which its session share is charged to (empty until its first request when
+/// admitted from the line, or after a restore).
+#[derive(Clone, Debug)]
+struct Session {
+    last_ms: u64,
+    clients: Vec<ClientKey>,
+}
+
+/// Marks a ticket of the front lane (moved to the front or a priority join): the rest of
+/// the bits are the lane's own counter. Line tickets never come near 2^63.
+const FRONT: u64 = 1 << 63;
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 struct Counters {
@@ -253,6 +309,34 @@ struct Counters {
     total_expired: u64,
     total_abandoned: u64,
     total_refused: u64,
+}
+
+/// Per-client counts (places in line, sessions on the site); an entry is removed when its
+/// count drops to zero, so the map holds only clients that hold something.
+#[derive(Default)]
+struct ClientCounts(HashMap<ClientKey, u32>);
+
+impl ClientCounts {
+    fn get(&self, client: ClientKey) -> u32 {
+        self.0.get(&client).copied().unwrap_or(0)
+    }
+
+    fn add(&mut self, client: Option<ClientKey>) {
+        if let Some(client) = client {
+            *self.0.entry(client).or_insert(0) += 1;
+        }
+    }
+
+    fn remove(&mut self, client: Option<ClientKey>) {
+        if let Some(client) = client
+            && let Some(n) = self.0.get_mut(&client)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.0.remove(&client);
+            }
+        }
+    }
 }
 
 struct Room {
@@ -265,22 +349,33 @@ struct Room {
     refilled_ms: u64,
     next_ticket: u64,
     waiters: HashMap<VisitorId, Waiter>,
-    /// The line in ticket order; the head is the first entry.
+    /// The line in ticket order; the head is the first entry (after the front lane).
     line: BTreeMap<u64, VisitorId>,
+    /// The front lane, ahead of the whole line: lane counter → visitor. The newest move is
+    /// position 1, so the lane's head is its *last* entry. Its own rank index keeps
+    /// positions O(log n) (ranks count from the oldest; a position is counted from the
+    /// newest).
+    front: BTreeMap<u64, VisitorId>,
+    front_ranks: RankIndex,
+    next_front: u64,
     /// Waiters by last heartbeat, oldest first, for abandonment.
     by_seen: BTreeSet<(u64, u64)>,
     ranks: RankIndex,
-    /// A lottery draw being collected: entrant → last heartbeat. Entrants have no ticket
-    /// until the doors open; then the whole draw is issued tickets in the order of
-    /// [`lottery_score`], in one go (the permutation is O(draw) once, and afterwards the
-    /// line is ordered by ticket alone, so the Fenwick index stays as it was).
-    draw: HashMap<VisitorId, u64>,
+    /// A lottery draw being collected. Entrants have no ticket until the doors open; then
+    /// the whole draw is issued tickets in the order of [`lottery_score`], in one go (the
+    /// permutation is O(draw) once, and afterwards the line is ordered by ticket alone, so
+    /// the Fenwick index stays as it was).
+    draw: HashMap<VisitorId, Entrant>,
     /// Draw entrants by last heartbeat, oldest first, for abandonment.
     draw_by_seen: BTreeSet<(u64, VisitorId)>,
-    /// Admitted sessions and their last activity.
-    sessions: HashMap<VisitorId, u64>,
+    /// Admitted sessions.
+    sessions: HashMap<VisitorId, Session>,
     /// Sessions by last activity, oldest first, for reclaim.
     by_activity: BTreeSet<(u64, VisitorId)>,
+    /// Places in line (the draw included) per client they joined from.
+    places: ClientCounts,
+    /// Sessions per client they are charged to.
+    session_counts: ClientCounts,
     joins: JoinWindows,
     counters: Counters,
 }
@@ -298,12 +393,17 @@ impl Room {
             next_ticket: 0,
             waiters: HashMap::new(),
             line: BTreeMap::new(),
+            front: BTreeMap::new(),
+            front_ranks: RankIndex::default(),
+            next_front: 0,
             by_seen: BTreeSet::new(),
             ranks: RankIndex::default(),
             draw: HashMap::new(),
             draw_by_seen: BTreeSet::new(),
             sessions: HashMap::new(),
             by_activity: BTreeSet::new(),
+            places: ClientCounts::default(),
+            session_counts: ClientCounts::default(),
             joins: JoinWindows::default(),
             counters: Counters::default(),
         }
@@ -348,35 +448,90 @@ impl Room {
     fn phase(&mut self, now: u64) -> Phase {
         let phase = self.policy.phase_at(now);
         if !self.draw.is_empty() && matches!(phase, Phase::Queueing | Phase::Closed) {
-            self.open_doors();
+            self.open_doors(now);
         }
         phase
     }
 
     /// Issues the draw tickets in lottery order, behind everyone already in line and ahead
-    /// of everyone who comes after.
-    fn open_doors(&mut self) {
-        let mut entrants: Vec<(u64, VisitorId, u64)> = self
+    /// of everyone who comes after. Their place dates from the doors.
+    fn open_doors(&mut self, now: u64) {
+        let mut entrants: Vec<(u64, VisitorId, Entrant)> = self
             .draw
             .drain()
-            .map(|(v, seen)| (lottery_score(&self.salt, v), v, seen))
+            .map(|(v, e)| (lottery_score(&self.salt, v), v, e))
             .collect();
         self.draw_by_seen.clear();
-        entrants.sort_unstable();
-        for (_, visitor, seen) in entrants {
+        entrants.sort_unstable_by_key(|&(score, v, _)| (score, v));
+        for (_, visitor, e) in entrants {
             let ticket = self.next_ticket;
             self.next_ticket += 1;
-            self.enter_line(visitor, ticket, seen);
+            // The draw's places move to the line: uncount, then count again.
+            self.places.remove(e.client);
+            self.enter_line(visitor, ticket, e.seen_ms, now, e.client);
         }
     }
 
-    fn resolve(&mut self, visitor: VisitorId, client: ClientKey, now: u64) -> Resolution {
+    /// Why a newcomer from `client` is refused a share, if they are.
+    fn share_refusal(&self, client: ClientKey) -> Option<RefusedReason> {
+        let p = &self.policy;
+        if p.max_places_per_client > 0 && self.places.get(client) >= p.max_places_per_client {
+            return Some(RefusedReason::PlacesPerClient);
+        }
+        if p.max_sessions_per_client > 0
+            && self.session_counts.get(client) >= p.max_sessions_per_client
+        {
+            return Some(RefusedReason::SessionsPerClient);
+        }
+        None
+    }
+
+    /// A request of a visitor on the site from `client`: remembers the client among the
+    /// session's first `session_clients`, or refuses it.
+    fn session_request(&mut self, visitor: VisitorId, client: ClientKey, now: u64) -> Resolution {
+        let cap = self.policy.session_clients as usize;
+        let Some(session) = self.sessions.get_mut(&visitor) else {
+            return Resolution::Admitted { newly: false };
+        };
+        if !session.clients.contains(&client) {
+            if session.clients.is_empty() {
+                // The first client the session is used from carries its share.
+                self.session_counts.add(Some(client));
+                session.clients.push(client);
+            } else if cap == 0 {
+                // No cap: nothing to remember beyond the first.
+            } else if session.clients.len() >= cap {
+                return Resolution::Refused {
+                    reason: RefusedReason::SessionClients,
+                    retry_after: SHARE_RETRY_AFTER,
+                };
+            } else {
+                session.clients.push(client);
+            }
+        }
+        self.touch_session(visitor, now);
+        Resolution::Admitted { newly: false }
+    }
+
+    fn resolve(
+        &mut self,
+        visitor: VisitorId,
+        client: ClientKey,
+        join: Join,
+        now: u64,
+    ) -> Resolution {
         let phase = self.phase(now);
         if self.sessions.contains_key(&visitor) {
-            self.touch_session(visitor, now);
-            return Resolution::Admitted { newly: false };
+            return self.session_request(visitor, client, now);
         }
-        if let Some(place) = self.heartbeat_waiter(visitor, now, phase) {
+        if join == Join::Front && phase != Phase::Closed {
+            if let Some(place) = self.move_front(visitor, now, phase) {
+                return Resolution::Waiting {
+                    place,
+                    joined: false,
+                };
+            }
+        } else if let Some(place) = self.heartbeat_waiter(visitor, now, phase) {
             if phase == Phase::Closed {
                 return Resolution::Closed;
             }
@@ -400,33 +555,85 @@ impl Room {
         {
             self.counters.total_refused += 1;
             return Resolution::Refused {
+                reason: RefusedReason::JoinLimit,
                 retry_after: std::time::Duration::from_millis(retry_after_ms),
             };
         }
-        if phase == Phase::Draw {
-            // Collected, never admitted on the spot.
-            if self.policy.lottery {
-                self.draw.insert(visitor, now);
-                self.draw_by_seen.insert((now, visitor));
-                self.counters.total_joined += 1;
-                return Resolution::Waiting {
-                    place: self.draw_place(phase),
-                    joined: true,
-                };
-            }
-        } else {
+        if let Some(reason) = self.share_refusal(client) {
+            self.counters.total_refused += 1;
+            return Resolution::Refused {
+                reason,
+                retry_after: SHARE_RETRY_AFTER,
+            };
+        }
+        if phase == Phase::Queueing {
             self.refill(now);
-            if self.line.is_empty() && self.can_admit() {
+            if self.waiting() == 0 && self.can_admit() {
                 self.tokens -= 1.0;
-                self.start_session(visitor, now);
+                self.start_session(visitor, now, Some(client));
                 return Resolution::Admitted { newly: true };
             }
         }
-        self.join(visitor, now);
+        // The breaker; the fast path above only runs with nobody waiting, so it is never
+        // affected.
+        if join == Join::Back
+            && self.policy.max_waiting > 0
+            && self.waiting() >= self.policy.max_waiting
+        {
+            self.counters.total_refused += 1;
+            return Resolution::Full;
+        }
+        self.counters.total_joined += 1;
+        if join == Join::Front {
+            let ticket = FRONT | self.next_front;
+            self.next_front += 1;
+            self.enter_line(visitor, ticket, now, now, Some(client));
+            return Resolution::Waiting {
+                place: self.place_of(ticket, phase),
+                joined: true,
+            };
+        }
+        if phase == Phase::Draw && self.policy.lottery {
+            // Collected, never admitted on the spot.
+            self.draw.insert(
+                visitor,
+                Entrant {
+                    seen_ms: now,
+                    client: Some(client),
+                },
+            );
+            self.draw_by_seen.insert((now, visitor));
+            self.places.add(Some(client));
+            return Resolution::Waiting {
+                place: self.draw_place(phase),
+                joined: true,
+            };
+        }
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.enter_line(visitor, ticket, now, now, Some(client));
         Resolution::Waiting {
-            place: self.place_of(self.waiters[&visitor].ticket, phase),
+            place: self.place_of(ticket, phase),
             joined: true,
         }
+    }
+
+    /// Moves a waiting visitor (in line, in the front lane, or in a lottery draw) to
+    /// position 1. `None` when they are not waiting.
+    fn move_front(&mut self, visitor: VisitorId, now: u64, phase: Phase) -> Option<Place> {
+        let (seen_ms, client) = if let Some(w) = self.leave_line(visitor) {
+            (now.max(w.seen_ms), w.client)
+        } else if let Some(e) = self.draw.remove(&visitor) {
+            self.draw_by_seen.remove(&(e.seen_ms, visitor));
+            self.places.remove(e.client);
+            (now.max(e.seen_ms), e.client)
+        } else {
+            return None;
+        };
+        let ticket = FRONT | self.next_front;
+        self.next_front += 1;
+        self.enter_line(visitor, ticket, seen_ms, now, client);
+        Some(self.place_of(ticket, phase))
     }
 
     fn heartbeat(&mut self, visitor: VisitorId, now: u64) -> VisitorState {
@@ -443,10 +650,10 @@ impl Room {
     /// A waiting visitor's place (in line or in the draw), recording that they are still
     /// there.
     fn heartbeat_waiter(&mut self, visitor: VisitorId, now: u64, phase: Phase) -> Option<Place> {
-        if let Some(seen) = self.draw.get_mut(&visitor) {
-            if now >= *seen + TOUCH_GRANULARITY_MS {
-                self.draw_by_seen.remove(&(*seen, visitor));
-                *seen = now;
+        if let Some(e) = self.draw.get_mut(&visitor) {
+            if now >= e.seen_ms + TOUCH_GRANULARITY_MS {
+                self.draw_by_seen.remove(&(e.seen_ms, visitor));
+                e.seen_ms = now;
                 self.draw_by_seen.insert((now, visitor));
             }
             return Some(self.draw_place(phase));
@@ -462,12 +669,22 @@ impl Room {
     }
 
     fn waiting(&self) -> u64 {
-        (self.line.len() + self.draw.len()) as u64
+        (self.line.len() + self.front.len() + self.draw.len()) as u64
+    }
+
+    /// A ticket's position: the front lane (newest first), then the line.
+    fn position_of(&self, ticket: u64) -> u64 {
+        let front = self.front.len() as u64;
+        if ticket & FRONT != 0 {
+            (front + 1).saturating_sub(self.front_ranks.rank(ticket & !FRONT))
+        } else {
+            front + self.ranks.rank(ticket)
+        }
     }
 
     fn place_of(&self, ticket: u64, phase: Phase) -> Place {
         Place {
-            position: Some(self.ranks.rank(ticket)),
+            position: Some(self.position_of(ticket)),
             waiting: self.waiting(),
             paused: self.settings.paused,
             phase,
@@ -484,44 +701,101 @@ impl Room {
         }
     }
 
-    fn join(&mut self, visitor: VisitorId, now: u64) {
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
-        self.enter_line(visitor, ticket, now);
-        self.counters.total_joined += 1;
-    }
-
-    /// Puts a waiter into every index of the line.
-    fn enter_line(&mut self, visitor: VisitorId, ticket: u64, seen_ms: u64) {
-        self.waiters.insert(visitor, Waiter { ticket, seen_ms });
-        self.line.insert(ticket, visitor);
+    /// Puts a waiter into every index of the line (or of the front lane) and counts their
+    /// place against their client.
+    fn enter_line(
+        &mut self,
+        visitor: VisitorId,
+        ticket: u64,
+        seen_ms: u64,
+        joined_ms: u64,
+        client: Option<ClientKey>,
+    ) {
+        self.waiters.insert(
+            visitor,
+            Waiter {
+                ticket,
+                seen_ms,
+                joined_ms,
+                client,
+            },
+        );
+        if ticket & FRONT != 0 {
+            self.front.insert(ticket & !FRONT, visitor);
+            self.front_ranks.insert(ticket & !FRONT);
+        } else {
+            self.line.insert(ticket, visitor);
+            self.ranks.insert(ticket);
+        }
         self.by_seen.insert((seen_ms, ticket));
-        self.ranks.insert(ticket);
+        self.places.add(client);
     }
 
-    /// Takes a waiter out of every index of the line.
+    /// Takes a waiter out of every index of the line, freeing their client's place.
     fn leave_line(&mut self, visitor: VisitorId) -> Option<Waiter> {
         let waiter = self.waiters.remove(&visitor)?;
-        self.line.remove(&waiter.ticket);
+        if waiter.ticket & FRONT != 0 {
+            self.front.remove(&(waiter.ticket & !FRONT));
+            self.front_ranks.remove(waiter.ticket & !FRONT);
+        } else {
+            self.line.remove(&waiter.ticket);
+            self.ranks.remove(waiter.ticket);
+        }
         self.by_seen.remove(&(waiter.seen_ms, waiter.ticket));
-        self.ranks.remove(waiter.ticket);
+        self.places.remove(waiter.client);
         Some(waiter)
     }
 
-    fn start_session(&mut self, visitor: VisitorId, now: u64) {
-        self.sessions.insert(visitor, now);
+    /// The visitor holding `ticket` (line or front lane).
+    fn at_ticket(&self, ticket: u64) -> Option<VisitorId> {
+        if ticket & FRONT != 0 {
+            self.front.get(&(ticket & !FRONT)).copied()
+        } else {
+            self.line.get(&ticket).copied()
+        }
+    }
+
+    /// The head of the line: the newest of the front lane, else the first ticket.
+    fn head(&self) -> Option<VisitorId> {
+        self.front
+            .last_key_value()
+            .or_else(|| self.line.first_key_value())
+            .map(|(_, &v)| v)
+    }
+
+    fn start_session(&mut self, visitor: VisitorId, now: u64, client: Option<ClientKey>) {
+        self.session_counts.add(client);
+        self.sessions.insert(
+            visitor,
+            Session {
+                last_ms: now,
+                clients: client.into_iter().collect(),
+            },
+        );
         self.by_activity.insert((now, visitor));
         self.counters.total_admitted += 1;
     }
 
-    fn touch_session(&mut self, visitor: VisitorId, now: u64) {
-        if let Some(last) = self.sessions.get_mut(&visitor)
-            && now >= *last + TOUCH_GRANULARITY_MS
-        {
-            self.by_activity.remove(&(*last, visitor));
-            *last = now;
+    /// Removes a session from every index, freeing its client's share.
+    fn drop_session(&mut self, visitor: VisitorId) -> bool {
+        let Some(session) = self.sessions.remove(&visitor) else {
+            return false;
+        };
+        self.by_activity.remove(&(session.last_ms, visitor));
+        self.session_counts.remove(session.clients.first().copied());
+        true
+    }
+
+    fn touch_session(&mut self, visitor: VisitorId, now: u64) -> bool {
+        let Some(session) = self.sessions.get_mut(&visitor) else {
+            return false;
+        };
+        if now >= session.last_ms + TOUCH_GRANULARITY_MS {
+            self.by_activity.remove(&(session.last_ms, visitor));
+            session.last_ms = now;
             self.by_activity.insert((now, visitor));
         }
+        true
     }
 
     fn admit_pass(&mut self, now: u64) -> PassReport {
@@ -529,38 +803,29 @@ impl Room {
         let mut report = PassReport::default();
 
         let ttl = ms(self.settings.session_ttl);
-        while report.expired.len() < REAP_BUDGET {
-            match self.by_activity.first() {
-                Some(&(last, visitor)) if last + ttl <= now => {
-                    self.by_activity.pop_first();
-                    self.sessions.remove(&visitor);
-                    report.expired.push(visitor);
-                }
-                _ => break,
-            }
+        for (last, visitor) in due(&self.by_activity, ttl, now, REAP_BUDGET) {
+            self.drop_session(visitor);
+            // Never loop on an index entry without its session.
+            self.by_activity.remove(&(last, visitor));
+            report.expired.push(visitor);
         }
         self.counters.total_expired += report.expired.len() as u64;
 
         let abandon_after = ms(self.settings.abandon_after);
-        while report.abandoned.len() < REAP_BUDGET {
-            match self.by_seen.first() {
-                Some(&(seen, ticket)) if seen + abandon_after <= now => {
-                    let visitor = self.line[&ticket];
-                    self.leave_line(visitor);
-                    report.abandoned.push(visitor);
-                }
-                _ => break,
+        for (seen, ticket) in due(&self.by_seen, abandon_after, now, REAP_BUDGET) {
+            self.by_seen.remove(&(seen, ticket));
+            if let Some(visitor) = self.at_ticket(ticket) {
+                self.leave_line(visitor);
+                report.abandoned.push(visitor);
             }
         }
-        while report.abandoned.len() < REAP_BUDGET {
-            match self.draw_by_seen.first() {
-                Some(&(seen, visitor)) if seen + abandon_after <= now => {
-                    self.draw_by_seen.pop_first();
-                    self.draw.remove(&visitor);
-                    report.abandoned.push(visitor);
-                }
-                _ => break,
+        let budget = REAP_BUDGET - report.abandoned.len();
+        for (seen, visitor) in due(&self.draw_by_seen, abandon_after, now, budget) {
+            self.draw_by_seen.remove(&(seen, visitor));
+            if let Some(e) = self.draw.remove(&visitor) {
+                self.places.remove(e.client);
             }
+            report.abandoned.push(visitor);
         }
         self.counters.total_abandoned += report.abandoned.len() as u64;
         self.joins
@@ -569,15 +834,65 @@ impl Room {
         self.refill(now);
         // Before the doors and after closing, nobody is admitted.
         while phase == Phase::Queueing && self.can_admit() {
-            let Some((_, &visitor)) = self.line.first_key_value() else {
+            let Some(visitor) = self.head() else {
                 break;
             };
             self.leave_line(visitor);
             self.tokens -= 1.0;
-            self.start_session(visitor, now);
+            // Charged to the client it is first used from (see `session_request`).
+            self.start_session(visitor, now, None);
             report.admitted.push(visitor);
         }
         report
+    }
+
+    fn entry(&self, visitor: VisitorId, w: &Waiter) -> WaitingEntry {
+        WaitingEntry {
+            visitor,
+            reference: visitor.reference(),
+            position: Some(self.position_of(w.ticket)),
+            joined_at_ms: Some(w.joined_ms),
+            last_seen_ms: w.seen_ms,
+        }
+    }
+
+    fn queue(&self, query: QueueQuery) -> StoreResult<Vec<WaitingEntry>> {
+        match query {
+            QueueQuery::Head { limit } => Ok(self
+                .front
+                .values()
+                .rev()
+                .chain(self.line.values())
+                .take(limit.min(QueueQuery::MAX_LIMIT))
+                .filter_map(|v| self.waiters.get(v).map(|w| self.entry(*v, w)))
+                .collect()),
+            QueueQuery::Ref(reference) => self.find(reference).map(|e| vec![e]),
+        }
+    }
+
+    /// The waiting visitor with `reference`: the one nearest the head if two share it.
+    /// O(waiting), admin-only.
+    fn find(&self, reference: VisitorRef) -> StoreResult<WaitingEntry> {
+        let in_line = self
+            .waiters
+            .iter()
+            .filter(|(v, _)| reference.matches(v))
+            .map(|(&v, w)| self.entry(v, w))
+            .min_by_key(|e| e.position);
+        if let Some(entry) = in_line {
+            return Ok(entry);
+        }
+        self.draw
+            .iter()
+            .find(|(v, _)| reference.matches(v))
+            .map(|(&visitor, e)| WaitingEntry {
+                visitor,
+                reference,
+                position: None,
+                joined_at_ms: None,
+                last_seen_ms: e.seen_ms,
+            })
+            .ok_or(StoreError::NotWaiting(reference))
     }
 
     fn stats(&self) -> RoomStats {
@@ -598,10 +913,13 @@ impl Room {
         let removed = self.waiting();
         self.waiters.clear();
         self.line.clear();
+        self.front.clear();
+        self.front_ranks.clear(self.next_front);
         self.by_seen.clear();
         self.ranks.clear(self.next_ticket);
         self.draw.clear();
         self.draw_by_seen.clear();
+        self.places = ClientCounts::default();
         removed
     }
 
@@ -610,7 +928,13 @@ impl Room {
             settings: self.settings.clone(),
             tokens: self.tokens,
             next_ticket: self.next_ticket,
-            line: self.line.iter().map(|(&t, &v)| (t, v)).collect(),
+            // The front lane rides in the line with its marker bit, so the layout stays.
+            line: self
+                .front
+                .iter()
+                .map(|(&c, &v)| (FRONT | c, v))
+                .chain(self.line.iter().map(|(&t, &v)| (t, v)))
+                .collect(),
             sessions: self.sessions.keys().copied().collect(),
             counters: self.counters,
             salt: self.salt,
@@ -620,7 +944,8 @@ impl Room {
 
     /// Rebuilds a room from its snapshot. Everyone restored counts as seen `now`: the time
     /// the process was down must not abandon the line or reclaim the site. The policy
-    /// comes back when the room is opened.
+    /// comes back when the room is opened. Clients are not in the snapshot: restored
+    /// places and sessions count against no client's share.
     fn restore(snapshot: RoomSnapshot, now: u64) -> Self {
         let mut room = Room::new(snapshot.settings, now);
         room.salt = snapshot.salt;
@@ -628,23 +953,56 @@ impl Room {
         room.counters = snapshot.counters;
         let first_ticket = snapshot
             .line
-            .first()
+            .iter()
+            .find(|&&(t, _)| t & FRONT == 0)
             .map_or(snapshot.next_ticket, |&(t, _)| t);
         room.ranks = RankIndex::starting_at(first_ticket);
+        let front = snapshot.line.iter().filter(|&&(t, _)| t & FRONT != 0);
+        let first_front = front.clone().map(|&(t, _)| t & !FRONT).min().unwrap_or(0);
+        room.next_front = front.map(|&(t, _)| (t & !FRONT) + 1).max().unwrap_or(0);
+        room.front_ranks = RankIndex::starting_at(first_front);
         for (ticket, visitor) in snapshot.line {
-            room.enter_line(visitor, ticket, now);
+            room.enter_line(visitor, ticket, now, now, None);
         }
         room.next_ticket = snapshot.next_ticket;
         for visitor in snapshot.sessions {
-            room.sessions.insert(visitor, now);
+            room.sessions.insert(
+                visitor,
+                Session {
+                    last_ms: now,
+                    clients: Vec::new(),
+                },
+            );
             room.by_activity.insert((now, visitor));
         }
         for visitor in snapshot.draw {
-            room.draw.insert(visitor, now);
+            room.draw.insert(
+                visitor,
+                Entrant {
+                    seen_ms: now,
+                    client: None,
+                },
+            );
             room.draw_by_seen.insert((now, visitor));
         }
         room
     }
+}
+
+/// The oldest entries of a by-time index whose time plus `after` has come by `now`, at
+/// most `budget` of them: what one pass reaps from it.
+fn due<K: Copy + Ord>(
+    index: &BTreeSet<(u64, K)>,
+    after: u64,
+    now: u64,
+    budget: usize,
+) -> Vec<(u64, K)> {
+    index
+        .iter()
+        .take_while(|(at, _)| at.saturating_add(after) <= now)
+        .take(budget)
+        .copied()
+        .collect()
 }
 
 /// A draw entrant's lottery score: the first 8 bytes of SHA-256(salt ‖ visitor id). The
@@ -806,6 +1164,22 @@ mod tests {
     }
 
     conformance::suite!(MemoryHarness::new());
+
+    /// The per-client maps hold only clients that hold something (bounded memory).
+    #[tokio::test(start_paused = true)]
+    async fn client_counts_are_forgotten_at_zero() {
+        let h = MemoryHarness::new();
+        conformance::fill_client_counts(h.store.as_ref()).await;
+        let sizes = || {
+            let room = h.store.room("main").unwrap();
+            let room = room.lock().unwrap();
+            (room.places.0.len(), room.session_counts.0.len())
+        };
+        assert_eq!(sizes(), (300, 20));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        h.store.admit_pass("main").await.unwrap();
+        assert_eq!(sizes(), (0, 0));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn snapshot_file_is_private() {

@@ -15,14 +15,19 @@ use serde::{Deserialize, Serialize};
 pub mod fenwick;
 pub mod memory;
 pub mod redis;
+pub mod redis_client;
 
 #[cfg(test)]
 pub mod conformance;
 
 pub use crate::config::Schedule;
-pub use crate::http::client::ClientKey;
+pub use crate::identity::ClientKey;
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
+
+/// How many idle sessions and abandoned waiters one pass may reap of each, in every store;
+/// a backlog is cleared over the following passes.
+pub const REAP_BUDGET: usize = 10_000;
 
 /// A visitor's random 128-bit identity, carried in the signed cookie. Stored as 16 raw
 /// bytes (not 32 hex characters) because the line may hold millions of them.
@@ -45,6 +50,93 @@ impl VisitorId {
         let mut bytes = [0u8; 16];
         hex::decode_to_slice(s, &mut bytes).ok()?;
         Some(VisitorId(bytes))
+    }
+
+    /// The visitor's short reference for support (SPEC §10 "Priority"), computed from the
+    /// id alone so pages and JSON show it with no store call.
+    pub fn reference(&self) -> VisitorRef {
+        VisitorRef::of(self)
+    }
+}
+
+/// The 8-character reference of a visitor: Crockford base32 of the first 40 bits of the id.
+/// Crockford's alphabet has no I, L, O or U, so a reference read over the phone cannot be
+/// misheard as another; 40 bits make two visitors of one line share a reference only in a
+/// line of about a million (birthday bound), and then the admin sees the first match.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct VisitorRef([u8; 8]);
+
+const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+impl VisitorRef {
+    fn of(id: &VisitorId) -> Self {
+        let bits = id.0[..5]
+            .iter()
+            .fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+        let mut out = [0u8; 8];
+        for (i, c) in out.iter_mut().enumerate() {
+            *c = CROCKFORD[((bits >> (35 - 5 * i)) & 31) as usize];
+        }
+        VisitorRef(out)
+    }
+
+    /// Reads a reference as a person typed it: case-insensitive, with Crockford's
+    /// substitutions (O → 0, I and L → 1) and hyphens ignored. `None` unless it is exactly
+    /// 8 symbols.
+    pub fn parse(s: &str) -> Option<Self> {
+        let mut out = [0u8; 8];
+        let mut n = 0;
+        for c in s.chars().filter(|&c| c != '-') {
+            let c = match c.to_ascii_uppercase() {
+                'O' => '0',
+                'I' | 'L' => '1',
+                c => c,
+            };
+            if !c.is_ascii() || !CROCKFORD.contains(&(c as u8)) || n == 8 {
+                return None;
+            }
+            out[n] = c as u8;
+            n += 1;
+        }
+        (n == 8).then_some(VisitorRef(out))
+    }
+
+    /// The 5 id bytes the reference stands for: what a store compares ids against.
+    pub fn prefix(&self) -> [u8; 5] {
+        let bits = self.0.iter().fold(0u64, |acc, &c| {
+            let v = CROCKFORD.iter().position(|&a| a == c).unwrap_or(0) as u64;
+            (acc << 5) | v
+        });
+        let b = bits.to_be_bytes();
+        [b[3], b[4], b[5], b[6], b[7]]
+    }
+
+    /// Whether `id` has this reference.
+    pub fn matches(&self, id: &VisitorId) -> bool {
+        id.0[..5] == self.prefix()
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Only ever built from the ASCII alphabet above.
+        std::str::from_utf8(&self.0).unwrap_or("????????")
+    }
+}
+
+impl fmt::Display for VisitorRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for VisitorRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VisitorRef({})", self.as_str())
+    }
+}
+
+impl Serialize for VisitorRef {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -77,6 +169,17 @@ pub struct RoomSettings {
 }
 
 impl RoomSettings {
+    /// The runtime settings a room's config seeds into the store.
+    pub fn seed(room: &crate::config::RoomConfig) -> RoomSettings {
+        RoomSettings {
+            rate: room.rate,
+            max_active: room.max_active,
+            session_ttl: room.session_ttl,
+            abandon_after: room.abandon_after,
+            paused: false,
+        }
+    }
+
     /// The largest number of tokens the bucket may hold: one second's worth, at least one,
     /// so an outage or a pause never dumps the line on the origin.
     pub fn burst(&self) -> f64 {
@@ -103,8 +206,14 @@ impl RoomSettings {
         if self.session_ttl < Duration::from_secs(1) {
             return invalid("session_ttl", "must be at least 1s");
         }
+        if self.session_ttl > crate::config::MAX_DURATION {
+            return invalid("session_ttl", "must be at most 365 days");
+        }
         if self.abandon_after < Duration::from_secs(1) {
             return invalid("abandon_after", "must be at least 1s");
+        }
+        if self.abandon_after > crate::config::MAX_DURATION {
+            return invalid("abandon_after", "must be at most 365 days");
         }
         Ok(())
     }
@@ -163,9 +272,54 @@ pub struct RoomPolicy {
     pub schedule: Schedule,
     /// Visitors collected during the draw are placed by a salted hash of their id.
     pub lottery: bool,
+    /// Places in line at once from one client key (SPEC §10 "One client, one fair share");
+    /// 0: no cap. A newcomer over it is refused with [`RefusedReason::PlacesPerClient`].
+    pub max_places_per_client: u32,
+    /// Sessions on the site at once from one client key; 0: no cap. A session counts
+    /// against the client it is first used from (the fast path's newcomer, or the first
+    /// request after admission from the line). A newcomer over it is refused with
+    /// [`RefusedReason::SessionsPerClient`].
+    pub max_sessions_per_client: u32,
+    /// Distinct client keys one admitted session may be used from; 0: no cap. The first
+    /// ones are remembered for the session's life; a request from one more is refused with
+    /// [`RefusedReason::SessionClients`] (that request only: the session stays).
+    pub session_clients: u32,
+    /// The queue breaker: with this many in line (the draw included) a newcomer gets
+    /// [`Resolution::Full`]; 0: no limit. Those in line, and priority joins, are unaffected.
+    pub max_waiting: u64,
 }
 
 impl RoomPolicy {
+    /// SPEC §10's defaults for the per-client shares. [`RoomPolicy::default`] leaves every
+    /// cap off (as it leaves the join limit off), so the config layer opts in explicitly.
+    pub const DEFAULT_MAX_PLACES_PER_CLIENT: u32 = 64;
+    pub const DEFAULT_MAX_SESSIONS_PER_CLIENT: u32 = 32;
+    pub const DEFAULT_SESSION_CLIENTS: u32 = 4;
+
+    /// `self` with SPEC §10's per-client shares.
+    pub fn with_default_shares(self) -> Self {
+        RoomPolicy {
+            max_places_per_client: Self::DEFAULT_MAX_PLACES_PER_CLIENT,
+            max_sessions_per_client: Self::DEFAULT_MAX_SESSIONS_PER_CLIENT,
+            session_clients: Self::DEFAULT_SESSION_CLIENTS,
+            ..self
+        }
+    }
+}
+
+impl RoomPolicy {
+    /// The static policy a room's config hands the store on every start.
+    pub fn of(room: &crate::config::RoomConfig) -> RoomPolicy {
+        RoomPolicy {
+            join_limit_per_ip: room.join_limit_per_ip,
+            join_limit_window: room.join_limit_window,
+            schedule: room.schedule.clone(),
+            lottery: room.lottery,
+            // The per-client shares and the breaker stay off until the config has their keys.
+            ..RoomPolicy::default()
+        }
+    }
+
     /// The schedule as unix milliseconds: (queue_opens_at, admits_at, closes_at).
     pub fn schedule_ms(&self) -> [Option<u64>; 3] {
         let s = &self.schedule;
@@ -233,13 +387,94 @@ pub enum Resolution {
     Admitted { newly: bool },
     /// In line (or in the draw). `joined` when this very call put them there.
     Waiting { place: Place, joined: bool },
-    /// A newcomer over the join limit of their client key; counted in `total_refused` and
-    /// charged to the window. `retry_after` is what is left of the window.
-    Refused { retry_after: Duration },
+    /// Refused for `reason`; counted in `total_refused`, except
+    /// [`RefusedReason::SessionClients`], which refuses one request of a visitor on the site
+    /// rather than a visitor. Only [`RefusedReason::JoinLimit`] is a strike (SPEC §10).
+    Refused {
+        reason: RefusedReason,
+        retry_after: Duration,
+    },
+    /// The queue breaker (`max_waiting`): the line is full and this newcomer was not added;
+    /// counted in `total_refused`.
+    Full,
     /// Before `queue_opens_at`: nobody is queued (and the visitor was not).
     NotOpen,
     /// After `closes_at`: nobody else is admitted; only sessions already on the site go on.
     Closed,
+}
+
+/// Why [`Resolution::Refused`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusedReason {
+    /// The join limit of the client key (`retry_after`: the rest of its window). A strike.
+    JoinLimit,
+    /// `max_places_per_client`: the client already holds that many places in line.
+    PlacesPerClient,
+    /// `max_sessions_per_client`: the client already holds that many sessions on the site.
+    SessionsPerClient,
+    /// `session_clients`: this admitted session is already used from that many other
+    /// clients.
+    SessionClients,
+}
+
+impl RefusedReason {
+    /// Whether the caller should strike the client (SPEC §10: only the join limit is; the
+    /// shares are met innocently by shared addresses).
+    pub fn is_strike(self) -> bool {
+        self == RefusedReason::JoinLimit
+    }
+}
+
+/// The `retry_after` of a share refusal: a share frees up when one of the client's visitors
+/// is admitted, leaves or expires, which the store cannot predict; this is a polite hint.
+pub const SHARE_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// How a newcomer or a waiting visitor is put in line by [`QueueStore::resolve_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Join {
+    /// The back of the line (FIFO).
+    #[default]
+    Back,
+    /// Position 1, ahead of everyone (a priority grant, SPEC §10): admitted on the spot when
+    /// nobody waits and the limits allow, else by the next pass (the rate and `max_active`
+    /// still apply). A waiting visitor is moved to the front; someone on the site stays so.
+    /// The join limit and per-client shares apply as to any newcomer; the queue breaker
+    /// does not (the site chose to let this visitor in ahead of the line).
+    Front,
+}
+
+/// One waiting visitor as the admin's Queue view shows them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WaitingEntry {
+    /// The store's id; never shown to admins (the reference is).
+    #[serde(skip)]
+    pub visitor: VisitorId,
+    #[serde(rename = "ref")]
+    pub reference: VisitorRef,
+    /// `None` for a lottery entrant before the doors open.
+    pub position: Option<u64>,
+    /// Unix ms when they took their current place: their join, the doors for a lottery
+    /// entrant, or the move for one moved to the front. `None` while in the lottery draw
+    /// (and for a Redis ticket issued before this field existed).
+    pub joined_at_ms: Option<u64>,
+    /// Unix ms of their last heartbeat.
+    pub last_seen_ms: u64,
+}
+
+/// What [`QueueStore::queue`] is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueQuery {
+    /// The first `limit` in line, in order (at most [`QueueQuery::MAX_LIMIT`]). A lottery
+    /// draw before the doors has no order: only those moved to the front are listed.
+    Head { limit: usize },
+    /// The one waiting visitor (in line or in a draw) with this reference;
+    /// [`StoreError::NotWaiting`] when there is none.
+    Ref(VisitorRef),
+}
+
+impl QueueQuery {
+    pub const MAX_LIMIT: usize = 1_000;
 }
 
 /// A waiting visitor's place in line.
@@ -308,6 +543,9 @@ pub enum StoreError {
     UnknownRoom(String),
     #[error("invalid {field}: {reason}")]
     Invalid { field: &'static str, reason: String },
+    /// No visitor with this reference is waiting in the room (a 404 for the admin API).
+    #[error("no waiting visitor with reference {0}")]
+    NotWaiting(VisitorRef),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -330,17 +568,61 @@ pub trait QueueStore: Send + Sync + 'static {
     /// is how sessions stay alive: the proxy re-confirms each session every few seconds); a
     /// waiting visitor gets their place (and a heartbeat); a newcomer is admitted on the
     /// spot when nobody waits and both limits allow, otherwise joins the back of the line.
-    /// The schedule and the join limit of `client` apply to newcomers only: a visitor
-    /// already waiting or on the site is never refused.
+    /// The schedule, the join limit of `client`, its shares and the breaker apply to
+    /// newcomers only: a visitor already waiting is never refused, and one on the site only
+    /// by `session_clients`.
+    ///
+    /// Per-client shares (SPEC §10): a newcomer is refused when `client` already holds
+    /// `max_places_per_client` places or `max_sessions_per_client` sessions; a request of a
+    /// visitor on the site from one client more than `session_clients` is refused (and does
+    /// not keep the session alive). With `max_waiting` in line, a newcomer gets
+    /// [`Resolution::Full`].
     async fn resolve(
         &self,
         room: &str,
         visitor: VisitorId,
         client: ClientKey,
+    ) -> StoreResult<Resolution> {
+        self.resolve_with(room, visitor, client, Join::Back).await
+    }
+
+    /// [`QueueStore::resolve`] with the place a newcomer (or a waiting visitor) gets:
+    /// [`Join::Front`] is a priority grant's position 1.
+    async fn resolve_with(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        client: ClientKey,
+        join: Join,
     ) -> StoreResult<Resolution>;
 
+    /// The admin's Queue view: the head of the line, or one waiting visitor by reference.
+    /// Finding by reference scans the line (admin-only and rare; an index would cost memory
+    /// per waiting visitor), in bounded steps so the store is never blocked for long.
+    async fn queue(&self, room: &str, query: QueueQuery) -> StoreResult<Vec<WaitingEntry>>;
+
+    /// Moves the waiting visitor with reference `reference` to position 1, ahead of
+    /// everyone (a later move goes ahead of an earlier one); nobody else's order changes.
+    /// During a lottery draw the visitor leaves the lot and holds position 1 at once, ahead
+    /// of the whole draw when the doors open. Returns the new place;
+    /// [`StoreError::NotWaiting`] when nobody waiting has that reference.
+    async fn move_to_front(&self, room: &str, reference: VisitorRef) -> StoreResult<Place>;
+
+    /// Ends a visitor's session now and gives the slot to the next pass (the origin's
+    /// `X-Anteroom-End-Session: 1`, SPEC §14, or a ban). Their client's session share frees
+    /// up. Returns whether there was a session. Coming back is a newcomer.
+    async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool>;
+
+    /// Records activity for many sessions of one room at once, keeping them alive past
+    /// `session_ttl` (open WebSocket/SSE streams, SPEC §10; the batched last-seen flush of
+    /// DESIGN "Costs"). Returns, for each, whether the session is still on the site, so a
+    /// stream whose session was ended can be closed. Never admits anyone.
+    async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<Vec<bool>>;
+
     /// The live stream's tick for many visitors of one room at once: each waiting visitor's
-    /// place (recording a heartbeat), admitted ones as such. Never joins anyone.
+    /// place (recording a heartbeat), admitted ones as such. Never joins anyone, and does
+    /// not keep sessions alive (that is [`QueueStore::touch_sessions`]: a waiting page left
+    /// open must not hold a slot).
     async fn heartbeat(&self, room: &str, visitors: &[VisitorId])
     -> StoreResult<Vec<VisitorState>>;
 
@@ -365,4 +647,53 @@ pub trait QueueStore: Send + Sync + 'static {
     /// Makes the current state durable where the store keeps it locally (the embedded
     /// store's snapshot); a no-op for stores that are durable themselves.
     async fn persist(&self) -> StoreResult<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reference_is_8_unambiguous_characters_of_the_id() {
+        let id = VisitorId([
+            0xff, 0xff, 0xff, 0xff, 0xff, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+        ]);
+        assert_eq!(id.reference().as_str(), "ZZZZZZZZ");
+        assert_eq!(VisitorId([0; 16]).reference().as_str(), "00000000");
+        // 0x0842108421 is 00001 repeated: every symbol is 1.
+        let mut bytes = [0u8; 16];
+        bytes[..5].copy_from_slice(&[0x08, 0x42, 0x10, 0x84, 0x21]);
+        assert_eq!(VisitorId(bytes).reference().as_str(), "11111111");
+        for _ in 0..1_000 {
+            let id = VisitorId::random();
+            let r = id.reference();
+            assert_eq!(r.as_str().len(), 8);
+            assert!(!r.as_str().contains(['I', 'L', 'O', 'U']), "{r}");
+            assert!(r.matches(&id));
+            assert_eq!(r.prefix(), id.0[..5]);
+            assert_eq!(VisitorRef::parse(r.as_str()), Some(r));
+        }
+    }
+
+    #[test]
+    fn a_reference_is_read_as_a_person_types_it() {
+        let r = VisitorRef::parse("1O0I-LABZ").unwrap();
+        assert_eq!(r.as_str(), "10011ABZ");
+        assert_eq!(VisitorRef::parse("10011abz"), Some(r));
+        for bad in [
+            "",
+            "1234567",
+            "123456789",
+            "1234567U",
+            "1234567é",
+            "12345 67",
+        ] {
+            assert_eq!(VisitorRef::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            "\"10011ABZ\"",
+            "JSON shows the text"
+        );
+    }
 }

@@ -12,8 +12,11 @@
 //! `ar:{main}:conf` (runtime settings), `ar:{main}:state` (bucket, ticket counter, counters,
 //! downtime bookkeeping), `ar:{main}:line` (ZSET id → ticket), `ar:{main}:seen` (ZSET id →
 //! last heartbeat), `ar:{main}:active` (ZSET id → last activity), `ar:{main}:draw` (ZSET
-//! id → lottery score, during a draw), `ar:{main}:joins:<client>` (one client's join-limit
-//! window, expiring with it). Members are the raw 16-byte visitor ids.
+//! id → lottery score, during a draw), `ar:{main}:places` (client → its visitors' ids, while
+//! `max_places_per_client` is set), `ar:{main}:sess` (session → the clients it was used
+//! from) and `ar:{main}:scount` (client → sessions), while a session cap is set,
+//! `ar:{main}:joins:<client>` (one client's join-limit window, expiring with it). Members are
+//! the raw 16-byte visitor ids; clients are [`ClientKey::to_bytes`].
 //!
 //! Outages: every connection, I/O or timeout error is [`StoreError::Unavailable`] (admission
 //! fails closed). The single-node connection is a [`ConnectionManager`] with short timeouts
@@ -26,20 +29,27 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+use redis::{Script, Value};
 
+use super::redis_client::{RedisConn, Timeouts};
 use super::{
-    ClientKey, PassReport, Phase, Place, QueueStore, Resolution, RoomPolicy, RoomSettings,
-    RoomStats, Seeded, SettingsPatch, StoreError, StoreResult, VisitorId, VisitorState,
+    ClientKey, Join, PassReport, Phase, Place, QueueQuery, QueueStore, RefusedReason, Resolution,
+    RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded, SettingsPatch, StoreError,
+    StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
 };
 use crate::clock::ms;
-use crate::queue::memory::REAP_BUDGET;
+use crate::queue::REAP_BUDGET;
 
 /// How long to wait for a connection or a reply before calling the store unavailable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+const TIMEOUTS: Timeouts = Timeouts {
+    connect: CONNECT_TIMEOUT,
+    response: RESPONSE_TIMEOUT,
+    retries: 2,
+    max_retry_delay: Duration::from_millis(500),
+};
 
 macro_rules! script {
     ($file:literal) => {
@@ -60,44 +70,16 @@ static ADMIT_PASS: LazyLock<Script> = script!("admit_pass.lua");
 static STATS: LazyLock<Script> = script!("stats.lua");
 static UPDATE_SETTINGS: LazyLock<Script> = script!("update_settings.lua");
 static FLUSH: LazyLock<Script> = script!("flush.lua");
+static QUEUE: LazyLock<Script> = script!("queue.lua");
+static FRONT: LazyLock<Script> = script!("front.lua");
+static SESSION: LazyLock<Script> = script!("session.lua");
 
-/// One Redis node through a reconnecting manager, or a Cluster.
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
-        }
-    }
-}
+/// How many of the line one step of a search by reference reads: a few milliseconds of
+/// Redis time, so an admin's search never blocks the room's admissions for long.
+const FIND_STEP: usize = 20_000;
 
 pub struct RedisStore {
-    conn: Conn,
+    conn: RedisConn,
     /// Added to the server's `TIME` in every script. Always 0 in production; tests move it
     /// forward because Redis time cannot be paused.
     offset_ms: AtomicU64,
@@ -120,25 +102,24 @@ fn bad_reply(what: &str, detail: impl std::fmt::Debug) -> StoreError {
 }
 
 impl RedisStore {
-    /// Connects to one node (`redis://…`) or, with several node URLs, to a Cluster.
-    /// `rediss://` is refused: this build carries no TLS client.
+    /// Connects to one node (`redis://…`, `rediss://…`) or, with several node URLs, to a
+    /// Cluster, trusting the platform's CA store for TLS.
     pub async fn connect(nodes: &[&str]) -> StoreResult<Self> {
-        if nodes.is_empty() {
-            return Err(StoreError::Invalid {
+        Self::connect_with(nodes, None).await
+    }
+
+    /// As [`RedisStore::connect`], trusting only `ca`'s certificates for `rediss://` when
+    /// given (`redis.ca_file`). URLs are checked by [`super::redis_client::build`], the same
+    /// function `anteroom check` runs.
+    pub async fn connect_with(
+        nodes: &[&str],
+        ca: Option<&crate::tls::CaFile>,
+    ) -> StoreResult<Self> {
+        let client =
+            super::redis_client::build(nodes, ca).map_err(|reason| StoreError::Invalid {
                 field: "redis.url",
-                reason: "no Redis node given".to_owned(),
-            });
-        }
-        if let Some(tls) = nodes.iter().find(|n| n.starts_with("rediss://")) {
-            return Err(StoreError::Invalid {
-                field: "redis.url",
-                reason: format!(
-                    "{}: rediss:// (TLS) is not supported by this build; use redis:// on a \
-                     private network or a TLS-terminating sidecar such as stunnel",
-                    crate::config::redact_url(tls)
-                ),
-            });
-        }
+                reason,
+            })?;
         let describe = nodes
             .iter()
             .map(|n| crate::config::redact_url(n))
@@ -147,34 +128,7 @@ impl RedisStore {
         let fail = |e: redis::RedisError| {
             StoreError::Unavailable(format!("redis: cannot connect to {describe}: {e}"))
         };
-        let conn = if nodes.len() == 1 {
-            let client = redis::Client::open(nodes[0]).map_err(|e| StoreError::Invalid {
-                field: "redis.url",
-                reason: e.to_string(),
-            })?;
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                .set_response_timeout(Some(RESPONSE_TIMEOUT))
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_secs(1));
-            Conn::Single(
-                ConnectionManager::new_with_config(client, config)
-                    .await
-                    .map_err(fail)?,
-            )
-        } else {
-            let client = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
-                .connection_timeout(CONNECT_TIMEOUT)
-                .response_timeout(RESPONSE_TIMEOUT)
-                .retries(2)
-                .max_retry_wait(500)
-                .build()
-                .map_err(|e| StoreError::Invalid {
-                    field: "redis.url",
-                    reason: e.to_string(),
-                })?;
-            Conn::Cluster(client.get_async_connection().await.map_err(fail)?)
-        };
+        let conn = client.connect(TIMEOUTS).await.map_err(fail)?;
         Ok(RedisStore {
             conn,
             offset_ms: AtomicU64::new(0),
@@ -218,8 +172,11 @@ impl RedisStore {
         &self.describe
     }
 
-    fn keys(room: &str) -> [String; 6] {
-        ["conf", "state", "line", "seen", "active", "draw"].map(|k| format!("ar:{{{room}}}:{k}"))
+    fn keys(room: &str) -> [String; 9] {
+        [
+            "conf", "state", "line", "seen", "active", "draw", "places", "sess", "scount",
+        ]
+        .map(|k| format!("ar:{{{room}}}:{k}"))
     }
 
     /// The key of one client's join-limit window in `room` (same slot as the room).
@@ -307,6 +264,64 @@ fn place(position: i64, waiting: i64, paused: i64, phase: i64) -> StoreResult<Pl
     })
 }
 
+/// One waiting visitor from a `queue.lua` reply: id, position, joined ms (0: unknown),
+/// last seen ms.
+fn waiting_entry(fields: &[Value]) -> StoreResult<WaitingEntry> {
+    let [id, position, joined, seen] = fields else {
+        return Err(bad_reply("queue", fields));
+    };
+    let int = |v: &Value| -> StoreResult<i64> {
+        redis::from_redis_value::<i64>(v.clone()).map_err(|_| bad_reply("queue", v))
+    };
+    let visitor = ids("queue", Value::Array(vec![id.clone()]))?
+        .pop()
+        .ok_or_else(|| bad_reply("queue", id))?;
+    let position = int(position)?;
+    let joined = int(joined)?;
+    Ok(WaitingEntry {
+        visitor,
+        reference: visitor.reference(),
+        position: (position > 0).then_some(position as u64),
+        joined_at_ms: (joined > 0).then_some(joined as u64),
+        last_seen_ms: int(seen)?.max(0) as u64,
+    })
+}
+
+impl RedisStore {
+    /// The waiting visitor with `reference`: the line from its head, then the draw, in
+    /// steps of [`FIND_STEP`] (each one script, so Redis is never blocked for long; a
+    /// visitor moving between steps may be missed, and the admin simply searches again).
+    /// Chosen over an index by reference, which would cost memory per waiting visitor
+    /// against the ≤ 120 B goal for a rare admin search.
+    async fn find(&self, room: &str, reference: VisitorRef) -> StoreResult<WaitingEntry> {
+        let prefix = reference.prefix();
+        for key in ["line", "draw"] {
+            let mut first = 0usize;
+            loop {
+                let reply = self
+                    .call(&QUEUE, room, |inv| {
+                        inv.arg("find")
+                            .arg(key)
+                            .arg(first)
+                            .arg(FIND_STEP)
+                            .arg(&prefix[..]);
+                    })
+                    .await?;
+                let Value::Array(items) = reply else {
+                    return Err(bad_reply("queue", reply));
+                };
+                match items.split_first() {
+                    Some((Value::Int(1), entry)) => return waiting_entry(entry),
+                    Some((Value::Int(0), [])) => first += FIND_STEP,
+                    Some((Value::Int(2), [])) => break,
+                    _ => return Err(bad_reply("queue", items)),
+                }
+            }
+        }
+        Err(StoreError::NotWaiting(reference))
+    }
+}
+
 fn parse<T: std::str::FromStr>(field: &str, s: &str) -> StoreResult<T> {
     s.parse().map_err(|_| {
         StoreError::Unavailable(format!("redis: bad data: {field} is {s:?} in the store"))
@@ -340,7 +355,11 @@ impl QueueStore for RedisStore {
                     .arg(time(admits))
                     .arg(time(closes))
                     .arg(if policy.lottery { "1" } else { "0" })
-                    .arg(&salt[..]);
+                    .arg(&salt[..])
+                    .arg(policy.max_places_per_client)
+                    .arg(policy.max_sessions_per_client)
+                    .arg(policy.session_clients)
+                    .arg(policy.max_waiting);
             })
             .await?;
         match ints("open_room", reply)?.as_slice() {
@@ -352,15 +371,18 @@ impl QueueStore for RedisStore {
         }
     }
 
-    async fn resolve(
+    async fn resolve_with(
         &self,
         room: &str,
         visitor: VisitorId,
         client: ClientKey,
+        join: Join,
     ) -> StoreResult<Resolution> {
         let reply = self
             .call_with(&RESOLVE, room, Some(Self::joins_key(room, client)), |inv| {
-                inv.arg(&visitor.0[..]);
+                inv.arg(&visitor.0[..])
+                    .arg(&client.to_bytes()[..])
+                    .arg(if join == Join::Front { "1" } else { "0" });
             })
             .await?;
         match ints("resolve", reply)?.as_slice() {
@@ -369,13 +391,89 @@ impl QueueStore for RedisStore {
                 place: place(position, waiting, paused, phase)?,
                 joined: joined == 1,
             }),
-            &[3, retry_after_ms] => Ok(Resolution::Refused {
+            &[3, retry_after_ms, 0] => Ok(Resolution::Refused {
+                reason: RefusedReason::JoinLimit,
                 retry_after: Duration::from_millis(retry_after_ms.max(1) as u64),
+            }),
+            &[3, _, reason @ 1..=3] => Ok(Resolution::Refused {
+                reason: match reason {
+                    1 => RefusedReason::PlacesPerClient,
+                    2 => RefusedReason::SessionsPerClient,
+                    _ => RefusedReason::SessionClients,
+                },
+                retry_after: SHARE_RETRY_AFTER,
             }),
             [4] => Ok(Resolution::NotOpen),
             [5] => Ok(Resolution::Closed),
+            [6] => Ok(Resolution::Full),
             other => Err(bad_reply("resolve", other)),
         }
+    }
+
+    async fn queue(&self, room: &str, query: QueueQuery) -> StoreResult<Vec<WaitingEntry>> {
+        match query {
+            QueueQuery::Head { limit } => {
+                let limit = limit.min(QueueQuery::MAX_LIMIT);
+                let reply = self
+                    .call(&QUEUE, room, |inv| {
+                        inv.arg("head").arg(limit);
+                    })
+                    .await?;
+                let Value::Array(items) = reply else {
+                    return Err(bad_reply("queue", reply));
+                };
+                items.chunks(4).map(waiting_entry).collect()
+            }
+            QueueQuery::Ref(reference) => Ok(vec![self.find(room, reference).await?]),
+        }
+    }
+
+    async fn move_to_front(&self, room: &str, reference: VisitorRef) -> StoreResult<Place> {
+        let visitor = self.find(room, reference).await?.visitor;
+        let reply = self
+            .call(&FRONT, room, |inv| {
+                inv.arg(&visitor.0[..]);
+            })
+            .await?;
+        match ints("front", reply)?.as_slice() {
+            [0] => Err(StoreError::NotWaiting(reference)),
+            &[1, position, waiting, paused, phase] => place(position, waiting, paused, phase),
+            other => Err(bad_reply("front", other)),
+        }
+    }
+
+    async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
+        let reply = self
+            .call(&SESSION, room, |inv| {
+                inv.arg("end").arg(&visitor.0[..]);
+            })
+            .await?;
+        match ints("end_session", reply)?.as_slice() {
+            [0] => Ok(false),
+            [1] => Ok(true),
+            other => Err(bad_reply("end_session", other)),
+        }
+    }
+
+    async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<Vec<bool>> {
+        if visitors.is_empty() {
+            // Still answers whether the room exists, like every other operation.
+            self.call(&STATS, room, |_| {}).await?;
+            return Ok(Vec::new());
+        }
+        let reply = self
+            .call(&SESSION, room, |inv| {
+                inv.arg("touch");
+                for v in visitors {
+                    inv.arg(&v.0[..]);
+                }
+            })
+            .await?;
+        let on = ints("touch_sessions", reply)?;
+        if on.len() != visitors.len() {
+            return Err(bad_reply("touch_sessions", on));
+        }
+        Ok(on.into_iter().map(|n| n == 1).collect())
     }
 
     async fn heartbeat(
@@ -540,53 +638,93 @@ impl QueueStore for RedisStore {
 mod tests {
     use super::*;
     use crate::queue::conformance::{self, Harness, anyone};
-    use crate::testing::{RedisCluster, RedisServer};
+    use crate::testing::{RedisCluster, RedisServer, TestCa};
+    use crate::tls::CaFile;
     use std::sync::Arc;
 
-    /// A Redis (single node or cluster) started for one test, and a store on it.
+    /// A Redis (single node or cluster, plain or TLS) started for one test, and a store on
+    /// it.
     struct RedisHarness {
         store: Arc<RedisStore>,
         urls: Vec<String>,
+        /// For TLS: the test CA, as `redis.ca_file` would give it.
+        ca: Option<CaFile>,
         _server: Option<RedisServer>,
         _cluster: Option<RedisCluster>,
+        _test_ca: Option<Arc<TestCa>>,
     }
 
     impl RedisHarness {
         async fn single() -> Self {
             let server = RedisServer::start();
+            Self::on_server(server, None).await
+        }
+
+        /// A TLS-only server (`--port 0 --tls-port`) and a `rediss://` store trusting the
+        /// test CA through `redis.ca_file`'s path.
+        async fn single_tls() -> Self {
+            let test_ca = Arc::new(TestCa::new());
+            let server = RedisServer::start_tls(test_ca.clone());
+            Self::on_server(server, Some(test_ca)).await
+        }
+
+        async fn on_server(server: RedisServer, test_ca: Option<Arc<TestCa>>) -> Self {
             let urls = vec![server.url()];
-            let store = Arc::new(frozen(&urls).await);
+            let ca = test_ca
+                .as_ref()
+                .map(|t| CaFile::read(&t.ca_path()).unwrap());
+            let store = Arc::new(frozen(&urls, ca.as_ref()).await);
             RedisHarness {
                 store,
                 urls,
+                ca,
                 _server: Some(server),
                 _cluster: None,
+                _test_ca: test_ca,
             }
         }
 
         async fn cluster() -> Self {
-            let cluster = RedisCluster::start();
+            Self::on_cluster(RedisCluster::start(), None).await
+        }
+
+        /// Three TLS-only nodes with TLS on the cluster bus (`--tls-cluster yes`).
+        async fn cluster_tls() -> Self {
+            let test_ca = Arc::new(TestCa::new());
+            Self::on_cluster(RedisCluster::start_tls(test_ca.clone()), Some(test_ca)).await
+        }
+
+        async fn on_cluster(cluster: RedisCluster, test_ca: Option<Arc<TestCa>>) -> Self {
             let urls = cluster.urls();
-            let store = Arc::new(frozen(&urls).await);
+            let ca = test_ca
+                .as_ref()
+                .map(|t| CaFile::read(&t.ca_path()).unwrap());
+            let store = Arc::new(frozen(&urls, ca.as_ref()).await);
             RedisHarness {
                 store,
                 urls,
+                ca,
                 _server: None,
                 _cluster: Some(cluster),
+                _test_ca: test_ca,
             }
         }
     }
 
     /// A store whose clock stands still until the test advances it.
-    async fn frozen(urls: &[String]) -> RedisStore {
-        let store = connect(urls).await;
+    async fn frozen(urls: &[String], ca: Option<&CaFile>) -> RedisStore {
+        let store = connect_ca(urls, ca).await;
         store.freeze_clock_for_tests(conformance::START_MS);
         store
     }
 
     async fn connect(urls: &[String]) -> RedisStore {
+        connect_ca(urls, None).await
+    }
+
+    async fn connect_ca(urls: &[String], ca: Option<&CaFile>) -> RedisStore {
         let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-        RedisStore::connect(&nodes).await.unwrap()
+        RedisStore::connect_with(&nodes, ca).await.unwrap()
     }
 
     #[async_trait]
@@ -604,7 +742,7 @@ mod tests {
         }
         async fn reopen(&mut self, downtime: Duration) {
             let at = self.store.clock_for_tests() + ms(downtime);
-            let store = connect(&self.urls).await;
+            let store = connect_ca(&self.urls, self.ca.as_ref()).await;
             store.freeze_clock_for_tests(at);
             self.store = Arc::new(store);
         }
@@ -620,15 +758,77 @@ mod tests {
         conformance::suite!(unpaused: RedisHarness::cluster().await);
     }
 
+    /// The whole conformance suite again over `rediss://` to a TLS-only `redis-server`.
+    mod single_tls {
+        use super::*;
+        conformance::suite!(unpaused: RedisHarness::single_tls().await);
+    }
+
+    /// And to a three-node Cluster whose nodes and bus speak only TLS.
+    mod cluster_tls {
+        use super::*;
+        conformance::suite!(unpaused: RedisHarness::cluster_tls().await);
+    }
+
+    /// The per-client maps hold only clients that hold something: once every place and
+    /// session is gone, passes leave nothing behind (bounded memory whatever the number of
+    /// distinct clients that ever came).
     #[tokio::test]
-    async fn rediss_is_refused_clearly() {
-        let err = RedisStore::connect(&["rediss://:secret@example:6380"])
+    async fn client_counts_are_forgotten_at_zero() {
+        let server = RedisServer::start();
+        let store = frozen(&[server.url()], None).await;
+        conformance::fill_client_counts(&store).await;
+        let hlen = |key: &str| -> u64 {
+            server
+                .cli(&["HLEN", &format!("ar:{{main}}:{key}")])
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        assert_eq!(
+            (hlen("places"), hlen("sess"), hlen("scount")),
+            (300, 20, 20)
+        );
+        store.advance_clock_for_tests(Duration::from_secs(61));
+        for _ in 0..10 {
+            store.admit_pass("main").await.unwrap();
+        }
+        let stats = store.stats("main").await.unwrap();
+        assert_eq!((stats.waiting, stats.active), (0, 0));
+        assert_eq!((hlen("places"), hlen("sess"), hlen("scount")), (0, 0, 0));
+    }
+
+    /// A server whose certificate the client does not trust is unavailable (a clear
+    /// certificate error, quickly), never a hang and never a silent plain-text fallback.
+    #[tokio::test]
+    async fn rediss_with_an_untrusted_ca_fails_clearly() {
+        let server_ca = Arc::new(TestCa::new());
+        let server = RedisServer::start_tls(server_ca);
+        let other = TestCa::new();
+        let other = CaFile::read(&other.ca_path()).unwrap();
+        let started = std::time::Instant::now();
+        let url = server.url().replace("rediss://", "rediss://:secret@");
+        let err = RedisStore::connect_with(&[&url], Some(&other))
             .await
             .err()
-            .unwrap();
+            .expect("an untrusted certificate is refused");
         let text = err.to_string();
-        assert!(text.contains("rediss:// (TLS) is not supported"), "{text}");
+        assert!(matches!(err, StoreError::Unavailable(_)), "{text}");
+        assert!(text.to_lowercase().contains("certificate"), "{text}");
         assert!(!text.contains("secret"), "the password is masked: {text}");
+        assert!(started.elapsed() < Duration::from_secs(10), "fails fast");
+        // Without the CA file, the platform store does not know the test CA either.
+        assert!(RedisStore::connect(&[&server.url()]).await.is_err());
+    }
+
+    /// `rediss://` to a node that only speaks plain Redis is an error, not a hang.
+    #[tokio::test]
+    async fn rediss_to_a_plain_server_fails_fast() {
+        let server = RedisServer::start();
+        let url = server.url().replace("redis://", "rediss://");
+        let started = std::time::Instant::now();
+        assert!(RedisStore::connect(&[&url]).await.is_err());
+        assert!(started.elapsed() < Duration::from_secs(10), "fails fast");
     }
 
     #[tokio::test]

@@ -2,6 +2,9 @@
 //! received, and a real anteroom started in front of it.
 #![allow(dead_code)]
 
+#[cfg(feature = "kafka")]
+pub mod kafka;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -121,6 +124,16 @@ pub async fn start(config: &Config) -> Running {
     run::start(config, store, listener, false).await.unwrap()
 }
 
+/// A running anteroom on the embedded store `store`, e.g. one whose clock the test drives.
+#[allow(dead_code)]
+pub async fn start_with_store(
+    config: &Config,
+    store: std::sync::Arc<dyn anteroom::queue::QueueStore>,
+) -> Running {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    run::start(config, store, listener, false).await.unwrap()
+}
+
 /// A client that keeps no cookies of its own: tests pass cookies explicitly.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -165,4 +178,148 @@ impl AsVisitor for reqwest::RequestBuilder {
     fn visitor(self, cookie: &str) -> Self {
         self.header("cookie", format!("ar_visitor={cookie}"))
     }
+}
+
+/// The YAML of one room on a Redis store, listening on `listen` (`127.0.0.1:0` for an
+/// in-process instance, a fixed address for a binary that has to be found again).
+fn redis_yaml(
+    listen: &str,
+    origin: &str,
+    redis_url: &str,
+    data_dir: &std::path::Path,
+    room: &str,
+) -> String {
+    format!(
+        r#"listen: "{listen}"
+admit_interval: 100ms
+cookie_secret: "{COOKIE_SECRET}"
+admin_token: "{ADMIN_TOKEN}"
+data_dir: "{dir}"
+redis:
+  url: "{redis_url}"
+rooms:
+  main:
+    origin: {origin}
+{room}
+"#,
+        dir = data_dir.display()
+    )
+}
+
+/// A config whose room `main` is on the Redis at `redis_url`, with `room` appended.
+pub fn redis_config(
+    origin: &str,
+    redis_url: &str,
+    data_dir: &std::path::Path,
+    room: &str,
+) -> Config {
+    let yaml = redis_yaml("127.0.0.1:0", origin, redis_url, data_dir, room);
+    from_yaml_str(&yaml, "test.yaml").unwrap_or_else(|e| panic!("test config: {e}\n{yaml}"))
+}
+
+/// The Redis store itself, for a test to look behind the replicas.
+pub async fn redis_store(url: &str) -> Arc<anteroom::queue::RedisStore> {
+    Arc::new(anteroom::queue::RedisStore::connect(&[url]).await.unwrap())
+}
+
+/// A real `anteroom` binary on a Redis store, as a replica a test can SIGKILL.
+pub struct BinaryReplica {
+    child: std::process::Child,
+    pub addr: SocketAddr,
+}
+
+impl BinaryReplica {
+    /// Writes the config into `dir`, starts the binary and waits for its `healthz`.
+    pub async fn start(
+        origin: &str,
+        redis_url: &str,
+        dir: &std::path::Path,
+        room: &str,
+    ) -> BinaryReplica {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let config_path = dir.join("anteroom.yaml");
+        let yaml = redis_yaml(
+            &addr.to_string(),
+            origin,
+            redis_url,
+            &dir.join("data"),
+            room,
+        );
+        std::fs::write(&config_path, yaml).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_anteroom"))
+            .arg("--config")
+            .arg(&config_path)
+            .env_remove("ANTEROOM_ADMIN_TOKEN")
+            .env_remove("ANTEROOM_COOKIE_SECRET")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let replica = BinaryReplica { child, addr };
+        let http = client();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while http
+            .get(format!("http://{addr}/__anteroom/healthz"))
+            .send()
+            .await
+            .is_err()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the replica did not start"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        replica
+    }
+
+    /// SIGKILL: no drain, no last words.
+    pub fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for BinaryReplica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Panics anywhere in this test process so far, a server's connection task included (a
+/// panic inside a spawned task would otherwise vanish into a `JoinError` nobody reads).
+/// The first call installs the counting hook; count from then on.
+pub fn panics() -> u64 {
+    static PANICS: AtomicU64 = AtomicU64::new(0);
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.fetch_add(1, Ordering::SeqCst);
+            previous(info);
+        }));
+    });
+    PANICS.load(Ordering::SeqCst)
+}
+
+/// Opens a WebSocket through the anteroom at `addr` and checks three messages come back
+/// as sent (the test origin echoes).
+pub async fn assert_websocket_echoes(addr: SocketAddr) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let (mut ws, response) = tokio_tungstenite::connect_async(format!("ws://{addr}/socket"))
+        .await
+        .expect("upgrade through anteroom");
+    assert_eq!(response.status(), 101);
+    for i in 0..3 {
+        ws.send(Message::text(format!("hello {i}"))).await.unwrap();
+        let echoed = ws.next().await.unwrap().unwrap();
+        assert_eq!(echoed.into_text().unwrap().as_str(), format!("hello {i}"));
+    }
+    ws.close(None).await.unwrap();
 }

@@ -22,6 +22,7 @@ local expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', r.live - r.ttl, 'L
 if #expired > 0 then
   redis.call('ZREMRANGEBYRANK', K_ACTIVE, 0, #expired - 1)
   redis.call('HINCRBY', K_STATE, 'total_expired', #expired)
+  drop_sessions(expired)
 end
 
 -- Abandoned waiters, least recently heard first, bounded.
@@ -31,6 +32,17 @@ if #abandoned > 0 then
   chunked('ZREM', K_LINE, abandoned)
   chunked('ZREM', K_DRAW, abandoned)
   redis.call('HINCRBY', K_STATE, 'total_abandoned', #abandoned)
+end
+
+-- Sweep a bounded step of the per-client places, so a client whose visitors all left and
+-- who never comes back is forgotten (each field is purged against the line as it is read).
+if redis.call('EXISTS', K_PLACES) == 1 then
+  local cursor = redis.call('HGET', K_STATE, 'places_cursor') or '0'
+  local step = redis.call('HSCAN', K_PLACES, cursor, 'COUNT', 100)
+  for i = 1, #step[2], 2 do
+    places_of(step[2][i], 0)
+  end
+  redis.call('HSET', K_STATE, 'places_cursor', step[1])
 end
 
 -- Move the next chunk of a draw whose doors have opened into the line.

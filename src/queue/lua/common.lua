@@ -3,17 +3,32 @@
 --
 -- KEYS[1] conf    HASH  rate, max_active, session_ttl_ms, abandon_after_ms, paused (runtime
 --                       settings); jl_limit, jl_window_ms, opens_ms, admits_ms, closes_ms,
---                       lottery (the room's policy, rewritten by every open_room)
+--                       lottery, max_places, max_sessions, session_clients, max_waiting
+--                       (the room's policy, rewritten by every open_room)
 -- KEYS[2] state   HASH  tokens, refilled_ms (the bucket), seq (last ticket), pass_ms (last
 --                       pass), gap_ms (store/fleet downtime forgiven so far), counters,
 --                       salt (lottery, set once), draw_next/draw_end (tickets reserved for
 --                       a draw at the doors: the next one issued is draw_next + 1)
--- KEYS[3] line    ZSET  16-byte visitor id -> ticket; position is ZRANK + 1
+--                       front_seq (the front lane's counter)
+-- KEYS[3] line    ZSET  16-byte visitor id -> ticket; position is ZRANK + 1. A ticket is
+--                       max(last + 1, join time in ms * 1024), so it still orders strictly
+--                       and also tells when the place was taken (no per-visitor field: the
+--                       memory goal). The front lane (moved to the front, priority joins)
+--                       has negative tickets, the newest lowest: -(same scheme).
 -- KEYS[4] seen    ZSET  visitor id -> last heartbeat (liveness time), for abandonment
 -- KEYS[5] active  ZSET  visitor id -> last activity (liveness time), for reclaim
 -- KEYS[6] draw    ZSET  visitor id -> lottery score, while a draw is collected and until
 --                       the doors have moved it all into the line
--- KEYS[7] joins   HASH  (resolve only) this client's join-limit window: s start, n count
+-- KEYS[7] places  HASH  client (16 bytes) -> the ids (16 bytes each) that joined from it
+--                       and may still wait, only while max_places is set. Purged against
+--                       the line when it reaches the cap, so a client's count is exact
+--                       whenever a refusal is decided on; passes sweep it in bounded steps
+--                       so clients that never come back are forgotten. Costs 16 B per waiter plus one field per
+--                       client, instead of a field per waiter (id -> client).
+-- KEYS[8] sess    HASH  session id -> the distinct clients (16 bytes each) it was used
+--                       from, the first charged with it; only while a session cap is set
+-- KEYS[9] scount  HASH  client -> sessions charged to it; a field is removed at zero
+-- KEYS[10] joins  HASH  (resolve only) this client's join-limit window: s start, n count
 -- ARGV[1]         clock offset in ms: always 0 in production; tests move it, or freeze the
 --                 clock with '@<unix ms>'
 --
@@ -22,7 +37,12 @@
 -- the store or of every replica never abandons the line or reclaims the site.
 
 local K_CONF, K_STATE, K_LINE, K_SEEN, K_ACTIVE, K_DRAW = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local K_JOINS = KEYS[7]
+local K_PLACES, K_SESS, K_SCOUNT = KEYS[7], KEYS[8], KEYS[9]
+local K_JOINS = KEYS[10]
+
+-- Tickets are join times in ms times this, so up to 1024 joins a millisecond keep exact
+-- times; below 2^53 until the year 2248.
+local TICKET_SCALE = 1024
 
 -- Phases (also the reply codes).
 local QUEUEING, BEFORE_OPEN, DRAW, CLOSED = 0, 1, 2, 3
@@ -44,7 +64,8 @@ local NOW = clock_now()
 -- The room, or nil when it was never opened.
 local function load_room()
   local c = redis.call('HMGET', K_CONF, 'rate', 'max_active', 'session_ttl_ms', 'abandon_after_ms', 'paused',
-    'jl_limit', 'jl_window_ms', 'opens_ms', 'admits_ms', 'closes_ms', 'lottery')
+    'jl_limit', 'jl_window_ms', 'opens_ms', 'admits_ms', 'closes_ms', 'lottery',
+    'max_places', 'max_sessions', 'session_clients', 'max_waiting')
   if not c[1] then
     return nil
   end
@@ -64,6 +85,10 @@ local function load_room()
     admits = tonumber(c[9]),
     closes = tonumber(c[10]),
     lottery = c[11] == '1',
+    max_places = tonumber(c[12]) or 0,
+    max_sessions = tonumber(c[13]) or 0,
+    session_clients = tonumber(c[14]) or 0,
+    max_waiting = tonumber(c[15]) or 0,
   }
   if not (r.rate and r.max_active and r.ttl and r.abandon) then
     error('anteroom: bad data in ' .. K_CONF)
@@ -235,4 +260,116 @@ end
 local function lottery_score(id)
   local salt = redis.call('HGET', K_STATE, 'salt') or ''
   return tonumber(string.sub(redis.sha1hex(salt .. id), 1, 12), 16)
+end
+
+-- The next ticket at the back of the line (see KEYS[3]).
+local function next_ticket()
+  local seq = tonumber(redis.call('HGET', K_STATE, 'seq')) or 0
+  local t = math.max(seq + 1, NOW * TICKET_SCALE)
+  redis.call('HSET', K_STATE, 'seq', string.format('%d', t))
+  return t
+end
+
+-- The next ticket of the front lane: below every ticket issued so far.
+local function next_front()
+  local f = tonumber(redis.call('HGET', K_STATE, 'front_seq')) or 0
+  f = math.max(f + 1, NOW * TICKET_SCALE)
+  redis.call('HSET', K_STATE, 'front_seq', string.format('%d', f))
+  return -f
+end
+
+-- When a ticket's place was taken (unix ms), or 0 for a ticket from before the scheme.
+local function joined_ms(ticket)
+  local t = math.abs(ticket)
+  if t < 2 ^ 40 then
+    return 0
+  end
+  return math.floor(t / TICKET_SCALE)
+end
+
+local function is_waiting(id)
+  return redis.call('ZSCORE', K_LINE, id) or redis.call('ZSCORE', K_DRAW, id)
+end
+
+-- How many of `client`'s places are still in line (draw included), dropping from its
+-- entry those who left (admitted, abandoned, moved on) and any id listed twice (a rejoin).
+-- With `cap` > 0, an entry listing fewer than `cap` ids is taken as it is: an upper bound
+-- below the cap lets the newcomer in without a look-up per id, so the purge (O(cap)) runs
+-- only when a refusal is at stake and the count decided on is exact. `cap` 0 always purges.
+local function places_of(client, cap)
+  local v = redis.call('HGET', K_PLACES, client)
+  if not v then
+    return 0
+  end
+  if cap > 0 and #v < cap * 16 then
+    return math.floor(#v / 16)
+  end
+  local kept, seen = {}, {}
+  for i = 1, #v - 15, 16 do
+    local id = string.sub(v, i, i + 15)
+    if not seen[id] and is_waiting(id) then
+      seen[id] = true
+      kept[#kept + 1] = id
+    end
+  end
+  if #kept == 0 then
+    redis.call('HDEL', K_PLACES, client)
+  elseif #kept * 16 < #v then
+    redis.call('HSET', K_PLACES, client, table.concat(kept))
+  end
+  return #kept
+end
+
+-- Counts a newcomer's place against their client (only while the cap is set).
+local function add_place(r, client, id)
+  if r.max_places > 0 then
+    redis.call('HSET', K_PLACES, client, (redis.call('HGET', K_PLACES, client) or '') .. id)
+  end
+end
+
+local function tracks_sessions(r)
+  return r.max_sessions > 0 or r.session_clients > 0
+end
+
+-- Charges a session to the client it is first used from.
+local function charge_session(id, client)
+  redis.call('HSET', K_SESS, id, client)
+  redis.call('HINCRBY', K_SCOUNT, client, 1)
+end
+
+-- Forgets sessions that left the site (already out of `active`), freeing their clients'
+-- shares.
+local function drop_sessions(ids)
+  if #ids == 0 or redis.call('EXISTS', K_SESS) == 0 then
+    return
+  end
+  local CHUNK = 1000
+  for i = 1, #ids, CHUNK do
+    local chunk = {}
+    for j = i, math.min(i + CHUNK - 1, #ids) do
+      chunk[#chunk + 1] = ids[j]
+    end
+    local clients = redis.call('HMGET', K_SESS, unpack(chunk))
+    for _, c in ipairs(clients) do
+      if c then
+        local first = string.sub(c, 1, 16)
+        if redis.call('HINCRBY', K_SCOUNT, first, -1) <= 0 then
+          redis.call('HDEL', K_SCOUNT, first)
+        end
+      end
+    end
+    redis.call('HDEL', K_SESS, unpack(chunk))
+  end
+end
+
+-- Moves a waiting visitor (line, front lane or draw) to position 1, recording a heartbeat.
+-- False when they are not waiting.
+local function to_front(r, id)
+  if not is_waiting(id) then
+    return false
+  end
+  redis.call('ZREM', K_DRAW, id)
+  redis.call('ZADD', K_LINE, string.format('%d', next_front()), id)
+  redis.call('ZADD', K_SEEN, r.live, id)
+  return true
 end

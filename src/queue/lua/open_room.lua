@@ -1,7 +1,8 @@
 -- open_room: ARGV[2..5] = the file's rate, max_active, session_ttl_ms, abandon_after_ms;
 -- ARGV[6] = 1 to reseed; ARGV[7..12] = the policy: jl_limit, jl_window_ms, opens_ms,
 -- admits_ms, closes_ms ('' for none), lottery (1/0); ARGV[13] = a fresh random salt, kept
--- only if the room has none (the salt is never replaced, not even by a reseed).
+-- only if the room has none (the salt is never replaced, not even by a reseed);
+-- ARGV[14..17] = max_places, max_sessions, session_clients, max_waiting (0: off).
 -- Returns {0} fresh, {1} unchanged, {2} kept live, {3} reseeded.
 --
 -- The policy is config, not a runtime setting: it is written on every open.
@@ -11,7 +12,8 @@
 -- restores a snapshot.
 local function write_policy()
   redis.call('HSET', K_CONF, 'jl_limit', ARGV[7], 'jl_window_ms', ARGV[8], 'opens_ms', ARGV[9],
-    'admits_ms', ARGV[10], 'closes_ms', ARGV[11], 'lottery', ARGV[12])
+    'admits_ms', ARGV[10], 'closes_ms', ARGV[11], 'lottery', ARGV[12],
+    'max_places', ARGV[14], 'max_sessions', ARGV[15], 'session_clients', ARGV[16], 'max_waiting', ARGV[17])
   redis.call('HSETNX', K_STATE, 'salt', ARGV[13])
 end
 

@@ -1,31 +1,61 @@
--- resolve(id): ARGV[2] = visitor id. KEYS[7] = this client's join-limit window.
+-- resolve(id, client, front): ARGV[2] = visitor id, ARGV[3] = client (16 bytes), ARGV[4] =
+-- '1' for a priority join (position 1). KEYS[10] = this client's join-limit window.
 -- Returns {-1} unknown room, {1, newly} admitted (newly = 1 when this call admitted them),
 -- {2, position, waiting, paused, joined, phase} waiting (joined = 1 when this call added
--- them; position 0 = none yet, in a lottery draw), {3, retry_after_ms} refused by the join
--- limit, {4} not open yet, {5} closed.
+-- them; position 0 = none yet, in a lottery draw), {3, retry_after_ms, reason} refused
+-- (reason 0 join limit, 1 places per client, 2 sessions per client, 3 session clients),
+-- {4} not open yet, {5} closed, {6} full (the queue breaker).
 local r = load_room()
 if not r then
   return {-1}
 end
-local id = ARGV[2]
+local id, client, front = ARGV[2], ARGV[3], ARGV[4] == '1'
 local ph = phase_of(r)
 open_doors(ph)
 
 local last = tonumber(redis.call('ZSCORE', K_ACTIVE, id))
 if last ~= nil then
+  -- The session's clients: the first carries its share, at most session_clients are let in.
+  if tracks_sessions(r) then
+    local c = redis.call('HGET', K_SESS, id)
+    if not c then
+      charge_session(id, client)
+    else
+      local known = false
+      for i = 1, #c - 15, 16 do
+        if string.sub(c, i, i + 15) == client then
+          known = true
+          break
+        end
+      end
+      if not known and r.session_clients > 0 then
+        if #c / 16 >= r.session_clients then
+          -- This request only; it does not keep the session alive either.
+          return {3, 0, 3}
+        end
+        redis.call('HSET', K_SESS, id, c .. client)
+      end
+    end
+  end
   if r.live >= last + TOUCH_MS then
     redis.call('ZADD', K_ACTIVE, r.live, id)
   end
   return {1, 0}
 end
 
-local position = position_of(id)
-if position then
-  if ph == CLOSED then
-    return {5}
+if front and ph ~= CLOSED then
+  if to_front(r, id) then
+    return {2, position_of(id), waiting_count(), paused_flag(r), 0, ph}
   end
-  heard(r, id)
-  return {2, position, waiting_count(), paused_flag(r), 0, ph}
+else
+  local position = position_of(id)
+  if position then
+    if ph == CLOSED then
+      return {5}
+    end
+    heard(r, id)
+    return {2, position, waiting_count(), paused_flag(r), 0, ph}
+  end
 end
 
 if ph == BEFORE_OPEN then
@@ -49,33 +79,53 @@ if r.jl_limit > 0 and r.jl_window > 0 then
   end
   if n > r.jl_limit then
     redis.call('HINCRBY', K_STATE, 'total_refused', 1)
-    return {3, math.max(start + r.jl_window - NOW, 1)}
+    return {3, math.max(start + r.jl_window - NOW, 1), 0}
   end
 end
 
-if ph == DRAW then
-  -- Collected, never admitted on the spot.
-  if r.lottery then
-    redis.call('ZADD', K_DRAW, lottery_score(id), id)
-    redis.call('ZADD', K_SEEN, r.live, id)
-    redis.call('HINCRBY', K_STATE, 'total_joined', 1)
-    return {2, 0, waiting_count(), paused_flag(r), 1, ph}
-  end
-else
+-- The client's shares (SPEC §10): not strikes, but counted as refusals.
+if r.max_places > 0 and places_of(client, r.max_places) >= r.max_places then
+  redis.call('HINCRBY', K_STATE, 'total_refused', 1)
+  return {3, 0, 1}
+end
+if r.max_sessions > 0 and (tonumber(redis.call('HGET', K_SCOUNT, client)) or 0) >= r.max_sessions then
+  redis.call('HINCRBY', K_STATE, 'total_refused', 1)
+  return {3, 0, 2}
+end
+
+if ph == QUEUEING then
   refill(r)
   if waiting_count() == 0 and can_admit(r) then
     r.tokens = r.tokens - 1
     save_bucket(r)
     redis.call('ZADD', K_ACTIVE, r.live, id)
+    if tracks_sessions(r) then
+      charge_session(id, client)
+    end
     redis.call('HINCRBY', K_STATE, 'total_admitted', 1)
     return {1, 1}
   end
 end
 
-local ticket = redis.call('HINCRBY', K_STATE, 'seq', 1)
-redis.call('ZADD', K_LINE, ticket, id)
-redis.call('ZADD', K_SEEN, r.live, id)
+-- The breaker; the fast path above only runs with nobody waiting, so it is never affected.
+if not front and r.max_waiting > 0 and waiting_count() >= r.max_waiting then
+  redis.call('HINCRBY', K_STATE, 'total_refused', 1)
+  return {6}
+end
+
 redis.call('HINCRBY', K_STATE, 'total_joined', 1)
+add_place(r, client, id)
+redis.call('ZADD', K_SEEN, r.live, id)
+if front then
+  redis.call('ZADD', K_LINE, string.format('%d', next_front()), id)
+  return {2, 1, waiting_count(), paused_flag(r), 1, ph}
+end
+if ph == DRAW and r.lottery then
+  -- Collected, never admitted on the spot.
+  redis.call('ZADD', K_DRAW, lottery_score(id), id)
+  return {2, 0, waiting_count(), paused_flag(r), 1, ph}
+end
+redis.call('ZADD', K_LINE, string.format('%d', next_ticket()), id)
 -- Tickets only grow, so a newcomer is last.
 local waiting = waiting_count()
 return {2, waiting, waiting, paused_flag(r), 1, ph}

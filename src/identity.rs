@@ -1,11 +1,15 @@
-//! Who is this client: the address behind trusted proxies (SPEC §3) and the key that
-//! per-address limits and bans use, with IPv6 grouped by /64 (SPEC §10).
+//! Who is asking, independent of any listener or store: the client address behind trusted
+//! proxies (SPEC §3), the [`ClientKey`] per-address limits and bans use (IPv6 grouped by
+//! /64, SPEC §10), and the host a request names, normalised as rooms match it.
+//!
+//! Both the request path ([`crate::gate`]) and the store layer ([`crate::queue`]) import
+//! this module; it imports neither.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use http::HeaderMap;
+use http::{HeaderMap, Request, header};
 use ipnet::IpNet;
 
 /// The `X-Forwarded-For` header name.
@@ -174,6 +178,29 @@ impl fmt::Debug for ClientKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "ClientKey({self})")
     }
+}
+
+/// Host as rooms match it: trimmed, lowercased, port and brackets and a trailing dot
+/// removed (`Shop.Example.com:443` → `shop.example.com`, `[::1]:8080` → `::1`).
+pub fn normalize_host(host: &str) -> String {
+    let h = host.trim();
+    let h = if let Some(rest) = h.strip_prefix('[') {
+        rest.split(']').next().unwrap_or(rest)
+    } else if h.matches(':').count() == 1 {
+        h.split(':').next().unwrap_or(h)
+    } else {
+        h
+    };
+    h.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// The request's host as rooms match it: from the URI for HTTP/2, else the `Host` header.
+pub fn request_host<B>(req: &Request<B>) -> Option<String> {
+    let raw = match req.uri().host() {
+        Some(host) if req.version() == http::Version::HTTP_2 => host,
+        _ => req.headers().get(header::HOST)?.to_str().ok()?,
+    };
+    Some(normalize_host(raw))
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The waiting page's live stream (`GET /__anteroom/events`, Server-Sent Events).
+//! The waiting page's live streams and their one ticker (`GET /__anteroom/events`, SSE).
 //!
 //! One ticker per replica: every [`TICK`] it asks the store, in one batched call per room,
 //! for the state of every visitor with an open stream, and fans the answers out. A held
@@ -21,8 +21,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use super::body::Body;
 use crate::admission::Admission;
+use crate::http::body::Body;
 use crate::queue::{Phase, StoreError, VisitorId, VisitorState};
 
 /// At most one store read per waiting visitor this often (SPEC §5).
@@ -130,7 +130,7 @@ impl LiveHub {
         }
         for (room, visitors) in by_room {
             let visitors: Vec<VisitorId> = visitors.into_iter().collect();
-            let states = admission.store().heartbeat(&room, &visitors).await;
+            let states = admission.heartbeat(&room, &visitors).await;
             let events: HashMap<VisitorId, Option<LiveEvent>> = match states {
                 Ok(states) => visitors
                     .iter()

@@ -1,7 +1,8 @@
-//! Forwarding to the origin (SPEC §6).
+//! Forwarding to the origin (SPEC §6): pooled client, header rewriting, timeouts, upgrades.
 //!
-//! One [`OriginClient`] (a pooled hyper-util legacy client over `HttpConnector`, cheap to
-//! clone) forwards a visitor's request to one configured [`Origin`]:
+//! One [`OriginClient`] (a pooled hyper-util legacy client over `HttpConnector`, wrapped by
+//! `hyper-rustls` for `https://` origins, cheap to clone) forwards a visitor's request to
+//! one configured [`Origin`]:
 //!
 //! - the target is the origin's scheme and authority, the origin's path prefix, then the
 //!   request's path and query; the request's own authority or absolute-form target is never
@@ -12,7 +13,9 @@
 //!   ways; `X-Forwarded-For` is set to exactly the caller's (already trust-checked) client
 //!   ip, `X-Forwarded-Proto` to the visitor's scheme, `X-Forwarded-Host` to the visitor's
 //!   Host; a client-supplied `Forwarded` header is dropped because nobody vouches for it;
-//!   `Host` is the origin's authority unless `preserve_host`;
+//!   `Host` is the origin's authority unless `preserve_host`; over TLS the SNI name and the
+//!   name the certificate must carry are the origin's host, whatever `Host` says (trust:
+//!   see [`crate::tls`]);
 //! - bodies stream both ways without buffering;
 //! - a WebSocket upgrade is passed through: on a 101 from the origin both upgraded
 //!   connections are joined byte for byte in a spawned task (no frame decoding).
@@ -31,19 +34,18 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
-use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::time::{Instant, Sleep};
 
-use crate::http::body::{Body, BoxError, empty};
+use crate::http::body::{Body, BoxError, Watch, Watched, empty};
 
 /// Headers that describe one connection, not the message; never forwarded either way.
 pub const HOP_BY_HOP: [HeaderName; 9] = [
@@ -128,22 +130,22 @@ pub struct Origin {
 }
 
 impl Origin {
-    /// Parses an origin from an `http://` URI with an authority and an optional path prefix
-    /// (no query). `https://` is refused: TLS to the origin is not built in.
+    /// Parses an origin from an `http://` or `https://` URI with an authority and an
+    /// optional path prefix (no query).
     pub fn new(uri: &Uri) -> Result<Origin, ProxyError> {
-        match uri.scheme() {
-            Some(s) if *s == Scheme::HTTP => {}
+        let scheme = match uri.scheme() {
+            Some(s) if *s == Scheme::HTTP || *s == Scheme::HTTPS => s.clone(),
             Some(s) => {
                 return Err(ProxyError::InvalidOrigin(format!(
-                    "{uri}: scheme {s} is not supported (only http://)"
+                    "{uri}: scheme {s} is not supported (only http:// and https://)"
                 )));
             }
             None => {
                 return Err(ProxyError::InvalidOrigin(format!(
-                    "{uri}: needs a scheme (http://)"
+                    "{uri}: needs a scheme (http:// or https://)"
                 )));
             }
-        }
+        };
         let authority = uri
             .authority()
             .ok_or_else(|| ProxyError::InvalidOrigin(format!("{uri}: needs a host")))?
@@ -160,7 +162,7 @@ impl Origin {
         }
         let prefix = uri.path().trim_end_matches('/').to_owned();
         Ok(Origin {
-            scheme: Scheme::HTTP,
+            scheme,
             authority,
             prefix,
         })
@@ -214,7 +216,7 @@ pub struct ForwardContext {
 /// A pooled HTTP/1.1 client toward origins; clone-cheap (clones share the pool).
 #[derive(Clone)]
 pub struct OriginClient {
-    client: Client<HttpConnector, TrackedBody>,
+    client: Client<crate::tls::ConnectTimeout<HttpsConnector<HttpConnector>>, TrackedBody>,
     timeouts: ProxyTimeouts,
 }
 
@@ -227,11 +229,29 @@ impl fmt::Debug for OriginClient {
 }
 
 impl OriginClient {
+    /// A client for `http://` origins only (an `https://` one would fail its certificate
+    /// check: no CA is trusted).
     pub fn new(timeouts: ProxyTimeouts) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(timeouts.connect));
-        connector.set_nodelay(true);
-        connector.enforce_http(true);
+        Self::with_tls(timeouts, crate::tls::no_trust())
+    }
+
+    /// A client for `http://` and `https://` origins, trusting what `tls` says
+    /// ([`crate::tls::origin_tls_config`]).
+    pub fn with_tls(timeouts: ProxyTimeouts, tls: rustls::ClientConfig) -> Self {
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(timeouts.connect));
+        http.set_nodelay(true);
+        // The TLS layer below needs `https://` URIs passed through to it.
+        http.enforce_http(false);
+        // SNI and certificate name: the origin's host from the URI, never `Host`.
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        // TCP connect and TLS handshake together within the connect timeout, so an origin
+        // that accepts but never completes a handshake is a timeout, not a hang.
+        let connector = crate::tls::ConnectTimeout::new(https, timeouts.connect);
         let client = Client::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
@@ -298,10 +318,7 @@ impl OriginClient {
         }
 
         let activity = Arc::new(Mutex::new(Instant::now()));
-        let body = TrackedBody {
-            inner: body,
-            activity: activity.clone(),
-        };
+        let body = Watched::new(body, Activity(activity.clone()));
         let mut response = self
             .send(Request::from_parts(parts, body), &activity)
             .await?;
@@ -330,7 +347,7 @@ impl OriginClient {
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         parts.version = Version::HTTP_11;
-        let body = IdleTimeoutBody::new(body, self.timeouts.idle).boxed();
+        let body = Watched::new(body, IdleTimeout::new(self.timeouts.idle)).boxed();
         Ok(Response::from_parts(parts, body))
     }
 
@@ -366,11 +383,28 @@ fn classify(error: hyper_util::client::legacy::Error) -> ProxyError {
         if caused_by_timeout(&error) {
             ProxyError::Timeout
         } else {
-            ProxyError::Connect(Box::new(error))
+            // With every cause: "client error (Connect)" alone would not say that, for
+            // instance, the origin's certificate is not trusted.
+            ProxyError::Connect(with_causes(&error).into())
         }
     } else {
         ProxyError::Upstream(Box::new(error))
     }
+}
+
+/// `error: cause: cause…`, for a log line that says what really went wrong.
+fn with_causes(error: &(dyn StdError + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut current = error.source();
+    while let Some(e) = current {
+        let cause = e.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+        current = e.source();
+    }
+    text
 }
 
 fn caused_by_timeout(error: &(dyn StdError + 'static)) -> bool {
@@ -471,81 +505,48 @@ pub fn is_event_stream<B>(req: &Request<B>) -> bool {
         })
 }
 
-/// The visitor's request body on its way to the origin; records when it last moved so the
+/// The visitor's request body on its way to the origin: records when it last moved so the
 /// response timeout counts from the end of the upload, not from its start.
-struct TrackedBody {
-    inner: Incoming,
-    activity: Arc<Mutex<Instant>>,
-}
+type TrackedBody = Watched<Incoming, Activity>;
 
-impl HttpBody for TrackedBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
+/// When the request body last moved.
+struct Activity(Arc<Mutex<Instant>>);
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if polled.is_ready() {
-            *lock(&self.activity) = Instant::now();
+impl Watch for Activity {
+    fn polled(&mut self, ready: bool, _: &mut Context<'_>) -> Option<BoxError> {
+        if ready {
+            *lock(&self.0) = Instant::now();
         }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        None
     }
 }
 
-/// The origin's response body; fails if it delivers nothing for `idle`.
-struct IdleTimeoutBody {
-    inner: Incoming,
+/// For the origin's response body: fails it if it delivers nothing for `idle`.
+struct IdleTimeout {
     idle: Duration,
     timer: Pin<Box<Sleep>>,
 }
 
-impl IdleTimeoutBody {
-    fn new(inner: Incoming, idle: Duration) -> Self {
-        IdleTimeoutBody {
-            inner,
+impl IdleTimeout {
+    fn new(idle: Duration) -> Self {
+        IdleTimeout {
             idle,
             timer: Box::pin(tokio::time::sleep(idle)),
         }
     }
 }
 
-impl HttpBody for IdleTimeoutBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(frame) => {
-                let deadline = Instant::now() + self.idle;
-                self.timer.as_mut().reset(deadline);
-                Poll::Ready(frame.map(|f| f.map_err(BoxError::from)))
-            }
-            Poll::Pending => match self.timer.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(ProxyError::Timeout)))),
-                Poll::Pending => Poll::Pending,
-            },
+impl Watch for IdleTimeout {
+    fn polled(&mut self, ready: bool, cx: &mut Context<'_>) -> Option<BoxError> {
+        if ready {
+            let deadline = Instant::now() + self.idle;
+            self.timer.as_mut().reset(deadline);
+            return None;
         }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match self.timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Some(Box::new(ProxyError::Timeout)),
+            Poll::Pending => None,
+        }
     }
 }
 
@@ -554,6 +555,7 @@ mod tests {
     use super::*;
     use crate::http::body::full;
     use crate::server::{ServerLimits, serve};
+    use bytes::Bytes;
     use futures_util::{SinkExt, StreamExt};
     use http_body_util::Full;
     use std::net::SocketAddr;
@@ -851,12 +853,12 @@ mod tests {
         );
         assert_eq!(bare.target(None).unwrap().to_string(), "http://o/");
         assert_eq!(bare.to_string(), "http://o");
-        for bad in [
-            "https://o",
-            "/just/a/path",
-            "http://o/?q=1",
-            "http://u:p@o/",
-        ] {
+        let tls = Origin::new(&"https://o:8443/p".parse().unwrap()).unwrap();
+        assert_eq!(
+            tls.target(Some(&pq)).unwrap().to_string(),
+            "https://o:8443/p/x?y=1"
+        );
+        for bad in ["ftp://o", "/just/a/path", "http://o/?q=1", "http://u:p@o/"] {
             let err = Origin::new(&bad.parse().unwrap()).unwrap_err();
             assert!(matches!(err, ProxyError::InvalidOrigin(_)), "{bad}");
         }

@@ -1,6 +1,8 @@
 //! The control room's backend (SPEC §8): the admin API under `/__anteroom/admin/api/`, the
 //! page at `/__anteroom/admin/`, and the OpenAPI document. [`handle`] is the one
-//! entry point, called from [`super::App::handle`] for every path under `/__anteroom/admin`.
+//! entry point, called from the request path ([`crate::gate`]) for every path under
+//! `/__anteroom/admin` with an [`AdminContext`]: what the admin needs, not the whole app.
+//! A separate admin listener would build the same context and call the same [`handle`].
 //!
 //! - Every API route except `openapi.json` needs `Authorization: Bearer <admin_token>`,
 //!   compared in constant time. Missing or wrong: 401 with `WWW-Authenticate: Bearer`.
@@ -31,14 +33,15 @@ use hyper::body::Incoming;
 use minijinja::{Environment, context};
 use serde_json::{Value, json};
 
-use super::App;
-use super::assets::{self, Entry};
-use super::body::{Body, full};
-use super::pages::{FRONTEND_BUILT_IN, STATUS_HEADER};
-use crate::admission::CachedStats;
+use crate::admission::{Admission, CachedStats};
 use crate::audit::{AuditEntry, AuditLog};
 use crate::config::{Config, Secret};
+use crate::http::assets::{self, Entry};
+use crate::http::body::{Body, full};
+use crate::http::pages::{FRONTEND_BUILT_IN, STATUS_HEADER};
+use crate::live::LiveHub;
 use crate::log_limiter::LogLimiter;
+use crate::metrics::Metrics;
 use crate::queue::{RoomSettings, SettingsPatch, StoreError};
 
 /// The OpenAPI 3 document of the admin API, kept true by `tests/admin.rs`.
@@ -260,9 +263,21 @@ fn bearer(req: &Request<Incoming>) -> Option<&[u8]> {
     (!token.is_empty()).then_some(token)
 }
 
+/// The narrow view of the running instance the admin API works with.
+pub struct AdminContext<'a> {
+    pub admin: &'a Admin,
+    /// The only door to the store: every change goes through it so failures feed
+    /// the store health the status endpoint reports.
+    pub admission: &'a Admission,
+    pub metrics: &'a Metrics,
+    pub live: &'a LiveHub,
+    /// The configured rooms, in config order.
+    pub rooms: &'a [String],
+}
+
 /// The one entry point: every request whose path is `/__anteroom/admin` or below it.
 pub async fn handle(
-    app: &App,
+    app: &AdminContext<'_>,
     req: Request<Incoming>,
     caller: IpAddr,
     peer: SocketAddr,
@@ -296,8 +311,8 @@ pub async fn handle(
         return method_not_allowed(&allow.join(", "));
     };
     let room = match room {
-        Some(name) => match app.rooms.iter().find(|r| r.config.name == name) {
-            Some(r) => Some(r.config.name.as_str()),
+        Some(name) => match app.rooms.iter().find(|r| *r == name) {
+            Some(r) => Some(r.as_str()),
             None => {
                 return problem(
                     StatusCode::NOT_FOUND,
@@ -315,14 +330,14 @@ pub async fn handle(
         (Op::Status, _) => status(app),
         (Op::Metrics, _) => respond(
             StatusCode::OK,
-            super::metrics::CONTENT_TYPE,
+            crate::metrics::CONTENT_TYPE,
             app.metrics.render(app.live.open_streams()),
         ),
         (Op::Rooms, _) => {
             let rooms: Vec<Value> = app
                 .rooms
                 .iter()
-                .map(|r| room_view(&r.config.name, app.admission.cached_stats(&r.config.name)))
+                .map(|r| room_view(r, app.admission.cached_stats(r)))
                 .collect();
             ok(json!({ "rooms": rooms }))
         }
@@ -348,7 +363,7 @@ struct Caller {
     peer: SocketAddr,
 }
 
-fn status(app: &App) -> Response<Body> {
+fn status(app: &AdminContext<'_>) -> Response<Body> {
     let health = app.admission.health();
     let audit_error = app.admin.audit.last_error();
     ok(json!({
@@ -369,7 +384,7 @@ fn status(app: &App) -> Response<Body> {
             "ok": audit_error.is_none(),
             "last_error": audit_error,
         },
-        "rooms": app.room_names(),
+        "rooms": app.rooms,
         "open_streams": app.live.open_streams(),
     }))
 }
@@ -412,7 +427,12 @@ fn settings_view(s: &RoomSettings) -> Value {
 }
 
 /// `PUT …/config`.
-async fn configure(app: &App, req: Request<Incoming>, room: &str, who: &Caller) -> Response<Body> {
+async fn configure(
+    app: &AdminContext<'_>,
+    req: Request<Incoming>,
+    room: &str,
+    who: &Caller,
+) -> Response<Body> {
     let body = match read_body(req).await {
         Ok(body) => body,
         Err(BodyError::TooLarge) => {
@@ -431,9 +451,8 @@ async fn configure(app: &App, req: Request<Incoming>, room: &str, who: &Caller) 
         Ok(patch) => patch,
         Err((field, detail)) => return bad_input(&field, &detail),
     };
-    let store = app.admission.store();
-    let current = match store.stats(room).await {
-        Ok(stats) => stats.settings,
+    let current = match app.admission.settings(room).await {
+        Ok(settings) => settings,
         Err(e) => return store_error(e),
     };
     // Checked here too so the error names the API's field; the store checks again
@@ -441,7 +460,7 @@ async fn configure(app: &App, req: Request<Incoming>, room: &str, who: &Caller) 
     if let Err(e) = current.patched(&patch) {
         return store_error(e);
     }
-    let new = match store.update_settings(room, &patch).await {
+    let new = match app.admission.update_settings(room, &patch).await {
         Ok(new) => new,
         Err(e) => return store_error(e),
     };
@@ -475,10 +494,14 @@ fn patch_names(patch: &SettingsPatch, field: &str) -> bool {
 }
 
 /// `POST …/pause` and `…/resume`.
-async fn set_paused(app: &App, room: &str, paused: bool, who: &Caller) -> Response<Body> {
-    let store = app.admission.store();
-    let old = match store.stats(room).await {
-        Ok(stats) => stats.settings.paused,
+async fn set_paused(
+    app: &AdminContext<'_>,
+    room: &str,
+    paused: bool,
+    who: &Caller,
+) -> Response<Body> {
+    let old = match app.admission.settings(room).await {
+        Ok(settings) => settings.paused,
         Err(e) => return store_error(e),
     };
     let patch = if paused {
@@ -486,7 +509,7 @@ async fn set_paused(app: &App, room: &str, paused: bool, who: &Caller) -> Respon
     } else {
         SettingsPatch::resume()
     };
-    let new = match store.update_settings(room, &patch).await {
+    let new = match app.admission.update_settings(room, &patch).await {
         Ok(new) => new.paused,
         Err(e) => return store_error(e),
     };
@@ -505,8 +528,8 @@ async fn set_paused(app: &App, room: &str, paused: bool, who: &Caller) -> Respon
 }
 
 /// `POST …/flush`.
-async fn flush(app: &App, room: &str, who: &Caller) -> Response<Body> {
-    let removed = match app.admission.store().flush(room).await {
+async fn flush(app: &AdminContext<'_>, room: &str, who: &Caller) -> Response<Body> {
+    let removed = match app.admission.flush(room).await {
         Ok(n) => n,
         Err(e) => return store_error(e),
     };
@@ -526,7 +549,7 @@ async fn flush(app: &App, room: &str, who: &Caller) -> Response<Body> {
 /// Records a change: the audit line (its result goes into the response so an operator
 /// knows) and a `config_changed` event on the side channel.
 async fn audit(
-    app: &App,
+    app: &AdminContext<'_>,
     room: &str,
     action: &'static str,
     old: Value,
@@ -647,6 +670,12 @@ fn api_field(store_field: &str) -> &str {
 fn store_error(e: StoreError) -> Response<Body> {
     match e {
         StoreError::Invalid { field, reason } => bad_input(api_field(field), &reason),
+        StoreError::NotWaiting(reference) => problem(
+            StatusCode::NOT_FOUND,
+            "Unknown visitor",
+            &format!("Nobody waiting in this room has the reference {reference}."),
+            Some("ref"),
+        ),
         StoreError::UnknownRoom(room) => problem(
             StatusCode::NOT_FOUND,
             "Unknown room",
@@ -735,7 +764,7 @@ const CONTROL_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'sel
 
 /// `GET /__anteroom/admin/`: the control room's shell when the front-end is built in,
 /// else a page listing the API.
-fn page(app: &App, req: &Request<Incoming>) -> Response<Body> {
+fn page(app: &AdminContext<'_>, req: &Request<Incoming>) -> Response<Body> {
     if let Some(control) = &app.admin.control {
         return control_page(app, control);
     }
@@ -746,7 +775,7 @@ fn page(app: &App, req: &Request<Incoming>) -> Response<Body> {
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost:8080");
     let base = format!("http://{host}");
-    let first_room = app.rooms.first().map(|r| r.config.name.as_str());
+    let first_room = app.rooms.first().map(String::as_str);
     let endpoints: Vec<Value> = routes()
         .iter()
         .map(|r| {
@@ -778,7 +807,7 @@ fn page(app: &App, req: &Request<Incoming>) -> Response<Body> {
         .and_then(|t| {
             t.render(context! {
                 endpoints => endpoints,
-                rooms => app.room_names(),
+                rooms => app.rooms,
                 version => env!("CARGO_PKG_VERSION"),
             })
         })
@@ -792,7 +821,7 @@ fn page(app: &App, req: &Request<Incoming>) -> Response<Body> {
 
 /// The control room's HTML shell: the entry's stylesheets and module script, and a
 /// `<noscript>` pointing at the API. Everything else is drawn by the script.
-fn control_page(app: &App, control: &Entry) -> Response<Body> {
+fn control_page(app: &AdminContext<'_>, control: &Entry) -> Response<Body> {
     let rendered = app.admin.pages.get_template("control.html").and_then(|t| {
         t.render(context! {
             script => minijinja::Value::from_safe_string(control.script.clone()),

@@ -1,0 +1,247 @@
+//! The abuse registry's Redis side: strikes, bans and the ban log shared by every replica,
+//! through one script (`abuse.lua`) whose keys all carry the hash tag `{abuse}`.
+
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use redis::{Script, Value};
+
+use super::{AbuseError, AbusePolicy, Ban, BanSource, LOG_CAP, LogEntry};
+use crate::clock::ms;
+use crate::queue::redis_client::{self, RedisConn, Timeouts};
+use crate::tls::CaFile;
+
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("abuse.lua")));
+
+const K_BANS: &str = "ar:{abuse}:bans";
+const K_EXPIRY: &str = "ar:{abuse}:expiry";
+const K_LOG: &str = "ar:{abuse}:log";
+const K_SEQ: &str = "ar:{abuse}:seq";
+const K_VER: &str = "ar:{abuse}:ver";
+
+/// Short timeouts: a strike or a refresh must fail fast when Redis is away, and the
+/// request path never waits on either.
+const TIMEOUTS: Timeouts = Timeouts {
+    connect: Duration::from_secs(1),
+    response: Duration::from_secs(1),
+    retries: 1,
+    max_retry_delay: Duration::from_millis(300),
+};
+/// Expired bans removed per tick; more wait for the next one.
+const SWEEP_BUDGET: usize = 500;
+
+/// What the strike script did.
+#[derive(Debug)]
+pub(super) enum StrikeReply {
+    Counted(u64),
+    AlreadyBanned,
+    Banned(Ban),
+}
+
+/// The connection to the shared abuse state (one node or a Cluster).
+#[derive(Clone)]
+pub struct RedisAbuse {
+    conn: RedisConn,
+    /// Unique per process, so two replicas' strikes in the same millisecond stay distinct.
+    nonce_prefix: u64,
+    nonce: std::sync::Arc<AtomicU64>,
+}
+
+fn redis_err(e: redis::RedisError) -> AbuseError {
+    AbuseError::Redis(e.to_string())
+}
+
+fn bad(what: &str, detail: impl std::fmt::Debug) -> AbuseError {
+    AbuseError::Redis(format!("unexpected reply to {what}: {detail:?}"))
+}
+
+fn parse<T: serde::de::DeserializeOwned>(what: &str, json: &str) -> Result<T, AbuseError> {
+    serde_json::from_str(json).map_err(|e| bad(what, format!("{e} in {json}")))
+}
+
+impl RedisAbuse {
+    /// Connects to one node or, with several URLs, to a Cluster; the URLs (`rediss://`
+    /// with `ca` included) are read by [`crate::queue::redis_client::build`], exactly as
+    /// for the queue store.
+    pub async fn connect(nodes: &[&str], ca: Option<&CaFile>) -> Result<Self, AbuseError> {
+        let conn = redis_client::build(nodes, ca)
+            .map_err(AbuseError::Redis)?
+            .connect(TIMEOUTS)
+            .await
+            .map_err(redis_err)?;
+        let mut seed = [0u8; 8];
+        let _ = getrandom::fill(&mut seed);
+        Ok(RedisAbuse {
+            conn,
+            nonce_prefix: u64::from_le_bytes(seed),
+            nonce: Default::default(),
+        })
+    }
+
+    async fn call(
+        &self,
+        op: &str,
+        now: u64,
+        extra_keys: &[String],
+        args: &[String],
+    ) -> Result<Value, AbuseError> {
+        let mut inv = SCRIPT.prepare_invoke();
+        for key in [K_BANS, K_EXPIRY, K_LOG, K_SEQ, K_VER] {
+            inv.key(key);
+        }
+        for key in extra_keys {
+            inv.key(key.as_str());
+        }
+        inv.arg(op).arg(now.to_string()).arg(LOG_CAP.to_string());
+        for a in args {
+            inv.arg(a.as_str());
+        }
+        let mut conn = self.conn.clone();
+        inv.invoke_async::<Value>(&mut conn)
+            .await
+            .map_err(redis_err)
+    }
+
+    pub(super) async fn strike(
+        &self,
+        policy: &AbusePolicy,
+        target: IpNet,
+        weight: u32,
+        reason: &str,
+        now: u64,
+    ) -> Result<StrikeReply, AbuseError> {
+        let t = target.to_string();
+        let keys = [
+            format!("ar:{{abuse}}:strikes:{t}"),
+            format!("ar:{{abuse}}:repeat:{t}"),
+        ];
+        let nonce = format!(
+            "{:x}-{:x}",
+            self.nonce_prefix,
+            self.nonce.fetch_add(1, Ordering::Relaxed)
+        );
+        let args = [
+            t,
+            weight.to_string(),
+            ms(policy.window).to_string(),
+            policy.strikes.to_string(),
+            ms(policy.cooldown).to_string(),
+            ms(policy.max_cooldown).to_string(),
+            json_string(reason),
+            nonce,
+        ];
+        let reply = self.call("strike", now, &keys, &args).await?;
+        let Value::Array(items) = &reply else {
+            return Err(bad("strike", reply));
+        };
+        match items.as_slice() {
+            [Value::Int(1)] => Ok(StrikeReply::AlreadyBanned),
+            [Value::Int(0), Value::Int(total)] => {
+                Ok(StrikeReply::Counted(u64::try_from(*total).unwrap_or(0)))
+            }
+            [Value::Int(2), json] => Ok(StrikeReply::Banned(parse("strike", &text(json)?)?)),
+            _ => Err(bad("strike", reply)),
+        }
+    }
+
+    /// Stores `ban` (its seq is assigned here). `replace`: an admin's, replacing any ban on
+    /// the target; otherwise a longer active ban is kept and `None` returned.
+    pub(super) async fn ban(
+        &self,
+        ban: &Ban,
+        now: u64,
+        replace: bool,
+    ) -> Result<Option<Ban>, AbuseError> {
+        let args = [
+            ban.target.to_string(),
+            source_str(ban.source).to_owned(),
+            json_string(&ban.reason),
+            ban.until_ms.map(|u| u.to_string()).unwrap_or_default(),
+            if replace { "replace" } else { "extend" }.to_owned(),
+        ];
+        match self.call("ban", now, &[], &args).await? {
+            Value::Nil => Ok(None),
+            other => Ok(Some(parse("ban", &text(&other)?)?)),
+        }
+    }
+
+    pub(super) async fn unban(&self, target: IpNet, now: u64) -> Result<Option<Ban>, AbuseError> {
+        match self.call("unban", now, &[], &[target.to_string()]).await? {
+            Value::Nil => Ok(None),
+            other => Ok(Some(parse("unban", &text(&other)?)?)),
+        }
+    }
+
+    /// Removes the bans that ended by `now`; returns those this call removed.
+    pub(super) async fn sweep(&self, now: u64) -> Result<Vec<Ban>, AbuseError> {
+        let reply = self
+            .call("sweep", now, &[], &[SWEEP_BUDGET.to_string()])
+            .await?;
+        list(&reply)?.iter().map(|j| parse("sweep", j)).collect()
+    }
+
+    pub(super) async fn log_page(
+        &self,
+        cursor: Option<u64>,
+        count: usize,
+    ) -> Result<Vec<LogEntry>, AbuseError> {
+        let args = [
+            cursor.map(|c| c.to_string()).unwrap_or_default(),
+            count.to_string(),
+        ];
+        // `now` is unused by this op; 0 keeps the argument list uniform.
+        let reply = self.call("log", 0, &[], &args).await?;
+        list(&reply)?.iter().map(|j| parse("log", j)).collect()
+    }
+
+    /// The shared ban set's version (0 before the first ban ever).
+    pub(super) async fn version(&self) -> Result<u64, AbuseError> {
+        let mut conn = self.conn.clone();
+        let v: Option<u64> = redis::cmd("GET")
+            .arg(K_VER)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        Ok(v.unwrap_or(0))
+    }
+
+    pub(super) async fn all_bans(&self) -> Result<Vec<Ban>, AbuseError> {
+        let mut conn = self.conn.clone();
+        let all: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(K_BANS)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        // One unreadable entry (a newer replica's format) must not drop every other ban.
+        Ok(all
+            .into_iter()
+            .filter_map(|(_, json)| serde_json::from_str(&json).ok())
+            .collect())
+    }
+}
+
+fn source_str(source: BanSource) -> &'static str {
+    source.as_str()
+}
+
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+fn text(v: &Value) -> Result<String, AbuseError> {
+    match v {
+        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        other => Err(bad("script", other)),
+    }
+}
+
+fn list(v: &Value) -> Result<Vec<String>, AbuseError> {
+    match v {
+        Value::Array(items) => items.iter().map(text).collect(),
+        Value::Nil => Ok(Vec::new()),
+        other => Err(bad("script", other)),
+    }
+}

@@ -1,0 +1,274 @@
+//! The Redis-shared registry against a real `redis-server` (and a real Cluster): two
+//! registries stand for two replicas. Redis time cannot be paused, so these use the
+//! system clock and short, bounded real waits.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::clock::Clock;
+use crate::testing::{RedisCluster, RedisServer};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+async fn replica(urls: &[String]) -> (Arc<AbuseRegistry>, mpsc::Receiver<AbuseEvent>) {
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let redis = RedisAbuse::connect(&nodes, None).await.unwrap();
+    let r = AbuseRegistry::with_redis(
+        AbuseConfig {
+            strikes: 20,
+            cooldown: Duration::from_secs(60),
+            max_cooldown: Duration::from_secs(300),
+            ban_paths: vec!["/.env".into()],
+            ..AbuseConfig::default()
+        }
+        .validate()
+        .unwrap(),
+        vec![],
+        Clock::system(),
+        redis,
+    )
+    .await
+    .unwrap();
+    let events = r.take_events().unwrap();
+    (Arc::new(r), events)
+}
+
+fn drain(events: &mut mpsc::Receiver<AbuseEvent>) -> Vec<AbuseEvent> {
+    let mut out = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        out.push(e);
+    }
+    out
+}
+
+/// Waits (real time, at most `limit`) until `f` holds.
+async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f()
+}
+
+#[tokio::test]
+async fn a_ban_earned_on_one_replica_applies_on_the_other_within_two_seconds() {
+    let server = RedisServer::start();
+    let (a, mut a_events) = replica(&[server.url()]).await;
+    let (b, mut b_events) = replica(&[server.url()]).await;
+    let _ticker = b.spawn_ticker(Duration::from_millis(500));
+    let bot = ip("198.51.100.66");
+
+    // Strikes are shared: two forged cookies through each replica make 20.
+    assert_eq!(
+        a.strike(bot, StrikeReason::BadCookie).await,
+        StrikeOutcome::Counted { total: 5 }
+    );
+    assert_eq!(
+        b.strike(bot, StrikeReason::BadCookie).await,
+        StrikeOutcome::Counted { total: 10 }
+    );
+    assert_eq!(
+        a.strike(bot, StrikeReason::BadCookie).await,
+        StrikeOutcome::Counted { total: 15 }
+    );
+    let StrikeOutcome::Banned(ban) = a.strike(bot, StrikeReason::BadCookie).await else {
+        panic!("the fourth forged cookie bans");
+    };
+    assert_eq!(ban.source, BanSource::Automatic);
+    assert_eq!(ban.until_ms.unwrap() - ban.since_ms, 60_000);
+    assert!(a.check(bot).is_some(), "at once on the replica that banned");
+    let start = std::time::Instant::now();
+    assert!(eventually(Duration::from_secs(2), || b.check(bot).is_some()).await);
+    eprintln!("propagated in {:?}", start.elapsed());
+    assert_eq!(drain(&mut a_events), [AbuseEvent::Banned(ban.clone())]);
+    assert!(
+        drain(&mut b_events).is_empty(),
+        "one event per ban, from its replica"
+    );
+    assert_eq!(
+        b.strike(bot, StrikeReason::BadCookie).await,
+        StrikeOutcome::AlreadyBanned
+    );
+
+    // An admin ban of a /24 through A answers on B; lifting it propagates too.
+    let range = a
+        .ban(
+            "203.0.113.0/24",
+            Some(Duration::from_secs(600)),
+            "drop-day bots",
+        )
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || b
+            .check(ip("203.0.113.9"))
+            .is_some())
+        .await
+    );
+    assert_eq!(b.list(None, None).items[0], range);
+    a.unban("203.0.113.0/24").await.unwrap();
+    assert!(a.check(ip("203.0.113.9")).is_none());
+    assert!(
+        eventually(Duration::from_secs(2), || b
+            .check(ip("203.0.113.9"))
+            .is_none())
+        .await
+    );
+    assert_eq!(
+        b.unban("203.0.113.0/24").await,
+        Err(BanError::NotFound("203.0.113.0/24".into()))
+    );
+
+    // The log is shared and pages newest first.
+    let log = b.log(Some(2), None).await.unwrap();
+    assert_eq!(
+        log.items.iter().map(|e| e.action).collect::<Vec<_>>(),
+        [LogAction::Unbanned, LogAction::Banned]
+    );
+    assert_eq!(log.items[0].reason, "drop-day bots");
+    let rest = b.log(Some(10), log.next_cursor).await.unwrap();
+    assert_eq!(rest.items.len(), 1);
+    assert_eq!(rest.items[0].target, ban.target);
+    assert_eq!(rest.next_cursor, None);
+    assert_eq!(
+        log.items
+            .iter()
+            .chain(&rest.items)
+            .map(|e| e.seq)
+            .collect::<Vec<_>>(),
+        [3, 2, 1]
+    );
+}
+
+#[tokio::test]
+async fn repeat_bans_double_across_replicas_and_ban_paths_share() {
+    let server = RedisServer::start();
+    let (a, _ae) = replica(&[server.url()]).await;
+    let (b, _be) = replica(&[server.url()]).await;
+    let bot = ip("2001:db8:7:7::1");
+    for _ in 0..4 {
+        a.strike(bot, StrikeReason::BadAdminToken).await;
+    }
+    assert!(a.check(bot).is_some());
+    // Lift it and earn another through B: twice the cooldown.
+    a.unban("2001:db8:7:7::/64").await.unwrap();
+    b.tick().await.unwrap();
+    assert!(b.check(ip("2001:db8:7:7::99")).is_none());
+    let mut last = None;
+    for _ in 0..4 {
+        last = Some(
+            b.strike(ip("2001:db8:7:7::2"), StrikeReason::BadAdminToken)
+                .await,
+        );
+    }
+    let Some(StrikeOutcome::Banned(second)) = last else {
+        panic!("{last:?}");
+    };
+    assert_eq!(second.until_ms.unwrap() - second.since_ms, 120_000);
+
+    let PathOutcome::Banned(p) = a.hit_ban_path(ip("192.0.2.50"), "/.env").await else {
+        panic!("no ban");
+    };
+    assert_eq!(p.source, BanSource::BanPath);
+    b.tick().await.unwrap();
+    assert!(b.check(ip("192.0.2.50")).is_some());
+    // A second hit through B never shortens the ban (it may extend it by the time since).
+    let PathOutcome::Banned(again) = b.hit_ban_path(ip("192.0.2.50"), "/.env").await else {
+        panic!("no ban");
+    };
+    assert_eq!(again.source, BanSource::BanPath);
+    assert!(again.until_ms >= p.until_ms);
+}
+
+#[tokio::test]
+async fn expiry_is_reported_once_and_lifts_everywhere() {
+    let server = RedisServer::start();
+    let (a, mut ae) = replica(&[server.url()]).await;
+    let (b, mut be) = replica(&[server.url()]).await;
+    let ban = a
+        .ban("192.0.2.77", Some(Duration::from_secs(1)), "brief")
+        .await
+        .unwrap();
+    b.tick().await.unwrap();
+    assert!(b.check(ip("192.0.2.77")).is_some());
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // Ended bans stop applying at once, before any sweep.
+    assert!(a.check(ip("192.0.2.77")).is_none());
+    assert!(b.check(ip("192.0.2.77")).is_none());
+    a.tick().await.unwrap();
+    b.tick().await.unwrap();
+    let a_events = drain(&mut ae);
+    assert_eq!(
+        a_events,
+        [AbuseEvent::Banned(ban.clone()), AbuseEvent::Expired(ban)]
+    );
+    assert!(drain(&mut be).is_empty());
+    assert_eq!(b.bans_active(), 0);
+    let log = b.log(None, None).await.unwrap();
+    assert_eq!(log.items[0].action, LogAction::Expired);
+}
+
+#[tokio::test]
+async fn a_redis_outage_keeps_the_last_known_bans_enforced() {
+    let mut server = RedisServer::start();
+    let (a, _ae) = replica(&[server.url()]).await;
+    let (b, _be) = replica(&[server.url()]).await;
+    a.ban("192.0.2.1", None, "known").await.unwrap();
+    b.tick().await.unwrap();
+    server.kill();
+    assert!(b.tick().await.is_err());
+    assert!(b.check(ip("192.0.2.1")).unwrap().is_permanent());
+    assert_eq!(
+        a.strike(ip("192.0.2.2"), StrikeReason::BadCookie).await,
+        StrikeOutcome::StoreDown
+    );
+    assert!(matches!(
+        a.ban("192.0.2.3", None, "x").await,
+        Err(BanError::Store(_))
+    ));
+    assert!(a.log(None, None).await.is_err());
+    // A ban path still bans on this replica while Redis is away.
+    assert!(matches!(
+        a.hit_ban_path(ip("192.0.2.4"), "/.env").await,
+        PathOutcome::Banned(_)
+    ));
+    assert!(a.check(ip("192.0.2.4")).is_some());
+    assert!(b.check(ip("192.0.2.1")).is_some());
+    // Redis comes back (empty: it kept nothing): the replicas follow it again.
+    server.restart();
+    let mut ok = false;
+    for _ in 0..50 {
+        if b.tick().await.is_ok() {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ok, "the refresh recovers once Redis answers");
+}
+
+#[tokio::test]
+async fn works_on_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let (a, _ae) = replica(&cluster.urls()).await;
+    let (b, _be) = replica(&cluster.urls()).await;
+    let bot = ip("198.51.100.200");
+    for _ in 0..4 {
+        b.strike(bot, StrikeReason::BadGrant).await;
+    }
+    a.tick().await.unwrap();
+    assert!(a.check(bot).is_some());
+    a.ban("10.0.0.0/8", None, "whole net").await.unwrap();
+    b.tick().await.unwrap();
+    assert!(b.check(ip("10.9.8.7")).unwrap().is_permanent());
+    assert_eq!(b.log(None, None).await.unwrap().items.len(), 2);
+}

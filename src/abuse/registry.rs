@@ -1,0 +1,935 @@
+//! The registry: the hot-path ban snapshot, the embedded strike table and ban state, and
+//! the Redis-backed variant that shares them between replicas.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use ipnet::IpNet;
+use tokio::sync::mpsc;
+
+use super::persist::{self, Saved};
+use super::redis::{RedisAbuse, StrikeReply};
+use super::{
+    AbuseError, AbuseEvent, AbusePolicy, Ban, BanError, BanSource, BanVerdict, DEFAULT_PAGE,
+    LOG_CAP, LogAction, LogEntry, MAX_PAGE, MAX_REASON_CHARS, Page, StrikeReason, client_bits,
+    client_ip, client_net, is_client_net, parse_target,
+};
+use crate::clock::{Clock, ms};
+
+/// Events waiting for the forwarder; beyond this they are dropped and counted, because
+/// the audit log and Kafka are side channels that must never slow a ban down.
+pub const EVENT_BUFFER: usize = if cfg!(test) { 64 } else { 4096 };
+
+/// The active bans as the request path reads them: single clients in a hash map, ranges
+/// in a short list. Replaced whole (copy on write) on every change, so readers never lock.
+#[derive(Debug, Default)]
+pub(super) struct BanSet {
+    exact: HashMap<u128, Arc<Ban>>,
+    /// Range bans grouped by mask (IPv4 in its IPv4-mapped IPv6 form): network bits →
+    /// ban. A lookup is one hash probe per distinct prefix length in use (at most 57),
+    /// however many ranges are banned.
+    nets: Vec<(u128, HashMap<u128, Arc<Ban>>)>,
+}
+
+/// A range as (network bits, mask) in the IPv4-mapped IPv6 space.
+fn net_bits(net: &IpNet) -> (u128, u128) {
+    let (addr, prefix) = match net {
+        IpNet::V4(n) => (
+            u128::from(n.network().to_ipv6_mapped()),
+            96 + u32::from(n.prefix_len()),
+        ),
+        IpNet::V6(n) => (u128::from(n.network()), u32::from(n.prefix_len())),
+    };
+    let mask = u128::MAX.checked_shl(128 - prefix).unwrap_or(0);
+    (addr & mask, mask)
+}
+
+impl BanSet {
+    pub(super) fn from_bans(bans: impl IntoIterator<Item = Arc<Ban>>) -> Self {
+        let mut set = BanSet::default();
+        for ban in bans {
+            if is_client_net(&ban.target) {
+                set.exact.insert(client_bits(ban.target.addr()), ban);
+            } else {
+                let (bits, mask) = net_bits(&ban.target);
+                match set.nets.iter_mut().find(|(m, _)| *m == mask) {
+                    Some((_, by_net)) => {
+                        by_net.insert(bits, ban);
+                    }
+                    None => set.nets.push((mask, HashMap::from([(bits, ban)]))),
+                }
+            }
+        }
+        set
+    }
+
+    fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.nets.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Arc<Ban>> {
+        self.exact
+            .values()
+            .chain(self.nets.iter().flat_map(|(_, by_net)| by_net.values()))
+    }
+
+    /// The longest-lasting ban active at `now` that covers `ip`.
+    fn lookup(&self, ip: IpAddr, now: u64) -> Option<&Arc<Ban>> {
+        let bits = client_bits(ip);
+        let mut best: Option<&Arc<Ban>> = None;
+        // Ranges are never narrower than a client (see `parse_target`), so testing the
+        // client's bits is testing the address.
+        let ranges = self
+            .nets
+            .iter()
+            .filter_map(|(mask, by_net)| by_net.get(&(bits & mask)));
+        for ban in self.exact.get(&bits).into_iter().chain(ranges) {
+            if !ban.active_at(now) {
+                continue;
+            }
+            best = match best {
+                Some(b) if lasts_longer(b, ban) => Some(b),
+                _ => Some(ban),
+            };
+        }
+        best
+    }
+}
+
+/// Whether `a` ends no earlier than `b` (permanent is forever).
+fn lasts_longer(a: &Ban, b: &Ban) -> bool {
+    match (a.until_ms, b.until_ms) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(x), Some(y)) => x >= y,
+    }
+}
+
+/// One client's recent strikes.
+#[derive(Debug, Default)]
+struct Tracked {
+    /// (unix ms, weight), oldest first; at most `strikes` entries since each weighs ≥ 1
+    /// and reaching `strikes` clears them.
+    hits: VecDeque<(u64, u32)>,
+    sum: u64,
+    /// Automatic bans earned so far (the doubling exponent).
+    auto_bans: u32,
+    /// Position in the recency order (`Local::lru`).
+    touched: u64,
+}
+
+/// The embedded store's state. With Redis only the strike table is unused.
+#[derive(Debug, Default)]
+pub(super) struct Local {
+    tracked: HashMap<IpAddr, Tracked>,
+    /// Recency order of `tracked`: touch counter → client; the first is forgotten first.
+    lru: BTreeMap<u64, IpAddr>,
+    touch: u64,
+    bans: HashMap<IpNet, Arc<Ban>>,
+    /// Newest first, at most [`LOG_CAP`].
+    log: VecDeque<LogEntry>,
+    /// The seq of the next log entry.
+    next_seq: u64,
+}
+
+impl Local {
+    fn record(&mut self, action: LogAction, ban: &Ban, at_ms: u64) -> u64 {
+        let seq = self.next_seq.max(1);
+        self.next_seq = seq + 1;
+        self.log.push_front(LogEntry {
+            seq,
+            at_ms,
+            action,
+            target: ban.target,
+            source: ban.source,
+            reason: ban.reason.clone(),
+            until_ms: if action == LogAction::Banned {
+                ban.until_ms
+            } else {
+                None
+            },
+        });
+        self.log.truncate(LOG_CAP);
+        seq
+    }
+
+    /// Records and stores a new ban, replacing any on the same target.
+    fn add_ban(&mut self, mut ban: Ban, now: u64) -> Arc<Ban> {
+        ban.seq = self.record(LogAction::Banned, &ban, now);
+        let ban = Arc::new(ban);
+        self.bans.insert(ban.target, ban.clone());
+        ban
+    }
+
+    fn saved(&self) -> Saved {
+        let mut bans: Vec<Ban> = self.bans.values().map(|b| (**b).clone()).collect();
+        bans.sort_by_key(|b| b.seq);
+        Saved {
+            version: persist::VERSION,
+            next_seq: self.next_seq,
+            bans,
+            log: self.log.iter().cloned().collect(),
+        }
+    }
+}
+
+enum Backend {
+    Local {
+        state: Mutex<Local>,
+        data_dir: Option<PathBuf>,
+    },
+    Redis {
+        redis: RedisAbuse,
+        /// The Redis ban-set version last loaded (`u64::MAX`: never).
+        version: AtomicU64,
+        /// Serialises local updates of the snapshot against refreshes.
+        update: Mutex<()>,
+    },
+}
+
+/// What [`AbuseRegistry::strike`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StrikeOutcome {
+    /// The client is in `abuse.allow` or a trusted proxy: nothing counted.
+    Immune,
+    /// Already banned: nothing more counted.
+    AlreadyBanned,
+    /// Counted; the client's weight within the window is now `total`.
+    Counted { total: u64 },
+    /// This strike reached `abuse.strikes`.
+    Banned(Arc<Ban>),
+    /// Redis did not answer; the strike was lost (bans already known stay enforced).
+    StoreDown,
+}
+
+/// What [`AbuseRegistry::hit_ban_path`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PathOutcome {
+    /// The path is not one of `ban_paths`.
+    NotBanPath,
+    /// It is, but the client is never banned; the caller answers 404 without the origin.
+    Immune,
+    /// The client is now banned (or already was, for at least this long).
+    Banned(Arc<Ban>),
+}
+
+/// The abuse registry of one replica. See the module documentation for who calls what.
+pub struct AbuseRegistry {
+    policy: AbusePolicy,
+    trusted: Vec<IpNet>,
+    clock: Clock,
+    bans: ArcSwap<BanSet>,
+    backend: Backend,
+    strikes_total: [AtomicU64; 4],
+    banned_requests: AtomicU64,
+    events_dropped: AtomicU64,
+    events_tx: mpsc::Sender<AbuseEvent>,
+    events_rx: Mutex<Option<mpsc::Receiver<AbuseEvent>>>,
+    /// Whether the last Redis refresh failed (to log transitions, not every tick).
+    refresh_failing: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere while holding the lock must not take the ban check down with it:
+    // the state is still consistent at every await-free step.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl AbuseRegistry {
+    fn build(policy: AbusePolicy, trusted: Vec<IpNet>, clock: Clock, backend: Backend) -> Self {
+        let (events_tx, events_rx) = mpsc::channel(EVENT_BUFFER);
+        AbuseRegistry {
+            policy,
+            trusted: trusted.into_iter().map(|n| n.trunc()).collect(),
+            clock,
+            bans: ArcSwap::from_pointee(BanSet::default()),
+            backend,
+            strikes_total: Default::default(),
+            banned_requests: AtomicU64::new(0),
+            events_dropped: AtomicU64::new(0),
+            events_tx,
+            events_rx: Mutex::new(Some(events_rx)),
+            refresh_failing: AtomicBool::new(false),
+        }
+    }
+
+    /// Embedded, nothing on disk (tests, the demo).
+    pub fn in_memory(policy: AbusePolicy, trusted: Vec<IpNet>, clock: Clock) -> Self {
+        Self::build(
+            policy,
+            trusted,
+            clock,
+            Backend::Local {
+                state: Mutex::new(Local::default()),
+                data_dir: None,
+            },
+        )
+    }
+
+    /// Embedded, restoring `data_dir/abuse.json` if present (expired bans are dropped with
+    /// an `expired` log entry and event). [`AbuseRegistry::persist`] writes it back.
+    pub fn open(
+        policy: AbusePolicy,
+        trusted: Vec<IpNet>,
+        clock: Clock,
+        data_dir: &Path,
+    ) -> Result<Self, AbuseError> {
+        let saved = persist::load(data_dir)?;
+        let now = clock.now_ms();
+        let mut local = Local::default();
+        let mut expired = Vec::new();
+        if let Some(saved) = saved {
+            local.next_seq = saved.next_seq;
+            local.log = saved.log.into_iter().take(LOG_CAP).collect();
+            let top = local.log.front().map_or(0, |e| e.seq);
+            local.next_seq = local.next_seq.max(top + 1);
+            for ban in saved.bans {
+                if ban.active_at(now) {
+                    local.bans.insert(ban.target, Arc::new(ban));
+                } else {
+                    local.record(LogAction::Expired, &ban, now);
+                    expired.push(Arc::new(ban));
+                }
+            }
+        }
+        let registry = Self::build(
+            policy,
+            trusted,
+            clock,
+            Backend::Local {
+                state: Mutex::new(local),
+                data_dir: Some(data_dir.to_owned()),
+            },
+        );
+        if let Backend::Local { state, .. } = &registry.backend {
+            registry.publish_local(&lock(state));
+        }
+        for ban in expired {
+            registry.emit(AbuseEvent::Expired(ban));
+        }
+        Ok(registry)
+    }
+
+    /// Shared through Redis; loads the current bans once before returning, so a replica
+    /// starts enforcing at once (an unreachable Redis is an error here; later outages keep
+    /// the last known bans).
+    pub async fn with_redis(
+        policy: AbusePolicy,
+        trusted: Vec<IpNet>,
+        clock: Clock,
+        redis: RedisAbuse,
+    ) -> Result<Self, AbuseError> {
+        let registry = Self::build(
+            policy,
+            trusted,
+            clock,
+            Backend::Redis {
+                redis,
+                version: AtomicU64::new(u64::MAX),
+                update: Mutex::new(()),
+            },
+        );
+        registry.refresh().await?;
+        Ok(registry)
+    }
+
+    /// The events channel (once; later calls get `None`). Forward each to the audit log,
+    /// Kafka and metrics. Unread events beyond [`EVENT_BUFFER`] are dropped and counted.
+    pub fn take_events(&self) -> Option<mpsc::Receiver<AbuseEvent>> {
+        lock(&self.events_rx).take()
+    }
+
+    pub fn policy(&self) -> &AbusePolicy {
+        &self.policy
+    }
+
+    fn emit(&self, event: AbuseEvent) {
+        if self.events_tx.try_send(event).is_err() {
+            self.events_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `ip` is never struck or banned (`abuse.allow`, `trusted_proxies`).
+    pub fn is_immune(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.policy
+            .allow
+            .iter()
+            .chain(&self.trusted)
+            .any(|net| net.contains(&ip))
+    }
+
+    fn net_is_immune(&self, target: &IpNet) -> bool {
+        self.policy
+            .allow
+            .iter()
+            .chain(&self.trusted)
+            .any(|net| net.contains(target))
+    }
+
+    // ---- the request path ----
+
+    /// Step (1) of every request: is this client banned? An in-memory lookup of the
+    /// current snapshot (one atomic load, one hash lookup, a scan of the range bans);
+    /// never a store round trip, never a lock. Counts `anteroom_banned_requests_total`.
+    pub fn check(&self, ip: IpAddr) -> Option<BanVerdict> {
+        let set = self.bans.load();
+        if set.is_empty() {
+            return None;
+        }
+        let now = self.clock.now_ms();
+        let ban = set.lookup(ip, now)?;
+        // Rare path only: a ban matched, so the allow list costs nothing otherwise.
+        if self.is_immune(ip) {
+            return None;
+        }
+        self.banned_requests.fetch_add(1, Ordering::Relaxed);
+        Some(BanVerdict {
+            retry_after: ban
+                .until_ms
+                .map(|until| Duration::from_millis(until.saturating_sub(now))),
+            ban: ban.clone(),
+        })
+    }
+
+    /// Whether `path` (query ignored) is one of `ban_paths`, without banning anyone.
+    pub fn is_ban_path(&self, path: &str) -> bool {
+        self.policy.ban_paths.is_match(path)
+    }
+
+    /// Step (3): if `path` is one of `ban_paths`, ban the client for `cooldown` (an
+    /// existing longer ban is kept). Ban-path bans do not count toward the doubling.
+    pub async fn hit_ban_path(&self, ip: IpAddr, path: &str) -> PathOutcome {
+        let Some(glob) = self.policy.ban_paths.first_match(path) else {
+            return PathOutcome::NotBanPath;
+        };
+        if self.is_immune(ip) {
+            return PathOutcome::Immune;
+        }
+        let now = self.clock.now_ms();
+        let ban = Ban {
+            seq: 0,
+            target: client_net(ip),
+            source: BanSource::BanPath,
+            reason: format!("requested a ban path ({})", glob.as_str()),
+            since_ms: now,
+            until_ms: Some(now.saturating_add(ms(self.policy.cooldown))),
+        };
+        match &self.backend {
+            Backend::Local { state, .. } => {
+                let mut st = lock(state);
+                if let Some(existing) = st.bans.get(&ban.target)
+                    && existing.active_at(now)
+                    && lasts_longer(existing, &ban)
+                {
+                    return PathOutcome::Banned(existing.clone());
+                }
+                let ban = st.add_ban(ban, now);
+                self.publish_local(&st);
+                drop(st);
+                self.emit(AbuseEvent::Banned(ban.clone()));
+                PathOutcome::Banned(ban)
+            }
+            Backend::Redis { redis, .. } => match redis.ban(&ban, now, false).await {
+                Ok(Some(stored)) => {
+                    let stored = Arc::new(stored);
+                    self.publish_one(stored.clone());
+                    self.emit(AbuseEvent::Banned(stored.clone()));
+                    PathOutcome::Banned(stored)
+                }
+                Ok(None) => match self.check(ip) {
+                    Some(v) => PathOutcome::Banned(v.ban),
+                    None => PathOutcome::Banned(Arc::new(ban)),
+                },
+                Err(e) => {
+                    // Redis is down: enforce here at least; the next refresh after Redis
+                    // returns replaces this local-only ban with the shared set.
+                    tracing::warn!(error = %e, "cannot share a ban-path ban; enforcing it on this replica only");
+                    let ban = Arc::new(ban);
+                    self.publish_one(ban.clone());
+                    PathOutcome::Banned(ban)
+                }
+            },
+        }
+    }
+
+    /// Records a strike. Counted within `abuse.window`; reaching `abuse.strikes` bans the
+    /// client for `cooldown × 2^(earlier automatic bans)`, capped at `max_cooldown`.
+    /// With Redis this is one script call (callers on the request path may spawn it).
+    pub async fn strike(&self, ip: IpAddr, reason: StrikeReason) -> StrikeOutcome {
+        if self.is_immune(ip) {
+            return StrikeOutcome::Immune;
+        }
+        if self.check_quiet(ip) {
+            return StrikeOutcome::AlreadyBanned;
+        }
+        self.strikes_total[reason.index()].fetch_add(1, Ordering::Relaxed);
+        let now = self.clock.now_ms();
+        let key = client_ip(ip);
+        match &self.backend {
+            Backend::Local { state, .. } => {
+                let mut st = lock(state);
+                let outcome = self.strike_local(&mut st, key, reason, now);
+                if let StrikeOutcome::Banned(ban) = &outcome {
+                    self.publish_local(&st);
+                    drop(st);
+                    self.emit(AbuseEvent::Banned(ban.clone()));
+                }
+                outcome
+            }
+            Backend::Redis { redis, .. } => {
+                let reason_text = self.auto_reason(reason);
+                match redis
+                    .strike(
+                        &self.policy,
+                        client_net(ip),
+                        reason.weight(),
+                        &reason_text,
+                        now,
+                    )
+                    .await
+                {
+                    Ok(StrikeReply::Counted(total)) => StrikeOutcome::Counted { total },
+                    Ok(StrikeReply::AlreadyBanned) => StrikeOutcome::AlreadyBanned,
+                    Ok(StrikeReply::Banned(ban)) => {
+                        let ban = Arc::new(ban);
+                        self.publish_one(ban.clone());
+                        self.emit(AbuseEvent::Banned(ban.clone()));
+                        StrikeOutcome::Banned(ban)
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "strike not recorded: redis unavailable");
+                        StrikeOutcome::StoreDown
+                    }
+                }
+            }
+        }
+    }
+
+    fn auto_reason(&self, last: StrikeReason) -> String {
+        format!(
+            "{} strikes within {} (last: {})",
+            self.policy.strikes,
+            humantime::format_duration(self.policy.window),
+            last.as_str()
+        )
+    }
+
+    /// Whether a ban covers `ip`, without counting a banned request.
+    fn check_quiet(&self, ip: IpAddr) -> bool {
+        let set = self.bans.load();
+        !set.is_empty() && set.lookup(ip, self.clock.now_ms()).is_some()
+    }
+
+    fn strike_local(
+        &self,
+        st: &mut Local,
+        key: IpAddr,
+        reason: StrikeReason,
+        now: u64,
+    ) -> StrikeOutcome {
+        let window = ms(self.policy.window);
+        if !st.tracked.contains_key(&key) {
+            // Bounded memory: forget the least recently struck before adding one more.
+            while st.tracked.len() >= self.policy.max_tracked {
+                let Some((_, oldest)) = st.lru.pop_first() else {
+                    break;
+                };
+                st.tracked.remove(&oldest);
+            }
+        }
+        st.touch += 1;
+        let touch = st.touch;
+        let entry = st.tracked.entry(key).or_default();
+        let previous = std::mem::replace(&mut entry.touched, touch);
+        while let Some(&(at, w)) = entry.hits.front() {
+            if at.saturating_add(window) > now {
+                break;
+            }
+            entry.hits.pop_front();
+            entry.sum -= u64::from(w);
+        }
+        entry.hits.push_back((now, reason.weight()));
+        entry.sum += u64::from(reason.weight());
+        let total = entry.sum;
+        let banned = total >= u64::from(self.policy.strikes);
+        let earlier = entry.auto_bans;
+        if banned {
+            entry.hits.clear();
+            entry.sum = 0;
+            entry.auto_bans = entry.auto_bans.saturating_add(1);
+        }
+        if previous != 0 {
+            st.lru.remove(&previous);
+        }
+        st.lru.insert(touch, key);
+        if !banned {
+            return StrikeOutcome::Counted { total };
+        }
+        let cooldown = self.policy.cooldown_after(earlier);
+        let ban = Ban {
+            seq: 0,
+            target: client_net(key),
+            source: BanSource::Automatic,
+            reason: self.auto_reason(reason),
+            since_ms: now,
+            until_ms: Some(now.saturating_add(ms(cooldown))),
+        };
+        StrikeOutcome::Banned(st.add_ban(ban, now))
+    }
+
+    // ---- the admin API ----
+
+    /// `POST /__anteroom/admin/api/bans`: bans an address (its client: /32 or /64) or a
+    /// range (no broader than /8 or /16) for `duration`, or permanently with `None`.
+    /// Replaces any ban on the same target.
+    pub async fn ban(
+        &self,
+        target: &str,
+        duration: Option<Duration>,
+        reason: &str,
+    ) -> Result<Arc<Ban>, BanError> {
+        let net = parse_target(target)?;
+        if duration.is_some_and(|d| d < Duration::from_secs(1)) {
+            return Err(BanError::InvalidDuration);
+        }
+        if reason.chars().count() > MAX_REASON_CHARS {
+            return Err(BanError::ReasonTooLong);
+        }
+        if self.net_is_immune(&net) {
+            return Err(BanError::Immune(net.to_string()));
+        }
+        let now = self.clock.now_ms();
+        let ban = Ban {
+            seq: 0,
+            target: net,
+            source: BanSource::Admin,
+            reason: reason.trim().to_owned(),
+            since_ms: now,
+            until_ms: duration.map(|d| now.saturating_add(ms(d))),
+        };
+        let ban = match &self.backend {
+            Backend::Local { state, .. } => {
+                let mut st = lock(state);
+                let ban = st.add_ban(ban, now);
+                self.publish_local(&st);
+                ban
+            }
+            Backend::Redis { redis, .. } => {
+                let stored = redis
+                    .ban(&ban, now, true)
+                    .await
+                    .map_err(|e| BanError::Store(e.to_string()))?
+                    .ok_or_else(|| BanError::Store("the ban was not stored".into()))?;
+                let stored = Arc::new(stored);
+                self.publish_one(stored.clone());
+                stored
+            }
+        };
+        self.emit(AbuseEvent::Banned(ban.clone()));
+        Ok(ban)
+    }
+
+    /// `DELETE /__anteroom/admin/api/bans/{target}`: lifts the ban on exactly `target`
+    /// (normalised as for [`AbuseRegistry::ban`]).
+    pub async fn unban(&self, target: &str) -> Result<Arc<Ban>, BanError> {
+        let net = match parse_target(target) {
+            Ok(net) => net,
+            Err(BanError::TooBroad { target, .. }) => return Err(BanError::NotFound(target)),
+            Err(e) => return Err(e),
+        };
+        let now = self.clock.now_ms();
+        let ban = match &self.backend {
+            Backend::Local { state, .. } => {
+                let mut st = lock(state);
+                // An ended ban not yet swept is no ban: the sweep logs its expiry.
+                if !st.bans.get(&net).is_some_and(|b| b.active_at(now)) {
+                    return Err(BanError::NotFound(net.to_string()));
+                }
+                let ban = st
+                    .bans
+                    .remove(&net)
+                    .ok_or_else(|| BanError::NotFound(net.to_string()))?;
+                st.record(LogAction::Unbanned, &ban, now);
+                self.publish_local(&st);
+                ban
+            }
+            Backend::Redis { redis, .. } => {
+                let ban = redis
+                    .unban(net, now)
+                    .await
+                    .map_err(|e| BanError::Store(e.to_string()))?;
+                // Lifted here at once even if Redis had no record (a local-only ban made
+                // during an outage).
+                let local = self.publish_one_removed(net);
+                match ban.map(Arc::new).or(local) {
+                    Some(ban) => ban,
+                    None => return Err(BanError::NotFound(net.to_string())),
+                }
+            }
+        };
+        self.emit(AbuseEvent::Unbanned(ban.clone()));
+        Ok(ban)
+    }
+
+    /// `GET /__anteroom/admin/api/bans`: active bans, newest first. `cursor` is the
+    /// previous page's `next_cursor`. From this replica's snapshot (no store round trip).
+    pub fn list(&self, limit: Option<usize>, cursor: Option<u64>) -> Page<Arc<Ban>> {
+        let now = self.clock.now_ms();
+        let set = self.bans.load();
+        let mut bans: Vec<&Arc<Ban>> = set
+            .iter()
+            .filter(|b| b.active_at(now) && cursor.is_none_or(|c| b.seq < c))
+            .collect();
+        bans.sort_by_key(|b| std::cmp::Reverse(b.seq));
+        page(bans.into_iter().cloned(), limit, |b| b.seq)
+    }
+
+    /// `GET /__anteroom/admin/api/bans/log`: every ban, unban and expiry, newest first.
+    pub async fn log(
+        &self,
+        limit: Option<usize>,
+        cursor: Option<u64>,
+    ) -> Result<Page<LogEntry>, AbuseError> {
+        match &self.backend {
+            Backend::Local { state, .. } => {
+                let st = lock(state);
+                let entries = st
+                    .log
+                    .iter()
+                    .filter(|e| cursor.is_none_or(|c| e.seq < c))
+                    .cloned();
+                Ok(page(entries, limit, |e| e.seq))
+            }
+            Backend::Redis { redis, .. } => {
+                let limit = clamp_limit(limit);
+                let mut items = redis.log_page(cursor, limit + 1).await?;
+                let next_cursor = if items.len() > limit {
+                    items.truncate(limit);
+                    items.last().map(|e| e.seq)
+                } else {
+                    None
+                };
+                Ok(Page { items, next_cursor })
+            }
+        }
+    }
+
+    // ---- timers, persistence, metrics ----
+
+    /// Expires ended bans (one `expired` log entry and event each, from exactly one
+    /// replica) and, with Redis, reloads the shared ban set if it changed. Run at least
+    /// once a second. On a Redis error the last known bans stay enforced.
+    pub async fn tick(&self) -> Result<(), AbuseError> {
+        let now = self.clock.now_ms();
+        match &self.backend {
+            Backend::Local { state, .. } => {
+                let mut st = lock(state);
+                let ended: Vec<IpNet> = st
+                    .bans
+                    .values()
+                    .filter(|b| !b.active_at(now))
+                    .map(|b| b.target)
+                    .collect();
+                if ended.is_empty() {
+                    return Ok(());
+                }
+                let mut expired = Vec::with_capacity(ended.len());
+                for net in ended {
+                    if let Some(ban) = st.bans.remove(&net) {
+                        st.record(LogAction::Expired, &ban, now);
+                        expired.push(ban);
+                    }
+                }
+                self.publish_local(&st);
+                drop(st);
+                for ban in expired {
+                    self.emit(AbuseEvent::Expired(ban));
+                }
+                Ok(())
+            }
+            Backend::Redis { redis, .. } => {
+                let result = async {
+                    for ban in redis.sweep(now).await? {
+                        self.emit(AbuseEvent::Expired(Arc::new(ban)));
+                    }
+                    self.refresh().await
+                }
+                .await;
+                let was_failing = self
+                    .refresh_failing
+                    .swap(result.is_err(), Ordering::Relaxed);
+                match (&result, was_failing) {
+                    (Err(e), false) => tracing::warn!(
+                        error = %e,
+                        "cannot refresh the shared bans; the last known bans stay enforced"
+                    ),
+                    (Ok(()), true) => tracing::info!("shared bans refreshed again"),
+                    _ => {}
+                }
+                result
+            }
+        }
+    }
+
+    /// Reloads the Redis ban set if its version moved.
+    async fn refresh(&self) -> Result<(), AbuseError> {
+        let Backend::Redis {
+            redis,
+            version,
+            update,
+        } = &self.backend
+        else {
+            return Ok(());
+        };
+        let current = redis.version().await?;
+        if current == version.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let bans = redis.all_bans().await?;
+        let _guard = lock(update);
+        self.bans
+            .store(Arc::new(BanSet::from_bans(bans.into_iter().map(Arc::new))));
+        version.store(current, Ordering::Release);
+        Ok(())
+    }
+
+    /// Runs [`AbuseRegistry::tick`] every `every` (≤ 1 s keeps SPEC's 2 s propagation)
+    /// until the registry is dropped elsewhere and this is the last handle.
+    pub fn spawn_ticker(self: &Arc<Self>, every: Duration) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(every);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                let Some(registry) = weak.upgrade() else {
+                    return;
+                };
+                let _ = registry.tick().await;
+            }
+        })
+    }
+
+    /// Writes `data_dir/abuse.json` (embedded with a data dir; otherwise nothing). Call it
+    /// with the queue's snapshots, after admin changes and at shutdown.
+    pub async fn persist(&self) -> Result<(), AbuseError> {
+        let Backend::Local {
+            state,
+            data_dir: Some(dir),
+        } = &self.backend
+        else {
+            return Ok(());
+        };
+        let saved = lock(state).saved();
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || persist::save(&dir, &saved))
+            .await
+            .map_err(|e| AbuseError::File {
+                path: persist::ABUSE_FILE.into(),
+                reason: format!("the write task failed: {e}"),
+            })?
+    }
+
+    /// Clients whose strikes are remembered (embedded; 0 with Redis, where strike keys
+    /// expire with the window).
+    pub fn tracked(&self) -> usize {
+        match &self.backend {
+            Backend::Local { state, .. } => lock(state).tracked.len(),
+            Backend::Redis { .. } => 0,
+        }
+    }
+
+    /// `anteroom_bans_active`.
+    pub fn bans_active(&self) -> usize {
+        let now = self.clock.now_ms();
+        let set = self.bans.load();
+        set.iter().filter(|b| b.active_at(now)).count()
+    }
+
+    /// `anteroom_strikes_total{reason}`.
+    pub fn strikes_total(&self, reason: StrikeReason) -> u64 {
+        self.strikes_total[reason.index()].load(Ordering::Relaxed)
+    }
+
+    /// `anteroom_banned_requests_total`.
+    pub fn banned_requests_total(&self) -> u64 {
+        self.banned_requests.load(Ordering::Relaxed)
+    }
+
+    /// Events dropped because nobody read them fast enough.
+    pub fn events_dropped(&self) -> u64 {
+        self.events_dropped.load(Ordering::Relaxed)
+    }
+
+    /// Installs `bans` as the snapshot directly (benchmarks of the check).
+    #[cfg(test)]
+    pub(super) fn replace_bans_for_tests(&self, bans: Vec<Ban>) {
+        self.bans
+            .store(Arc::new(BanSet::from_bans(bans.into_iter().map(Arc::new))));
+    }
+
+    fn publish_local(&self, st: &Local) {
+        self.bans
+            .store(Arc::new(BanSet::from_bans(st.bans.values().cloned())));
+    }
+
+    /// Adds (or replaces) one ban in the snapshot (Redis mode: our own change, before the
+    /// next refresh brings it back from Redis).
+    fn publish_one(&self, ban: Arc<Ban>) {
+        let _guard = self.update_guard();
+        let current = self.bans.load_full();
+        let target = ban.target;
+        let bans = current
+            .iter()
+            .filter(|b| b.target != target)
+            .cloned()
+            .chain(std::iter::once(ban));
+        self.bans.store(Arc::new(BanSet::from_bans(bans)));
+    }
+
+    /// Removes the ban on `net` from the snapshot, returning it.
+    fn publish_one_removed(&self, net: IpNet) -> Option<Arc<Ban>> {
+        let _guard = self.update_guard();
+        let current = self.bans.load_full();
+        let removed = current.iter().find(|b| b.target == net).cloned();
+        if removed.is_some() {
+            let bans = current.iter().filter(|b| b.target != net).cloned();
+            self.bans.store(Arc::new(BanSet::from_bans(bans)));
+        }
+        removed
+    }
+
+    fn update_guard(&self) -> Option<MutexGuard<'_, ()>> {
+        match &self.backend {
+            Backend::Redis { update, .. } => Some(lock(update)),
+            Backend::Local { .. } => None,
+        }
+    }
+}
+
+fn clamp_limit(limit: Option<usize>) -> usize {
+    limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE)
+}
+
+/// The first `limit` of `items` (already newest first and past the cursor).
+fn page<T>(
+    items: impl Iterator<Item = T>,
+    limit: Option<usize>,
+    seq: impl Fn(&T) -> u64,
+) -> Page<T> {
+    let limit = clamp_limit(limit);
+    let mut items: Vec<T> = items.take(limit + 1).collect();
+    let next_cursor = if items.len() > limit {
+        items.truncate(limit);
+        items.last().map(&seq)
+    } else {
+        None
+    };
+    Page { items, next_cursor }
+}

@@ -1,0 +1,609 @@
+//! The closed-loop admission controller (SPEC §14, `adaptive:`): fed the origin's time to
+//! response headers and status for every proxied request, it keeps a 10-second sliding
+//! window (per-second slots of a fixed-bucket latency histogram plus counts, which replicas
+//! can simply add up) and turns the window's p95 and 5xx share into the rate the room
+//! actually admits at, by AIMD: halve when the origin struggles, add a fixed step per second
+//! when it is healthy, never above the configured `rate`, never below `min_rate`.
+//!
+//! Time is unix milliseconds from the caller ([`crate::clock::Clock`] in production, so
+//! paused tokio time drives it in tests), because slots must line up across replicas.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The window the decision looks at.
+pub const WINDOW_SECS: u64 = 10;
+/// Fewer observations than this in the window is no evidence either way: hold the rate.
+pub const MIN_SAMPLES: u64 = 20;
+/// Each decrease multiplies the rate by this.
+pub const DECREASE_FACTOR: f64 = 0.5;
+/// After a decrease, wait this long and judge only what was observed since (the window
+/// still holds the slow responses that caused it, which must not cause a second cut).
+pub const DECREASE_EVERY_MS: u64 = 2_000;
+/// Increases happen at most once per second, by 1/20 of the configured rate (so a full
+/// recovery from the floor takes about 20 s of a healthy origin).
+pub const INCREASE_EVERY_MS: u64 = 1_000;
+pub const INCREASE_STEPS: f64 = 20.0;
+
+/// Latency histogram: bucket `i` holds latencies up to `BOUNDS_MS[i]` ms; one more bucket
+/// holds everything slower. Roughly ×1.5 apart, so p95 is known to within a third.
+const BOUNDS_MS: [u32; 24] = [
+    5, 10, 15, 25, 40, 60, 90, 130, 200, 300, 450, 650, 800, 1_000, 1_300, 1_700, 2_200, 3_000,
+    4_000, 5_500, 7_500, 10_000, 15_000, 30_000,
+];
+const HIST: usize = BOUNDS_MS.len() + 1;
+
+/// The `adaptive:` block of a room.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveConfig {
+    /// p95 time to response headers above this lowers the rate ("800ms", "1.5s").
+    #[serde(with = "duration_text")]
+    pub target_latency: Duration,
+    /// A share of 5xx responses above this lowers the rate.
+    #[serde(default = "default_error_ratio")]
+    pub max_error_ratio: f64,
+    /// The rate is never lowered below this (visitors per second).
+    #[serde(default = "default_min_rate")]
+    pub min_rate: f64,
+}
+
+fn default_error_ratio() -> f64 {
+    0.05
+}
+fn default_min_rate() -> f64 {
+    1.0
+}
+
+mod duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(text.trim()).map_err(|e| {
+            serde::de::Error::custom(format!("{text:?} is not a duration like 800ms: {e}"))
+        })
+    }
+}
+
+/// A field of `adaptive:` that is out of bounds.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("adaptive.{field}: {reason}")]
+pub struct AdaptiveConfigError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl AdaptiveConfig {
+    /// Checks the block against the room's configured `rate`.
+    pub fn validate(&self, rate: f64) -> Result<(), AdaptiveConfigError> {
+        let err = |field, reason: String| Err(AdaptiveConfigError { field, reason });
+        if self.target_latency < Duration::from_millis(1)
+            || self.target_latency > Duration::from_secs(60)
+        {
+            return err("target_latency", "must be between 1ms and 60s".into());
+        }
+        if !(self.max_error_ratio.is_finite() && (0.0..=1.0).contains(&self.max_error_ratio)) {
+            return err("max_error_ratio", "must be between 0 and 1".into());
+        }
+        if !(self.min_rate.is_finite() && self.min_rate > 0.0) {
+            return err("min_rate", "must be a number greater than 0".into());
+        }
+        if self.min_rate > rate {
+            return err(
+                "min_rate",
+                format!("must not exceed the room's rate ({rate})"),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// One second (or any span) of origin observations: a latency histogram and counts. Adding
+/// two summaries is adding their fields, so replicas' summaries merge exactly.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginSummary {
+    pub count: u64,
+    pub server_errors: u64,
+    /// `HIST` counts; a `Vec` so the wire form is compact and forward-compatible.
+    pub latency_buckets: Vec<u64>,
+}
+
+impl OriginSummary {
+    pub fn record(&mut self, latency: Duration, status: u16) {
+        // Grow only: never drop counts a merged summary already holds.
+        if self.latency_buckets.len() < HIST {
+            self.latency_buckets.resize(HIST, 0);
+        }
+        let ms = latency.as_millis().min(u128::from(u32::MAX)) as u32;
+        let slot = BOUNDS_MS.partition_point(|&b| b < ms);
+        self.latency_buckets[slot] = self.latency_buckets[slot].saturating_add(1);
+        self.count = self.count.saturating_add(1);
+        if (500..600).contains(&status) {
+            self.server_errors = self.server_errors.saturating_add(1);
+        }
+    }
+
+    pub fn merge(&mut self, other: &OriginSummary) {
+        self.count = self.count.saturating_add(other.count);
+        self.server_errors = self.server_errors.saturating_add(other.server_errors);
+        if self.latency_buckets.len() < other.latency_buckets.len() {
+            self.latency_buckets.resize(other.latency_buckets.len(), 0);
+        }
+        for (a, b) in self.latency_buckets.iter_mut().zip(&other.latency_buckets) {
+            *a = a.saturating_add(*b);
+        }
+    }
+
+    /// The 95th percentile, as the upper edge of its bucket (so it never under-reports);
+    /// `None` with no observations. The overflow bucket reports its lower edge.
+    pub fn p95(&self) -> Option<Duration> {
+        let total: u64 = self.latency_buckets.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        // The smallest latency with at least 95 % of observations at or below it.
+        let need = total.saturating_mul(95).div_ceil(100).max(1);
+        let mut seen = 0;
+        for (i, &c) in self.latency_buckets.iter().enumerate() {
+            seen += c;
+            if seen >= need {
+                let edge = BOUNDS_MS.get(i).or(BOUNDS_MS.last()).copied().unwrap_or(0);
+                return Some(Duration::from_millis(u64::from(edge)));
+            }
+        }
+        None
+    }
+
+    pub fn error_ratio(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.server_errors as f64 / self.count as f64
+        }
+    }
+}
+
+/// The last [`WINDOW_SECS`] seconds of observations, one summary per unix second. Windows
+/// of several replicas merge slot by slot.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginWindow {
+    /// (unix second, that second's summary), at most `WINDOW_SECS` of them.
+    pub slots: Vec<(u64, OriginSummary)>,
+}
+
+impl OriginWindow {
+    pub fn record(&mut self, now_ms: u64, latency: Duration, status: u16) {
+        let sec = now_ms / 1000;
+        self.expire(now_ms);
+        match self.slots.iter_mut().find(|(s, _)| *s == sec) {
+            Some((_, summary)) => summary.record(latency, status),
+            None => {
+                let mut summary = OriginSummary::default();
+                summary.record(latency, status);
+                self.slots.push((sec, summary));
+            }
+        }
+    }
+
+    /// Drops slots older than the window (and any from the future, a clock step back).
+    pub fn expire(&mut self, now_ms: u64) {
+        let sec = now_ms / 1000;
+        let oldest = sec.saturating_sub(WINDOW_SECS - 1);
+        self.slots.retain(|(s, _)| *s >= oldest && *s <= sec);
+    }
+
+    /// Adds another replica's window.
+    pub fn merge(&mut self, other: &OriginWindow) {
+        for (sec, summary) in &other.slots {
+            match self.slots.iter_mut().find(|(s, _)| s == sec) {
+                Some((_, mine)) => mine.merge(summary),
+                None => self.slots.push((*sec, summary.clone())),
+            }
+        }
+    }
+
+    /// Everything observed from `since_ms` (rounded down to its second) to `now_ms`,
+    /// within the window.
+    pub fn summary_since(&self, since_ms: u64, now_ms: u64) -> OriginSummary {
+        let (from, to) = (since_ms / 1000, now_ms / 1000);
+        let oldest = to.saturating_sub(WINDOW_SECS - 1).max(from);
+        let mut total = OriginSummary::default();
+        for (sec, summary) in &self.slots {
+            if *sec >= oldest && *sec <= to {
+                total.merge(summary);
+            }
+        }
+        total
+    }
+}
+
+/// Why the effective rate is what it is, for stats and the control room.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reason {
+    /// Healthy and at the configured rate.
+    AtConfiguredRate,
+    /// p95 over the target: lowered.
+    SlowOrigin { p95_ms: u64, target_ms: u64 },
+    /// 5xx share over the limit: lowered.
+    OriginErrors { ratio: f64, max: f64 },
+    /// Healthy again: being raised step by step.
+    Recovering,
+    /// Too few observations to judge; holding.
+    NotEnoughData { samples: u64 },
+    /// Waiting for the last cut to show its effect (or stale slow responses to age out).
+    Holding,
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::AtConfiguredRate => {
+                f.write_str("at the configured rate: the origin is healthy")
+            }
+            Reason::SlowOrigin { p95_ms, target_ms } => write!(
+                f,
+                "lowered: origin p95 {p95_ms} ms is over the {target_ms} ms target"
+            ),
+            Reason::OriginErrors { ratio, max } => write!(
+                f,
+                "lowered: {:.1} % of origin responses are 5xx (limit {:.1} %)",
+                ratio * 100.0,
+                max * 100.0
+            ),
+            Reason::Recovering => {
+                f.write_str("recovering: the origin is healthy, raising step by step")
+            }
+            Reason::NotEnoughData { samples } => write!(
+                f,
+                "holding: only {samples} origin responses in the last {WINDOW_SECS} s"
+            ),
+            Reason::Holding => f.write_str("holding: waiting for the last change to show"),
+        }
+    }
+}
+
+/// The controller's output.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RateDecision {
+    pub configured_rate: f64,
+    pub effective_rate: f64,
+    pub reason: Reason,
+    /// [`Reason`] as a sentence, for the control room.
+    pub explanation: String,
+}
+
+/// One room's controller. Pure: observations and decisions come with their time.
+#[derive(Clone, Debug)]
+pub struct AdaptiveController {
+    config: AdaptiveConfig,
+    configured_rate: f64,
+    effective_rate: f64,
+    reason: Reason,
+    last_decrease_ms: Option<u64>,
+    last_increase_ms: Option<u64>,
+}
+
+impl AdaptiveController {
+    /// Starts at the configured rate (nothing says the origin struggles yet). The config
+    /// must have passed [`AdaptiveConfig::validate`]; bounds are enforced here anyway.
+    pub fn new(config: AdaptiveConfig, configured_rate: f64) -> Self {
+        let configured_rate = sane(configured_rate, 1.0);
+        AdaptiveController {
+            effective_rate: configured_rate,
+            configured_rate,
+            config,
+            reason: Reason::AtConfiguredRate,
+            last_decrease_ms: None,
+            last_increase_ms: None,
+        }
+    }
+
+    fn floor(&self) -> f64 {
+        sane(self.config.min_rate, 1.0).min(self.configured_rate)
+    }
+
+    /// The operator changed `rate`: the ceiling moves, and the effective rate never exceeds it.
+    pub fn set_configured_rate(&mut self, rate: f64) {
+        self.configured_rate = sane(rate, self.configured_rate);
+        self.effective_rate = self
+            .effective_rate
+            .min(self.configured_rate)
+            .max(self.floor());
+    }
+
+    pub fn effective_rate(&self) -> f64 {
+        self.effective_rate
+    }
+
+    pub fn current(&self) -> RateDecision {
+        RateDecision {
+            configured_rate: self.configured_rate,
+            effective_rate: self.effective_rate,
+            explanation: self.reason.to_string(),
+            reason: self.reason.clone(),
+        }
+    }
+
+    /// Decides from `window` (this replica's, or every replica's merged) at `now_ms`. Call
+    /// it as often as convenient (every pass): it changes the rate at most once per second.
+    pub fn decide(&mut self, window: &OriginWindow, now_ms: u64) -> RateDecision {
+        let whole = window.summary_since(0, now_ms);
+        // Judge a cut only on what came after the previous one.
+        let fresh = match self.last_decrease_ms {
+            Some(at) => window.summary_since(at, now_ms),
+            None => whole.clone(),
+        };
+        let target_ms = self.config.target_latency.as_millis() as u64;
+        let over = |s: &OriginSummary| -> Option<Reason> {
+            if s.count < MIN_SAMPLES {
+                return None;
+            }
+            let ratio = s.error_ratio();
+            if ratio > self.config.max_error_ratio {
+                return Some(Reason::OriginErrors {
+                    ratio,
+                    max: self.config.max_error_ratio,
+                });
+            }
+            let p95 = s.p95()?.as_millis() as u64;
+            (p95 > target_ms).then_some(Reason::SlowOrigin {
+                p95_ms: p95,
+                target_ms,
+            })
+        };
+        let may_decrease = self
+            .last_decrease_ms
+            .is_none_or(|at| now_ms.saturating_sub(at) >= DECREASE_EVERY_MS);
+        let may_increase = self
+            .last_increase_ms
+            .is_none_or(|at| now_ms.saturating_sub(at) >= INCREASE_EVERY_MS)
+            && self
+                .last_decrease_ms
+                .is_none_or(|at| now_ms.saturating_sub(at) >= INCREASE_EVERY_MS);
+        if let Some(reason) = over(&fresh) {
+            if may_decrease {
+                self.effective_rate = (self.effective_rate * DECREASE_FACTOR).max(self.floor());
+                self.last_decrease_ms = Some(now_ms);
+                self.reason = reason;
+            }
+        } else if whole.count < MIN_SAMPLES {
+            // Too little traffic to judge (or none at all): keep what we have.
+            if self.effective_rate < self.configured_rate {
+                self.reason = Reason::NotEnoughData {
+                    samples: whole.count,
+                };
+            }
+        } else if over(&whole).is_some() {
+            // Fresh responses look fine but older slow ones are still in the window: wait
+            // for them to age out before raising.
+            if self.effective_rate < self.configured_rate {
+                self.reason = Reason::Holding;
+            }
+        } else if self.effective_rate < self.configured_rate {
+            if may_increase {
+                let step = self.configured_rate / INCREASE_STEPS;
+                self.effective_rate = (self.effective_rate + step).min(self.configured_rate);
+                self.last_increase_ms = Some(now_ms);
+                self.reason = if self.effective_rate >= self.configured_rate {
+                    Reason::AtConfiguredRate
+                } else {
+                    Reason::Recovering
+                };
+            }
+        } else {
+            self.reason = Reason::AtConfiguredRate;
+        }
+        self.current()
+    }
+}
+
+fn sane(rate: f64, fallback: f64) -> f64 {
+    if rate.is_finite() && rate > 0.0 {
+        rate
+    } else {
+        fallback
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> AdaptiveConfig {
+        AdaptiveConfig {
+            target_latency: Duration::from_millis(800),
+            max_error_ratio: 0.05,
+            min_rate: 1.0,
+        }
+    }
+
+    #[test]
+    fn config_parses_and_validates() {
+        let c: AdaptiveConfig = serde_json::from_str(
+            r#"{"target_latency":"800ms","max_error_ratio":0.05,"min_rate":1}"#,
+        )
+        .unwrap();
+        assert_eq!(c, config());
+        let defaults: AdaptiveConfig = serde_json::from_str(r#"{"target_latency":"1s"}"#).unwrap();
+        assert_eq!((defaults.max_error_ratio, defaults.min_rate), (0.05, 1.0));
+        assert!(serde_json::from_str::<AdaptiveConfig>(r#"{"target_latency":"soon"}"#).is_err());
+        assert!(
+            serde_json::from_str::<AdaptiveConfig>(r#"{"target_latency":"1s","x":1}"#).is_err()
+        );
+        assert!(c.validate(50.0).is_ok());
+        assert_eq!(c.validate(0.5).unwrap_err().field, "min_rate");
+        let bad = AdaptiveConfig {
+            max_error_ratio: 1.5,
+            ..config()
+        };
+        assert_eq!(bad.validate(50.0).unwrap_err().field, "max_error_ratio");
+        let bad = AdaptiveConfig {
+            target_latency: Duration::ZERO,
+            ..config()
+        };
+        assert_eq!(bad.validate(50.0).unwrap_err().field, "target_latency");
+        let bad = AdaptiveConfig {
+            min_rate: f64::NAN,
+            ..config()
+        };
+        assert!(bad.validate(50.0).is_err());
+    }
+
+    #[test]
+    fn p95_and_error_ratio() {
+        let mut s = OriginSummary::default();
+        assert_eq!(s.p95(), None);
+        for i in 0..100u64 {
+            let ms = if i < 95 { 50 } else { 5_000 };
+            s.record(Duration::from_millis(ms), if i < 3 { 502 } else { 200 });
+        }
+        assert_eq!(s.p95(), Some(Duration::from_millis(60)));
+        assert!((s.error_ratio() - 0.03).abs() < 1e-9);
+        s.record(Duration::from_secs(3_600), 200);
+        s.record(Duration::from_secs(3_600), 200);
+        assert!(s.p95().unwrap() >= Duration::from_secs(4));
+    }
+
+    /// Feeds `per_sec` responses of `latency` each second from `from_ms` for `secs`,
+    /// deciding every 250 ms (as the pass driver would); returns the decisions.
+    fn drive(
+        c: &mut AdaptiveController,
+        w: &mut OriginWindow,
+        from_ms: u64,
+        secs: u64,
+        latency: Duration,
+        per_sec: u64,
+    ) -> Vec<(u64, RateDecision)> {
+        let mut out = Vec::new();
+        for tick in 0..secs * 4 {
+            let now = from_ms + tick * 250;
+            for _ in 0..per_sec / 4 {
+                w.record(now, latency, 200);
+            }
+            w.expire(now);
+            out.push((now, c.decide(w, now)));
+        }
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_origin_lowers_the_rate_and_recovery_restores_it_exactly() {
+        // Time from the product's clock, driven by tokio's paused time.
+        let clock = crate::clock::Clock::starting_at(1_700_000_000_000);
+        let mut c = AdaptiveController::new(config(), 50.0);
+        let mut w = OriginWindow::default();
+        let t0 = clock.now_ms();
+        let fast = drive(&mut c, &mut w, t0, 10, Duration::from_millis(50), 40);
+        assert!(fast.iter().all(|(_, d)| d.effective_rate == 50.0));
+        assert_eq!(c.current().reason, Reason::AtConfiguredRate);
+
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let slow = drive(
+            &mut c,
+            &mut w,
+            clock.now_ms(),
+            15,
+            Duration::from_secs(2),
+            40,
+        );
+        let first_cut = slow.iter().find(|(_, d)| d.effective_rate < 50.0).unwrap();
+        assert!(first_cut.0 - clock.now_ms() < 10_000, "fell within 10 s");
+        assert!(matches!(first_cut.1.reason, Reason::SlowOrigin { .. }));
+        assert!(first_cut.1.explanation.contains("over the 800 ms target"));
+        let after_10s = slow.iter().take(40).next_back().unwrap().1.effective_rate;
+        assert!(after_10s < 2.0, "halved every 2 s: {after_10s} after 10 s");
+        assert_eq!(c.effective_rate(), 1.0, "and never below min_rate");
+
+        tokio::time::advance(Duration::from_secs(15)).await;
+        let back = drive(
+            &mut c,
+            &mut w,
+            clock.now_ms(),
+            60,
+            Duration::from_millis(50),
+            40,
+        );
+        let rates: Vec<f64> = back.iter().map(|(_, d)| d.effective_rate).collect();
+        // Monotone, one step (configured / 20) at a time, at most once a second.
+        for pair in rates.windows(2) {
+            assert!(pair[1] >= pair[0]);
+            assert!(pair[1] - pair[0] <= 50.0 / INCREASE_STEPS + 1e-9);
+        }
+        assert!(rates.iter().any(|&r| r > 1.0 && r < 50.0), "step by step");
+        assert_eq!(c.effective_rate(), 50.0, "exactly the configured rate");
+        assert!(rates.iter().all(|&r| r <= 50.0), "never above it");
+        assert_eq!(c.current().reason, Reason::AtConfiguredRate);
+    }
+
+    #[test]
+    fn errors_lower_the_rate_and_quiet_holds_it() {
+        let mut c = AdaptiveController::new(config(), 10.0);
+        let mut w = OriginWindow::default();
+        let t0 = 1_000_000u64;
+        for i in 0..40 {
+            w.record(
+                t0,
+                Duration::from_millis(20),
+                if i % 5 == 0 { 503 } else { 200 },
+            );
+        }
+        let d = c.decide(&w, t0);
+        assert_eq!(d.effective_rate, 5.0);
+        assert!(matches!(d.reason, Reason::OriginErrors { .. }));
+        // Nothing observed for a while: no evidence, hold.
+        let later = t0 + 30_000;
+        w.expire(later);
+        let d = c.decide(&w, later);
+        assert_eq!(d.effective_rate, 5.0);
+        assert!(matches!(d.reason, Reason::NotEnoughData { samples: 0 }));
+        // Lowering the configured rate caps the effective one; min_rate floors it.
+        c.set_configured_rate(3.0);
+        assert_eq!(c.effective_rate(), 3.0);
+        c.set_configured_rate(f64::NAN);
+        assert_eq!(c.current().configured_rate, 3.0);
+    }
+
+    #[test]
+    fn replicas_windows_merge_into_one_decision() {
+        let now = 5_000_000u64;
+        let (mut a, mut b) = (OriginWindow::default(), OriginWindow::default());
+        // Replica A sees a fast origin, replica B the slow tail of it: together, over 5 %
+        // of responses are slow.
+        for _ in 0..90 {
+            a.record(now, Duration::from_millis(30), 200);
+        }
+        for _ in 0..10 {
+            b.record(now, Duration::from_secs(3), 200);
+        }
+        let mut alone = AdaptiveController::new(config(), 20.0);
+        assert_eq!(alone.decide(&a, now).effective_rate, 20.0);
+        let mut fleet = a.clone();
+        fleet.merge(&b);
+        assert_eq!(fleet.summary_since(0, now).count, 100);
+        let mut c = AdaptiveController::new(config(), 20.0);
+        let d = c.decide(&fleet, now);
+        assert_eq!(d.effective_rate, 10.0);
+        // The wire form is small JSON that any replica can sum.
+        let json = serde_json::to_string(&b).unwrap();
+        let back: OriginWindow = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, b);
+        // Merging is associative with recording: same counts either way.
+        let mut direct = OriginWindow::default();
+        for _ in 0..90 {
+            direct.record(now, Duration::from_millis(30), 200);
+        }
+        for _ in 0..10 {
+            direct.record(now, Duration::from_secs(3), 200);
+        }
+        assert_eq!(direct.summary_since(0, now), fleet.summary_since(0, now));
+    }
+}

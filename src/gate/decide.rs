@@ -1,0 +1,69 @@
+//! Step 3 of the request path, for the site: ask [`Admission`](crate::admission::Admission)
+//! about this visitor (admitted / waiting / refused / not open / closed / store down), then
+//! hand the [`Decision`] to the matching responder and keep the visitor's cookie current.
+//!
+//! Per-client shares and the signed session claim plug in here: the claim short-circuits
+//! the store call for an admitted visitor, a share caps what one [`ClientKey`] may hold
+//! before the store is asked.
+//!
+//! [`ClientKey`]: crate::identity::ClientKey
+
+use std::time::SystemTime;
+
+use http::{Request, Response, header};
+use hyper::body::Incoming;
+
+use super::identify::Identity;
+use super::{App, Room};
+use crate::admission::Decision;
+use crate::http::body::Body;
+use crate::queue::VisitorId;
+use crate::token;
+
+impl App {
+    /// A request for the site in `room`: decide, respond, set the cookie.
+    pub(super) async fn site(
+        &self,
+        room: &Room,
+        req: Request<Incoming>,
+        identity: &Identity,
+    ) -> Response<Body> {
+        let (visitor, new_cookie) = match identity.visitor {
+            Some(v) => (v, false),
+            None => (VisitorId::random(), true),
+        };
+        let decision = self
+            .admission
+            .decide(&room.config.name, visitor, identity.client)
+            .await;
+
+        let mut response = match decision {
+            Decision::Admitted { since } => {
+                let proxied = self.proxy(room, req, identity, Some((visitor, since)));
+                self.metrics.time_proxy(&room.config.name, proxied).await
+            }
+            Decision::Stalled { fail_open: true } => {
+                let proxied = self.proxy(room, req, identity, None);
+                self.metrics.time_proxy(&room.config.name, proxied).await
+            }
+            Decision::Waiting(place) => self.waiting(room, place, identity),
+            Decision::Refused { retry_after } => self.refused(room, retry_after, identity),
+            Decision::NotOpen => self.not_open(room, identity),
+            Decision::Closed => self.closed(room, identity),
+            Decision::Stalled { fail_open: false } => self.stalled(room, identity),
+        };
+        // A refused newcomer is not anyone yet: no cookie to remember them by.
+        let refused = matches!(decision, Decision::Refused { .. });
+        if (new_cookie && !refused) || matches!(decision, Decision::Waiting(_)) {
+            // Re-issued on every waiting page so the cookie's age slides while they wait.
+            let value = self
+                .cookies
+                .issue(visitor, &room.config.name, SystemTime::now());
+            response.headers_mut().append(
+                header::SET_COOKIE,
+                token::set_cookie(&value, self.secure_cookies),
+            );
+        }
+        response
+    }
+}

@@ -1,0 +1,153 @@
+//! The request path's one error type: a [`Kind`], an optional source and an optional retry
+//! hint, mapped to status, page title, detail and `Retry-After` in exactly one place
+//! ([`GateError::respond`]). Modelled on pingora's `Error`.
+//!
+//! A new refusal on the request path (a ban, a bad preflight, …) is a new [`Kind`] and one
+//! line in each of [`Kind::status`] and [`Kind::text`], nothing else.
+
+use http::{Response, StatusCode};
+
+use crate::http::body::{Body, BoxError};
+use crate::http::pages::Pages;
+use crate::proxy::ProxyError;
+
+/// What went wrong, as the visitor is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// An HTTP/1 absolute-form target (`GET http://elsewhere/`): never routed on.
+    AbsoluteForm,
+    /// `CONNECT`: a reverse proxy has nothing to tunnel.
+    Connect,
+    /// A reserved path (or built-in file) we do not serve.
+    NotFound,
+    /// No room serves the request's host.
+    UnknownSite,
+    /// `/__anteroom/events` from a browser with no place in line.
+    NotInLine,
+    /// The origin did not connect, answer or keep sending in time.
+    OriginTimeout,
+    /// The origin could not be reached or broke the exchange.
+    OriginFailed,
+    /// The visitor's request cannot be forwarded as it is.
+    Unforwardable,
+    /// Our own configuration is unusable (e.g. an origin the proxy cannot address).
+    Internal,
+}
+
+impl Kind {
+    pub fn status(self) -> StatusCode {
+        match self {
+            Kind::AbsoluteForm | Kind::Unforwardable => StatusCode::BAD_REQUEST,
+            Kind::Connect => StatusCode::METHOD_NOT_ALLOWED,
+            Kind::NotFound | Kind::UnknownSite | Kind::NotInLine => StatusCode::NOT_FOUND,
+            Kind::OriginTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Kind::OriginFailed => StatusCode::BAD_GATEWAY,
+            Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The page's title and detail.
+    pub fn text(self) -> (&'static str, &'static str) {
+        match self {
+            Kind::AbsoluteForm => (
+                "Bad request",
+                "Absolute-form request targets are not accepted.",
+            ),
+            Kind::Connect => ("Method not allowed", "CONNECT is not supported."),
+            Kind::NotFound => ("Not found", "There is nothing here."),
+            Kind::UnknownSite => ("Unknown site", "This address is not served here."),
+            Kind::NotInLine => ("Not in line", "There is no place in line for this browser."),
+            Kind::OriginTimeout => (
+                "Gateway timeout",
+                "The site took too long to answer. Please try again shortly.",
+            ),
+            Kind::OriginFailed => (
+                "Bad gateway",
+                "The site could not be reached. Please try again shortly.",
+            ),
+            Kind::Unforwardable => ("Bad request", "The request could not be forwarded."),
+            Kind::Internal => (
+                "Internal error",
+                "This site is misconfigured here. Please try again later.",
+            ),
+        }
+    }
+}
+
+/// Why the request path answered with an error instead of the site or the line.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind:?}")]
+pub struct GateError {
+    pub kind: Kind,
+    #[source]
+    pub source: Option<BoxError>,
+    /// Seconds after which trying again makes sense (`Retry-After`).
+    pub retry_after: Option<u64>,
+}
+
+impl GateError {
+    pub fn new(kind: Kind) -> GateError {
+        GateError {
+            kind,
+            source: None,
+            retry_after: None,
+        }
+    }
+
+    /// The one mapping from an error to what the visitor gets.
+    pub fn respond(&self, pages: &Pages, json: bool) -> Response<Body> {
+        let (title, detail) = self.kind.text();
+        pages.message(
+            self.kind.status(),
+            None,
+            title,
+            detail,
+            self.retry_after,
+            json,
+        )
+    }
+}
+
+impl From<Kind> for GateError {
+    fn from(kind: Kind) -> Self {
+        GateError::new(kind)
+    }
+}
+
+impl From<ProxyError> for GateError {
+    fn from(e: ProxyError) -> Self {
+        let kind = match &e {
+            ProxyError::Timeout => Kind::OriginTimeout,
+            ProxyError::Connect(_) | ProxyError::Upstream(_) => Kind::OriginFailed,
+            ProxyError::BadRequest(_) => Kind::Unforwardable,
+            ProxyError::InvalidOrigin(_) => Kind::Internal,
+        };
+        GateError {
+            kind,
+            source: Some(Box::new(e)),
+            retry_after: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_proxy_error_keeps_its_status_and_gets_a_matching_title() {
+        let cases = [
+            (ProxyError::Timeout, 504, "Gateway timeout"),
+            (ProxyError::Connect("refused".into()), 502, "Bad gateway"),
+            (ProxyError::Upstream("reset".into()), 502, "Bad gateway"),
+            (ProxyError::BadRequest("no path".into()), 400, "Bad request"),
+            (ProxyError::InvalidOrigin("x".into()), 500, "Internal error"),
+        ];
+        for (e, status, title) in cases {
+            assert_eq!(e.status().as_u16(), status, "{e}");
+            let g = GateError::from(e);
+            assert_eq!(g.kind.status().as_u16(), status);
+            assert_eq!(g.kind.text().0, title);
+        }
+    }
+}

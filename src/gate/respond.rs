@@ -1,0 +1,251 @@
+//! Step 4 of the request path: the answer — the proxied site, the waiting page (HTML or
+//! JSON by `Accept`), the 429, the not-yet-open and closed pages, the store-down page, and
+//! every [`GateError`] through its one mapping.
+
+use std::time::{Duration, SystemTime};
+
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+
+use super::error::GateError;
+use super::identify::Identity;
+use super::{App, Room};
+use crate::admission::Eta;
+use crate::fairness::admission_token::{ADMISSION_HEADER, END_SESSION_HEADER, ends_session};
+use crate::http::body::Body;
+use crate::http::i18n;
+use crate::http::pages::{Phase, RoomText, VisitorStatus, WaitingView};
+use crate::proxy::ForwardContext;
+use crate::queue::{Place, RoomPolicy, VisitorId};
+use crate::token;
+
+impl App {
+    /// Any request-path error, through [`GateError::respond`].
+    pub(super) fn error(&self, error: impl Into<GateError>, identity: &Identity) -> Response<Body> {
+        error.into().respond(&self.pages, identity.wants_json)
+    }
+
+    /// Forwards to the origin. `admitted` is the visitor the store let in, with since when
+    /// (not a fail-open pass-through): only they get an `X-Anteroom-Admission` token, and
+    /// only their session can be ended by the origin's `X-Anteroom-End-Session: 1`.
+    pub(super) async fn proxy(
+        &self,
+        room: &Room,
+        mut req: Request<Incoming>,
+        identity: &Identity,
+        admitted: Option<(VisitorId, u64)>,
+    ) -> Response<Body> {
+        token::strip_cookie(req.headers_mut());
+        // A visitor must never forge the origin's proof of admission.
+        req.headers_mut().remove(ADMISSION_HEADER);
+        let name = &room.config.name;
+        if let (Some(signer), Some((visitor, since))) = (&self.signer, admitted) {
+            let now = crate::queue::unix_ms(SystemTime::now()) / 1000;
+            if let Some(token) = signer.header_for(name, visitor, since, now) {
+                req.headers_mut().insert(ADMISSION_HEADER, token);
+            }
+        }
+        let ctx = ForwardContext {
+            client_ip: identity.client_ip,
+            proto: "http",
+            preserve_host: room.config.preserve_host,
+        };
+        match self.origin_client.forward(&room.origin, req, &ctx).await {
+            Ok(mut response) => {
+                // The origin's word to us, never shown to the visitor.
+                let end = ends_session(response.headers().get(END_SESSION_HEADER));
+                response.headers_mut().remove(END_SESSION_HEADER);
+                if let (true, Some((visitor, _))) = (end, admitted) {
+                    if let Some(signer) = &self.signer {
+                        signer.forget(name, visitor);
+                    }
+                    if let Err(e) = self.admission.end_session(name, visitor).await
+                        && self.origin_errors.allow()
+                    {
+                        tracing::warn!(room = %name, error = %e, "could not end the session the origin asked to end");
+                    }
+                }
+                response
+            }
+            Err(e) => {
+                if self.origin_errors.allow() {
+                    tracing::warn!(room = %room.config.name, error = %e, "origin request failed");
+                }
+                self.error(e, identity)
+            }
+        }
+    }
+
+    pub(super) fn waiting(&self, room: &Room, place: Place, identity: &Identity) -> Response<Body> {
+        let eta = self.admission.eta_for(&room.config.name, &place);
+        let doors = room.config.schedule.admits_at;
+        let retry_after_secs = match (place.phase, doors) {
+            // Nobody moves before the doors: come back then, or every 30 s.
+            (Phase::Draw, Some(at)) => secs_until(at).clamp(2, 30),
+            _ => retry_after(eta),
+        };
+        let view = WaitingView {
+            status: VisitorStatus::Waiting,
+            room: room.config.name.clone(),
+            position: place.position,
+            waiting: place.waiting,
+            eta_secs: eta,
+            retry_after_secs,
+            phase: place.phase,
+            paused: place.paused,
+            // The draw counts down to the doors.
+            phase_ends_at: doors.filter(|_| place.phase == Phase::Draw),
+        };
+        self.render_waiting(room, view, identity)
+    }
+
+    /// The waiting page (or its JSON) in the visitor's language, with the room's status code.
+    fn render_waiting(
+        &self,
+        room: &Room,
+        view: WaitingView,
+        identity: &Identity,
+    ) -> Response<Body> {
+        let status = StatusCode::from_u16(room.config.queue_status_code).unwrap_or(StatusCode::OK);
+        self.pages.waiting(
+            &view,
+            &room_text(room),
+            status,
+            identity.wants_json,
+            identity.lang,
+        )
+    }
+
+    /// A body for JSON clients that were not let in (SPEC §5): no place, just the status.
+    fn placeless(
+        &self,
+        room: &Room,
+        status: VisitorStatus,
+        phase: Phase,
+        retry_after_secs: u64,
+    ) -> WaitingView {
+        WaitingView {
+            status,
+            room: room.config.name.clone(),
+            position: None,
+            waiting: self.cached_waiting(room),
+            eta_secs: Eta { min: 0, max: 0 },
+            retry_after_secs,
+            phase,
+            paused: false,
+            phase_ends_at: None,
+        }
+    }
+
+    /// The JSON answer for a client that was not let in, with `status`.
+    fn placeless_json(
+        &self,
+        room: &Room,
+        view: &WaitingView,
+        status: StatusCode,
+        identity: &Identity,
+    ) -> Response<Body> {
+        self.pages
+            .waiting(view, &room_text(room), status, true, identity.lang)
+    }
+
+    /// A newcomer over their address's join limit: 429 until their window is over.
+    pub(super) fn refused(
+        &self,
+        room: &Room,
+        retry_after: Duration,
+        identity: &Identity,
+    ) -> Response<Body> {
+        let retry_after_secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+        if identity.wants_json {
+            let view = self.placeless(
+                room,
+                VisitorStatus::Refused,
+                self.phase_now(room),
+                retry_after_secs,
+            );
+            return self.placeless_json(room, &view, StatusCode::TOO_MANY_REQUESTS, identity);
+        }
+        self.pages.refused(identity.lang, retry_after_secs, false)
+    }
+
+    /// Before `queue_opens_at`: nobody is queued; the page counts down to the opening.
+    pub(super) fn not_open(&self, room: &Room, identity: &Identity) -> Response<Body> {
+        let opens = room.config.schedule.queue_opens_at;
+        let retry_after_secs = opens.map_or(30, |at| secs_until(at).clamp(2, 30));
+        let mut view = self.placeless(
+            room,
+            VisitorStatus::Waiting,
+            Phase::BeforeOpen,
+            retry_after_secs,
+        );
+        view.waiting = 0;
+        view.phase_ends_at = opens;
+        self.render_waiting(room, view, identity)
+    }
+
+    /// After `closes_at`: nobody else gets in.
+    pub(super) fn closed(&self, room: &Room, identity: &Identity) -> Response<Body> {
+        const RETRY_SECS: u64 = 300;
+        if identity.wants_json {
+            let mut view = self.placeless(room, VisitorStatus::Closed, Phase::Closed, RETRY_SECS);
+            view.waiting = 0;
+            return self.placeless_json(room, &view, StatusCode::SERVICE_UNAVAILABLE, identity);
+        }
+        self.pages
+            .closed(identity.lang, StatusCode::SERVICE_UNAVAILABLE, false)
+    }
+
+    /// The store did not answer and the room does not fail open: hold the visitor.
+    pub(super) fn stalled(&self, room: &Room, identity: &Identity) -> Response<Body> {
+        const RETRY_SECS: u64 = 5;
+        if identity.wants_json {
+            let mut view =
+                self.placeless(room, VisitorStatus::Stalled, Phase::Queueing, RETRY_SECS);
+            view.waiting = 0;
+            return self.placeless_json(room, &view, StatusCode::SERVICE_UNAVAILABLE, identity);
+        }
+        let t = identity.lang.catalog();
+        self.pages.message_in(
+            identity.lang,
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(VisitorStatus::Stalled),
+            i18n::title(&room.config.title, t),
+            t.stalled_detail,
+            Some(RETRY_SECS),
+            false,
+        )
+    }
+
+    /// The room's phase by this replica's clock, for pages the store did not place (a
+    /// refusal); the store's clock decides everything else.
+    fn phase_now(&self, room: &Room) -> Phase {
+        RoomPolicy::of(&room.config).phase_at(crate::queue::unix_ms(SystemTime::now()))
+    }
+
+    /// How many wait in `room`, as last read (at most about a second old).
+    fn cached_waiting(&self, room: &Room) -> u64 {
+        self.admission
+            .cached_stats(&room.config.name)
+            .map_or(0, |s| s.stats.waiting)
+    }
+}
+
+fn room_text(room: &Room) -> RoomText<'_> {
+    RoomText {
+        title: &room.config.title,
+        message: &room.config.message,
+    }
+}
+
+/// Whole seconds from now until `at` (0 when it has passed), rounded up.
+fn secs_until(at: SystemTime) -> u64 {
+    at.duration_since(SystemTime::now())
+        .map_or(0, |d| d.as_secs_f64().ceil() as u64)
+}
+
+/// How long a waiting client should wait before asking again: the soonest they could be
+/// let in, kept between 2 and 30 seconds.
+fn retry_after(eta: Eta) -> u64 {
+    eta.min.clamp(2, 30)
+}

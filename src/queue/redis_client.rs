@@ -1,0 +1,209 @@
+//! The one place a `redis.url` becomes a Redis client, used both by `anteroom check`
+//! (config validation) and by the server ([`super::RedisStore::connect_with`]), so the two
+//! accept exactly the same URLs.
+//!
+//! Building a client parses and checks every node URL but connects to nothing, which is
+//! what lets `check` run it without a reachable Redis.
+//!
+//! - `redis://host:port[/db]`: plain TCP.
+//! - `rediss://host:port[/db]`: TLS with rustls (see [`crate::tls`]): the platform's CA
+//!   store, or only `redis.ca_file`'s certificates when it is set. The server's certificate
+//!   must name the host of the URL (SNI and verification use it).
+//! - several comma-separated nodes: a Cluster, all `redis://` or all `rediss://` (a Cluster
+//!   speaks one or the other on its client ports, and the client uses the first node's
+//!   choice for every node it discovers).
+//! - `#insecure` (the Redis crate's switch to skip certificate checks) is refused:
+//!   certificate checks are never off; trust a private CA with `redis.ca_file` instead.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, TlsCertificates, Value};
+
+use crate::config::redact_url;
+use crate::tls::CaFile;
+
+/// A client for one node or for a Cluster, not yet connected.
+// Made once per start and consumed at once: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum RedisClient {
+    Single(redis::Client),
+    Cluster(ClusterClientBuilder),
+}
+
+/// How a connection gives up and retries. The queue store and the abuse registry each
+/// choose their own: both must fail fast when Redis is away, so no request waits on it.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub response: Duration,
+    pub retries: usize,
+    pub max_retry_delay: Duration,
+}
+
+impl RedisClient {
+    /// Connects: a reconnecting manager for one node (it fails fast and reconnects in the
+    /// background), or a Cluster connection.
+    pub async fn connect(self, timeouts: Timeouts) -> Result<RedisConn, RedisError> {
+        Ok(match self {
+            RedisClient::Single(client) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeouts.connect))
+                    .set_response_timeout(Some(timeouts.response))
+                    .set_number_of_retries(timeouts.retries)
+                    .set_max_delay(timeouts.max_retry_delay);
+                RedisConn::Single(ConnectionManager::new_with_config(client, config).await?)
+            }
+            RedisClient::Cluster(builder) => {
+                let max_wait_ms =
+                    u64::try_from(timeouts.max_retry_delay.as_millis()).unwrap_or(u64::MAX);
+                let client = builder
+                    .connection_timeout(timeouts.connect)
+                    .response_timeout(timeouts.response)
+                    .retries(u32::try_from(timeouts.retries).unwrap_or(u32::MAX))
+                    .max_retry_wait(max_wait_ms)
+                    .build()?;
+                RedisConn::Cluster(client.get_async_connection().await?)
+            }
+        })
+    }
+}
+
+/// One Redis node through a reconnecting manager, or a Cluster: what every Redis user in
+/// anteroom (the queue store, the abuse registry) sends its scripts through.
+#[derive(Clone)]
+pub enum RedisConn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Single(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Builds the client for `nodes` (each a URL), trusting `ca` for `rediss://` if given.
+/// The error names the node (password masked) and what is wrong with it.
+pub fn build(nodes: &[&str], ca: Option<&CaFile>) -> Result<RedisClient, String> {
+    let Some(first) = nodes.first() else {
+        return Err("no Redis node given".to_owned());
+    };
+    let tls = first.starts_with("rediss://");
+    for node in nodes {
+        let shown = redact_url(node);
+        if node.starts_with("rediss://") != tls {
+            return Err(format!(
+                "{shown}: every node must use the same scheme (all redis:// or all rediss://)"
+            ));
+        }
+        if node.contains('#') {
+            return Err(format!(
+                "{shown}: URL fragments such as #insecure are not accepted; certificate \
+                 checks cannot be turned off (trust a private CA with redis.ca_file)"
+            ));
+        }
+        // The Redis crate's own parser: what it refuses here it would refuse at connect.
+        redis::IntoConnectionInfo::into_connection_info(*node)
+            .map_err(|e| format!("{shown}: {e}"))?;
+    }
+    if ca.is_some() && !tls {
+        return Err(
+            "redis.ca_file is set but redis.url is not rediss:// (the CA file is only used \
+             for TLS)"
+                .to_owned(),
+        );
+    }
+    if tls {
+        crate::tls::install_crypto_provider();
+    }
+    let certs = || TlsCertificates {
+        client_tls: None,
+        root_cert: ca.map(|ca| ca.pem.clone()),
+    };
+    let shown = || redact_url(&nodes.join(","));
+    if nodes.len() == 1 {
+        let client = if tls {
+            redis::Client::build_with_tls(*first, certs())
+        } else {
+            redis::Client::open(*first)
+        }
+        .map_err(|e| format!("{}: {e}", shown()))?;
+        return Ok(RedisClient::Single(client));
+    }
+    let builder = || {
+        let builder = ClusterClientBuilder::new(nodes.to_vec());
+        if tls { builder.certs(certs()) } else { builder }
+    };
+    // Built once here to have the crate check the node list as a whole; the caller adds
+    // its timeouts to a fresh builder and builds that.
+    let _: ClusterClient = builder().build().map_err(|e| format!("{}: {e}", shown()))?;
+    Ok(RedisClient::Cluster(builder()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(nodes: &[&str]) -> String {
+        build(nodes, None).err().expect("refused")
+    }
+
+    #[test]
+    fn accepts_what_the_server_can_use() {
+        for nodes in [
+            &["redis://localhost:6379"][..],
+            &["rediss://:secret@redis.example:6380/2"],
+            &["rediss://a:6380", "rediss://b:6380", "rediss://c:6380"],
+            &["redis://a:7000", "redis://b:7000"],
+        ] {
+            assert!(build(nodes, None).is_ok(), "{nodes:?}");
+        }
+    }
+
+    #[test]
+    fn refuses_clearly_and_never_shows_the_password() {
+        let e = err(&["rediss://:secret@a:6380#insecure"]);
+        assert!(e.contains("#insecure"), "{e}");
+        assert!(!e.contains("secret"), "{e}");
+        let e = err(&["rediss://:secret@a:6380", "redis://b:6379"]);
+        assert!(e.contains("same scheme"), "{e}");
+        assert!(!e.contains("secret"), "{e}");
+        let e = err(&["redis://:secret@a:notaport"]);
+        assert!(e.contains("a:notaport"), "{e}");
+        assert!(!e.contains("secret"), "{e}");
+    }
+
+    #[test]
+    fn a_ca_file_needs_rediss() {
+        let ca = crate::testing::TestCa::new();
+        let ca = CaFile::read(&ca.ca_path()).unwrap();
+        let e = build(&["redis://a:6379"], Some(&ca)).err().unwrap();
+        assert!(e.contains("redis.ca_file"), "{e}");
+        assert!(build(&["rediss://a:6380"], Some(&ca)).is_ok());
+    }
+}

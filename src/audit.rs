@@ -8,7 +8,7 @@
 //! trail, and the operator is told the trail is broken. The last failure is kept for
 //! `GET /__anteroom/admin/api/status`.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -156,22 +156,10 @@ impl Writer {
 
     fn open(&mut self) -> io::Result<()> {
         if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir)?;
+            crate::fsutil::private_dir(dir)?;
         }
-        let mut options = OpenOptions::new();
-        options.create(true).append(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
-        }
-        let file = options.open(&self.path)?;
-        #[cfg(unix)]
-        {
-            // An existing file keeps its mode on open; tighten it.
-            use std::os::unix::fs::PermissionsExt;
-            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-        }
+        // Never through a link planted at the log's path; 0600 even if it existed looser.
+        let file = crate::fsutil::open_append(&self.path)?;
         self.size = file.metadata()?.len();
         self.file = Some(file);
         Ok(())

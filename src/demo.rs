@@ -62,6 +62,7 @@ pub async fn serve_origin(listener: tokio::net::TcpListener) {
         idle_timeout: Duration::from_secs(60),
         max_connections: 1_000,
         shutdown_grace: Duration::from_secs(1),
+        ..Default::default()
     };
     if let Err(e) = crate::server::serve(listener, limits, handler, std::future::pending()).await {
         tracing::error!(error = %e, "demo origin stopped");

@@ -28,6 +28,7 @@
 //! - [`log_limiter`] — "at most once every N" for warnings that can repeat per request.
 //! - [`clock`]    — wall time that tokio's paused clock can drive in tests.
 //! - [`audit`]    — the audit log of admin changes (JSON lines, rotated by size).
+//! - [`fsutil`]   — private `data_dir`, exclusive no-follow temp files, atomic writes.
 //! - [`run`]      — wiring: store, rooms, background loops, serve, drain, snapshot.
 //! - [`demo`]     — the built-in demo origin.
 //!
@@ -46,6 +47,7 @@ pub mod config;
 pub mod demo;
 pub mod events;
 pub mod fairness;
+pub mod fsutil;
 pub mod gate;
 pub mod glob;
 pub mod http;

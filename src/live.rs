@@ -6,6 +6,12 @@
 //! ten tabs or an impatient reconnect loop still costs at most one store read per tick.
 //! The tick is also the waiting visitor's heartbeat: a closed tab stops it, and the
 //! visitor is abandoned after `abandon_after`.
+//!
+//! Streams are budgeted (SPEC §10, §13) by [`StreamBudget`]: at most `server.max_streams`
+//! open at once (below `max_connections`, so open waiting pages never take the connections
+//! admitted visitors need), at most `server.max_streams_per_client` streams plus WebSocket
+//! tunnels per [`ClientKey`], and one stream per visitor (a new one ends the old). A page
+//! refused a stream keeps its jittered refresh.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -21,8 +27,11 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
+use std::sync::Arc;
+
 use crate::admission::Admission;
-use crate::http::body::Body;
+use crate::http::body::{Body, BoxError, Watch, Watched};
+use crate::identity::ClientKey;
 use crate::queue::{Phase, StoreError, VisitorId, VisitorState};
 
 /// At most one store read per waiting visitor this often (SPEC §5).
@@ -56,6 +65,120 @@ struct Listener {
     tx: mpsc::Sender<LiveEvent>,
 }
 
+/// Why a stream or tunnel was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamRefused {
+    /// `server.max_streams` waiting-page streams are open on this replica.
+    Full,
+    /// This client already holds `server.max_streams_per_client` streams and tunnels.
+    ClientShare,
+}
+
+/// Open waiting-page streams (in total and per client) and upgraded tunnels (per client).
+#[derive(Debug)]
+pub struct StreamBudget {
+    max_streams: usize,
+    per_client: usize,
+    counts: Mutex<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    streams: usize,
+    clients: HashMap<ClientKey, usize>,
+}
+
+impl Default for StreamBudget {
+    fn default() -> Self {
+        StreamBudget::new(5_000, 64)
+    }
+}
+
+impl StreamBudget {
+    pub fn new(max_streams: usize, per_client: usize) -> Self {
+        StreamBudget {
+            max_streams,
+            per_client,
+            counts: Mutex::default(),
+        }
+    }
+
+    /// A waiting-page stream for `client`: counts against both limits.
+    pub fn stream(self: &Arc<Self>, client: ClientKey) -> Result<StreamTicket, StreamRefused> {
+        self.take(client, true)
+    }
+
+    /// An upgraded tunnel for `client`: counts against its share only (the tunnel's
+    /// connection already counts against `max_connections`).
+    pub fn tunnel(self: &Arc<Self>, client: ClientKey) -> Result<StreamTicket, StreamRefused> {
+        self.take(client, false)
+    }
+
+    /// Open waiting-page streams.
+    pub fn streams(&self) -> usize {
+        self.lock().streams
+    }
+
+    fn take(
+        self: &Arc<Self>,
+        client: ClientKey,
+        stream: bool,
+    ) -> Result<StreamTicket, StreamRefused> {
+        let mut counts = self.lock();
+        if stream && counts.streams >= self.max_streams {
+            return Err(StreamRefused::Full);
+        }
+        let held = counts.clients.get(&client).copied().unwrap_or(0);
+        if held >= self.per_client {
+            return Err(StreamRefused::ClientShare);
+        }
+        counts.clients.insert(client, held + 1);
+        if stream {
+            counts.streams += 1;
+        }
+        Ok(StreamTicket {
+            budget: self.clone(),
+            client,
+            stream,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One stream or tunnel counted in a [`StreamBudget`]; uncounted on drop.
+#[derive(Debug)]
+pub struct StreamTicket {
+    budget: Arc<StreamBudget>,
+    client: ClientKey,
+    stream: bool,
+}
+
+impl Drop for StreamTicket {
+    fn drop(&mut self) {
+        let mut counts = self.budget.lock();
+        if self.stream {
+            counts.streams = counts.streams.saturating_sub(1);
+        }
+        if let Some(n) = counts.clients.get_mut(&self.client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.clients.remove(&self.client);
+            }
+        }
+    }
+}
+
+/// Held by the stream's body: the ticket is returned when the body is dropped (the
+/// visitor went away, or the stream ended).
+impl Watch for StreamTicket {
+    fn polled(&mut self, _: bool, _: &mut std::task::Context<'_>) -> Option<BoxError> {
+        None
+    }
+}
+
 /// Every open stream of this replica.
 #[derive(Default)]
 pub struct LiveHub {
@@ -63,21 +186,43 @@ pub struct LiveHub {
     next_id: AtomicU64,
     /// Closed at shutdown: every stream ends and the page reloads on its jittered timer.
     closing: CancellationToken,
+    /// Streams and tunnels open, in total and per client.
+    pub budget: Arc<StreamBudget>,
 }
 
 impl LiveHub {
-    /// Opens a stream for `visitor` in `room`. The first update arrives on the next tick.
-    pub fn subscribe(&self, room: &str, visitor: VisitorId) -> Response<Body> {
+    /// A hub whose streams are limited by `budget`.
+    pub fn new(budget: StreamBudget) -> Self {
+        LiveHub {
+            budget: Arc::new(budget),
+            ..LiveHub::default()
+        }
+    }
+
+    /// Opens a stream for `visitor` in `room`, held by `ticket` (from [`StreamBudget`]).
+    /// The visitor's previous stream, if any, is ended: one live stream per visitor. The
+    /// first update arrives on the next tick.
+    pub fn subscribe(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        ticket: StreamTicket,
+    ) -> Response<Body> {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.lock().insert(
-            id,
-            Listener {
-                room: room.to_owned(),
-                visitor,
-                tx,
-            },
-        );
+        {
+            let mut listeners = self.lock();
+            // Dropping the old sender ends the old stream's body (and returns its ticket).
+            listeners.retain(|_, l| !(l.visitor == visitor && l.room == room));
+            listeners.insert(
+                id,
+                Listener {
+                    room: room.to_owned(),
+                    visitor,
+                    tx,
+                },
+            );
+        }
         let closing = self.closing.clone();
         // `retry:` asks a reconnecting EventSource to wait, and a comment opens the stream
         // at once so proxies and browsers see it is alive.
@@ -90,8 +235,10 @@ impl LiveHub {
             .map(|event| Ok(Frame::data(event.encode())))
             .take_until(closing.cancelled_owned());
         let body = StreamBody::new(preamble.chain(events))
-            .map_err(|never: std::convert::Infallible| match never {})
+            .map_err(|never: std::convert::Infallible| -> BoxError { match never {} })
             .boxed();
+        // The ticket lives as long as the body: dropped when the visitor goes away.
+        let body = Watched::new(body, ticket).boxed();
         let mut response = Response::new(body);
         *response.status_mut() = StatusCode::OK;
         let headers = response.headers_mut();

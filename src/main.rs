@@ -161,8 +161,11 @@ fn serve_demo() -> anyhow::Result<()> {
             .context("demo origin: cannot bind")?;
         let origin_addr = origin.local_addr()?;
         tokio::spawn(demo::serve_origin(origin));
-        // A fresh directory for the demo's snapshots, so every demo starts with an empty line.
-        let data_dir = std::env::temp_dir().join(format!("anteroom-demo-{}", std::process::id()));
+        // A fresh private directory (0700, created exclusively under a random name) for the
+        // demo's snapshots, so every demo starts with an empty line and no other local user
+        // can plant files or links in it beforehand.
+        let data_dir = anteroom::fsutil::fresh_private_dir(&std::env::temp_dir(), "anteroom-demo-")
+            .context("demo: cannot create a private data directory")?;
         let config = demo::config(origin_addr, &data_dir)?;
         let banner = demo::banner(config.listen);
         let result = serve_until_signal(config, false, Some(banner)).await;

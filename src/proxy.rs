@@ -30,6 +30,7 @@ use std::fmt;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -74,8 +75,12 @@ pub struct ProxyTimeouts {
     /// while the request body is still flowing, the clock restarts with every chunk.
     pub response: Duration,
     /// A response body that delivers nothing for this long is cut; pooled keep-alive
-    /// connections idle for this long are closed.
+    /// connections idle for this long are closed; an upgraded (WebSocket) tunnel that
+    /// carries no byte either way for this long is closed.
     pub idle: Duration,
+    /// The visitor's request body must have arrived in full within this long of the
+    /// request head (a body dribbled a byte at a time is cut with a 408).
+    pub body: Duration,
 }
 
 impl Default for ProxyTimeouts {
@@ -84,6 +89,7 @@ impl Default for ProxyTimeouts {
             connect: Duration::from_secs(5),
             response: Duration::from_secs(60),
             idle: Duration::from_secs(90),
+            body: Duration::from_secs(60),
         }
     }
 }
@@ -107,6 +113,9 @@ pub enum ProxyError {
     /// The configured origin URI is not usable (checked when the config is loaded).
     #[error("invalid origin: {0}")]
     InvalidOrigin(String),
+    /// The visitor's request body did not arrive within `body_timeout`.
+    #[error("request body not received in time")]
+    BodyTimeout,
 }
 
 impl ProxyError {
@@ -116,6 +125,7 @@ impl ProxyError {
             ProxyError::Timeout => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ProxyError::InvalidOrigin(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ProxyError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 }
@@ -278,6 +288,14 @@ impl OriginClient {
         let upgrade = is_upgrade(&req);
         // Must be taken before the request is taken apart.
         let visitor_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        // What the tunnel keeps counted while it lives: the connection's slot (so it stays
+        // under `max_connections` and the per-peer cap) and the client's stream ticket.
+        let tunnel_guards = (
+            req.extensions_mut()
+                .remove::<Arc<crate::server::ConnectionSlot>>(),
+            req.extensions_mut()
+                .remove::<Arc<crate::live::StreamTicket>>(),
+        );
 
         let (mut parts, body) = req.into_parts();
         let upgrade_protocol = parts.headers.get(header::UPGRADE).cloned();
@@ -318,10 +336,20 @@ impl OriginClient {
         }
 
         let activity = Arc::new(Mutex::new(Instant::now()));
-        let body = Watched::new(body, Activity(activity.clone()));
-        let mut response = self
-            .send(Request::from_parts(parts, body), &activity)
-            .await?;
+        let late = Arc::new(AtomicBool::new(false));
+        let body = Watched::new(
+            body,
+            Activity {
+                last: activity.clone(),
+                deadline: Box::pin(tokio::time::sleep(self.timeouts.body)),
+                late: late.clone(),
+            },
+        );
+        let sent = self.send(Request::from_parts(parts, body), &activity).await;
+        if late.load(Ordering::Acquire) {
+            return Err(ProxyError::BodyTimeout);
+        }
+        let mut response = sent?;
 
         if response.status() == StatusCode::SWITCHING_PROTOCOLS {
             let Some(visitor_upgrade) = visitor_upgrade else {
@@ -331,7 +359,12 @@ impl OriginClient {
             };
             let origin_upgrade = hyper::upgrade::on(&mut response);
             let protocol = response.headers().get(header::UPGRADE).cloned();
-            tokio::spawn(tunnel(visitor_upgrade, origin_upgrade));
+            tokio::spawn(tunnel(
+                visitor_upgrade,
+                origin_upgrade,
+                self.timeouts.idle,
+                tunnel_guards,
+            ));
             let (mut parts, _) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
             parts
@@ -424,8 +457,15 @@ fn ip_header(ip: IpAddr) -> HeaderValue {
     HeaderValue::from_str(&ip.to_string()).expect("an ip address is a valid header value")
 }
 
-/// Joins the bytes of two upgraded connections until either side closes.
-async fn tunnel(visitor: hyper::upgrade::OnUpgrade, origin: hyper::upgrade::OnUpgrade) {
+/// Joins the bytes of two upgraded connections until either side closes or neither sends
+/// a byte for `idle`. `guards` (the connection slot, the stream ticket) are held until then.
+async fn tunnel<G: Send>(
+    visitor: hyper::upgrade::OnUpgrade,
+    origin: hyper::upgrade::OnUpgrade,
+    idle: Duration,
+    guards: G,
+) {
+    let _guards = guards;
     let (visitor, origin) = match tokio::try_join!(visitor, origin) {
         Ok(both) => both,
         Err(error) => {
@@ -433,11 +473,76 @@ async fn tunnel(visitor: hyper::upgrade::OnUpgrade, origin: hyper::upgrade::OnUp
             return;
         }
     };
-    let mut visitor = TokioIo::new(visitor);
-    let mut origin = TokioIo::new(origin);
-    match tokio::io::copy_bidirectional(&mut visitor, &mut origin).await {
-        Ok((up, down)) => tracing::debug!(up, down, "upgraded connection closed"),
-        Err(error) => tracing::debug!(%error, "upgraded connection ended with an error"),
+    let last = Arc::new(Mutex::new(Instant::now()));
+    let mut visitor = Touching {
+        io: TokioIo::new(visitor),
+        last: last.clone(),
+    };
+    let mut origin = Touching {
+        io: TokioIo::new(origin),
+        last: last.clone(),
+    };
+    let copy = tokio::io::copy_bidirectional(&mut visitor, &mut origin);
+    let watchdog = async {
+        loop {
+            let deadline = *lock(&last) + idle;
+            tokio::time::sleep_until(deadline).await;
+            if *lock(&last) + idle <= Instant::now() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        result = copy => match result {
+            Ok((up, down)) => tracing::debug!(up, down, "upgraded connection closed"),
+            Err(error) => tracing::debug!(%error, "upgraded connection ended with an error"),
+        },
+        () = watchdog => tracing::debug!(?idle, "idle upgraded connection closed"),
+    }
+}
+
+/// An upgraded connection that stamps `last` whenever bytes move through it.
+struct Touching<T> {
+    io: T,
+    last: Arc<Mutex<Instant>>,
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Touching<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let result = Pin::new(&mut this.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            *lock(&this.last) = Instant::now();
+        }
+        result
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Touching<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.io).poll_write(cx, buf);
+        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
+            *lock(&this.last) = Instant::now();
+        }
+        result
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 
@@ -509,15 +614,27 @@ pub fn is_event_stream<B>(req: &Request<B>) -> bool {
 /// response timeout counts from the end of the upload, not from its start.
 type TrackedBody = Watched<Incoming, Activity>;
 
-/// When the request body last moved.
-struct Activity(Arc<Mutex<Instant>>);
+/// When the request body last moved, and its overall deadline (`body_timeout`).
+struct Activity {
+    last: Arc<Mutex<Instant>>,
+    deadline: Pin<Box<Sleep>>,
+    /// Set when the deadline cut the body, so the caller answers 408 rather than 502.
+    late: Arc<AtomicBool>,
+}
 
 impl Watch for Activity {
-    fn polled(&mut self, ready: bool, _: &mut Context<'_>) -> Option<BoxError> {
+    fn polled(&mut self, ready: bool, cx: &mut Context<'_>) -> Option<BoxError> {
         if ready {
-            *lock(&self.0) = Instant::now();
+            *lock(&self.last) = Instant::now();
+            return None;
         }
-        None
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.late.store(true, Ordering::Release);
+                Some(Box::new(ProxyError::BodyTimeout))
+            }
+            Poll::Pending => None,
+        }
     }
 }
 
@@ -570,6 +687,7 @@ mod tests {
             connect: Duration::from_millis(300),
             response: Duration::from_millis(300),
             idle: Duration::from_secs(5),
+            body: Duration::from_secs(5),
         }
     }
 
@@ -579,6 +697,7 @@ mod tests {
             idle_timeout: Duration::from_secs(5),
             max_connections: 100,
             shutdown_grace: Duration::from_millis(200),
+            ..ServerLimits::default()
         }
     }
 
@@ -642,6 +761,7 @@ mod tests {
                             ProxyError::Upstream(_) => "upstream",
                             ProxyError::BadRequest(_) => "bad-request",
                             ProxyError::InvalidOrigin(_) => "invalid-origin",
+                            ProxyError::BodyTimeout => "body-timeout",
                         };
                         Response::builder()
                             .status(error.status())

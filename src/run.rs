@@ -156,6 +156,9 @@ pub async fn start(
         header_read_timeout: config.server.header_read_timeout,
         idle_timeout: config.server.idle_timeout,
         max_connections: config.server.max_connections,
+        max_connections_per_client: config.server.max_connections_per_client,
+        trusted_proxies: config.trusted_proxies.clone().into(),
+        http2_max_streams: config.server.http2_max_streams,
         shutdown_grace: config.server.shutdown_grace,
     };
     let done = {

@@ -21,13 +21,23 @@
 //! - **Graceful shutdown**: when `shutdown` resolves the listener is closed, every connection
 //!   is told to finish its in-flight requests and close, and after `shutdown_grace` whatever
 //!   is left is dropped.
-//! - Upgrades (WebSocket) are enabled; an upgraded connection leaves hyper's hands and is no
-//!   longer tracked here (the proxy owns the tunnel).
+//! - **Per-client cap** (SPEC §10): at most `max_connections_per_client` open connections
+//!   from one direct peer that is not a trusted proxy (a load balancer carries everyone's
+//!   connections, so it is exempt). One over it is closed at accept, before a byte is read:
+//!   answering it a 429 would mean reading its request, which is what the cap is there to
+//!   spare.
+//! - **HTTP/2**: at most `http2_max_streams` concurrent streams on one connection, so one
+//!   connection cannot stand in for hundreds.
+//! - Upgrades (WebSocket) are enabled. An upgraded connection leaves hyper's hands, but its
+//!   [`ConnectionSlot`] (the `max_connections` permit and the per-client count) travels in
+//!   the request's extensions to the proxy's tunnel, so a tunnel keeps counting against both
+//!   caps until it closes.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::Context;
@@ -43,11 +53,12 @@ use hyper_util::server::graceful::GracefulShutdown;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use tokio::net::TcpListener;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::http::body::{Body, BoxError, Watch, Watched};
+use crate::identity::TrustedProxies;
 use crate::log_limiter::LogLimiter;
 
 /// Largest HTTP/1 request head (request line + headers) accepted; larger gets a 431.
@@ -62,7 +73,7 @@ const RESOURCE_BACKOFF: Duration = Duration::from_millis(100);
 const CONNECTION_ERROR_BACKOFF: Duration = Duration::from_millis(10);
 
 /// Limits of the public listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerLimits {
     /// A request head (and the first request of a connection) must arrive within this.
     pub header_read_timeout: Duration,
@@ -70,6 +81,12 @@ pub struct ServerLimits {
     pub idle_timeout: Duration,
     /// At most this many open connections; beyond it the loop stops accepting.
     pub max_connections: usize,
+    /// At most this many open connections from one direct peer not in `trusted_proxies`.
+    pub max_connections_per_client: usize,
+    /// Peers exempt from `max_connections_per_client` (load balancers).
+    pub trusted_proxies: TrustedProxies,
+    /// Concurrent streams one HTTP/2 connection may carry.
+    pub http2_max_streams: u32,
     /// After shutdown is signalled, in-flight requests get this long to finish.
     pub shutdown_grace: Duration,
 }
@@ -80,7 +97,58 @@ impl Default for ServerLimits {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: 10_000,
+            max_connections_per_client: 512,
+            trusted_proxies: TrustedProxies::default(),
+            http2_max_streams: 100,
             shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// One accepted connection's share of the listener's caps: the `max_connections` permit
+/// and the per-peer count. Shared (`Arc`) between the connection task and, through the
+/// request's extensions, a WebSocket tunnel the connection turns into; released when the
+/// last of them ends.
+#[derive(Debug)]
+pub struct ConnectionSlot {
+    _permit: OwnedSemaphorePermit,
+    _peer: Option<PeerCount>,
+}
+
+/// Open connections per direct peer.
+type PeerCounts = Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>;
+
+/// One connection counted against its peer; uncounted on drop.
+#[derive(Debug)]
+struct PeerCount {
+    counts: PeerCounts,
+    ip: IpAddr,
+}
+
+impl PeerCount {
+    /// Counts a connection from `ip`, or `None` if `ip` already has `max` open.
+    fn take(counts: &PeerCounts, ip: IpAddr, max: usize) -> Option<PeerCount> {
+        let mut map = counts.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerCount {
+            counts: counts.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerCount {
+    fn drop(&mut self) {
+        let mut map = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
         }
     }
 }
@@ -107,6 +175,8 @@ where
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let accept_errors = LogLimiter::new(ACCEPT_ERROR_LOG_INTERVAL);
+    let peer_counts: PeerCounts = Arc::default();
+    let over_peer_cap = LogLimiter::new(ACCEPT_ERROR_LOG_INTERVAL);
 
     loop {
         // Reap finished connection tasks so the set does not grow.
@@ -150,6 +220,30 @@ where
                 }
             }
         };
+        let ip = peer.ip().to_canonical();
+        let peer_count = if limits.trusted_proxies.contains(ip) {
+            None
+        } else {
+            match PeerCount::take(&peer_counts, ip, limits.max_connections_per_client) {
+                Some(count) => Some(count),
+                None => {
+                    // Closed at once (dropping the stream): the permit goes back with it.
+                    if let Some(suppressed) = over_peer_cap.allow_counted() {
+                        tracing::warn!(
+                            %ip,
+                            suppressed,
+                            max = limits.max_connections_per_client,
+                            "connection over server.max_connections_per_client closed"
+                        );
+                    }
+                    continue;
+                }
+            }
+        };
+        let slot = Arc::new(ConnectionSlot {
+            _permit: permit,
+            _peer: peer_count,
+        });
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
         }
@@ -160,11 +254,12 @@ where
         let first_request_deadline = limits.header_read_timeout;
         let idle_timeout = limits.idle_timeout;
         connections.spawn(async move {
-            let _permit = permit;
             let activity = Activity::new();
             let service = {
                 let activity = activity.clone();
-                service_fn(move |req: Request<Incoming>| {
+                let slot = slot.clone();
+                service_fn(move |mut req: Request<Incoming>| {
+                    req.extensions_mut().insert(slot.clone());
                     let guard = activity.begin();
                     let response = handler(req, peer);
                     async move {
@@ -185,6 +280,7 @@ where
                     tracing::debug!(%peer, "closing idle connection");
                 }
             }
+            drop(slot);
         });
     }
 
@@ -216,6 +312,7 @@ fn builder(limits: &ServerLimits) -> auto::Builder<TokioExecutor> {
     builder
         .http2()
         .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.http2_max_streams.max(1))
         .max_header_list_size(MAX_H2_HEADER_LIST);
     builder
 }
@@ -337,6 +434,7 @@ mod tests {
             idle_timeout: Duration::from_secs(5),
             max_connections: 100,
             shutdown_grace: Duration::from_secs(5),
+            ..ServerLimits::default()
         }
     }
 

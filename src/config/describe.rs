@@ -123,9 +123,14 @@ impl Config {
         let s = &self.server;
         let _ = writeln!(
             o,
-            "server:           max {} connections; header read {}, idle {}, origin connect {}, origin {}, shutdown grace {}",
+            "server:           max {} connections ({} per client), {} waiting-page streams ({} per client), {} h2 streams per connection; header read {}, body {}, idle {}, origin connect {}, origin {}, shutdown grace {}",
             s.max_connections,
+            s.max_connections_per_client,
+            s.max_streams,
+            s.max_streams_per_client,
+            s.http2_max_streams,
             dur(s.header_read_timeout),
+            dur(s.body_timeout),
             dur(s.idle_timeout),
             dur(s.origin_connect_timeout),
             dur(s.origin_timeout),

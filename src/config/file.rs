@@ -83,6 +83,11 @@ pub(super) struct RawServer {
     pub origin_connect_timeout: Option<V>,
     pub origin_timeout: Option<V>,
     pub max_connections: Option<V>,
+    pub max_connections_per_client: Option<V>,
+    pub max_streams: Option<V>,
+    pub max_streams_per_client: Option<V>,
+    pub http2_max_streams: Option<V>,
+    pub body_timeout: Option<V>,
     pub shutdown_grace: Option<V>,
 }
 

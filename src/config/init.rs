@@ -76,6 +76,11 @@ kafka:
 #   origin_connect_timeout: 5s   # time allowed to connect to an origin
 #   origin_timeout: 30s          # time allowed for the origin's response headers
 #   max_connections: 10000       # connections served at once
+#   max_connections_per_client: 512  # open connections from one direct peer (trusted proxies exempt)
+#   max_streams: 5000            # open waiting-page streams; below max_connections (default: half)
+#   max_streams_per_client: 64   # waiting-page streams + WebSocket tunnels of one client
+#   http2_max_streams: 100       # concurrent requests on one HTTP/2 connection
+#   body_timeout: 60s            # a request body must arrive in full within this
 #   shutdown_grace: 30s          # time in-flight requests get to finish at shutdown
 # Rooms: each name ([A-Za-z0-9_-], up to 64) has its own queue and limits.
 rooms:

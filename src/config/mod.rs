@@ -129,6 +129,17 @@ pub struct ServerConfig {
     pub origin_timeout: Duration,
     /// Connections served at once.
     pub max_connections: usize,
+    /// Open connections from one direct peer that is not a trusted proxy (§10).
+    pub max_connections_per_client: usize,
+    /// Open waiting-page streams (`/__anteroom/events`) at once, below `max_connections`
+    /// so streams can never take the connections admitted visitors need (§13).
+    pub max_streams: usize,
+    /// Open waiting-page streams plus upgraded tunnels of one client (its ClientKey).
+    pub max_streams_per_client: usize,
+    /// Concurrent streams one HTTP/2 connection may carry.
+    pub http2_max_streams: u32,
+    /// A request body must have arrived in full within this long of its head.
+    pub body_timeout: Duration,
     /// How long in-flight requests may finish at shutdown.
     pub shutdown_grace: Duration,
 }
@@ -141,6 +152,11 @@ impl Default for ServerConfig {
             origin_connect_timeout: Duration::from_secs(5),
             origin_timeout: Duration::from_secs(30),
             max_connections: 10_000,
+            max_connections_per_client: 512,
+            max_streams: 5_000,
+            max_streams_per_client: 64,
+            http2_max_streams: 100,
+            body_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(30),
         }
     }

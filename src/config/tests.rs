@@ -906,3 +906,49 @@ fn durations_are_bounded_so_no_deadline_overflows() {
     assert!(e.contains("server.idle_timeout"), "{e}");
     assert!(e.contains("at most 365 days"), "{e}");
 }
+
+#[test]
+fn connection_budget_keys_parse_and_are_checked() {
+    let c = parse(&format!(
+        "server:\n  max_connections: 100\n  max_connections_per_client: 8\n  max_streams: 30\n  \
+         max_streams_per_client: 4\n  http2_max_streams: 16\n  body_timeout: 5s\n{}",
+        minimal("")
+    ))
+    .unwrap();
+    let s = &c.server;
+    assert_eq!(
+        (
+            s.max_connections_per_client,
+            s.max_streams,
+            s.max_streams_per_client,
+            s.http2_max_streams,
+            s.body_timeout
+        ),
+        (8, 30, 4, 16, Duration::from_secs(5))
+    );
+    // max_streams defaults to half of max_connections.
+    let c = parse(&format!("server:\n  max_connections: 40\n{}", minimal(""))).unwrap();
+    assert_eq!(c.server.max_streams, 20);
+    // Streams must leave connections for admitted visitors.
+    let e = err(&format!(
+        "server:\n  max_connections: 40\n  max_streams: 40\n{}",
+        minimal("")
+    ));
+    assert!(
+        e.starts_with("anteroom.yaml:3: server.max_streams: must be below server.max_connections"),
+        "{e}"
+    );
+    for (key, value) in [
+        ("max_connections_per_client", "0"),
+        ("max_streams_per_client", "0"),
+        ("http2_max_streams", "0"),
+        ("http2_max_streams", "99999999999"),
+        ("body_timeout", "0s"),
+    ] {
+        let e = err(&format!("server:\n  {key}: {value}\n{}", minimal("")));
+        assert!(
+            e.starts_with(&format!("anteroom.yaml:2: server.{key}: ")),
+            "{e}"
+        );
+    }
+}

@@ -264,6 +264,12 @@ impl RawFile {
             }
         })?;
 
+        let max_connections = count(
+            &cx,
+            "server.max_connections",
+            &or_default(&d.server.max_connections, "10000"),
+            1,
+        )?;
         let server = ServerConfig {
             header_read_timeout: positive_duration(
                 &cx,
@@ -285,19 +291,47 @@ impl RawFile {
                 "server.origin_timeout",
                 &or_default(&d.server.origin_timeout, "30s"),
             )?,
-            max_connections: {
-                let v = or_default(&d.server.max_connections, "10000");
-                match v.text.trim().parse::<usize>() {
-                    Ok(n) if n >= 1 => n,
-                    _ => {
-                        return Err(cx.fail(
-                            "server.max_connections",
-                            &v,
-                            format!("must be a whole number of at least 1 (got {})", v.text),
-                        ));
-                    }
+            max_connections,
+            max_connections_per_client: count(
+                &cx,
+                "server.max_connections_per_client",
+                &or_default(&d.server.max_connections_per_client, "512"),
+                1,
+            )?,
+            max_streams: {
+                let default = (max_connections / 2).to_string();
+                let v = or_default(&d.server.max_streams, &default);
+                let n = count(&cx, "server.max_streams", &v, 0)?;
+                if n >= max_connections {
+                    return Err(cx.fail(
+                        "server.max_streams",
+                        &v,
+                        format!(
+                            "must be below server.max_connections ({max_connections}) so open \
+                             waiting pages always leave connections for admitted visitors"
+                        ),
+                    ));
                 }
+                n
             },
+            max_streams_per_client: count(
+                &cx,
+                "server.max_streams_per_client",
+                &or_default(&d.server.max_streams_per_client, "64"),
+                1,
+            )?,
+            http2_max_streams: {
+                let v = or_default(&d.server.http2_max_streams, "100");
+                let n = count(&cx, "server.http2_max_streams", &v, 1)?;
+                u32::try_from(n).map_err(|_| {
+                    cx.fail("server.http2_max_streams", &v, "must be at most 4294967295")
+                })?
+            },
+            body_timeout: positive_duration(
+                &cx,
+                "server.body_timeout",
+                &or_default(&d.server.body_timeout, "60s"),
+            )?,
             shutdown_grace: duration(
                 &cx,
                 "server.shutdown_grace",
@@ -601,6 +635,18 @@ fn duration(cx: &Ctx<'_>, key: &str, v: &V) -> Result<Duration, ConfigError> {
         ));
     }
     Ok(d)
+}
+
+/// A whole number of at least `min`.
+fn count(cx: &Ctx<'_>, key: &str, v: &V, min: usize) -> Result<usize, ConfigError> {
+    match v.text.trim().parse::<usize>() {
+        Ok(n) if n >= min => Ok(n),
+        _ => Err(cx.fail(
+            key,
+            v,
+            format!("must be a whole number of at least {min} (got {})", v.text),
+        )),
+    }
 }
 
 fn positive_duration(cx: &Ctx<'_>, key: &str, v: &V) -> Result<Duration, ConfigError> {

@@ -30,6 +30,12 @@ pub enum Kind {
     OriginFailed,
     /// The visitor's request cannot be forwarded as it is.
     Unforwardable,
+    /// `server.max_streams` waiting-page streams are open: the page refreshes instead.
+    StreamsFull,
+    /// The client holds `server.max_streams_per_client` streams and tunnels already.
+    TooManyStreams,
+    /// The request body did not arrive within `server.body_timeout`.
+    BodyTimeout,
     /// Our own configuration is unusable (e.g. an origin the proxy cannot address).
     Internal,
 }
@@ -43,6 +49,9 @@ impl Kind {
             Kind::OriginTimeout => StatusCode::GATEWAY_TIMEOUT,
             Kind::OriginFailed => StatusCode::BAD_GATEWAY,
             Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Kind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Kind::StreamsFull => StatusCode::SERVICE_UNAVAILABLE,
+            Kind::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -66,6 +75,18 @@ impl Kind {
                 "The site could not be reached. Please try again shortly.",
             ),
             Kind::Unforwardable => ("Bad request", "The request could not be forwarded."),
+            Kind::StreamsFull => (
+                "Live updates unavailable",
+                "Too many live updates are open; this page refreshes on its own instead.",
+            ),
+            Kind::TooManyStreams => (
+                "Too many open connections",
+                "This address holds too many live connections already.",
+            ),
+            Kind::BodyTimeout => (
+                "Request timeout",
+                "The request body took too long to arrive.",
+            ),
             Kind::Internal => (
                 "Internal error",
                 "This site is misconfigured here. Please try again later.",
@@ -121,6 +142,7 @@ impl From<ProxyError> for GateError {
             ProxyError::Connect(_) | ProxyError::Upstream(_) => Kind::OriginFailed,
             ProxyError::BadRequest(_) => Kind::Unforwardable,
             ProxyError::InvalidOrigin(_) => Kind::Internal,
+            ProxyError::BodyTimeout => Kind::BodyTimeout,
         };
         GateError {
             kind,

@@ -97,6 +97,9 @@ pub struct App {
     admission_key_document: Option<bytes::Bytes>,
 }
 
+/// `Retry-After` on a refused stream or tunnel: about one waiting-page refresh.
+const STREAM_RETRY_AFTER_SECS: u64 = 10;
+
 impl App {
     pub fn new(config: &Config, admission: Arc<Admission>) -> Result<App, AppError> {
         let mut rooms = Vec::new();
@@ -131,7 +134,10 @@ impl App {
             hosts,
             catch_all,
             admission,
-            live: LiveHub::default(),
+            live: LiveHub::new(crate::live::StreamBudget::new(
+                config.server.max_streams,
+                config.server.max_streams_per_client,
+            )),
             cookies: CookieKeys::new(config.cookie_secret.expose(), &previous),
             secure_cookies: config.secure_cookies,
             trusted: TrustedProxies::new(config.trusted_proxies.clone()),
@@ -140,6 +146,7 @@ impl App {
                     connect: config.server.origin_connect_timeout,
                     response: config.server.origin_timeout,
                     idle: config.server.idle_timeout,
+                    body: config.server.body_timeout,
                 },
                 crate::tls::origins_tls_config(config).map_err(AppError::OriginTls)?,
             ),
@@ -222,10 +229,38 @@ impl App {
 
     fn events(&self, identity: &Identity) -> Response<Body> {
         match (identity.room, identity.visitor) {
-            (Some(room), Some(visitor)) => {
-                self.live.subscribe(&self.rooms[room].config.name, visitor)
-            }
+            (Some(room), Some(visitor)) => match self.live.budget.stream(identity.client) {
+                Ok(ticket) => self
+                    .live
+                    .subscribe(&self.rooms[room].config.name, visitor, ticket),
+                Err(refused) => self.stream_refused(refused, identity),
+            },
             _ => self.error(Kind::NotInLine, identity),
         }
+    }
+
+    /// A stream or tunnel over its budget: 503 (all streams taken) or 429 (this client's
+    /// share), with `Retry-After`, and the connection closed so it frees its slot at once.
+    pub(super) fn stream_refused(
+        &self,
+        refused: crate::live::StreamRefused,
+        identity: &Identity,
+    ) -> Response<Body> {
+        let kind = match refused {
+            crate::live::StreamRefused::Full => Kind::StreamsFull,
+            crate::live::StreamRefused::ClientShare => Kind::TooManyStreams,
+        };
+        let mut response = self.error(
+            GateError {
+                retry_after: Some(STREAM_RETRY_AFTER_SECS),
+                ..GateError::new(kind)
+            },
+            identity,
+        );
+        response.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+        response
     }
 }

@@ -36,6 +36,16 @@ impl App {
         admitted: Option<(VisitorId, u64)>,
     ) -> Response<Body> {
         token::strip_cookie(req.headers_mut());
+        // An upgrade (WebSocket) becomes a long-lived tunnel: it counts against the
+        // client's stream share for as long as it lives (the proxy holds the ticket).
+        if crate::proxy::is_upgrade(&req) {
+            match self.live.budget.tunnel(identity.client) {
+                Ok(ticket) => {
+                    req.extensions_mut().insert(std::sync::Arc::new(ticket));
+                }
+                Err(refused) => return self.stream_refused(refused, identity),
+            }
+        }
         // A visitor must never forge the origin's proof of admission.
         req.headers_mut().remove(ADMISSION_HEADER);
         let name = &room.config.name;

@@ -49,7 +49,7 @@ impl MemoryStore {
 
     /// A store persisted in `data_dir`, restoring the last snapshot if there is one.
     pub fn open(clock: Clock, data_dir: &Path) -> StoreResult<Self> {
-        std::fs::create_dir_all(data_dir).map_err(|e| {
+        crate::fsutil::private_dir(data_dir).map_err(|e| {
             StoreError::Unavailable(format!("cannot create {}: {e}", data_dir.display()))
         })?;
         let path = data_dir.join(SNAPSHOT_FILE);
@@ -243,31 +243,16 @@ impl QueueStore for MemoryStore {
     }
 }
 
-/// Writes the snapshot atomically (temporary file, fsync, rename) with mode 0600.
+/// Writes the snapshot atomically (exclusive no-follow temporary file, fsync, rename) with
+/// mode 0600, through [`crate::fsutil::write_atomic`].
 fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> StoreResult<()> {
-    use std::io::Write;
     let fail = |what: &str, e: std::io::Error| {
         StoreError::Unavailable(format!("snapshot {what} in {}: {e}", dir.display()))
     };
     let mut bytes = SNAPSHOT_MAGIC.to_vec();
     postcard::to_io(snapshot, &mut bytes)
         .map_err(|e| StoreError::Unavailable(format!("snapshot encoding failed: {e}")))?;
-    let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(&tmp).map_err(|e| fail("create", e))?;
-    file.write_all(&bytes).map_err(|e| fail("write", e))?;
-    file.sync_all().map_err(|e| fail("sync", e))?;
-    drop(file);
-    std::fs::rename(&tmp, dir.join(SNAPSHOT_FILE)).map_err(|e| fail("rename", e))?;
-    if let Ok(dir) = std::fs::File::open(dir) {
-        let _ = dir.sync_all();
-    }
+    crate::fsutil::write_atomic(dir, SNAPSHOT_FILE, &bytes).map_err(|e| fail("write", e))?;
     Ok(())
 }
 

@@ -225,6 +225,11 @@ impl App {
         peer: SocketAddr,
     ) -> Response<Body> {
         let identity = self.identify(&req, peer);
+        // Refused targets (absolute-form, CONNECT) stay refused, `/metrics` included: the
+        // rewrite below would otherwise drop the authority that marks them.
+        if let Class::Refused(kind) = classify(&req) {
+            return self.error(kind, &identity);
+        }
         if req.uri().path() == "/metrics" {
             *req.uri_mut() = http::Uri::from_static(admin::METRICS_PATH);
         }

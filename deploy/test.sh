@@ -30,6 +30,7 @@ HADOLINT=${HADOLINT:-$ROOT/target/test-tools/hadolint}
 # land (then remove them, and the check covers them too).
 PENDING_METRICS=(anteroom_bans_active) # bans, SPEC §10 (in progress)
 TOKEN=deploy-test-admin-token-0123456789
+METRICS_TOKEN=deploy-test-metrics-token-0123456789
 RATE=7
 
 fail() {
@@ -190,18 +191,20 @@ echo "anteroom check --config deploy/anteroom.yaml: OK"
 
 # ---------------------------------------------------------------------------------------
 step "4. a real Prometheus scraping a real anteroom"
-read -r ORIGIN_PORT AR_PORT PROM_PORT < <(python3 -c '
+read -r ORIGIN_PORT AR_PORT PROM_PORT ADMIN_PORT < <(python3 -c '
 import socket
-ss = [socket.socket() for _ in range(3)]
+ss = [socket.socket() for _ in range(4)]
 for s in ss: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')
 python3 -m http.server "$ORIGIN_PORT" --bind 127.0.0.1 --directory deploy/origin \
   >"$tmp/origin.log" 2>&1 &
 pids+=($!)
-ANTEROOM_ADMIN_TOKEN=$TOKEN "$BIN" --origin "http://127.0.0.1:$ORIGIN_PORT" --rate "$RATE" \
+ANTEROOM_ADMIN_TOKEN=$TOKEN ANTEROOM_METRICS_TOKEN=$METRICS_TOKEN \
+  ANTEROOM_ADMIN_LISTEN="127.0.0.1:$ADMIN_PORT" "$BIN" --origin "http://127.0.0.1:$ORIGIN_PORT" --rate "$RATE" \
   --listen "127.0.0.1:$AR_PORT" --data-dir "$tmp/data" >"$tmp/anteroom.log" 2>&1 &
 pids+=($!)
 AR=http://127.0.0.1:$AR_PORT
+ADMIN=http://127.0.0.1:$ADMIN_PORT
 wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
   local deadline=$((SECONDS + $1)) what=$2
   shift 2
@@ -217,13 +220,19 @@ wait_for 10 "anteroom's healthz" healthz
 # A visitor let straight in (the origin's page comes back), so the proxy histogram has data.
 curl -fsS -m 5 "$AR/" | grep -q 'You are on the site' || fail "the first visitor did not reach the origin"
 # Pause, then three newcomers wait in line.
-curl -fsS -m 5 -X POST -H "Authorization: Bearer $TOKEN" "$AR/__anteroom/admin/api/rooms/main/pause" >/dev/null
+curl -fsS -m 5 -X POST -H "Authorization: Bearer $TOKEN" "$ADMIN/__anteroom/admin/api/rooms/main/pause" >/dev/null
 for _ in 1 2 3; do
   curl -sS -m 5 -H 'Accept: application/json' "$AR/" | grep -q '"status":"waiting"' ||
     fail "a newcomer to a paused room was not put in line"
 done
-printf '%s' "$TOKEN" >"$tmp/token"
-ANTEROOM_TARGET="127.0.0.1:$AR_PORT" TOKEN_FILE="$tmp/token" OUT="$tmp/prometheus.yml" python3 - <<'PY'
+# The admin is on its own listener only (admin_listen); the public one answers 404 there.
+[ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
+  "$AR/__anteroom/admin/api/status")" = 404 ] || fail "the public listener serves the admin"
+# Prometheus holds the read-only metrics token, which cannot pause.
+[ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer $METRICS_TOKEN" \
+  "$ADMIN/__anteroom/admin/api/rooms/main/resume")" = 403 ] || fail "the metrics token could resume"
+printf '%s' "$METRICS_TOKEN" >"$tmp/token"
+ANTEROOM_TARGET="127.0.0.1:$ADMIN_PORT" TOKEN_FILE="$tmp/token" OUT="$tmp/prometheus.yml" python3 - <<'PY'
 import os, yaml
 c = yaml.safe_load(open("deploy/prometheus/prometheus.yml"))
 c["global"].update(scrape_interval="1s", evaluation_interval="1s")
@@ -263,7 +272,7 @@ echo "Prometheus loaded the alert rules and evaluates them (health ok)"
 
 # ---------------------------------------------------------------------------------------
 step "5. every metric the dashboard and the alerts name is exported"
-curl -fsS -m 5 -H "Authorization: Bearer $TOKEN" "$AR/__anteroom/admin/api/metrics" >"$tmp/scrape.txt"
+curl -fsS -m 5 -H "Authorization: Bearer $METRICS_TOKEN" "$ADMIN/metrics" >"$tmp/scrape.txt"
 curl -fsS -m 5 -G "$PROM/api/v1/query" \
   --data-urlencode 'query=count by (__name__) ({__name__=~"anteroom_.*"})' >"$tmp/names.json"
 PROM=$PROM PENDING="${PENDING_METRICS[*]}" SCRAPE="$tmp/scrape.txt" NAMES="$tmp/names.json" python3 - <<'PY'

@@ -143,6 +143,9 @@ async fn serve_until_signal(
     let store = run::open_store(&config).await?;
     let running = run::start(&config, store, listener, reseed).await?;
     tracing::info!(addr = %running.addr, rooms = config.rooms.len(), "anteroom is listening");
+    if let Some(admin) = running.admin_addr {
+        tracing::info!(addr = %admin, "admin listener (control room, admin API, /metrics)");
+    }
     if let Some(banner) = banner {
         println!("{banner}");
     }

@@ -42,6 +42,12 @@ pub enum RunError {
     App(#[from] crate::gate::AppError),
     #[error("{0}")]
     Listener(#[source] std::io::Error),
+    #[error("admin_listen: cannot bind {addr}: {source}")]
+    AdminListener {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("server failed: {0}")]
     Server(#[source] std::io::Error),
     #[error("final snapshot failed: {0}")]
@@ -56,6 +62,8 @@ pub const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(5);
 /// A started instance: where it listens and how to stop it.
 pub struct Running {
     pub addr: SocketAddr,
+    /// Where the admin listener listens, when `admin_listen` is set.
+    pub admin_addr: Option<SocketAddr>,
     pub app: Arc<App>,
     stop: CancellationToken,
     done: tokio::task::JoinHandle<Result<(), RunError>>,
@@ -137,6 +145,20 @@ pub async fn start(
     admission.refresh_stats(&rooms).await;
 
     let addr = listener.local_addr().map_err(RunError::Listener)?;
+    let admin_listener =
+        match config.admin_listen {
+            Some(admin_addr) => Some(TcpListener::bind(admin_addr).await.map_err(|source| {
+                RunError::AdminListener {
+                    addr: admin_addr,
+                    source,
+                }
+            })?),
+            None => None,
+        };
+    let admin_addr = match &admin_listener {
+        Some(l) => Some(l.local_addr().map_err(RunError::Listener)?),
+        None => None,
+    };
     let stop = CancellationToken::new();
     let background = CancellationToken::new();
 
@@ -161,6 +183,7 @@ pub async fn start(
         http2_max_streams: config.server.http2_max_streams,
         shutdown_grace: config.server.shutdown_grace,
     };
+    let drain_delay = config.server.drain_delay;
     let done = {
         let app = app.clone();
         let stop = stop.clone();
@@ -172,20 +195,57 @@ pub async fn start(
                     async move { app.handle(req, peer).await }
                 }
             };
-            let shutdown = {
+            // Cancelled once the drain delay is over: both listeners stop accepting.
+            let closing = CancellationToken::new();
+            {
                 let app = app.clone();
                 let stop = stop.clone();
-                async move {
+                let closing = closing.clone();
+                tokio::spawn(async move {
                     stop.cancelled().await;
+                    // Readiness turns 503 at once; the listeners keep serving for the
+                    // drain delay so a load balancer takes this replica out first.
+                    app.start_draining();
+                    if !drain_delay.is_zero() {
+                        tracing::info!(
+                            ?drain_delay,
+                            "draining: readyz is 503; still serving for the drain delay"
+                        );
+                        tokio::time::sleep(drain_delay).await;
+                    }
+                    closing.cancel();
+                });
+            }
+            let admin_served = admin_listener.map(|admin_listener| {
+                let app = app.clone();
+                let closing = closing.clone();
+                let limits = limits.clone();
+                tokio::spawn(async move {
+                    let handler = move |req, peer| {
+                        let app = app.clone();
+                        async move { app.handle_admin(req, peer).await }
+                    };
+                    server::serve(admin_listener, limits, handler, closing.cancelled_owned()).await
+                })
+            });
+            let shutdown = {
+                let app = app.clone();
+                async move {
+                    closing.cancelled().await;
                     // Streams would hold the drain open; end them so pages reload on
                     // their jittered timers.
                     app.live.close_all();
                 }
             };
             let served = server::serve(listener, limits, handler, shutdown).await;
+            let admin_served = match admin_served {
+                Some(task) => task.await?,
+                None => Ok(()),
+            };
             background.cancel();
             let persisted = store.persist().await;
             served.map_err(RunError::Server)?;
+            admin_served.map_err(RunError::Server)?;
             persisted.map_err(RunError::Snapshot)?;
             tracing::info!("stopped");
             Ok(())
@@ -193,6 +253,7 @@ pub async fn start(
     };
     Ok(Running {
         addr,
+        admin_addr,
         app,
         stop,
         done,

@@ -357,3 +357,44 @@ async fn running_out_of_file_descriptors_is_survived() {
     );
     assert!(log.contains("resource_exhaustion=true"), "{log}");
 }
+
+#[tokio::test]
+async fn sigterm_turns_readyz_503_within_100ms_and_serves_for_the_drain_delay() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = free_port();
+    let config = write_config(
+        dir.path(),
+        listen,
+        &origin.url(),
+        "server:\n  drain_delay: 1500ms",
+    );
+    let mut process = spawn(None, &config);
+    wait_ready(listen).await;
+    let readyz = format!("http://{listen}/__anteroom/readyz");
+    assert_eq!(client().get(&readyz).send().await.unwrap().status(), 200);
+
+    let signalled = Instant::now();
+    sigterm(&process);
+    loop {
+        let status = client().get(&readyz).send().await.unwrap().status();
+        if status == 503 {
+            break;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_millis(100),
+            "readyz still {status} 100 ms after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let page = client()
+        .get(format!("http://{listen}/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200, "still serving during the drain delay");
+    assert!(signalled.elapsed() < Duration::from_millis(1500));
+    let status = wait_exit(&mut process, Duration::from_secs(15));
+    assert_eq!(status.code(), Some(0));
+    assert!(signalled.elapsed() >= Duration::from_millis(1500));
+}

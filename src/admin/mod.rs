@@ -2,10 +2,12 @@
 //! page at `/__anteroom/admin/`, and the OpenAPI document. [`handle`] is the one
 //! entry point, called from the request path ([`crate::gate`]) for every path under
 //! `/__anteroom/admin` with an [`AdminContext`]: what the admin needs, not the whole app.
-//! A separate admin listener would build the same context and call the same [`handle`].
+//! The admin listener (`admin_listen`, [`crate::gate::App::handle_admin`]) calls the same
+//! [`handle`]; `admin_allow` is checked before it, on either listener.
 //!
 //! - Every API route except `openapi.json` needs `Authorization: Bearer <admin_token>`,
 //!   compared in constant time. Missing or wrong: 401 with `WWW-Authenticate: Bearer`.
+//!   `metrics_token`, when set, may only `GET …/api/metrics` (403 for anything else).
 //!   `openapi.json` and the page need no token: they describe the API and hold nothing
 //!   about the running rooms.
 //! - Order of refusals: unknown path 404, then the token 401, then the method 405 (with
@@ -51,6 +53,9 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 pub const ADMIN_PATH: &str = "/__anteroom/admin";
+
+/// The metrics route; the admin listener also serves it as `/metrics`.
+pub const METRICS_PATH: &str = "/__anteroom/admin/api/metrics";
 
 /// The fields `PUT …/config` accepts.
 pub const CONFIG_FIELDS: [&str; 4] = [
@@ -182,6 +187,8 @@ fn matches<'a>(pattern: &str, path: &'a str) -> Option<Option<&'a str>> {
 /// The admin side of the listener: the token, the audit log, the placeholder page.
 pub struct Admin {
     token: Secret,
+    /// May only read the metrics (§8): what Prometheus holds instead of the admin token.
+    metrics_token: Option<Secret>,
     audit: AuditLog,
     fail_open_after: Option<Duration>,
     store_kind: &'static str,
@@ -202,6 +209,7 @@ impl Admin {
             .expect("built-in control room template parses");
         Admin {
             token: config.admin_token.clone(),
+            metrics_token: config.metrics_token.clone(),
             audit: AuditLog::new(&config.data_dir),
             fail_open_after: config.fail_open.then_some(config.fail_open_after),
             store_kind: if config.redis.is_embedded() {
@@ -219,26 +227,35 @@ impl Admin {
         &self.audit
     }
 
-    /// `None` when the request carries the admin token, else the 401 to answer.
-    fn refuse_unauthorized(
+    /// What the request's token grants, or the 401 to answer. Both tokens are compared in
+    /// constant time, and both are always compared, so timing does not tell which matched.
+    fn authorize(
         &self,
         req: &Request<Incoming>,
         caller: IpAddr,
-    ) -> Option<Response<Body>> {
+    ) -> Result<Access, Box<Response<Body>>> {
         let Some(presented) = bearer(req) else {
-            return Some(unauthorized(
+            return Err(Box::new(unauthorized(
                 "Missing admin token",
                 "Send Authorization: Bearer <admin_token>.",
-            ));
+            )));
         };
-        if self.token.ct_eq(presented) {
-            return None;
+        let admin = self.token.ct_eq(presented);
+        let metrics = self
+            .metrics_token
+            .as_ref()
+            .is_some_and(|t| t.ct_eq(presented));
+        if admin {
+            return Ok(Access::Admin);
+        }
+        if metrics {
+            return Ok(Access::MetricsOnly);
         }
         self.wrong_token(caller);
-        Some(unauthorized(
+        Err(Box::new(unauthorized(
             "Wrong admin token",
             "The bearer token is not this anteroom's admin_token.",
-        ))
+        )))
     }
 
     /// SPEC §10: a wrong admin token is a strike (weight 5) against `caller`. The abuse
@@ -249,6 +266,20 @@ impl Admin {
             tracing::warn!(%caller, "wrong admin token; further warnings suppressed for 10 s");
         }
     }
+}
+
+/// What a valid token allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// `admin_token`: everything.
+    Admin,
+    /// `metrics_token`: `GET …/api/metrics` only.
+    MetricsOnly,
+}
+
+/// The 403 for a caller outside `admin_allow` (or a metrics token used for anything else).
+pub fn forbidden(detail: &str) -> Response<Body> {
+    problem(StatusCode::FORBIDDEN, "Forbidden", detail, None)
 }
 
 /// The `Bearer` credentials of the request, if any.
@@ -301,10 +332,21 @@ pub async fn handle(
             None,
         );
     }
-    if candidates.iter().any(|(r, _)| r.auth)
-        && let Some(refusal) = app.admin.refuse_unauthorized(&req, caller)
-    {
-        return refusal;
+    if candidates.iter().any(|(r, _)| r.auth) {
+        match app.admin.authorize(&req, caller) {
+            Ok(Access::Admin) => {}
+            Ok(Access::MetricsOnly) => {
+                let reads_metrics = candidates
+                    .iter()
+                    .any(|(r, _)| r.op == Op::Metrics && r.method == req.method());
+                if !reads_metrics {
+                    return forbidden(
+                        "The metrics token may only read GET /__anteroom/admin/api/metrics.",
+                    );
+                }
+            }
+            Err(refusal) => return *refusal,
+        }
     }
     let Some(&(route, room)) = candidates.iter().find(|(r, _)| r.method == req.method()) else {
         let allow: Vec<&str> = candidates.iter().map(|(r, _)| r.method.as_str()).collect();

@@ -95,6 +95,25 @@ impl Config {
         );
         let _ = writeln!(
             o,
+            "admin:            {}; {}; metrics token {}",
+            match self.admin_listen {
+                Some(addr) => format!("own listener {addr} (404 on the public one)"),
+                None => "on the public listener".to_string(),
+            },
+            if self.admin_allow.is_empty() {
+                "any client".to_string()
+            } else {
+                let nets: Vec<String> = self.admin_allow.iter().map(|n| n.to_string()).collect();
+                format!("only from {}", nets.join(", "))
+            },
+            if self.metrics_token.is_some() {
+                "set"
+            } else {
+                "not set"
+            }
+        );
+        let _ = writeln!(
+            o,
             "fail open:        {}",
             if self.fail_open {
                 format!("yes, after {} of store outage", dur(self.fail_open_after))
@@ -123,7 +142,7 @@ impl Config {
         let s = &self.server;
         let _ = writeln!(
             o,
-            "server:           max {} connections ({} per client), {} waiting-page streams ({} per client), {} h2 streams per connection; header read {}, body {}, idle {}, origin connect {}, origin {}, shutdown grace {}",
+            "server:           max {} connections ({} per client), {} waiting-page streams ({} per client), {} h2 streams per connection; header read {}, body {}, idle {}, origin connect {}, origin {}, shutdown grace {}, drain delay {}",
             s.max_connections,
             s.max_connections_per_client,
             s.max_streams,
@@ -134,7 +153,8 @@ impl Config {
             dur(s.idle_timeout),
             dur(s.origin_connect_timeout),
             dur(s.origin_timeout),
-            dur(s.shutdown_grace)
+            dur(s.shutdown_grace),
+            dur(s.drain_delay)
         );
         let _ = writeln!(o, "rooms:            {}", self.rooms.len());
         for r in &self.rooms {

@@ -36,6 +36,10 @@ pub(super) struct RawFile {
     pub fail_open: Option<V>,
     pub fail_open_after: Option<V>,
     pub origin_ca_file: Option<V>,
+    pub admin_listen: Option<V>,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub admin_allow: Vec<V>,
+    pub metrics_token: Option<V>,
     #[serde(default, deserialize_with = "null_is_empty")]
     pub redis: RawRedis,
     #[serde(default, deserialize_with = "null_is_empty")]
@@ -89,6 +93,7 @@ pub(super) struct RawServer {
     pub http2_max_streams: Option<V>,
     pub body_timeout: Option<V>,
     pub shutdown_grace: Option<V>,
+    pub drain_delay: Option<V>,
 }
 
 /// One room: the single raw layer between the file (plus overrides) and `RoomConfig`.

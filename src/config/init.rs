@@ -51,6 +51,17 @@ fail_open_after: 30s
 # https:// origins are checked against the system's CAs; or set a PEM file whose CAs
 # (only those) are trusted for every https:// origin.
 # origin_ca_file: /etc/anteroom/origin-ca.pem
+# A second address serving only the control room, the admin API and /metrics (e.g.
+# 127.0.0.1:9090); the public listener then answers 404 under /__anteroom/admin/.
+# Empty: they are served on `listen`.
+admin_listen: ""
+# Client addresses (CIDRs) allowed to reach the admin at all; others get 403. The client
+# is the direct peer, or what a trusted proxy forwarded for. Empty: anyone with the token.
+admin_allow: []
+# A second bearer token that may only read the metrics (GET .../api/metrics and /metrics):
+# give it to Prometheus. At least 16 characters; empty: only admin_token reads them.
+# Can also be set with ANTEROOM_METRICS_TOKEN.
+metrics_token: ""
 redis:
   # Empty: embedded store. Otherwise redis://host:6379/0, rediss://host:6380/0 (TLS), or
   # several cluster nodes separated by commas. Replicas sharing one Redis share one queue.
@@ -82,6 +93,8 @@ kafka:
 #   http2_max_streams: 100       # concurrent requests on one HTTP/2 connection
 #   body_timeout: 60s            # a request body must arrive in full within this
 #   shutdown_grace: 30s          # time in-flight requests get to finish at shutdown
+#   drain_delay: 0s              # on SIGTERM, readyz is 503 this long before the listener
+#                                # closes (e.g. 5s behind a load balancer)
 # Rooms: each name ([A-Za-z0-9_-], up to 64) has its own queue and limits.
 rooms:
   main:

@@ -136,6 +136,8 @@ fn apply(
         &mut draft.kafka.sasl_password,
         e("ANTEROOM_KAFKA_SASL_PASSWORD"),
     );
+    set(&mut draft.metrics_token, e("ANTEROOM_METRICS_TOKEN"));
+    set(&mut draft.admin_listen, e("ANTEROOM_ADMIN_LISTEN"));
 
     let flag = |name: &'static str, v: Option<String>| v.map(|v| V::new(v, Src::Flag(name)));
     set(&mut draft.listen, flag("--listen", ov.listen.clone()));

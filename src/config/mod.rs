@@ -50,6 +50,13 @@ pub struct Config {
     pub fail_open_after: Duration,
     /// `origin_ca_file`: the only CAs trusted for `https://` origins (else the system's).
     pub origin_ca_file: Option<crate::tls::CaFile>,
+    /// A second listener serving only the control room, the admin API and `/metrics`;
+    /// `None`: they are served on the public listener (§8).
+    pub admin_listen: Option<SocketAddr>,
+    /// Who may reach the admin at all (client address, trusted-proxy aware); empty: anyone.
+    pub admin_allow: Vec<ipnet::IpNet>,
+    /// A bearer token that may only read the metrics.
+    pub metrics_token: Option<Secret>,
     pub redis: RedisConfig,
     pub kafka: KafkaConfig,
     pub server: ServerConfig,
@@ -142,6 +149,9 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     /// How long in-flight requests may finish at shutdown.
     pub shutdown_grace: Duration,
+    /// After SIGTERM/SIGINT, readiness is 503 for this long before the listener closes,
+    /// so a load balancer stops sending new visitors first (§11).
+    pub drain_delay: Duration,
 }
 
 impl Default for ServerConfig {
@@ -158,6 +168,7 @@ impl Default for ServerConfig {
             http2_max_streams: 100,
             body_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(30),
+            drain_delay: Duration::ZERO,
         }
     }
 }

@@ -131,6 +131,9 @@ fn defaults_fill_everything_not_given() {
     assert_eq!(s.origin_timeout, Duration::from_secs(30));
     assert_eq!(s.max_connections, 10_000);
     assert_eq!(s.shutdown_grace, Duration::from_secs(30));
+    assert_eq!(s.drain_delay, Duration::ZERO);
+    assert_eq!(c.admin_listen, None);
+    assert!(c.admin_allow.is_empty() && c.metrics_token.is_none());
     let r = &c.rooms[0];
     assert_eq!(
         (
@@ -171,6 +174,10 @@ server:
   origin_timeout: 10s
   max_connections: 50
   shutdown_grace: 0s
+  drain_delay: 5s
+admin_listen: "127.0.0.1:9090"
+admin_allow: [10.1.0.0/16, "::1"]
+metrics_token: "prometheus-reads-metrics"
 rooms:
   shop:
     match_host: Shop.Example.COM:443
@@ -210,6 +217,16 @@ rooms:
     assert_eq!(c.server.idle_timeout, Duration::from_secs(120));
     assert_eq!(c.server.max_connections, 50);
     assert_eq!(c.server.shutdown_grace, Duration::ZERO);
+    assert_eq!(c.server.drain_delay, Duration::from_secs(5));
+    assert_eq!(c.admin_listen, Some("127.0.0.1:9090".parse().unwrap()));
+    let allow: Vec<String> = c.admin_allow.iter().map(|n| n.to_string()).collect();
+    assert_eq!(allow, ["10.1.0.0/16", "::1/128"]);
+    assert!(
+        c.metrics_token
+            .as_ref()
+            .unwrap()
+            .ct_eq(b"prometheus-reads-metrics")
+    );
     let names: Vec<&str> = c.rooms.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["shop", "rest"], "file order is kept");
     let shop = c.room("shop").unwrap();
@@ -419,6 +436,36 @@ fn global_semantic_errors() {
     let e = err(&format!("admit_interval: 5ms\n{}", minimal("")));
     assert!(
         e.starts_with("anteroom.yaml:1: admit_interval: must be at least 10ms"),
+        "{e}"
+    );
+    let e = err(&format!("admin_allow: [banana]\n{}", minimal("")));
+    assert!(e.starts_with("anteroom.yaml:1: admin_allow[0]:"), "{e}");
+    let e = err(&format!("admin_listen: nowhere\n{}", minimal("")));
+    assert!(
+        e.starts_with("anteroom.yaml:1: admin_listen: must be an address"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "listen: \"127.0.0.1:9000\"\nadmin_listen: \"127.0.0.1:9000\"\n{}",
+        minimal("")
+    ));
+    assert!(
+        e.starts_with("anteroom.yaml:2: admin_listen: must differ from `listen`"),
+        "{e}"
+    );
+    let e = err(&format!("metrics_token: short\n{}", minimal("")));
+    assert!(
+        e.starts_with("anteroom.yaml:1: metrics_token: must be at least 16 characters"),
+        "{e}"
+    );
+    let e = err(&format!("metrics_token: \"{TOKEN}\"\n{}", minimal("")));
+    assert!(
+        e.starts_with("anteroom.yaml:1: metrics_token: must differ from admin_token"),
+        "{e}"
+    );
+    let e = err(&format!("server:\n  drain_delay: 1h\n{}", minimal("")));
+    assert!(
+        e.starts_with("anteroom.yaml:2: server.drain_delay: must be at most 5m"),
         "{e}"
     );
     let e = err(&format!("fail_open_after: 5 parsecs\n{}", minimal("")));
@@ -813,6 +860,9 @@ fn init_yaml_round_trips_with_fresh_secrets() {
         "data_dir",
         "fail_open",
         "fail_open_after",
+        "admin_listen",
+        "admin_allow",
+        "metrics_token",
         "url",
         "brokers",
         "topic",

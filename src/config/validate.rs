@@ -203,6 +203,56 @@ impl RawFile {
             &or_default(&d.fail_open_after, "30s"),
         )?;
 
+        let admin_listen = match &d.admin_listen {
+            Some(v) if !v.text.trim().is_empty() => {
+                let addr = parse_listen(&v.text).map_err(|m| cx.fail("admin_listen", v, m))?;
+                // Port 0 (any free port, as tests use) never collides.
+                if addr == listen && addr.port() != 0 {
+                    return Err(cx.fail(
+                        "admin_listen",
+                        v,
+                        "must differ from `listen` (leave it empty to serve the admin there)",
+                    ));
+                }
+                Some(addr)
+            }
+            _ => None,
+        };
+        let mut admin_allow = Vec::new();
+        for (i, v) in d.admin_allow.iter().enumerate() {
+            let key = format!("admin_allow[{i}]");
+            admin_allow.push(parse_net(&v.text).map_err(|m| cx.fail(&key, v, m))?);
+        }
+        let metrics_token = match &d.metrics_token {
+            Some(v) if !v.text.is_empty() => {
+                let n = v.text.chars().count();
+                if n < 16 {
+                    return Err(cx.fail(
+                        "metrics_token",
+                        v,
+                        format!("must be at least 16 characters (got {n})"),
+                    ));
+                }
+                if v.text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(cx.fail(
+                        "metrics_token",
+                        v,
+                        "must not contain spaces or control characters (it is sent in an \
+                         Authorization header)",
+                    ));
+                }
+                if admin_token.ct_eq(v.text.as_bytes()) {
+                    return Err(cx.fail(
+                        "metrics_token",
+                        v,
+                        "must differ from admin_token (it may only read the metrics)",
+                    ));
+                }
+                Some(Secret::from_text(v.text.clone()))
+            }
+            _ => None,
+        };
+
         let redis = {
             let v = or_default(&d.redis.url, "");
             let url = v.text.trim().to_string();
@@ -337,6 +387,20 @@ impl RawFile {
                 "server.shutdown_grace",
                 &or_default(&d.server.shutdown_grace, "30s"),
             )?,
+            drain_delay: {
+                let v = or_default(&d.server.drain_delay, "0s");
+                let delay = duration(&cx, "server.drain_delay", &v)?;
+                // A load balancer notices a failing readyz within seconds; a longer delay
+                // only postpones a stop that the service manager will force anyway.
+                if delay > MAX_DRAIN_DELAY {
+                    return Err(cx.fail(
+                        "server.drain_delay",
+                        &v,
+                        format!("must be at most 5m (got {})", v.text.trim()),
+                    ));
+                }
+                delay
+            },
         };
 
         if d.rooms.0.is_empty() {
@@ -392,6 +456,9 @@ impl RawFile {
             fail_open,
             fail_open_after,
             origin_ca_file,
+            admin_listen,
+            admin_allow,
+            metrics_token,
             redis,
             kafka,
             server,
@@ -615,6 +682,9 @@ fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, ConfigError> {
 /// Every duration in the config is at most this long, so no `Instant + Duration` (timers,
 /// deadlines, session expiry) can overflow, whatever the file says.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Longest `server.drain_delay` accepted.
+const MAX_DRAIN_DELAY: Duration = Duration::from_secs(300);
 
 fn duration(cx: &Ctx<'_>, key: &str, v: &V) -> Result<Duration, ConfigError> {
     let d = humantime::parse_duration(v.text.trim()).map_err(|e| {

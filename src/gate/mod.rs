@@ -20,6 +20,7 @@ pub mod respond;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
@@ -95,6 +96,12 @@ pub struct App {
     signer: Option<AdmissionSigner>,
     /// The public `/__anteroom/admission-key` document, serialised once.
     admission_key_document: Option<bytes::Bytes>,
+    /// Set when a drain starts (§11): readiness answers 503 from then on.
+    draining: AtomicBool,
+    /// Whether the admin is served on the public listener (no `admin_listen`).
+    admin_on_public: bool,
+    /// `admin_allow`: who may reach the admin at all; empty: anyone.
+    admin_allow: Vec<ipnet::IpNet>,
 }
 
 /// `Retry-After` on a refused stream or tunnel: about one waiting-page refresh.
@@ -166,6 +173,9 @@ impl App {
                     .unwrap_or_default()
                     .into()
             }),
+            draining: AtomicBool::new(false),
+            admin_on_public: config.admin_listen.is_none(),
+            admin_allow: config.admin_allow.clone(),
         })
     }
 
@@ -192,9 +202,9 @@ impl App {
             Class::Healthz => pages::plain(StatusCode::OK, "ok\n"),
             Class::Readyz => self.readyz().await,
             Class::Events => self.events(&identity),
-            Class::Admin => {
-                admin::handle(&self.admin_context(), req, identity.client_ip, peer).await
-            }
+            // With an admin listener the public one has no admin at all (§8).
+            Class::Admin if !self.admin_on_public => self.error(Kind::NotFound, &identity),
+            Class::Admin => self.admin(req, &identity, peer).await,
             Class::Static(name) => assets::serve(&name, req.method() == Method::HEAD)
                 .unwrap_or_else(|| self.error(Kind::NotFound, &identity)),
             Class::AdmissionKey => self.admission_key(&identity),
@@ -206,9 +216,75 @@ impl App {
         }
     }
 
+    /// The admin listener (`admin_listen`): the control room, the admin API, `/metrics`
+    /// (the API's metrics at the path Prometheus expects), and the health checks; nothing
+    /// else, and never the site.
+    pub async fn handle_admin(
+        &self,
+        mut req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> Response<Body> {
+        let identity = self.identify(&req, peer);
+        // Refused targets (absolute-form, CONNECT) stay refused, `/metrics` included: the
+        // rewrite below would otherwise drop the authority that marks them.
+        if let Class::Refused(kind) = classify(&req) {
+            return self.error(kind, &identity);
+        }
+        if req.uri().path() == "/metrics" {
+            *req.uri_mut() = http::Uri::from_static(admin::METRICS_PATH);
+        }
+        match classify(&req) {
+            Class::Healthz => pages::plain(StatusCode::OK, "ok\n"),
+            Class::Readyz => self.readyz().await,
+            Class::Admin => self.admin(req, &identity, peer).await,
+            Class::Refused(kind) => self.error(kind, &identity),
+            _ => self.error(Kind::NotFound, &identity),
+        }
+    }
+
+    /// Everything under `/__anteroom/admin`, on whichever listener serves it. `admin_allow`
+    /// is checked against the client address as the rest of the request path sees it: the
+    /// direct peer, or what a trusted proxy forwarded for (an untrusted peer cannot claim
+    /// an allowed address with `X-Forwarded-For`).
+    async fn admin(
+        &self,
+        req: Request<Incoming>,
+        identity: &Identity,
+        peer: SocketAddr,
+    ) -> Response<Body> {
+        if !self.admin_allow.is_empty()
+            && !self
+                .admin_allow
+                .iter()
+                .any(|net| net.contains(&identity.client_ip))
+        {
+            return admin::forbidden("This address may not reach the admin (admin_allow).");
+        }
+        admin::handle(&self.admin_context(), req, identity.client_ip, peer).await
+    }
+
+    /// Starts a drain (§11): readiness is 503 from now on, while requests are still served.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Whether this replica should get traffic (§8): not while draining; yes while the store
+    /// answers; and yes while failing open on purpose, since every replica sees the same
+    /// outage and a load balancer with no ready replica would refuse everyone instead.
     async fn readyz(&self) -> Response<Body> {
+        if self.is_draining() {
+            return pages::plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
+        }
         match self.admission.ping().await {
             Ok(()) => pages::plain(StatusCode::OK, "ready\n"),
+            Err(_) if self.admission.health().failing_open() => pages::plain(
+                StatusCode::OK,
+                "ready (failing open: the queue store is down)\n",
+            ),
             Err(_) => pages::plain(StatusCode::SERVICE_UNAVAILABLE, "queue store unavailable\n"),
         }
     }

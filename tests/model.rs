@@ -1,5 +1,6 @@
 //! Model-based property tests of the queue store (issue 17): random sequences of joins,
-//! heartbeats, admission passes, pauses, resumes, flushes, setting changes and clock steps
+//! heartbeats, admission passes, pauses, resumes, flushes, setting changes, moves to the
+//! front and clock steps
 //! run against each store and against a small reference model of SPEC §3, written here
 //! from the SPEC and not from either store. After every step the store must agree with the
 //! model on what the step returned (admissions in order, positions, refusals, reaped
@@ -14,7 +15,7 @@
 //! and the model parted.
 //!
 //! Not modelled: schedules and the lottery (the conformance suite covers them case by
-//! case) and move-to-front (not built yet).
+//! case).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -25,7 +26,7 @@ use std::time::Duration;
 use anteroom::clock::Clock;
 use anteroom::queue::{
     ClientKey, MemoryStore, Phase, Place, QueueStore, RedisStore, Resolution, RoomPolicy,
-    RoomSettings, SettingsPatch, VisitorId, VisitorState,
+    RoomSettings, SettingsPatch, StoreError, VisitorId, VisitorState,
 };
 use anteroom::testing::RedisServer;
 use proptest::prelude::*;
@@ -76,6 +77,8 @@ enum Op {
     AbandonAfter(u64),
     /// The store's clock moves forward this many milliseconds.
     Advance(u64),
+    /// The admin moves visitor `v` to the front by their reference (SPEC §10 Priority).
+    Front(u8),
 }
 
 impl fmt::Debug for Op {
@@ -95,6 +98,7 @@ impl fmt::Debug for Op {
             Op::SessionTtl(s) => write!(f, "set session_ttl {s}s"),
             Op::AbandonAfter(s) => write!(f, "set abandon_after {s}s"),
             Op::Advance(ms) => write!(f, "advance {ms}ms"),
+            Op::Front(v) => write!(f, "move v{v} to the front"),
         }
     }
 }
@@ -161,6 +165,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (1..=4u64).prop_map(Op::MaxActive),
         1 => (1..=8u64).prop_map(Op::SessionTtl),
         1 => (1..=8u64).prop_map(Op::AbandonAfter),
+        2 => (0..VISITORS).prop_map(Op::Front),
     ]
 }
 
@@ -240,6 +245,7 @@ struct Model {
     /// For [`Coverage`] only.
     admitted_by_pass: u64,
     resumed_with_a_line: u64,
+    moved_to_front: u64,
 }
 
 /// What a pass did, in the model's terms.
@@ -276,6 +282,7 @@ impl Model {
             total_refused: 0,
             admitted_by_pass: 0,
             resumed_with_a_line: 0,
+            moved_to_front: 0,
         }
     }
 
@@ -452,6 +459,17 @@ impl Model {
         }
     }
 
+    /// SPEC §10: a waiting visitor goes to position 1 (a later move goes ahead of an
+    /// earlier one), nobody else's order changes, and the move counts as hearing from them.
+    /// Anyone not waiting (on the site, gone, unknown) is not moved.
+    fn front(&mut self, v: u8) -> Option<Place> {
+        let index = self.position(v)?;
+        self.line.remove(index);
+        self.line.insert(0, (v, self.now));
+        self.moved_to_front += 1;
+        Some(self.place(0))
+    }
+
     fn flush(&mut self) -> u64 {
         let n = self.line.len() as u64;
         self.line.clear();
@@ -573,6 +591,14 @@ async fn run_case(
                 time.advance(*ms).await;
                 model.now += ms;
             }
+            Op::Front(v) => {
+                let got = match store.move_to_front(room, visitor(*v).reference()).await {
+                    Ok(place) => Some(place),
+                    Err(StoreError::NotWaiting(_)) => None,
+                    Err(e) => panic!("move to the front failed: {e}"),
+                };
+                agree!(step, op, "place after the move", got, model.front(*v));
+            }
             Op::Pause
             | Op::Resume
             | Op::Rate(_)
@@ -645,6 +671,7 @@ async fn run_case(
         c.expired += model.total_expired;
         c.refused += model.total_refused;
         c.resumed_with_a_line += model.resumed_with_a_line;
+        c.moved_to_front += model.moved_to_front;
     }
     // At the end, everyone's place in line (a heartbeat; nothing follows it).
     let got = store.heartbeat(room, &everyone_ids).await.unwrap();
@@ -669,6 +696,7 @@ struct Coverage {
     expired: u64,
     refused: u64,
     resumed_with_a_line: u64,
+    moved_to_front: u64,
 }
 
 static COVERAGE: std::sync::Mutex<Coverage> = std::sync::Mutex::new(Coverage {
@@ -679,6 +707,7 @@ static COVERAGE: std::sync::Mutex<Coverage> = std::sync::Mutex::new(Coverage {
     expired: 0,
     refused: 0,
     resumed_with_a_line: 0,
+    moved_to_front: 0,
 });
 
 /// `ANTEROOM_MODEL_CASES` runs more (or fewer) sequences than `default`.
@@ -734,7 +763,8 @@ fn embedded_store_agrees_with_the_model() {
             && c.abandoned > 0
             && c.expired > 0
             && c.refused > 0
-            && c.resumed_with_a_line > 0,
+            && c.resumed_with_a_line > 0
+            && c.moved_to_front > 0,
         "some rule was never exercised: {c:?}"
     );
 }

@@ -53,6 +53,8 @@ pub enum Decision {
     /// A newcomer over their address's join limit; try again after `retry_after`.
     Refused {
         retry_after: Duration,
+        /// Whether it is a strike against the client (SPEC §10: only the join limit).
+        strike: bool,
     },
     /// The room's line is not open yet (before `queue_opens_at`).
     NotOpen,
@@ -155,11 +157,18 @@ impl Admission {
                 }
                 Decision::Waiting(place)
             }
-            Ok(Resolution::Refused { retry_after, .. }) => Decision::Refused { retry_after },
+            Ok(Resolution::Refused {
+                retry_after,
+                reason,
+            }) => Decision::Refused {
+                retry_after,
+                strike: reason == crate::queue::RefusedReason::JoinLimit,
+            },
             // Only with `max_waiting` set: a stand-in until the request path answers 503
             // `full` (SPEC §10).
             Ok(Resolution::Full) => Decision::Refused {
                 retry_after: crate::queue::SHARE_RETRY_AFTER,
+                strike: false,
             },
             Ok(Resolution::NotOpen) => Decision::NotOpen,
             Ok(Resolution::Closed) => Decision::Closed,

@@ -124,6 +124,10 @@ pub enum EventKind {
     VisitorAbandoned,
     SessionExpired,
     ConfigChanged,
+    /// SPEC §9/§10: a client (address or range) was banned; `client`, `reason`, `until`.
+    ClientBanned,
+    /// Its ban was lifted or ran out.
+    ClientUnbanned,
 }
 
 /// One event as published.
@@ -155,6 +159,35 @@ impl Event {
             visitor_id: None,
             ts: SystemTime::now(),
             detail: Some(detail),
+        }
+    }
+
+    /// `client_banned` / `client_unbanned` (SPEC §9): not about one room, so `room` is
+    /// empty; `client` is the banned address or range, `until` RFC 3339 or null.
+    pub fn abuse(event: &crate::abuse::AbuseEvent) -> Event {
+        let ban = event.ban();
+        let kind = match event {
+            crate::abuse::AbuseEvent::Banned(_) => EventKind::ClientBanned,
+            _ => EventKind::ClientUnbanned,
+        };
+        let until = ban.until_ms.map(|ms| {
+            humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+            )
+            .to_string()
+        });
+        Event {
+            kind,
+            room: String::new(),
+            visitor_id: None,
+            ts: SystemTime::now(),
+            detail: Some(serde_json::json!({
+                "client": ban.target.to_string(),
+                "reason": ban.reason,
+                "source": ban.source.as_str(),
+                "action": event.action(),
+                "until": until,
+            })),
         }
     }
 

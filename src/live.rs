@@ -14,6 +14,7 @@
 //! refused a stream keeps its jittered refresh.
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -60,6 +61,8 @@ impl LiveEvent {
 }
 
 struct Listener {
+    /// The client address that opened it (a ban closes it).
+    client_ip: IpAddr,
     room: String,
     visitor: VisitorId,
     tx: mpsc::Sender<LiveEvent>,
@@ -199,13 +202,14 @@ impl LiveHub {
         }
     }
 
-    /// Opens a stream for `visitor` in `room`, held by `ticket` (from [`StreamBudget`]).
-    /// The visitor's previous stream, if any, is ended: one live stream per visitor. The
-    /// first update arrives on the next tick.
+    /// Opens a stream for `visitor` in `room` from `client_ip`, held by `ticket` (from
+    /// [`StreamBudget`]). The visitor's previous stream, if any, is ended: one live stream
+    /// per visitor. The first update arrives on the next tick.
     pub fn subscribe(
         &self,
         room: &str,
         visitor: VisitorId,
+        client_ip: IpAddr,
         ticket: StreamTicket,
     ) -> Response<Body> {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
@@ -217,6 +221,7 @@ impl LiveHub {
             listeners.insert(
                 id,
                 Listener {
+                    client_ip,
                     room: room.to_owned(),
                     visitor,
                     tx,
@@ -253,6 +258,16 @@ impl LiveHub {
 
     pub fn open_streams(&self) -> usize {
         self.lock().len()
+    }
+
+    /// Ends the streams of clients for which `banned` is true (SPEC §10): dropping the
+    /// sender ends the response body, so their heartbeats stop and a waiting visitor is
+    /// abandoned after `abandon_after`. Returns how many were closed.
+    pub fn close_where(&self, banned: impl Fn(IpAddr) -> bool) -> usize {
+        let mut listeners = self.lock();
+        let before = listeners.len();
+        listeners.retain(|_, l| !banned(l.client_ip));
+        before - listeners.len()
     }
 
     /// Ends every stream (graceful shutdown).

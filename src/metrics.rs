@@ -22,6 +22,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
+use crate::abuse::{AbuseRegistry, StrikeReason};
 use crate::admission::Admission;
 use crate::http::body::Body;
 
@@ -44,7 +45,12 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(admission: Arc<Admission>, rooms: Vec<String>, fail_open: bool) -> Metrics {
+    pub fn new(
+        admission: Arc<Admission>,
+        rooms: Vec<String>,
+        fail_open: bool,
+        abuse: Option<Arc<AbuseRegistry>>,
+    ) -> Metrics {
         let mut registry = Registry::default();
         let proxied: HistogramFamily = Family::new_with_constructor(|| {
             // 1 ms to about 33 s.
@@ -66,6 +72,9 @@ impl Metrics {
             rooms,
             fail_open,
         }));
+        if let Some(abuse) = abuse {
+            registry.register_collector(Box::new(AbuseCollector(abuse)));
+        }
         Metrics {
             registry,
             proxied,
@@ -110,6 +119,60 @@ impl Metrics {
         prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+}
+
+/// The abuse registry's counters (SPEC §10), read at scrape time.
+struct AbuseCollector(Arc<AbuseRegistry>);
+
+impl std::fmt::Debug for AbuseCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AbuseCollector")
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+impl Collector for AbuseCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let abuse = &self.0;
+        {
+            let gauge = ConstGauge::new(i64::try_from(abuse.bans_active()).unwrap_or(i64::MAX));
+            let metric = encoder.encode_descriptor(
+                "anteroom_bans_active",
+                "Bans in force (addresses and ranges), as this replica enforces them.",
+                None,
+                gauge.metric_type(),
+            )?;
+            gauge.encode(metric)?;
+        }
+        {
+            let counter = ConstCounter::new(abuse.banned_requests_total());
+            let metric = encoder.encode_descriptor(
+                "anteroom_banned_requests",
+                "Requests this replica refused because their client is banned.",
+                None,
+                counter.metric_type(),
+            )?;
+            counter.encode(metric)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "anteroom_strikes",
+            "Strikes recorded against clients by this replica, by reason.",
+            None,
+            MetricType::Counter,
+        )?;
+        for reason in StrikeReason::ALL {
+            let counter = ConstCounter::new(abuse.strikes_total(reason));
+            let labels = ReasonLabel {
+                reason: reason.as_str(),
+            };
+            counter.encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
     }
 }
 

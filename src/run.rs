@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::abuse::{AbuseEvent, AbuseRegistry, BanSource, RedisAbuse};
 use crate::admission::Admission;
 use crate::clock::Clock;
 use crate::config::Config;
@@ -52,6 +53,8 @@ pub enum RunError {
     Server(#[source] std::io::Error),
     #[error("final snapshot failed: {0}")]
     Snapshot(#[source] StoreError),
+    #[error("abuse registry: {0}")]
+    Abuse(#[from] crate::abuse::AbuseError),
     #[error("server task panicked: {0}")]
     Panicked(#[from] tokio::task::JoinError),
 }
@@ -140,7 +143,9 @@ pub async fn start(
     let fail_open_after = config.fail_open.then_some(config.fail_open_after);
     let events = crate::events::start(&config.kafka)?;
     let admission = Arc::new(Admission::new(store.clone(), fail_open_after, events));
-    let app = Arc::new(App::new(config, admission.clone())?);
+    let abuse = Arc::new(open_abuse(config).await?);
+    let abuse_events = abuse.take_events();
+    let app = Arc::new(App::new(config, admission.clone(), abuse.clone())?);
     let rooms = app.room_names();
     admission.refresh_stats(&rooms).await;
 
@@ -173,6 +178,11 @@ pub async fn start(
         tokio::spawn(async move { app.live.run(&app.admission, background).await });
     }
     tokio::spawn(snapshot_loop(store.clone(), background.clone()));
+    // The abuse registry: expiry (and with Redis the shared bans) every second; a banned
+    // client's streams and sessions ended by the sweep; its events to the audit log and
+    // Kafka; its state saved with the queue's snapshots.
+    let abuse_ticker = abuse.spawn_ticker(ABUSE_TICK);
+    tokio::spawn(abuse_loop(app.clone(), abuse_events, background.clone()));
 
     let limits = ServerLimits {
         header_read_timeout: config.server.header_read_timeout,
@@ -244,6 +254,10 @@ pub async fn start(
             };
             background.cancel();
             let persisted = store.persist().await;
+            abuse_ticker.abort();
+            if let Err(e) = app.abuse.persist().await {
+                tracing::error!(error = %e, "saving the bans failed");
+            }
             served.map_err(RunError::Server)?;
             admin_served.map_err(RunError::Server)?;
             persisted.map_err(RunError::Snapshot)?;
@@ -258,6 +272,97 @@ pub async fn start(
         stop,
         done,
     })
+}
+
+/// How often bans expire, the Redis ban set is re-read and banned clients are swept.
+pub const ABUSE_TICK: Duration = Duration::from_secs(1);
+
+/// The abuse registry of this replica: embedded (restoring `data_dir/abuse.json`) or
+/// shared through the same Redis as the queue.
+pub async fn open_abuse(config: &Config) -> Result<AbuseRegistry, RunError> {
+    let policy = config.abuse.clone();
+    let trusted = config.trusted_proxies.clone();
+    if !config.redis.is_embedded() {
+        let redis =
+            RedisAbuse::connect(&config.redis.nodes(), config.redis.ca_file.as_ref()).await?;
+        return Ok(AbuseRegistry::with_redis(policy, trusted, Clock::system(), redis).await?);
+    }
+    Ok(AbuseRegistry::open(
+        policy,
+        trusted,
+        Clock::system(),
+        &config.data_dir,
+    )?)
+}
+
+async fn abuse_loop(
+    app: Arc<App>,
+    events: Option<tokio::sync::mpsc::Receiver<AbuseEvent>>,
+    stop: CancellationToken,
+) {
+    let mut events = events;
+    let mut sweep = tokio::time::interval(ABUSE_TICK);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut persist = tokio::time::interval(SNAPSHOT_INTERVAL);
+    persist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let failures = crate::log_limiter::LogLimiter::new(Duration::from_secs(60));
+    loop {
+        let next_event = async {
+            match events.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = sweep.tick() => app.sweep_banned().await,
+            _ = persist.tick() => {
+                if let Err(e) = app.abuse.persist().await
+                    && failures.allow()
+                {
+                    tracing::error!(error = %e, "saving the bans failed");
+                }
+            }
+            event = next_event => match event {
+                Some(event) => forward_abuse_event(&app, &event).await,
+                None => events = None,
+            },
+        }
+    }
+}
+
+/// A ban, unban or expiry: to the log, Kafka and the audit log (admin bans and unbans are
+/// audited by the admin API with the operator's address; everything else here).
+async fn forward_abuse_event(app: &App, event: &AbuseEvent) {
+    let ban = event.ban();
+    tracing::info!(action = ?event.action(), target = %ban.target, source = ban.source.as_str(), reason = %ban.reason, until_ms = ?ban.until_ms, "abuse registry");
+    app.admission
+        .events()
+        .publish(crate::events::Event::abuse(event));
+    let by_admin = ban.source == BanSource::Admin && !matches!(event, AbuseEvent::Expired(_));
+    if by_admin {
+        return;
+    }
+    let action = match event {
+        AbuseEvent::Banned(_) => "banned",
+        AbuseEvent::Unbanned(_) => "unbanned",
+        AbuseEvent::Expired(_) => "ban_expired",
+    };
+    let entry = crate::audit::AuditEntry::now(
+        "",
+        action,
+        serde_json::json!({ "source": ban.source.as_str() }),
+        serde_json::json!({
+            "target": ban.target.to_string(),
+            "reason": ban.reason,
+            "until_ms": ban.until_ms,
+        }),
+        ban.target.addr(),
+        SocketAddr::from(([0, 0, 0, 0], 0)),
+    );
+    if let Err(e) = app.admin_context().admin.audit().append(&entry).await {
+        tracing::error!(error = %e, "audit log write failed for a ban event");
+    }
 }
 
 async fn snapshot_loop(store: Arc<dyn QueueStore>, stop: CancellationToken) {

@@ -232,7 +232,9 @@ async fn the_page_lists_the_api_without_a_token() {
 
 #[tokio::test]
 async fn every_api_route_refuses_a_missing_or_wrong_token() {
-    let h = Harness::start("").await;
+    // Wrong tokens are strikes (SPEC §10): this brute force would be banned (tests/abuse.rs
+    // shows it) unless its address is in abuse.allow.
+    let h = Harness::start("abuse:\n  allow: [127.0.0.1]\n").await;
     for route in admin::routes().iter().filter(|r| r.auth) {
         let path = route.path.replace("{room}", "main");
         let method = reqwest::Method::from_bytes(route.method.as_str().as_bytes()).unwrap();
@@ -817,21 +819,25 @@ async fn the_openapi_document_matches_the_routes_and_the_server() {
         let method = reqwest::Method::from_bytes(route.method.as_str().as_bytes()).unwrap();
         let body = match route.op {
             admin::Op::RoomConfig => r#"{"rate": 20}"#,
+            admin::Op::Ban => r#"{"target": "192.0.2.1", "duration_secs": 60, "reason": "t"}"#,
             _ => "",
         };
         let send = |room: &str, token: Option<&str>, body: String| {
-            let mut request = h
-                .http
-                .request(method.clone(), h.url(&route.path.replace("{room}", room)))
-                .body(body);
+            // `{target}`: the ban the POST route made just before (routes are in order).
+            let path = route
+                .path
+                .replace("{room}", room)
+                .replace("{target}", "192.0.2.1");
+            let mut request = h.http.request(method.clone(), h.url(&path)).body(body);
             if let Some(token) = token {
                 request = request.bearer_auth(token);
             }
             request.send()
         };
+        let ok = if route.op == admin::Op::Ban { 201 } else { 200 };
         let mut expect = vec![(
             send("main", Some(ADMIN_TOKEN), body.into()).await.unwrap(),
-            200,
+            ok,
         )];
         if route.auth {
             expect.push((send("main", None, body.into()).await.unwrap(), 401));

@@ -520,6 +520,12 @@ impl AbuseRegistry {
         )
     }
 
+    /// Whether `ip` is banned now, without counting a banned request (the sweep that ends
+    /// a banned client's sessions and streams).
+    pub fn is_banned(&self, ip: IpAddr) -> bool {
+        self.check_quiet(ip) && !self.is_immune(ip)
+    }
+
     /// Whether a ban covers `ip`, without counting a banned request.
     fn check_quiet(&self, ip: IpAddr) -> bool {
         let set = self.bans.load();

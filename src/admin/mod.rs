@@ -27,6 +27,7 @@
 //!   with `curl` examples (`templates/admin.html`). Either way it holds no secret.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -35,6 +36,7 @@ use hyper::body::Incoming;
 use minijinja::{Environment, context};
 use serde_json::{Value, json};
 
+use crate::abuse::{AbuseRegistry, Ban, BanError, LogEntry, StrikeReason};
 use crate::admission::{Admission, CachedStats};
 use crate::audit::{AuditEntry, AuditLog};
 use crate::config::{Config, Secret};
@@ -77,6 +79,10 @@ pub enum Op {
     Pause,
     Resume,
     Flush,
+    Bans,
+    Ban,
+    Unban,
+    BanLog,
 }
 
 /// One API route. `{room}` in a path matches one path segment.
@@ -164,6 +170,34 @@ pub fn routes() -> &'static [Route] {
                 Op::Flush,
                 "empty the line (sessions on the site are untouched)",
             ),
+            route(
+                Method::GET,
+                "/__anteroom/admin/api/bans",
+                true,
+                Op::Bans,
+                "active bans, newest first (limit, cursor)",
+            ),
+            route(
+                Method::POST,
+                "/__anteroom/admin/api/bans",
+                true,
+                Op::Ban,
+                "ban an address or range: target, duration_secs (null: permanent), reason",
+            ),
+            route(
+                Method::GET,
+                "/__anteroom/admin/api/bans/log",
+                true,
+                Op::BanLog,
+                "the ban log, newest first (limit, cursor)",
+            ),
+            route(
+                Method::DELETE,
+                "/__anteroom/admin/api/bans/{target}",
+                true,
+                Op::Unban,
+                "lift the ban on target (URL-encoded address or CIDR)",
+            ),
         ]
     });
     &ROUTES
@@ -177,7 +211,9 @@ fn matches<'a>(pattern: &str, path: &'a str) -> Option<Option<&'a str>> {
     loop {
         match (pattern_parts.next(), path_parts.next()) {
             (None, None) => return Some(room),
-            (Some("{room}"), Some(segment)) if !segment.is_empty() => room = Some(segment),
+            (Some("{room}" | "{target}"), Some(segment)) if !segment.is_empty() => {
+                room = Some(segment)
+            }
             (Some(p), Some(s)) if p == s => {}
             _ => return None,
         }
@@ -196,10 +232,11 @@ pub struct Admin {
     /// The control room's script and stylesheets, when the front-end is built in.
     control: Option<Entry>,
     wrong_tokens: LogLimiter,
+    abuse: Arc<AbuseRegistry>,
 }
 
 impl Admin {
-    pub fn new(config: &Config) -> Admin {
+    pub fn new(config: &Config, abuse: Arc<AbuseRegistry>) -> Admin {
         let mut pages = Environment::new();
         pages
             .add_template("admin.html", include_str!("templates/admin.html"))
@@ -220,6 +257,7 @@ impl Admin {
             pages,
             control: assets::entry(assets::CONTROL_ENTRY),
             wrong_tokens: LogLimiter::new(Duration::from_secs(10)),
+            abuse,
         }
     }
 
@@ -258,13 +296,17 @@ impl Admin {
         )))
     }
 
-    /// SPEC §10: a wrong admin token is a strike (weight 5) against `caller`. The abuse
-    /// registry is not built yet; when it is, it hooks in here (and only here: a missing
-    /// token is not a strike, so a browser opening an API URL is not punished).
+    /// SPEC §10: a wrong admin token is a strike (weight 5) against `caller`, here and
+    /// only here: a missing token is not a strike, so a browser opening an API URL is not
+    /// punished. Spawned: with Redis the strike is a round trip nobody waits for.
     fn wrong_token(&self, caller: IpAddr) {
         if self.wrong_tokens.allow() {
             tracing::warn!(%caller, "wrong admin token; further warnings suppressed for 10 s");
         }
+        let abuse = self.abuse.clone();
+        tokio::spawn(async move {
+            abuse.strike(caller, StrikeReason::BadAdminToken).await;
+        });
     }
 }
 
@@ -353,6 +395,8 @@ pub async fn handle(
         return method_not_allowed(&allow.join(", "));
     };
     let room = match room {
+        // `{target}` is a ban's target, not a room.
+        Some(target) if route.op == Op::Unban => Some(target),
         Some(name) => match app.rooms.iter().find(|r| *r == name) {
             Some(r) => Some(r.as_str()),
             None => {
@@ -396,6 +440,10 @@ pub async fn handle(
         (Op::Pause, Some(room)) => set_paused(app, room, true, &who).await,
         (Op::Resume, Some(room)) => set_paused(app, room, false, &who).await,
         (Op::Flush, Some(room)) => flush(app, room, &who).await,
+        (Op::Bans, _) => bans(app, &req),
+        (Op::BanLog, _) => ban_log(app, &req).await,
+        (Op::Ban, _) => ban(app, req, &who).await,
+        (Op::Unban, Some(target)) => unban(app, target, &who).await,
         (op, None) => unreachable!("{op:?} routes all have a {{room}}"),
     }
 }
@@ -608,6 +656,227 @@ async fn audit(
     match app.admin.audit.append(&entry).await {
         Ok(()) => json!({ "written": true }),
         Err(error) => json!({ "written": false, "error": error }),
+    }
+}
+
+// ---- bans (SPEC §8, §10) ----
+
+/// `limit` and `cursor` from the query string; bad values are the field's 400.
+type Paging = (Option<usize>, Option<u64>);
+
+/// `limit` and `cursor`, or the field at fault and why.
+fn paging(req: &Request<Incoming>) -> Result<Paging, (&'static str, &'static str)> {
+    let mut limit = None;
+    let mut cursor = None;
+    for pair in req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "limit" => match v.parse::<usize>() {
+                Ok(n) if n >= 1 => limit = Some(n),
+                _ => return Err(("limit", "must be a whole number of at least 1")),
+            },
+            "cursor" => match v.parse::<u64>() {
+                Ok(n) => cursor = Some(n),
+                _ => return Err(("cursor", "must be a cursor from next_cursor")),
+            },
+            _ => {}
+        }
+    }
+    Ok((limit, cursor))
+}
+
+fn ms_rfc3339(ms: u64) -> String {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+fn now_ms() -> u64 {
+    crate::queue::unix_ms(std::time::SystemTime::now())
+}
+
+/// One ban as the API shows it (`remaining_secs` null when permanent).
+fn ban_view(b: &Ban) -> Value {
+    json!({
+        "target": b.target.to_string(),
+        "source": b.source,
+        "reason": b.reason,
+        "since": ms_rfc3339(b.since_ms),
+        "until": b.until_ms.map(ms_rfc3339),
+        "remaining_secs": b.until_ms.map(|u| u.saturating_sub(now_ms()).div_ceil(1000)),
+        "permanent": b.until_ms.is_none(),
+        "cursor": b.seq,
+    })
+}
+
+fn log_view(e: &LogEntry) -> Value {
+    json!({
+        "at": ms_rfc3339(e.at_ms),
+        "action": e.action,
+        "target": e.target.to_string(),
+        "source": e.source,
+        "reason": e.reason,
+        "until": e.until_ms.map(ms_rfc3339),
+        "cursor": e.seq,
+    })
+}
+
+fn bans(app: &AdminContext<'_>, req: &Request<Incoming>) -> Response<Body> {
+    let (limit, cursor) = match paging(req) {
+        Ok(p) => p,
+        Err((field, why)) => return bad_input(field, why),
+    };
+    let page = app.admin.abuse.list(limit, cursor);
+    let items: Vec<Value> = page.items.iter().map(|b| ban_view(b)).collect();
+    ok(json!({ "bans": items, "next_cursor": page.next_cursor }))
+}
+
+async fn ban_log(app: &AdminContext<'_>, req: &Request<Incoming>) -> Response<Body> {
+    let (limit, cursor) = match paging(req) {
+        Ok(p) => p,
+        Err((field, why)) => return bad_input(field, why),
+    };
+    match app.admin.abuse.log(limit, cursor).await {
+        Ok(page) => {
+            let items: Vec<Value> = page.items.iter().map(log_view).collect();
+            ok(json!({ "log": items, "next_cursor": page.next_cursor }))
+        }
+        Err(e) => ban_error(BanError::Store(e.to_string())),
+    }
+}
+
+async fn ban(app: &AdminContext<'_>, req: Request<Incoming>, who: &Caller) -> Response<Body> {
+    let body = match read_body(req).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => {
+            return problem(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "Body too large",
+                &format!("The request body may be at most {MAX_BODY_BYTES} bytes."),
+                Some("body"),
+            );
+        }
+        Err(BodyError::Unreadable(e)) => return bad_input("body", &e),
+    };
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_input("body", &format!("is not valid JSON: {e}")),
+    };
+    let Some(object) = value.as_object() else {
+        return bad_input(
+            "body",
+            "must be a JSON object with target, duration_secs, reason",
+        );
+    };
+    if let Some(other) = object
+        .keys()
+        .find(|k| !["target", "duration_secs", "reason"].contains(&k.as_str()))
+    {
+        return bad_input(
+            other,
+            "is not a field; expected target, duration_secs, reason",
+        );
+    }
+    let Some(target) = object.get("target").and_then(Value::as_str) else {
+        return bad_input("target", "is required: an IP address or a CIDR range");
+    };
+    let duration = match object.get("duration_secs") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(secs) => Some(Duration::from_secs(secs)),
+            None => {
+                return ban_error_field("duration_secs", BanError::InvalidDuration);
+            }
+        },
+    };
+    let reason = match object.get("reason") {
+        None | Some(Value::Null) => "banned by an operator",
+        Some(Value::String(s)) => s.as_str(),
+        Some(_) => return bad_input("reason", "must be a string"),
+    };
+    match app.admin.abuse.ban(target, duration, reason).await {
+        Ok(ban) => {
+            let view = ban_view(&ban);
+            let audit = audit(app, "", "ban", Value::Null, view.clone(), who).await;
+            let mut response = ok(json!({ "ban": view, "audit": audit }));
+            *response.status_mut() = StatusCode::CREATED;
+            response
+        }
+        Err(e) => ban_error(e),
+    }
+}
+
+async fn unban(app: &AdminContext<'_>, target: &str, who: &Caller) -> Response<Body> {
+    let target = percent_decode(target);
+    match app.admin.abuse.unban(&target).await {
+        Ok(ban) => {
+            let view = ban_view(&ban);
+            let audit = audit(app, "", "unban", view.clone(), Value::Null, who).await;
+            ok(json!({ "unbanned": view, "audit": audit }))
+        }
+        Err(e) => ban_error(e),
+    }
+}
+
+/// `%2F` → `/` and the like, for a target in a path segment.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(b) = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn ban_error(e: BanError) -> Response<Body> {
+    let field = match &e {
+        BanError::InvalidTarget(_)
+        | BanError::TooBroad { .. }
+        | BanError::Immune(_)
+        | BanError::NotFound(_) => "target",
+        BanError::InvalidDuration => "duration_secs",
+        BanError::ReasonTooLong => "reason",
+        BanError::Store(_) => "",
+    };
+    ban_error_field(field, e)
+}
+
+fn ban_error_field(field: &str, e: BanError) -> Response<Body> {
+    let detail = format!("{field}: {e}; nothing was changed");
+    match e {
+        BanError::NotFound(_) => problem(
+            StatusCode::NOT_FOUND,
+            "No such ban",
+            &e.to_string(),
+            Some("target"),
+        ),
+        BanError::Store(_) => problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Ban store unavailable",
+            &format!("Nothing was changed: {e}"),
+            None,
+        ),
+        _ => problem(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid ban",
+            &detail,
+            Some(field),
+        ),
     }
 }
 

@@ -156,6 +156,36 @@ impl Config {
             dur(s.shutdown_grace),
             dur(s.drain_delay)
         );
+        let a = &self.abuse;
+        let _ = writeln!(
+            o,
+            "abuse:            ban after {} strikes in {}, for {} doubling up to {}; remembers {} clients",
+            a.strikes,
+            dur(a.window),
+            dur(a.cooldown),
+            dur(a.max_cooldown),
+            a.max_tracked
+        );
+        let allow: Vec<String> = a.allow.iter().map(|n| n.to_string()).collect();
+        let _ = writeln!(
+            o,
+            "  allow:          {}",
+            if allow.is_empty() {
+                "none".to_string()
+            } else {
+                allow.join(", ")
+            }
+        );
+        let paths: Vec<&str> = a.ban_paths.globs().iter().map(|g| g.as_str()).collect();
+        let _ = writeln!(
+            o,
+            "  ban paths:      {}",
+            if paths.is_empty() {
+                "none".to_string()
+            } else {
+                paths.join(", ")
+            }
+        );
         let _ = writeln!(o, "rooms:            {}", self.rooms.len());
         for r in &self.rooms {
             let _ = writeln!(

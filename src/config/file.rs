@@ -47,6 +47,8 @@ pub(super) struct RawFile {
     #[serde(default, deserialize_with = "null_is_empty")]
     pub server: RawServer,
     #[serde(default, deserialize_with = "null_is_empty")]
+    pub abuse: RawAbuse,
+    #[serde(default, deserialize_with = "null_is_empty")]
     pub rooms: RawRooms,
 }
 
@@ -94,6 +96,22 @@ pub(super) struct RawServer {
     pub body_timeout: Option<V>,
     pub shutdown_grace: Option<V>,
     pub drain_delay: Option<V>,
+}
+
+/// `abuse:` (SPEC §10), each scalar with its line; `validate.rs` hands it to
+/// [`crate::abuse::AbuseConfig::validate`] and points its errors at these lines.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAbuse {
+    pub strikes: Option<V>,
+    pub window: Option<V>,
+    pub cooldown: Option<V>,
+    pub max_cooldown: Option<V>,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub allow: Vec<V>,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub ban_paths: Vec<V>,
+    pub max_tracked: Option<V>,
 }
 
 /// One room: the single raw layer between the file (plus overrides) and `RoomConfig`.

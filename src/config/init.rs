@@ -95,6 +95,20 @@ kafka:
 #   shutdown_grace: 30s          # time in-flight requests get to finish at shutdown
 #   drain_delay: 0s              # on SIGTERM, readyz is 503 this long before the listener
 #                                # closes (e.g. 5s behind a load balancer)
+# The abuse registry (bans); every key is optional. A client is an IPv4 address or an
+# IPv6 /64. Weighted strikes (a forged cookie or wrong admin token 5, a join refused by the
+# join limit 1) within `window` reaching `strikes` ban the client for `cooldown`, doubling
+# with each repeat ban up to `max_cooldown`. A request to one of `ban_paths` (globs like
+# /.env, /.git/**, *.php) bans at once. `allow` (CIDRs) and trusted_proxies are never
+# banned: put your own office network there to be able to unban yourself.
+# abuse:
+#   strikes: 20
+#   window: 1m
+#   cooldown: 1m
+#   max_cooldown: 24h
+#   allow: []
+#   ban_paths: []                # e.g. ["/.env", "/.git/**", "/wp-login.php"]
+#   max_tracked: 100000          # clients whose strikes are remembered (oldest forgotten)
 # Rooms: each name ([A-Za-z0-9_-], up to 64) has its own queue and limits.
 rooms:
   main:

@@ -60,6 +60,8 @@ pub struct Config {
     pub redis: RedisConfig,
     pub kafka: KafkaConfig,
     pub server: ServerConfig,
+    /// `abuse:` (SPEC §10), validated for the abuse registry.
+    pub abuse: crate::abuse::AbusePolicy,
     /// In file order; never empty.
     pub rooms: Vec<RoomConfig>,
 }

@@ -893,12 +893,51 @@ fn init_yaml_round_trips_with_fresh_secrets() {
         .map(|l| {
             l.strip_prefix("# server:")
                 .map(|_| "server:".to_string())
+                .or_else(|| l.strip_prefix("# abuse:").map(|_| "abuse:".to_string()))
                 .or_else(|| l.strip_prefix("#   ").map(|r| format!("  {r}")))
                 .unwrap_or_else(|| l.to_string())
         })
         .collect::<Vec<_>>()
         .join("\n");
-    assert_eq!(parse(&uncommented).unwrap().server, ServerConfig::default());
+    let uncommented = parse(&uncommented).unwrap();
+    assert_eq!(uncommented.server, ServerConfig::default());
+    // The commented abuse section is SPEC §10's defaults.
+    assert!(
+        uncommented
+            .describe()
+            .contains("ban after 20 strikes in 1m")
+    );
+}
+
+#[test]
+fn abuse_section_parses_and_its_errors_name_key_and_line() {
+    let ok = parse(&format!(
+        "abuse:\n  strikes: 4\n  window: 30s\n  allow: [10.0.0.0/8]\n  ban_paths: [/.env, '/.git/**']\n{}",
+        minimal("")
+    ))
+    .unwrap();
+    assert_eq!(ok.abuse.strikes, 4);
+    assert_eq!(ok.abuse.window, Duration::from_secs(30));
+    assert!(ok.abuse.ban_paths.is_match("/.git/config"));
+    assert!(ok.describe().contains("ban paths:      /.env, /.git/**"));
+    // Absent: the defaults.
+    assert_eq!(parse(&minimal("")).unwrap().abuse.strikes, 20);
+    let e = err(&format!(
+        "abuse:\n  allow:\n    - 10.0.0.0/8\n    - nonsense\n{}",
+        minimal("")
+    ));
+    assert!(
+        e.contains("abuse.allow[1]") && e.contains(":4:") && e.contains("nonsense"),
+        "{e}"
+    );
+    let e = err(&format!("abuse:\n  ban_paths: ['/a//b']\n{}", minimal("")));
+    assert!(e.contains("abuse.ban_paths[0]") && e.contains(":2:"), "{e}");
+    let e = err(&format!("abuse:\n  strikes: 0\n{}", minimal("")));
+    assert!(e.contains("abuse.strikes") && e.contains(":2:"), "{e}");
+    let e = err(&format!("abuse:\n  window: soon\n{}", minimal("")));
+    assert!(e.contains("abuse.window") && e.contains(":2:"), "{e}");
+    let e = err(&format!("abuse:\n  strike: 3\n{}", minimal("")));
+    assert!(e.contains("strike") && e.contains(":2:"), "{e}");
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::file::{RawFile, RawRoom, line_of_key};
+use super::file::{RawAbuse, RawFile, RawRoom, line_of_key};
 use super::{
     Config, ConfigError, KafkaConfig, PageFile, RedisConfig, RoomConfig, Schedule, Secret,
     ServerConfig, WaitingPageConfig,
@@ -403,6 +403,8 @@ impl RawFile {
             },
         };
 
+        let abuse = validate_abuse(&cx, &d.abuse)?;
+
         if d.rooms.0.is_empty() {
             return Err(cx.fail_key(
                 &["rooms"],
@@ -462,6 +464,7 @@ impl RawFile {
             redis,
             kafka,
             server,
+            abuse,
             rooms,
         };
         // What the origin client will trust, built as the server builds it.
@@ -471,6 +474,64 @@ impl RawFile {
         })?;
         Ok(config)
     }
+}
+
+/// `abuse:` through [`crate::abuse::AbuseConfig::validate`] (the registry's own rules),
+/// with its first error pointed at the line of the key it names.
+fn validate_abuse(cx: &Ctx<'_>, a: &RawAbuse) -> Result<crate::abuse::AbusePolicy, ConfigError> {
+    let defaults = crate::abuse::AbuseConfig::default();
+    let whole = |key: &str, v: &Option<V>, default: u64| -> Result<u64, ConfigError> {
+        let Some(v) = v else { return Ok(default) };
+        v.text
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| cx.fail(key, v, format!("must be a whole number (got {:?})", v.text)))
+    };
+    let dur = |key: &str, v: &Option<V>, default: Duration| match v {
+        Some(v) => duration(cx, key, v),
+        None => Ok(default),
+    };
+    let strikes = whole("abuse.strikes", &a.strikes, u64::from(defaults.strikes))?;
+    let config = crate::abuse::AbuseConfig {
+        strikes: u32::try_from(strikes).unwrap_or(u32::MAX),
+        window: dur("abuse.window", &a.window, defaults.window)?,
+        cooldown: dur("abuse.cooldown", &a.cooldown, defaults.cooldown)?,
+        max_cooldown: dur("abuse.max_cooldown", &a.max_cooldown, defaults.max_cooldown)?,
+        allow: a.allow.iter().map(|v| v.text.clone()).collect(),
+        ban_paths: a.ban_paths.iter().map(|v| v.text.clone()).collect(),
+        max_tracked: usize::try_from(whole(
+            "abuse.max_tracked",
+            &a.max_tracked,
+            defaults.max_tracked as u64,
+        )?)
+        .unwrap_or(usize::MAX),
+    };
+    config.validate().map_err(|errors| {
+        let e = &errors[0];
+        let list_item = |prefix: &str, list: &[V]| {
+            e.key
+                .strip_prefix(prefix)
+                .and_then(|rest| rest.strip_suffix(']'))
+                .and_then(|i| i.parse::<usize>().ok())
+                .and_then(|i| list.get(i).cloned())
+        };
+        let at = match e.key.as_str() {
+            "abuse.strikes" => a.strikes.clone(),
+            "abuse.window" => a.window.clone(),
+            "abuse.cooldown" => a.cooldown.clone(),
+            "abuse.max_cooldown" => a.max_cooldown.clone(),
+            "abuse.max_tracked" => a.max_tracked.clone(),
+            _ => list_item("abuse.allow[", &a.allow)
+                .or_else(|| list_item("abuse.ban_paths[", &a.ban_paths)),
+        };
+        match at {
+            Some(v) => cx.fail(&e.key, &v, e.message.clone()),
+            None => {
+                let path: Vec<&str> = e.key.split('.').collect();
+                cx.fail_key(&path, e.message.clone())
+            }
+        }
+    })
 }
 
 fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, ConfigError> {

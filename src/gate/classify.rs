@@ -20,6 +20,8 @@ pub const RESERVED_PREFIX: &str = "/__anteroom/";
 /// What a request is for.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Class {
+    /// The client is banned (SPEC §10 step 1, from [`super::identify::Identity::banned`]).
+    Banned(crate::abuse::BanVerdict),
     /// Refused before anything routes on it (absolute-form target, CONNECT).
     Refused(Kind),
     Healthz,
@@ -67,6 +69,59 @@ pub fn classify<B>(req: &Request<B>) -> Class {
     }
 }
 
+/// The path as ban paths see it: percent-encoded unreserved characters decoded (so
+/// `%2e` is `.`, RFC 3986 §6.2.2.2) and dot segments removed (§5.2.4), so `/%2eenv`,
+/// `/x/../.env` and `/./.env` all match `/.env`. Other escapes stay as they are.
+pub fn normalized_path(path: &str) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
+    if !path.contains('%') && !path.split('/').any(|s| s == "." || s == "..") {
+        return Cow::Borrowed(path);
+    }
+    let bytes = path.as_bytes();
+    let mut decoded = String::with_capacity(path.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (
+                (bytes[i + 1] as char).to_digit(16),
+                (bytes[i + 2] as char).to_digit(16),
+            )
+        {
+            let c = (h * 16 + l) as u8;
+            if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
+                decoded.push(c as char);
+                i += 3;
+                continue;
+            }
+        }
+        // Copy one whole character (the path may hold UTF-8).
+        let ch = path[i..].chars().next().unwrap_or('/');
+        decoded.push(ch);
+        i += ch.len_utf8();
+    }
+    let mut out: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = decoded.split('/').skip(1).collect();
+    let last = segments.len().saturating_sub(1);
+    for (n, seg) in segments.iter().enumerate() {
+        match *seg {
+            "." => {
+                if n == last {
+                    out.push("");
+                }
+            }
+            ".." => {
+                out.pop();
+                if n == last {
+                    out.push("");
+                }
+            }
+            s => out.push(s),
+        }
+    }
+    Cow::Owned(format!("/{}", out.join("/")))
+}
+
 /// An HTTP/1 request whose target names a host (`GET http://elsewhere/ HTTP/1.1`).
 fn is_absolute_form<B>(req: &Request<B>) -> bool {
     req.version() < http::Version::HTTP_2 && req.uri().authority().is_some()
@@ -97,6 +152,22 @@ mod tests {
         assert_eq!(classify(&get("/__anteroom")), Class::UnknownReserved);
         assert_eq!(classify(&get("/__anteroom/nope")), Class::UnknownReserved);
         assert_eq!(classify(&get("/shop")), Class::Site);
+        for (raw, norm) in [
+            ("/.env", "/.env"),
+            ("/%2eenv", "/.env"),
+            ("/%2Eenv", "/.env"),
+            ("/a/../.env", "/.env"),
+            ("/./.env", "/.env"),
+            ("/../../.env", "/.env"),
+            ("/a/./b/.", "/a/b/"),
+            ("/a/%2e%2e/.git/config", "/.git/config"),
+            ("/a%2Fb", "/a%2Fb"),
+            ("/caf%C3%A9", "/caf%C3%A9"),
+            ("/%", "/%"),
+            ("/%2", "/%2"),
+        ] {
+            assert_eq!(normalized_path(raw), norm, "{raw}");
+        }
         assert_eq!(
             classify(&get("http://elsewhere/")),
             Class::Refused(Kind::AbsoluteForm)

@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 
 use super::identify::Identity;
 use super::{App, Room};
+use crate::abuse::StrikeReason;
 use crate::admission::Decision;
 use crate::http::body::Body;
 use crate::queue::VisitorId;
@@ -39,6 +40,9 @@ impl App {
 
         let mut response = match decision {
             Decision::Admitted { since } => {
+                if let Some(i) = identity.room {
+                    self.record_admitted(identity.client_ip, i, visitor);
+                }
                 let proxied = self.proxy(room, req, identity, Some((visitor, since)));
                 self.metrics.time_proxy(&room.config.name, proxied).await
             }
@@ -47,7 +51,15 @@ impl App {
                 self.metrics.time_proxy(&room.config.name, proxied).await
             }
             Decision::Waiting(place) => self.waiting(room, place, identity),
-            Decision::Refused { retry_after } => self.refused(room, retry_after, identity),
+            Decision::Refused {
+                retry_after,
+                strike,
+            } => {
+                if strike {
+                    self.strike(identity.client_ip, StrikeReason::JoinLimit);
+                }
+                self.refused(room, retry_after, identity)
+            }
             Decision::NotOpen => self.not_open(room, identity),
             Decision::Closed => self.closed(room, identity),
             Decision::Stalled { fail_open: false } => self.stalled(room, identity),

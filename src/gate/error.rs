@@ -8,6 +8,7 @@
 use http::{Response, StatusCode};
 
 use crate::http::body::{Body, BoxError};
+use crate::http::i18n::Lang;
 use crate::http::pages::Pages;
 use crate::proxy::ProxyError;
 
@@ -36,6 +37,9 @@ pub enum Kind {
     TooManyStreams,
     /// The request body did not arrive within `server.body_timeout`.
     BodyTimeout,
+    /// The client is banned by the abuse registry (SPEC §10): 429 with the time left as
+    /// `Retry-After`, 403 when the ban is permanent.
+    Banned { permanent: bool },
     /// Our own configuration is unusable (e.g. an origin the proxy cannot address).
     Internal,
 }
@@ -52,6 +56,8 @@ impl Kind {
             Kind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Kind::StreamsFull => StatusCode::SERVICE_UNAVAILABLE,
             Kind::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
+            Kind::Banned { permanent: true } => StatusCode::FORBIDDEN,
+            Kind::Banned { permanent: false } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -91,6 +97,11 @@ impl Kind {
                 "Internal error",
                 "This site is misconfigured here. Please try again later.",
             ),
+            // The page itself is translated (`Pages::banned`); this is the English text.
+            Kind::Banned { .. } => (
+                crate::http::i18n::Lang::En.catalog().banned_title,
+                crate::http::i18n::Lang::En.catalog().banned_detail,
+            ),
         }
     }
 }
@@ -115,8 +126,24 @@ impl GateError {
         }
     }
 
+    /// A banned client (SPEC §10).
+    pub fn banned(verdict: &crate::abuse::BanVerdict) -> GateError {
+        GateError {
+            kind: Kind::Banned {
+                permanent: verdict.is_permanent(),
+            },
+            source: None,
+            retry_after: verdict.retry_after_secs(),
+        }
+    }
+
     /// The one mapping from an error to what the visitor gets.
-    pub fn respond(&self, pages: &Pages, json: bool) -> Response<Body> {
+    pub fn respond(&self, pages: &Pages, json: bool, lang: Lang) -> Response<Body> {
+        if let Kind::Banned { .. } = self.kind {
+            let response = pages.banned(lang, self.retry_after, json);
+            debug_assert_eq!(response.status(), self.kind.status());
+            return response;
+        }
         let (title, detail) = self.kind.text();
         pages.message(
             self.kind.status(),

@@ -8,17 +8,21 @@ use std::time::SystemTime;
 use http::{Request, header};
 
 use super::App;
+use crate::abuse::{BanVerdict, StrikeReason};
 use crate::http::i18n;
 use crate::http::pages;
 use crate::identity::{self, ClientKey};
 use crate::queue::VisitorId;
+use crate::token::CookieError;
 
 /// Who is asking, established before anything else runs.
 pub struct Identity {
     /// Behind trusted proxies, the address they forwarded for; else the peer.
     pub client_ip: IpAddr,
-    /// What the join limit (and, later, bans) count: the IPv4 address or the IPv6 /64.
+    /// What the join limit and bans count: the IPv4 address or the IPv6 /64.
     pub client: ClientKey,
+    /// The abuse registry's verdict, checked before the cookie is read (SPEC §10 step 1).
+    pub banned: Option<BanVerdict>,
     /// Index into the app's rooms, by host or the catch-all.
     pub room: Option<usize>,
     /// The verified visitor of this room, if the cookie verified.
@@ -34,13 +38,19 @@ impl App {
         let room = identity::request_host(req)
             .and_then(|host| self.hosts.get(&host).copied())
             .or(self.catch_all);
-        let visitor = room.and_then(|i| {
+        // The ban check comes first: a banned client's cookie is never even verified.
+        let banned = self.abuse.check(client_ip);
+        let visitor = room.filter(|_| banned.is_none()).and_then(|i| {
             let value = crate::token::find_cookie(req.headers())?;
             match self.cookies.verify(value, SystemTime::now()) {
                 Ok(claim) if claim.room == self.rooms[i].config.name => Some(claim.visitor),
                 Ok(_) => None,
                 Err(e) => {
                     tracing::debug!(%client_ip, error = %e, "visitor cookie rejected");
+                    // A forged cookie is a strike (SPEC §10); an expired one is not.
+                    if matches!(e, CookieError::BadSignature | CookieError::UnknownKey) {
+                        self.strike(client_ip, StrikeReason::BadCookie);
+                    }
                     None
                 }
             }
@@ -48,6 +58,7 @@ impl App {
         Identity {
             client_ip,
             client: ClientKey::from(client_ip),
+            banned,
             room,
             visitor,
             wants_json: pages::prefers_json(req.headers().get(header::ACCEPT)),

@@ -18,14 +18,15 @@ pub mod identify;
 pub mod respond;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
+use crate::abuse::{AbuseRegistry, PathOutcome, StrikeReason};
 use crate::admin::{self, Admin, AdminContext};
 use crate::admission::Admission;
 use crate::config::{Config, RoomConfig};
@@ -38,6 +39,7 @@ use crate::live::LiveHub;
 use crate::log_limiter::LogLimiter;
 use crate::metrics::Metrics;
 use crate::proxy::{Origin, OriginClient, ProxyError, ProxyTimeouts};
+use crate::queue::VisitorId;
 use crate::token::CookieKeys;
 pub use classify::{Class, RESERVED_PREFIX, classify};
 pub use error::{GateError, Kind};
@@ -102,13 +104,68 @@ pub struct App {
     admin_on_public: bool,
     /// `admin_allow`: who may reach the admin at all; empty: anyone.
     admin_allow: Vec<ipnet::IpNet>,
+    /// The abuse registry (SPEC §10): the ban check, strikes, ban paths.
+    pub abuse: Arc<AbuseRegistry>,
+    /// Who this replica recently admitted, by client, so a ban can end their sessions.
+    recent: Mutex<RecentVisitors>,
+}
+
+/// Clients this replica kept as recently admitted (beyond it, an arbitrary one is
+/// forgotten and its sessions end by `session_ttl` instead of at once).
+pub const RECENT_CLIENTS: usize = 65_536;
+/// Visitors kept per client (a client behind one address with more tabs or browsers than
+/// this has its oldest forgotten).
+pub const RECENT_PER_CLIENT: usize = 8;
+
+/// Client address → (room index, visitor) admitted recently through this replica. Bounded
+/// by [`RECENT_CLIENTS`] × [`RECENT_PER_CLIENT`] entries (about 12 MB at most).
+#[derive(Default)]
+struct RecentVisitors {
+    by_client: HashMap<IpAddr, Vec<(usize, VisitorId)>>,
+}
+
+impl RecentVisitors {
+    fn record(&mut self, client: IpAddr, room: usize, visitor: VisitorId) {
+        if !self.by_client.contains_key(&client)
+            && self.by_client.len() >= RECENT_CLIENTS
+            && let Some(evict) = self.by_client.keys().next().copied()
+        {
+            self.by_client.remove(&evict);
+        }
+        let list = self.by_client.entry(client).or_default();
+        if list.contains(&(room, visitor)) {
+            return;
+        }
+        if list.len() >= RECENT_PER_CLIENT {
+            list.remove(0);
+        }
+        list.push((room, visitor));
+    }
+
+    /// Removes and returns the visitors of clients for which `banned` is true.
+    fn take_where(&mut self, banned: impl Fn(IpAddr) -> bool) -> Vec<(usize, VisitorId)> {
+        let clients: Vec<IpAddr> = self
+            .by_client
+            .keys()
+            .copied()
+            .filter(|ip| banned(*ip))
+            .collect();
+        clients
+            .into_iter()
+            .flat_map(|ip| self.by_client.remove(&ip).unwrap_or_default())
+            .collect()
+    }
 }
 
 /// `Retry-After` on a refused stream or tunnel: about one waiting-page refresh.
 const STREAM_RETRY_AFTER_SECS: u64 = 10;
 
 impl App {
-    pub fn new(config: &Config, admission: Arc<Admission>) -> Result<App, AppError> {
+    pub fn new(
+        config: &Config,
+        admission: Arc<Admission>,
+        abuse: Arc<AbuseRegistry>,
+    ) -> Result<App, AppError> {
         let mut rooms = Vec::new();
         let mut hosts = HashMap::new();
         let mut catch_all = None;
@@ -134,7 +191,12 @@ impl App {
             .map(|s| s.expose())
             .collect();
         let room_names: Vec<String> = config.rooms.iter().map(|r| r.name.clone()).collect();
-        let metrics = Metrics::new(admission.clone(), room_names.clone(), config.fail_open);
+        let metrics = Metrics::new(
+            admission.clone(),
+            room_names.clone(),
+            config.fail_open,
+            Some(abuse.clone()),
+        );
         Ok(App {
             rooms,
             room_names,
@@ -159,7 +221,7 @@ impl App {
             ),
             pages: Pages::default().with_operator_page(&config.waiting_page),
             origin_errors: LogLimiter::new(Duration::from_secs(10)),
-            admin: Admin::new(config),
+            admin: Admin::new(config, abuse.clone()),
             metrics,
             signer: config.admission_key.as_ref().map(|key| {
                 AdmissionSigner::new(
@@ -176,6 +238,8 @@ impl App {
             draining: AtomicBool::new(false),
             admin_on_public: config.admin_listen.is_none(),
             admin_allow: config.admin_allow.clone(),
+            abuse,
+            recent: Mutex::new(RecentVisitors::default()),
         })
     }
 
@@ -197,7 +261,13 @@ impl App {
     /// The one request path: identify, classify, decide, respond.
     pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let identity = self.identify(&req, peer);
-        match classify(&req) {
+        // SPEC §10 step 1: a banned client gets nothing else, reserved routes included.
+        let class = match &identity.banned {
+            Some(verdict) => Class::Banned(verdict.clone()),
+            None => classify(&req),
+        };
+        match class {
+            Class::Banned(verdict) => self.error(GateError::banned(&verdict), &identity),
             Class::Refused(kind) => self.error(kind, &identity),
             Class::Healthz => pages::plain(StatusCode::OK, "ok\n"),
             Class::Readyz => self.readyz().await,
@@ -209,10 +279,80 @@ impl App {
                 .unwrap_or_else(|| self.error(Kind::NotFound, &identity)),
             Class::AdmissionKey => self.admission_key(&identity),
             Class::UnknownReserved => self.error(Kind::NotFound, &identity),
-            Class::Site => match identity.room {
-                Some(i) => self.site(&self.rooms[i], req, &identity).await,
-                None => self.error(Kind::UnknownSite, &identity),
-            },
+            Class::Site => {
+                // SPEC §10 step 3: ban paths, matched on the dot-segment-normalised path so
+                // `/%2eenv` or `/a/../.env` cannot dodge `/.env`.
+                let path = classify::normalized_path(req.uri().path());
+                match self.abuse.hit_ban_path(identity.client_ip, &path).await {
+                    PathOutcome::NotBanPath => {}
+                    PathOutcome::Immune => return self.error(Kind::NotFound, &identity),
+                    PathOutcome::Banned(ban) => {
+                        tracing::warn!(client = %identity.client_ip, path = %path, until_ms = ?ban.until_ms, "ban path requested; client banned");
+                        let verdict = self.abuse.check(identity.client_ip).unwrap_or(
+                            crate::abuse::BanVerdict {
+                                retry_after: Some(self.abuse.policy().cooldown),
+                                ban,
+                            },
+                        );
+                        return self.error(GateError::banned(&verdict), &identity);
+                    }
+                }
+                match identity.room {
+                    Some(i) => self.site(&self.rooms[i], req, &identity).await,
+                    None => self.error(Kind::UnknownSite, &identity),
+                }
+            }
+        }
+    }
+
+    /// Records a strike off the request path: with Redis it is a store round trip, which
+    /// no request waits for.
+    pub(crate) fn strike(&self, ip: IpAddr, reason: StrikeReason) {
+        let abuse = self.abuse.clone();
+        tokio::spawn(async move {
+            abuse.strike(ip, reason).await;
+        });
+    }
+
+    /// Remembers that `client` was admitted as `visitor` in room `room` (for [`App::sweep_banned`]).
+    fn record_admitted(&self, client: IpAddr, room: usize, visitor: VisitorId) {
+        self.recent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(crate::abuse::client_ip(client), room, visitor);
+    }
+
+    /// A banned client's visitors stop holding anything (SPEC §10): their live streams
+    /// close (so heartbeats stop and waiting visitors are abandoned after `abandon_after`)
+    /// and the sessions this replica admitted them to end now. Runs every second; costs
+    /// nothing while no ban is active.
+    pub async fn sweep_banned(&self) {
+        if self.abuse.bans_active() == 0 {
+            return;
+        }
+        let abuse = &self.abuse;
+        let closed = self.live.close_where(|ip| abuse.is_banned(ip));
+        let ended = self
+            .recent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take_where(|ip| abuse.is_banned(ip));
+        let mut sessions = 0;
+        for (room, visitor) in ended {
+            if let Ok(true) = self
+                .admission
+                .end_session(&self.rooms[room].config.name, visitor)
+                .await
+            {
+                sessions += 1;
+            }
+        }
+        if closed > 0 || sessions > 0 {
+            tracing::info!(
+                streams = closed,
+                sessions,
+                "banned clients' streams closed and sessions ended"
+            );
         }
     }
 
@@ -306,9 +446,12 @@ impl App {
     fn events(&self, identity: &Identity) -> Response<Body> {
         match (identity.room, identity.visitor) {
             (Some(room), Some(visitor)) => match self.live.budget.stream(identity.client) {
-                Ok(ticket) => self
-                    .live
-                    .subscribe(&self.rooms[room].config.name, visitor, ticket),
+                Ok(ticket) => self.live.subscribe(
+                    &self.rooms[room].config.name,
+                    visitor,
+                    identity.client_ip,
+                    ticket,
+                ),
                 Err(refused) => self.stream_refused(refused, identity),
             },
             _ => self.error(Kind::NotInLine, identity),

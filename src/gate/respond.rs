@@ -22,7 +22,9 @@ use crate::token;
 impl App {
     /// Any request-path error, through [`GateError::respond`].
     pub(super) fn error(&self, error: impl Into<GateError>, identity: &Identity) -> Response<Body> {
-        error.into().respond(&self.pages, identity.wants_json)
+        error
+            .into()
+            .respond(&self.pages, identity.wants_json, identity.lang)
     }
 
     /// Forwards to the origin. `admitted` is the visitor the store let in, with since when

@@ -109,6 +109,9 @@ pub struct Catalog {
     pub closed_title: &'static str,
     pub closed_detail: &'static str,
     pub stalled_detail: &'static str,
+    /// A client banned by the abuse registry (SPEC §10).
+    pub banned_title: &'static str,
+    pub banned_detail: &'static str,
 }
 
 /// The room title as shown: the operator's, or the translated default.
@@ -176,6 +179,8 @@ static EN: Catalog = Catalog {
     closed_title: "The line is closed",
     closed_detail: "This line isn't taking anyone new right now. Thank you for your patience.",
     stalled_detail: "We're having trouble reaching the line. If you were waiting, you keep your place; this page will try again by itself.",
+    banned_title: "Access paused",
+    banned_detail: "Too many suspicious requests came from your network, so it is blocked for now. Please try again later.",
 };
 
 static DE: Catalog = Catalog {
@@ -207,6 +212,8 @@ static DE: Catalog = Catalog {
     closed_title: "Die Warteschlange ist geschlossen",
     closed_detail: "Diese Warteschlange nimmt gerade niemanden mehr auf. Vielen Dank für Ihre Geduld.",
     stalled_detail: "Wir erreichen die Warteschlange gerade nicht. Falls Sie gewartet haben, bleibt Ihr Platz erhalten; diese Seite versucht es von selbst erneut.",
+    banned_title: "Zugriff pausiert",
+    banned_detail: "Aus Ihrem Netzwerk kamen zu viele verdächtige Anfragen, daher ist es vorerst gesperrt. Bitte versuchen Sie es später erneut.",
 };
 
 static ES: Catalog = Catalog {
@@ -238,6 +245,8 @@ static ES: Catalog = Catalog {
     closed_title: "La fila está cerrada",
     closed_detail: "Esta fila no admite a nadie más por ahora. Gracias por tu paciencia.",
     stalled_detail: "Tenemos problemas para conectar con la fila. Si estabas esperando, conservas tu lugar; esta página lo volverá a intentar sola.",
+    banned_title: "Acceso en pausa",
+    banned_detail: "Llegaron demasiadas solicitudes sospechosas desde tu red, así que está bloqueada por ahora. Vuelve a intentarlo más tarde.",
 };
 
 static FR: Catalog = Catalog {
@@ -269,6 +278,8 @@ static FR: Catalog = Catalog {
     closed_title: "La file est fermée",
     closed_detail: "Cette file n'accepte plus personne pour le moment. Merci de votre patience.",
     stalled_detail: "Nous avons du mal à joindre la file. Si vous attendiez, vous gardez votre place ; cette page réessaiera toute seule.",
+    banned_title: "Accès suspendu",
+    banned_detail: "Trop de requêtes suspectes sont venues de votre réseau ; il est bloqué pour le moment. Veuillez réessayer plus tard.",
 };
 
 static AR: Catalog = Catalog {
@@ -300,6 +311,8 @@ static AR: Catalog = Catalog {
     closed_title: "قائمة الانتظار مغلقة",
     closed_detail: "لا تستقبل قائمة الانتظار هذه أحدًا جديدًا حاليًا. شكرًا لصبرك.",
     stalled_detail: "نواجه صعوبة في الوصول إلى قائمة الانتظار. إذا كنت تنتظر فستحتفظ بمكانك؛ ستعيد هذه الصفحة المحاولة تلقائيًا.",
+    banned_title: "تم إيقاف الوصول مؤقتًا",
+    banned_detail: "وصلت طلبات مريبة كثيرة من شبكتك، لذا تم حظرها حاليًا. يُرجى المحاولة لاحقًا.",
 };
 
 #[cfg(test)]

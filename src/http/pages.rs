@@ -318,6 +318,40 @@ impl Pages {
         )
     }
 
+    /// A client banned by the abuse registry (SPEC §10), in their language: 429 with
+    /// `Retry-After` (the ban's time left), or 403 when permanent. JSON clients get
+    /// `{"status":"banned","retry_after_secs":N|null}`.
+    pub fn banned(&self, lang: Lang, retry_after: Option<u64>, json: bool) -> Response<Body> {
+        let status = if retry_after.is_some() {
+            StatusCode::TOO_MANY_REQUESTS
+        } else {
+            StatusCode::FORBIDDEN
+        };
+        if json {
+            let body = serde_json::json!({
+                "status": VisitorStatus::Banned.as_str(),
+                "retry_after_secs": retry_after,
+            });
+            let mut response =
+                respond_raw(status, "application/json", body.to_string(), retry_after);
+            response.headers_mut().insert(
+                STATUS_HEADER,
+                HeaderValue::from_static(VisitorStatus::Banned.as_str()),
+            );
+            return response;
+        }
+        let t = lang.catalog();
+        self.message_in(
+            lang,
+            status,
+            Some(VisitorStatus::Banned),
+            t.banned_title,
+            t.banned_detail,
+            retry_after,
+            false,
+        )
+    }
+
     /// The page for a room whose line is closed (SPEC §7), in the visitor's language.
     pub fn closed(&self, lang: Lang, status: StatusCode, json: bool) -> Response<Body> {
         let t = lang.catalog();

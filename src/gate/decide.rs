@@ -47,7 +47,10 @@ impl App {
                 self.metrics.time_proxy(&room.config.name, proxied).await
             }
             Decision::Waiting(place) => self.waiting(room, place, identity),
-            Decision::Refused { retry_after } => self.refused(room, retry_after, identity),
+            // Only `RefusedReason::JoinLimit` is a strike (SPEC §10): when bans land, this
+            // is where `reason.is_some_and(RefusedReason::is_strike)` records one. A share
+            // (sessions, places, cookie clients) is met innocently behind shared addresses.
+            Decision::Refused { retry_after, .. } => self.refused(room, retry_after, identity),
             Decision::NotOpen => self.not_open(room, identity),
             Decision::Closed => self.closed(room, identity),
             Decision::Stalled { fail_open: false } => self.stalled(room, identity),

@@ -44,6 +44,9 @@ rooms:
     rate: $3
     max_active: $4
     join_limit_per_ip: 0
+    max_sessions_per_client: 0
+    max_places_per_client: 0
+    session_clients: 0
 kafka:
   brokers: [${5:-}]
 CONF

@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::{Event, EventKind, EventSink};
 use crate::queue::{
-    ClientKey, PassReport, QueueStore, Resolution, RoomStats, StoreError, StoreResult, VisitorId,
+    ClientKey, PassReport, QueueStore, RefusedReason, Resolution, RoomStats, StoreError,
+    StoreResult, VisitorId,
 };
 
 /// How long a replica trusts that a visitor it saw admitted is still on the site before
@@ -50,11 +51,12 @@ pub enum Decision {
         since: u64,
     },
     Waiting(crate::queue::Place),
-    /// A newcomer over their address's join limit; try again after `retry_after`.
+    /// A newcomer over their address's join limit or share, or an admitted cookie used
+    /// from one client too many; try again after `retry_after`. `reason` is `None` for
+    /// the queue breaker's stand-in.
     Refused {
         retry_after: Duration,
-        /// Whether it is a strike against the client (SPEC §10: only the join limit).
-        strike: bool,
+        reason: Option<RefusedReason>,
     },
     /// The room's line is not open yet (before `queue_opens_at`).
     NotOpen,
@@ -135,15 +137,15 @@ impl Admission {
     /// Decides one request for the site from `visitor` in `room`, coming from `client`
     /// (whose join limit applies if this is a newcomer).
     pub async fn decide(&self, room: &str, visitor: VisitorId, client: ClientKey) -> Decision {
-        if let Some(since) = self
-            .sessions
-            .confirmed_since(room, visitor, self.confirm_window(room))
+        if let Some(since) =
+            self.sessions
+                .confirmed_since(room, visitor, client, self.confirm_window(room))
         {
             return Decision::Admitted { since };
         }
         match self.observe(self.store.resolve(room, visitor, client).await) {
             Ok(Resolution::Admitted { newly }) => {
-                let since = self.sessions.confirm(room, visitor);
+                let since = self.sessions.confirm(room, visitor, client);
                 if newly {
                     self.events
                         .publish(Event::visitor(EventKind::VisitorAdmitted, room, visitor));
@@ -162,13 +164,13 @@ impl Admission {
                 reason,
             }) => Decision::Refused {
                 retry_after,
-                strike: reason == crate::queue::RefusedReason::JoinLimit,
+                reason: Some(reason),
             },
             // Only with `max_waiting` set: a stand-in until the request path answers 503
             // `full` (SPEC §10).
             Ok(Resolution::Full) => Decision::Refused {
                 retry_after: crate::queue::SHARE_RETRY_AFTER,
-                strike: false,
+                reason: None,
             },
             Ok(Resolution::NotOpen) => Decision::NotOpen,
             Ok(Resolution::Closed) => Decision::Closed,
@@ -186,7 +188,8 @@ impl Admission {
 
     /// Ends `visitor`'s session in `room` now (the origin's `X-Anteroom-End-Session: 1`,
     /// SPEC §14): the store frees the slot for the next pass, and this replica stops
-    /// trusting the session at once. Returns whether there was a session.
+    /// trusting the session at once, from every client. Returns whether there was a
+    /// session.
     pub async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
         self.sessions.forget(room, visitor);
         let ended = self.observe(self.store.end_session(room, visitor).await)?;
@@ -327,36 +330,56 @@ impl Eta {
     }
 }
 
-/// Admitted visitors this replica has recently confirmed with the store, with when it
-/// first saw each one admitted (unix seconds: the `admitted_at` of the admission token).
+/// Admitted visitors this replica has recently confirmed with the store, per client: a
+/// cookie confirmed from one client says nothing about another, whose first request must
+/// reach the store so `session_clients` counts it (SPEC §10). Each visitor also keeps when
+/// this replica first saw them admitted (unix seconds: the `admitted_at` of the admission
+/// token), shared by all their clients so one session has one `admitted_at`.
 #[derive(Default)]
 struct SessionCache {
-    confirmed: Mutex<HashMap<(String, VisitorId), (Instant, u64)>>,
+    confirmed: Mutex<HashMap<(String, VisitorId), ConfirmedSession>>,
+}
+
+struct ConfirmedSession {
+    since: u64,
+    /// When the store last confirmed the session for each client.
+    clients: HashMap<ClientKey, Instant>,
 }
 
 impl SessionCache {
-    /// Since when `visitor` has been on the site, if this replica confirmed them within
-    /// `window`.
-    fn confirmed_since(&self, room: &str, visitor: VisitorId, window: Duration) -> Option<u64> {
+    /// Since when `visitor` has been on the site, if this replica confirmed them from
+    /// `client` within `window`.
+    fn confirmed_since(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        client: ClientKey,
+        window: Duration,
+    ) -> Option<u64> {
         let confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
-        confirmed
-            .get(&(room.to_owned(), visitor))
-            .filter(|(at, _)| at.elapsed() < window)
-            .map(|&(_, since)| since)
+        let session = confirmed.get(&(room.to_owned(), visitor))?;
+        session
+            .clients
+            .get(&client)
+            .is_some_and(|at| at.elapsed() < window)
+            .then_some(session.since)
     }
 
-    /// Records a confirmation from the store; returns since when the visitor has been on
-    /// the site (kept from the first confirmation).
-    fn confirm(&self, room: &str, visitor: VisitorId) -> u64 {
+    /// Records a confirmation from the store for `client`; returns since when the visitor
+    /// has been on the site (kept from the first confirmation, from any client).
+    fn confirm(&self, room: &str, visitor: VisitorId, client: ClientKey) -> u64 {
         let mut confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        let entry = confirmed
+        let session = confirmed
             .entry((room.to_owned(), visitor))
-            .and_modify(|(at, _)| *at = now)
-            .or_insert((now, crate::queue::unix_ms(SystemTime::now()) / 1000));
-        entry.1
+            .or_insert_with(|| ConfirmedSession {
+                since: crate::queue::unix_ms(SystemTime::now()) / 1000,
+                clients: HashMap::new(),
+            });
+        session.clients.insert(client, Instant::now());
+        session.since
     }
 
+    /// Stops trusting `visitor`'s session in `room` from every client.
     fn forget(&self, room: &str, visitor: VisitorId) {
         let mut confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
         confirmed.remove(&(room.to_owned(), visitor));
@@ -364,7 +387,10 @@ impl SessionCache {
 
     fn prune(&self, window: Duration) {
         let mut confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
-        confirmed.retain(|_, (at, _)| at.elapsed() < window);
+        confirmed.retain(|_, session| {
+            session.clients.retain(|_, at| at.elapsed() < window);
+            !session.clients.is_empty()
+        });
     }
 }
 
@@ -643,6 +669,69 @@ mod tests {
             report.expired.is_empty(),
             "reconfirmed at t=16, alive at t=20"
         );
+    }
+
+    /// The cache is per client (SPEC §10): a cookie confirmed from one client is asked of the
+    /// store again from another, so `session_clients` counts (and here refuses) it; every
+    /// client of one session shares one `admitted_at`; ending the session forgets it from
+    /// every client at once.
+    #[tokio::test(start_paused = true)]
+    async fn the_session_cache_is_per_client() {
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
+        let policy = RoomPolicy {
+            session_clients: 2,
+            ..RoomPolicy::default()
+        };
+        store
+            .open_room("main", &settings(1.0, 10), &policy, false)
+            .await
+            .unwrap();
+        let admission = Admission::new(store.clone(), None, EventSink::disabled());
+        let client = |last: u8| ClientKey::from(std::net::IpAddr::from([192, 0, 2, last]));
+        let visitor = VisitorId::random();
+
+        let Decision::Admitted { since } = admission.decide("main", visitor, client(1)).await
+        else {
+            panic!("the first client is admitted");
+        };
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(
+            admission.decide("main", visitor, client(2)).await,
+            Decision::Admitted { since },
+            "a second client reaches the store and shares the session's admitted_at"
+        );
+        assert!(
+            matches!(
+                admission.decide("main", visitor, client(3)).await,
+                Decision::Refused {
+                    reason: Some(RefusedReason::SessionClients),
+                    ..
+                }
+            ),
+            "a third client is refused by the store, not let through by the cache"
+        );
+        // Still cached for the first client, within its window.
+        assert_eq!(
+            admission.decide("main", visitor, client(1)).await,
+            Decision::Admitted { since }
+        );
+
+        // Paused, so a visitor the store no longer has on the site waits rather than being
+        // admitted afresh.
+        store
+            .update_settings("main", &crate::queue::SettingsPatch::pause())
+            .await
+            .unwrap();
+        assert!(admission.end_session("main", visitor).await.unwrap());
+        for c in [client(1), client(2)] {
+            assert!(
+                matches!(
+                    admission.decide("main", visitor, c).await,
+                    Decision::Waiting(_)
+                ),
+                "an ended session is trusted from no client"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]

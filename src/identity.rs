@@ -194,13 +194,134 @@ pub fn normalize_host(host: &str) -> String {
     h.trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// The request's host as rooms match it: from the URI for HTTP/2, else the `Host` header.
-pub fn request_host<B>(req: &Request<B>) -> Option<String> {
-    let raw = match req.uri().host() {
-        Some(host) if req.version() == http::Version::HTTP_2 => host,
-        _ => req.headers().get(header::HOST)?.to_str().ok()?,
+/// Why a request's host was refused (400, SPEC §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostError {
+    /// Anything but a DNS name or an IP literal with an optional numeric port.
+    Malformed,
+    /// HTTP/2: a `Host` header that disagrees with `:authority` (RFC 9113 §8.3.1).
+    Mismatch,
+}
+
+/// A checked host (SPEC §6 "One host, checked"): a lower-cased DNS name (no trailing dot)
+/// or IP literal, and the port if one was given. The one value rooms are matched on and
+/// the origin receives, so that nothing downstream can read the request's host differently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanonicalHost {
+    /// As rooms match it: IPv6 without brackets.
+    name: String,
+    port: Option<u16>,
+}
+
+impl CanonicalHost {
+    /// Parses a `Host` header value or an HTTP/2 `:authority`: a DNS name or an IP literal
+    /// with an optional numeric port; anything else (`a:80:80`, `x@host`, a backslash,
+    /// spaces) is refused, because origins and rooms would read it differently.
+    pub fn parse(raw: &str) -> Result<CanonicalHost, HostError> {
+        if let Some(rest) = raw.strip_prefix('[') {
+            let (v6, after) = rest.split_once(']').ok_or(HostError::Malformed)?;
+            let ip: Ipv6Addr = v6.parse().map_err(|_| HostError::Malformed)?;
+            let port = match after {
+                "" => None,
+                p => Some(parse_port(
+                    p.strip_prefix(':').ok_or(HostError::Malformed)?,
+                )?),
+            };
+            return Ok(CanonicalHost {
+                name: ip.to_string(),
+                port,
+            });
+        }
+        let (name, port) = match raw.split_once(':') {
+            Some((name, p)) => (name, Some(parse_port(p)?)),
+            None => (raw, None),
+        };
+        Ok(CanonicalHost {
+            name: dns_name_or_ipv4(name)?,
+            port,
+        })
+    }
+
+    /// The host as rooms match it (see [`normalize_host`]).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The host as the origin receives it: `name[:port]`, IPv6 in brackets.
+    pub fn authority(&self) -> String {
+        let name = if self.name.contains(':') {
+            format!("[{}]", self.name)
+        } else {
+            self.name.clone()
+        };
+        match self.port {
+            Some(port) => format!("{name}:{port}"),
+            None => name,
+        }
+    }
+}
+
+fn parse_port(p: &str) -> Result<u16, HostError> {
+    if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(HostError::Malformed);
+    }
+    p.parse().map_err(|_| HostError::Malformed)
+}
+
+/// A DNS name (letters, digits, `-`, `_`, dot-separated labels of 1–63 bytes, at most 253
+/// bytes, one trailing dot allowed and dropped, so `shop.example.` is `shop.example`) or a
+/// dotted IPv4 address, lower-cased.
+fn dns_name_or_ipv4(name: &str) -> Result<String, HostError> {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    if name.is_empty() || name.len() > 253 {
+        return Err(HostError::Malformed);
+    }
+    if let Ok(ip) = name.parse::<Ipv4Addr>() {
+        return Ok(ip.to_string());
+    }
+    for label in name.split('.') {
+        let ok = !label.is_empty()
+            && label.len() <= 63
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !ok {
+            return Err(HostError::Malformed);
+        }
+    }
+    // All-numeric last labels that are not a valid IPv4 (`1.2.3.999`) are read differently
+    // by different resolvers; refuse rather than guess.
+    if name
+        .rsplit('.')
+        .next()
+        .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(HostError::Malformed);
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+/// The request's one host: `:authority` for HTTP/2 (a `Host` header next to it must agree),
+/// else the `Host` header. `Ok(None)` when the request names none (HTTP/1.0).
+pub fn request_host<B>(req: &Request<B>) -> Result<Option<CanonicalHost>, HostError> {
+    let header = match req.headers().get(header::HOST) {
+        Some(value) => {
+            let text = value.to_str().map_err(|_| HostError::Malformed)?;
+            Some(CanonicalHost::parse(text)?)
+        }
+        None => None,
     };
-    Some(normalize_host(raw))
+    let authority = match req.uri().authority() {
+        Some(a) if req.version() == http::Version::HTTP_2 => {
+            Some(CanonicalHost::parse(a.as_str())?)
+        }
+        _ => None,
+    };
+    match (authority, header) {
+        (Some(a), Some(h)) if a != h => Err(HostError::Mismatch),
+        (Some(a), _) => Ok(Some(a)),
+        (None, h) => Ok(h),
+    }
 }
 
 #[cfg(test)]
@@ -364,6 +485,80 @@ mod tests {
         set.insert(c);
         set.insert(v4);
         assert_eq!(set.len(), 3);
+    }
+
+    fn host(s: &str) -> Result<(String, Option<u16>), HostError> {
+        CanonicalHost::parse(s).map(|h| (h.name, h.port))
+    }
+
+    #[test]
+    fn hosts() {
+        assert_eq!(host("Shop.Example").unwrap(), ("shop.example".into(), None));
+        assert_eq!(
+            host("shop.example:8080").unwrap(),
+            ("shop.example".into(), Some(8080))
+        );
+        assert_eq!(
+            host("shop.example.").unwrap(),
+            ("shop.example".into(), None)
+        );
+        assert_eq!(
+            host("127.0.0.1:80").unwrap(),
+            ("127.0.0.1".into(), Some(80))
+        );
+        assert_eq!(host("[::1]:80").unwrap(), ("::1".into(), Some(80)));
+        assert_eq!(host("[0:0::1]").unwrap(), ("::1".into(), None));
+        assert_eq!(
+            CanonicalHost::parse("[::1]:80").unwrap().authority(),
+            "[::1]:80"
+        );
+        assert_eq!(
+            CanonicalHost::parse("Shop.Example.").unwrap().authority(),
+            "shop.example"
+        );
+        for bad in [
+            "",
+            "shop.example:80:80",
+            "x@shop.example",
+            "shop.example\\",
+            "shop example",
+            "shop.example:",
+            "shop.example:99999",
+            "shop.example:+80",
+            "[::1",
+            "::1",
+            "[::1]x",
+            "a..b",
+            ".",
+            "1.2.3.999",
+            "shop.example/",
+            "shop.example?",
+            "shop.example#",
+            "%73hop.example",
+            "shop.example..",
+        ] {
+            assert!(host(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn h2_host_must_agree_with_authority() {
+        let req = |auth: &str, host: Option<&str>| {
+            let mut b = Request::get(format!("http://{auth}/")).version(http::Version::HTTP_2);
+            if let Some(h) = host {
+                b = b.header(header::HOST, h);
+            }
+            request_host(&b.body(()).unwrap())
+        };
+        assert_eq!(
+            req("shop.example", None).unwrap().unwrap().name(),
+            "shop.example"
+        );
+        assert!(req("Shop.Example", Some("shop.example.")).is_ok());
+        assert_eq!(
+            req("other.example", Some("shop.example")),
+            Err(HostError::Mismatch)
+        );
     }
 
     #[test]

@@ -11,11 +11,15 @@
 //!   joined as RFC 9113 §8.2.3 asks);
 //! - hop-by-hop headers ([`HOP_BY_HOP`] and whatever `Connection` names) are dropped both
 //!   ways; `X-Forwarded-For` is set to exactly the caller's (already trust-checked) client
-//!   ip, `X-Forwarded-Proto` to the visitor's scheme, `X-Forwarded-Host` to the visitor's
-//!   Host; a client-supplied `Forwarded` header is dropped because nobody vouches for it;
-//!   `Host` is the origin's authority unless `preserve_host`; over TLS the SNI name and the
-//!   name the certificate must carry are the origin's host, whatever `Host` says (trust:
-//!   see [`crate::tls`]);
+//!   ip, `X-Forwarded-Proto` to the visitor's scheme, `X-Forwarded-Host` to the request's
+//!   one checked host; a client-supplied `Forwarded` header and every `X-Anteroom-*` are
+//!   dropped, and from a peer that is not a trusted proxy `X-Real-IP` and the other
+//!   `X-Forwarded-*` too; `X-Request-Id` is the id the gate chose;
+//!   `Host` is the origin's authority (or, with `preserve_host`, the checked host); over TLS
+//!   the SNI name and the name the certificate must carry are the origin's host, whatever
+//!   `Host` says (trust: see [`crate::tls`]);
+//! - the path has its dot segments resolved ([`resolve_dot_segments`]) before the origin's
+//!   prefix is joined, so it never climbs out of the prefix;
 //! - bodies stream both ways without buffering;
 //! - a WebSocket upgrade is passed through: on a 101 from the origin both upgraded
 //!   connections are joined byte for byte in a spawned task (no frame decoding).
@@ -65,6 +69,32 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+/// The request id header, forwarded to the origin and logged (SPEC §6).
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Removes what a visitor may not tell the origin (SPEC §6): `Forwarded` always (nobody
+/// vouches for its parts), every `X-Anteroom-*` header always (the origin may trust them as
+/// ours), and from a peer that is not a trusted proxy `X-Real-IP` and every
+/// `X-Forwarded-*` (the ones we set are set again afterwards). Allocates only when one is
+/// present.
+fn scrub_forgeable(headers: &mut HeaderMap, trusted_peer: bool) {
+    headers.remove(FORWARDED);
+    if !trusted_peer {
+        headers.remove(X_REAL_IP);
+    }
+    let doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| {
+            let name = name.as_str();
+            name.starts_with("x-anteroom-") || (!trusted_peer && name.starts_with("x-forwarded-"))
+        })
+        .cloned()
+        .collect();
+    for name in doomed {
+        headers.remove(name);
+    }
+}
 
 /// Timeouts toward the origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,6 +226,14 @@ impl Origin {
                 "request target {pq:?} is not a path"
             )));
         }
+        // The gate resolves dot segments first; this is the last line of defence so that a
+        // path never climbs out of the prefix (SPEC §6).
+        let path = path_and_query.map_or("/", PathAndQuery::path);
+        if !matches!(resolve_dot_segments(path), Ok(None)) {
+            return Err(ProxyError::BadRequest(format!(
+                "request path {path:?} has unresolved dot segments"
+            )));
+        }
         let joined = format!("{}{}", self.prefix, pq);
         Uri::builder()
             .scheme(self.scheme.clone())
@@ -204,6 +242,143 @@ impl Origin {
             .build()
             .map_err(|e| ProxyError::BadRequest(format!("request target: {e}")))
     }
+}
+
+/// Why a request path was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathError {
+    /// A segment hides a separator or a dot segment behind percent-encoding
+    /// (`..%2f`, `%5c..`), which origins decode differently.
+    EncodedSeparator,
+    /// Not an origin-form path (`*`).
+    NotAbsolute,
+}
+
+/// Resolves dot segments per RFC 3986 §5.2.4 before the origin's prefix is joined, so a
+/// path can never climb out of it (SPEC §6). `.` and `..` count also when percent-encoded
+/// (`%2e`), a backslash is a separator (several servers treat it so), and `..` at the top
+/// stays at the top. A segment that still holds an encoded `/` or `\` next to dots is
+/// refused. Returns `None` when nothing needed changing, so the common path allocates
+/// nothing.
+pub fn resolve_dot_segments(path: &str) -> Result<Option<String>, PathError> {
+    if !path.starts_with('/') {
+        return Err(PathError::NotAbsolute);
+    }
+    if !needs_resolution(path) {
+        return Ok(None);
+    }
+    let mut out: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = path[1..].split(['/', '\\']).collect();
+    let last = segments.len() - 1;
+    for (i, seg) in segments.iter().enumerate() {
+        match dot_kind(seg) {
+            Some(1) => {
+                if i == last {
+                    out.push("");
+                }
+            }
+            Some(_) => {
+                out.pop();
+                if i == last {
+                    out.push("");
+                }
+            }
+            None => {
+                if hides_separator(seg) {
+                    return Err(PathError::EncodedSeparator);
+                }
+                out.push(seg);
+            }
+        }
+    }
+    let mut resolved = String::with_capacity(path.len());
+    for seg in &out {
+        resolved.push('/');
+        resolved.push_str(seg);
+    }
+    if resolved.is_empty() {
+        resolved.push('/');
+    }
+    Ok(Some(resolved))
+}
+
+/// Cheap pre-check: only a path with a dot-ish segment, a backslash or a `%2e`/`%2f`/`%5c`
+/// escape needs the full walk.
+fn needs_resolution(path: &str) -> bool {
+    let b = path.as_bytes();
+    if b.contains(&b'\\') {
+        return true;
+    }
+    for (i, &c) in b.iter().enumerate() {
+        match c {
+            b'.' if b[i - 1] == b'/' => return true,
+            b'%' if i + 2 < b.len() => {
+                let esc = [b[i + 1].to_ascii_lowercase(), b[i + 2].to_ascii_lowercase()];
+                if matches!(&esc, b"2e" | b"2f" | b"5c") {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// `Some(1)` for `.`, `Some(2)` for `..`, literal or percent-encoded; else `None`.
+fn dot_kind(seg: &str) -> Option<u8> {
+    let mut dots = 0u8;
+    let b = seg.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'.' {
+            i += 1;
+        } else if b[i] == b'%' && b.len() >= i + 3 && b[i + 1] == b'2' && (b[i + 2] | 0x20) == b'e'
+        {
+            i += 3;
+        } else {
+            return None;
+        }
+        dots += 1;
+        if dots > 2 {
+            return None;
+        }
+    }
+    (dots > 0).then_some(dots)
+}
+
+/// Whether a segment hides a dot segment behind an encoded `/` or `\` (`..%2f`, `%5c..`):
+/// an origin that decodes it once would climb out of the prefix. An encoded slash between
+/// ordinary names (`a%2Fb`) is left alone.
+fn hides_separator(seg: &str) -> bool {
+    let lower = seg.to_ascii_lowercase();
+    if !lower.contains("%2f") && !lower.contains("%5c") {
+        return false;
+    }
+    lower
+        .replace("%5c", "%2f")
+        .split("%2f")
+        .any(|part| dot_kind(part).is_some())
+}
+
+/// Rewrites `req`'s path with its dot segments resolved (see [`resolve_dot_segments`]),
+/// keeping the query; a no-op (and no allocation) for an ordinary path. Paths that are not
+/// origin-form (`OPTIONS *`) are left alone for the caller to judge.
+pub fn resolve_request_path<B>(req: &mut Request<B>) -> Result<(), PathError> {
+    let path = req.uri().path();
+    if !path.starts_with('/') {
+        return Ok(());
+    }
+    let Some(resolved) = resolve_dot_segments(path)? else {
+        return Ok(());
+    };
+    let pq = match req.uri().query() {
+        Some(q) => format!("{resolved}?{q}"),
+        None => resolved,
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(PathAndQuery::try_from(pq).map_err(|_| PathError::NotAbsolute)?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| PathError::NotAbsolute)?;
+    Ok(())
 }
 
 impl fmt::Display for Origin {
@@ -219,8 +394,19 @@ pub struct ForwardContext {
     pub client_ip: IpAddr,
     /// `"http"` or `"https"` as seen by the visitor.
     pub proto: &'static str,
+    /// The request's one checked host (`name[:port]`), sent as `X-Forwarded-Host` and, with
+    /// `preserve_host`, as `Host`; never the visitor's raw header.
+    pub host: Option<HeaderValue>,
     /// Send the visitor's Host to the origin instead of the origin's authority.
     pub preserve_host: bool,
+    /// Whether the direct peer is a trusted proxy: only then do its `X-Real-IP` and other
+    /// `X-Forwarded-*` headers reach the origin.
+    pub trusted_peer: bool,
+    /// The request's id, sent as `X-Request-Id` (`None`: the header is dropped).
+    pub request_id: Option<HeaderValue>,
+    /// The signed `X-Anteroom-Admission` token (SPEC §14) of an admitted visitor, added
+    /// after every `X-Anteroom-*` header the visitor sent is removed (`None`: no header).
+    pub admission: Option<HeaderValue>,
 }
 
 /// A pooled HTTP/1.1 client toward origins; clone-cheap (clones share the pool).
@@ -299,12 +485,7 @@ impl OriginClient {
 
         let (mut parts, body) = req.into_parts();
         let upgrade_protocol = parts.headers.get(header::UPGRADE).cloned();
-        let visitor_host = parts.headers.get(header::HOST).cloned().or_else(|| {
-            parts
-                .uri
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        });
+        let visitor_host = ctx.host.clone();
         let from_h2 = parts.version == Version::HTTP_2;
 
         parts.uri = origin.target(parts.uri.path_and_query())?;
@@ -317,7 +498,18 @@ impl OriginClient {
         }
         // hyper answers `Expect: 100-continue` itself when the body is first read.
         headers.remove(header::EXPECT);
-        headers.remove(FORWARDED);
+        scrub_forgeable(headers, ctx.trusted_peer);
+        // Ours, set only after the scrub above removed any the visitor sent.
+        if let Some(token) = &ctx.admission {
+            headers.insert(
+                crate::fairness::admission_token::ADMISSION_HEADER,
+                token.clone(),
+            );
+        }
+        match &ctx.request_id {
+            Some(id) => headers.insert(X_REQUEST_ID, id.clone()),
+            None => headers.remove(X_REQUEST_ID),
+        };
         headers.insert(X_FORWARDED_FOR, ip_header(ctx.client_ip));
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(ctx.proto));
         match &visitor_host {
@@ -750,7 +942,11 @@ mod tests {
                 let ctx = ForwardContext {
                     client_ip: peer.ip(),
                     proto: "https",
+                    host: test_host(&req),
                     preserve_host,
+                    trusted_peer: false,
+                    request_id: None,
+                    admission: None,
                 };
                 match client.forward(&origin, req, &ctx).await {
                     Ok(response) => response,
@@ -1086,7 +1282,11 @@ mod tests {
                 let ctx = ForwardContext {
                     client_ip: peer.ip(),
                     proto: "http",
+                    host: test_host(&req),
                     preserve_host: false,
+                    trusted_peer: false,
+                    request_id: None,
+                    admission: None,
                 };
                 client.forward(&origin, req, &ctx).await.unwrap()
             }
@@ -1141,5 +1341,47 @@ mod tests {
         join_cookies(&mut headers);
         assert_eq!(headers.get_all(header::COOKIE).iter().count(), 1);
         assert_eq!(headers[header::COOKIE], "a=1; b=2");
+    }
+
+    fn test_host<B>(req: &Request<B>) -> Option<HeaderValue> {
+        crate::identity::request_host(req)
+            .ok()
+            .flatten()
+            .and_then(|h| HeaderValue::from_str(&h.authority()).ok())
+    }
+
+    fn path(s: &str) -> Result<String, PathError> {
+        resolve_dot_segments(s).map(|p| p.unwrap_or_else(|| s.to_owned()))
+    }
+
+    #[test]
+    fn paths() {
+        assert_eq!(path("/a/b").unwrap(), "/a/b");
+        assert!(resolve_dot_segments("/a/b.css?x").unwrap().is_none());
+        assert_eq!(path("/../admin/secret.txt").unwrap(), "/admin/secret.txt");
+        assert_eq!(path("/%2e%2e/admin").unwrap(), "/admin");
+        assert_eq!(path("/%2E./admin").unwrap(), "/admin");
+        assert_eq!(path("/a/./b/../c").unwrap(), "/a/c");
+        assert_eq!(path("/a/b/..").unwrap(), "/a/");
+        assert_eq!(path("/a/.").unwrap(), "/a/");
+        assert_eq!(path("/..\\admin").unwrap(), "/admin");
+        assert_eq!(path("/a\\b").unwrap(), "/a/b");
+        assert_eq!(path("/..").unwrap(), "/");
+        assert_eq!(path("/...").unwrap(), "/...");
+        assert_eq!(path("/.well-known/x").unwrap(), "/.well-known/x");
+        assert_eq!(path("/a.b/c").unwrap(), "/a.b/c");
+        assert_eq!(path("/%").unwrap(), "/%");
+        assert_eq!(path("/a%2").unwrap(), "/a%2");
+        assert_eq!(path("/..%2fadmin"), Err(PathError::EncodedSeparator));
+        assert_eq!(path("/%5c..%5cadmin"), Err(PathError::EncodedSeparator));
+        assert_eq!(path("/files/a%2Fb").unwrap(), "/files/a%2Fb");
+        assert_eq!(path("/x/%2e%2e%2Fadmin"), Err(PathError::EncodedSeparator));
+        assert_eq!(path("*"), Err(PathError::NotAbsolute));
+        // Never climbs out: every result starts with '/' and has no dot segment.
+        for p in ["/../../..", "/a/../../b", "/%2e%2e/%2e%2e/x", "/.\\..\\x"] {
+            let r = path(p).unwrap();
+            assert!(r.starts_with('/'));
+            assert!(!r.split('/').any(|s| s == ".." || s == "."), "{p} -> {r}");
+        }
     }
 }

@@ -252,13 +252,13 @@ async fn redis_sigkilled_under_load_loses_no_place_and_admits_nobody_while_down(
     let mut redis = RedisServer::start_durable();
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
-    // Everyone from 127.0.0.1: the join limit off. 3 replicas × 20 joins/s against 10
-    // admissions/s: the line grows all along.
+    // Everyone from 127.0.0.1: the join limit and the per-client shares off. 3 replicas ×
+    // 20 joins/s against 10 admissions/s: the line grows all along.
     let config = redis_config(
         &origin.url(),
         &redis.url(),
         dir.path(),
-        "    rate: 10\n    max_active: 100000\n    join_limit_per_ip: 0",
+        "    rate: 10\n    max_active: 100000\n    join_limit_per_ip: 0\n    max_sessions_per_client: 0\n    max_places_per_client: 0",
     );
     let book = Arc::new(Book::default());
     let direct = redis_store(&redis.url()).await;
@@ -670,7 +670,8 @@ mod kafka {
         let mut config = config(
             &origin.url(),
             dir.path(),
-            "    rate: 0.01\n    max_active: 100\n    join_limit_per_ip: 0",
+            // Every join from 127.0.0.1: the per-client places share is off too.
+            "    rate: 0.01\n    max_active: 100\n    join_limit_per_ip: 0\n    max_places_per_client: 0",
         );
         config.kafka.brokers = vec![addr.to_string()];
         config.kafka.topic = TOPIC.to_owned();

@@ -106,7 +106,7 @@ async fn a_dead_broker_drops_events_and_never_slows_a_join() {
         dir.path(),
         broker.addr,
         // 200 joins from one address: over the default join limit.
-        "    rate: 0.01\n    max_active: 100\n    join_limit_per_ip: 0",
+        "    rate: 0.01\n    max_active: 100\n    join_limit_per_ip: 0\n    max_places_per_client: 0",
     ))
     .await;
     let http = client();

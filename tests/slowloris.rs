@@ -44,6 +44,8 @@ rooms:
     rate: 1000
     max_active: 100000
     join_limit_per_ip: 0
+    max_sessions_per_client: 0
+    max_places_per_client: 0
 "#,
         dir = dir.display()
     );

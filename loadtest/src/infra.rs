@@ -169,6 +169,9 @@ rooms:
     session_ttl: {session_ttl}
     abandon_after: {abandon_after}
     join_limit_per_ip: 0
+    max_sessions_per_client: 0
+    max_places_per_client: 0
+    session_clients: 0
 "#,
             interval = spec.admit_interval,
             secret = hex(&secret),

@@ -83,6 +83,11 @@ impl Config {
                 None => "none (no X-Anteroom-Admission header)".to_string(),
             }
         );
+        let _ = writeln!(
+            o,
+            "public scheme:    {} (X-Forwarded-Proto unless a trusted proxy sent one)",
+            self.public_scheme
+        );
         let proxies: Vec<String> = self.trusted_proxies.iter().map(|n| n.to_string()).collect();
         let _ = writeln!(
             o,
@@ -230,6 +235,20 @@ impl Config {
                         dur(r.join_limit_window)
                     )
                 }
+            );
+            let cap = |n: u32| {
+                if n == 0 {
+                    "no cap".to_string()
+                } else {
+                    n.to_string()
+                }
+            };
+            let _ = writeln!(
+                o,
+                "    per client:   {} sessions, {} places; a cookie from {} clients",
+                cap(r.max_sessions_per_client),
+                cap(r.max_places_per_client),
+                cap(r.session_clients)
             );
             let _ = writeln!(
                 o,

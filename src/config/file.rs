@@ -28,6 +28,7 @@ pub(super) struct RawFile {
     pub admin_token: Option<V>,
     pub admission_key: Option<V>,
     pub secure_cookies: Option<V>,
+    pub public_scheme: Option<V>,
     #[serde(default, deserialize_with = "null_is_empty")]
     pub trusted_proxies: Vec<V>,
     pub data_dir: Option<V>,
@@ -129,6 +130,9 @@ pub(super) struct RawRoom {
     pub abandon_after: Option<V>,
     pub join_limit_per_ip: Option<V>,
     pub join_limit_window: Option<V>,
+    pub max_sessions_per_client: Option<V>,
+    pub max_places_per_client: Option<V>,
+    pub session_clients: Option<V>,
     pub title: Option<V>,
     pub message: Option<V>,
     pub preserve_host: Option<V>,

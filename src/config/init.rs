@@ -34,6 +34,9 @@ admin_token: "{admin_token}"
 admission_key: "{admission_key}"
 # Mark the visitor cookie Secure; turn on when visitors reach you over HTTPS.
 secure_cookies: false
+# The scheme visitors use, sent to the origin as X-Forwarded-Proto when no trusted proxy
+# sent one: http or https (set https behind a TLS load balancer that does not send it).
+public_scheme: http
 # Proxies (CIDRs or addresses) whose X-Forwarded-For header is believed.
 trusted_proxies: []
 # Where the embedded store keeps snapshots, bans and the audit log.
@@ -128,6 +131,15 @@ rooms:
     join_limit_per_ip: 120
     # The window for join_limit_per_ip.
     join_limit_window: 1m
+    # One client's fair share (a client is an IPv4 address or an IPv6 /64; 0: no cap).
+    # Raise them if many visitors share one address (offices, carrier NAT); see the
+    # README's "Security model".
+    # Sessions on the site at once from one client.
+    max_sessions_per_client: 32
+    # Places in line at once from one client.
+    max_places_per_client: 64
+    # Distinct clients one admitted cookie may be used from.
+    session_clients: 4
     # Heading of the waiting page.
     title: "You're in line"
     # Extra text on the waiting page.

@@ -39,6 +39,8 @@ pub struct Config {
     pub admission_key: Option<std::sync::Arc<crate::fairness::admission_token::AdmissionKey>>,
     /// Mark the visitor cookie `Secure`.
     pub secure_cookies: bool,
+    /// `X-Forwarded-Proto` when no trusted proxy sent one: `"http"` or `"https"`.
+    pub public_scheme: &'static str,
     /// Peers whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Embedded store snapshots, bans, audit log.
@@ -193,6 +195,12 @@ pub struct RoomConfig {
     /// Joins per client address per window; 0 disables the limit.
     pub join_limit_per_ip: u32,
     pub join_limit_window: Duration,
+    /// Sessions on the site at once from one client (SPEC §10); 0: no cap.
+    pub max_sessions_per_client: u32,
+    /// Places in line at once from one client; 0: no cap.
+    pub max_places_per_client: u32,
+    /// Distinct clients one admitted cookie may be used from; 0: no cap.
+    pub session_clients: u32,
     pub title: String,
     pub message: String,
     pub preserve_host: bool,

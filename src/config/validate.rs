@@ -11,6 +11,7 @@ use super::{
     ServerConfig, WaitingPageConfig,
 };
 use crate::identity::normalize_host;
+use crate::queue::RoomPolicy;
 
 /// Where a value came from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -169,6 +170,20 @@ impl RawFile {
             "secure_cookies",
             &or_default(&d.secure_cookies, "false"),
         )?;
+        let public_scheme = {
+            let v = or_default(&d.public_scheme, "http");
+            match v.text.trim() {
+                "http" => "http",
+                "https" => "https",
+                other => {
+                    return Err(cx.fail(
+                        "public_scheme",
+                        &v,
+                        format!("must be http or https (got {other:?})"),
+                    ));
+                }
+            }
+        };
         let mut trusted_proxies = Vec::new();
         for (i, v) in d.trusted_proxies.iter().enumerate() {
             let key = format!("trusted_proxies[{i}]");
@@ -452,6 +467,7 @@ impl RawFile {
             admin_token,
             admission_key,
             secure_cookies,
+            public_scheme,
             trusted_proxies,
             data_dir,
             waiting_page,
@@ -647,6 +663,34 @@ fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, ConfigError> {
         &k("join_limit_window"),
         &or_default(&r.join_limit_window, "1m"),
     )?;
+    let share = |key: &str, v: &Option<V>, default: u32| {
+        let v = or_default(v, &default.to_string());
+        v.text.trim().parse::<u32>().map_err(|_| {
+            cx.fail(
+                &k(key),
+                &v,
+                format!(
+                    "must be a whole number, 0 for no cap (got {})",
+                    v.text.trim()
+                ),
+            )
+        })
+    };
+    let max_sessions_per_client = share(
+        "max_sessions_per_client",
+        &r.max_sessions_per_client,
+        RoomPolicy::DEFAULT_MAX_SESSIONS_PER_CLIENT,
+    )?;
+    let max_places_per_client = share(
+        "max_places_per_client",
+        &r.max_places_per_client,
+        RoomPolicy::DEFAULT_MAX_PLACES_PER_CLIENT,
+    )?;
+    let session_clients = share(
+        "session_clients",
+        &r.session_clients,
+        RoomPolicy::DEFAULT_SESSION_CLIENTS,
+    )?;
     let title = or_default(&r.title, "You're in line").text;
     let message = or_default(&r.message, "").text;
     let preserve_host = boolean(
@@ -727,6 +771,9 @@ fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, ConfigError> {
         abandon_after,
         join_limit_per_ip,
         join_limit_window,
+        max_sessions_per_client,
+        max_places_per_client,
+        session_clients,
         title,
         message,
         preserve_host,

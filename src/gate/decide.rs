@@ -53,9 +53,11 @@ impl App {
             Decision::Waiting(place) => self.waiting(room, place, identity),
             Decision::Refused {
                 retry_after,
-                strike,
+                reason,
             } => {
-                if strike {
+                // Only the join limit is a strike (SPEC §10): a share (sessions, places,
+                // cookie clients) is met innocently behind shared addresses.
+                if reason.is_some_and(crate::queue::RefusedReason::is_strike) {
                     self.strike(identity.client_ip, StrikeReason::JoinLimit);
                 }
                 self.refused(room, retry_after, identity)

@@ -19,6 +19,11 @@ pub enum Kind {
     AbsoluteForm,
     /// `CONNECT`: a reverse proxy has nothing to tunnel.
     Connect,
+    /// A host that is not one DNS name or IP literal with an optional port, or an HTTP/2
+    /// `Host` that disagrees with `:authority` (SPEC §6).
+    BadHost,
+    /// A path whose dot segments cannot be resolved safely under the origin's prefix.
+    BadPath,
     /// A reserved path (or built-in file) we do not serve.
     NotFound,
     /// No room serves the request's host.
@@ -47,7 +52,9 @@ pub enum Kind {
 impl Kind {
     pub fn status(self) -> StatusCode {
         match self {
-            Kind::AbsoluteForm | Kind::Unforwardable => StatusCode::BAD_REQUEST,
+            Kind::AbsoluteForm | Kind::BadHost | Kind::BadPath | Kind::Unforwardable => {
+                StatusCode::BAD_REQUEST
+            }
             Kind::Connect => StatusCode::METHOD_NOT_ALLOWED,
             Kind::NotFound | Kind::UnknownSite | Kind::NotInLine => StatusCode::NOT_FOUND,
             Kind::OriginTimeout => StatusCode::GATEWAY_TIMEOUT,
@@ -69,6 +76,8 @@ impl Kind {
                 "Absolute-form request targets are not accepted.",
             ),
             Kind::Connect => ("Method not allowed", "CONNECT is not supported."),
+            Kind::BadHost => ("Bad request", "The request does not name one valid host."),
+            Kind::BadPath => ("Bad request", "The request path is not acceptable."),
             Kind::NotFound => ("Not found", "There is nothing here."),
             Kind::UnknownSite => ("Unknown site", "This address is not served here."),
             Kind::NotInLine => ("Not in line", "There is no place in line for this browser."),

@@ -5,13 +5,13 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::SystemTime;
 
-use http::{Request, header};
+use http::{HeaderMap, HeaderValue, Request, header};
 
 use super::App;
 use crate::abuse::{BanVerdict, StrikeReason};
 use crate::http::i18n;
 use crate::http::pages;
-use crate::identity::{self, ClientKey};
+use crate::identity::{self, CanonicalHost, ClientKey, HostError};
 use crate::queue::VisitorId;
 use crate::token::CookieError;
 
@@ -23,6 +23,19 @@ pub struct Identity {
     pub client: ClientKey,
     /// The abuse registry's verdict, checked before the cookie is read (SPEC §10 step 1).
     pub banned: Option<BanVerdict>,
+    /// The request's one checked host (`None` if it names none, as HTTP/1.0 may).
+    pub host: Option<CanonicalHost>,
+    /// Set when the host is malformed or ambiguous: the request is refused with 400.
+    pub bad_host: Option<HostError>,
+    /// The direct peer.
+    pub peer: SocketAddr,
+    /// Whether the direct peer is a trusted proxy (whose forwarding headers we believe).
+    pub trusted_peer: bool,
+    /// `X-Forwarded-Proto` for the origin: a trusted proxy's `http`/`https`, else the
+    /// configured `public_scheme` (SPEC §6).
+    pub proto: &'static str,
+    /// `X-Request-Id`: a trusted proxy's (if sane), else a fresh one; forwarded and logged.
+    pub request_id: HeaderValue,
     /// Index into the app's rooms, by host or the catch-all.
     pub room: Option<usize>,
     /// The verified visitor of this room, if the cookie verified.
@@ -35,9 +48,16 @@ pub struct Identity {
 impl App {
     pub(super) fn identify<B>(&self, req: &Request<B>, peer: SocketAddr) -> Identity {
         let client_ip = identity::client_ip(peer.ip(), req.headers(), &self.trusted);
-        let room = identity::request_host(req)
-            .and_then(|host| self.hosts.get(&host).copied())
-            .or(self.catch_all);
+        let (host, bad_host) = match identity::request_host(req) {
+            Ok(host) => (host, None),
+            Err(e) => (None, Some(e)),
+        };
+        // A refused host routes nowhere, not even to the catch-all.
+        let room = match (&host, bad_host) {
+            (_, Some(_)) => None,
+            (Some(h), None) => self.hosts.get(h.name()).copied().or(self.catch_all),
+            (None, None) => self.catch_all,
+        };
         // The ban check comes first: a banned client's cookie is never even verified.
         let banned = self.abuse.check(client_ip);
         let visitor = room.filter(|_| banned.is_none()).and_then(|i| {
@@ -55,7 +75,22 @@ impl App {
                 }
             }
         });
+        let trusted_peer = self.trusted.contains(peer.ip());
+        let proto = trusted_peer
+            .then(|| forwarded_proto(req.headers()))
+            .flatten()
+            .unwrap_or(self.public_scheme);
+        let request_id = trusted_peer
+            .then(|| sane_request_id(req.headers()))
+            .flatten()
+            .unwrap_or_else(new_request_id);
         Identity {
+            peer,
+            trusted_peer,
+            proto,
+            request_id,
+            host,
+            bad_host,
             client_ip,
             client: ClientKey::from(client_ip),
             banned,
@@ -64,5 +99,72 @@ impl App {
             wants_json: pages::prefers_json(req.headers().get(header::ACCEPT)),
             lang: i18n::negotiate(req.headers().get(header::ACCEPT_LANGUAGE)),
         }
+    }
+}
+
+/// A trusted proxy's `X-Forwarded-Proto`, if it is `http` or `https` (the first of a list).
+fn forwarded_proto(headers: &HeaderMap) -> Option<&'static str> {
+    let value = headers.get("x-forwarded-proto")?.to_str().ok()?;
+    match value.split(',').next()?.trim() {
+        p if p.eq_ignore_ascii_case("https") => Some("https"),
+        p if p.eq_ignore_ascii_case("http") => Some("http"),
+        _ => None,
+    }
+}
+
+/// Longest `X-Request-Id` kept from a trusted proxy.
+const MAX_REQUEST_ID: usize = 128;
+
+/// A trusted proxy's `X-Request-Id`, if it is 1–128 visible ASCII characters: anything else
+/// could corrupt log lines or the origin's parsing, so a fresh id replaces it.
+fn sane_request_id(headers: &HeaderMap) -> Option<HeaderValue> {
+    let value = headers.get(crate::proxy::X_REQUEST_ID)?;
+    let bytes = value.as_bytes();
+    let sane = !bytes.is_empty()
+        && bytes.len() <= MAX_REQUEST_ID
+        && bytes.iter().all(|b| b.is_ascii_graphic());
+    sane.then(|| value.clone())
+}
+
+/// A fresh request id: 16 random bytes in hex.
+fn new_request_id() -> HeaderValue {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the operating system's random generator failed");
+    HeaderValue::from_str(&hex::encode(bytes)).expect("hex is a valid header value")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_from_a_proxy_are_bounded_visible_ascii() {
+        let with = |v: &[u8]| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                crate::proxy::X_REQUEST_ID,
+                HeaderValue::from_bytes(v).unwrap(),
+            );
+            sane_request_id(&h)
+        };
+        assert_eq!(with(b"abc-123").unwrap(), "abc-123");
+        assert!(with(b"").is_none());
+        assert!(with(b"a b").is_none());
+        assert!(with(b"\xe9").is_none());
+        assert!(with(&[b'a'; 129]).is_none());
+        assert_eq!(new_request_id().len(), 32);
+        assert_ne!(new_request_id(), new_request_id());
+    }
+
+    #[test]
+    fn proto_only_http_or_https() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert("x-forwarded-proto", HeaderValue::from_str(v).unwrap());
+            forwarded_proto(&h)
+        };
+        assert_eq!(with("https"), Some("https"));
+        assert_eq!(with("HTTP, https"), Some("http"));
+        assert_eq!(with("gopher"), None);
     }
 }

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
+use tracing::Instrument;
 
 use crate::abuse::{AbuseRegistry, PathOutcome, StrikeReason};
 use crate::admin::{self, Admin, AdminContext};
@@ -89,6 +90,8 @@ pub struct App {
     cookies: CookieKeys,
     secure_cookies: bool,
     trusted: TrustedProxies,
+    /// `X-Forwarded-Proto` when no trusted proxy sent one.
+    public_scheme: &'static str,
     origin_client: OriginClient,
     pages: Pages,
     origin_errors: LogLimiter,
@@ -210,6 +213,7 @@ impl App {
             cookies: CookieKeys::new(config.cookie_secret.expose(), &previous),
             secure_cookies: config.secure_cookies,
             trusted: TrustedProxies::new(config.trusted_proxies.clone()),
+            public_scheme: config.public_scheme,
             origin_client: OriginClient::with_tls(
                 ProxyTimeouts {
                     connect: config.server.origin_connect_timeout,
@@ -261,10 +265,37 @@ impl App {
     /// The one request path: identify, classify, decide, respond.
     pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let identity = self.identify(&req, peer);
+        // Every log line about this request carries its id (SPEC §6).
+        let span = tracing::info_span!(
+            "request",
+            request_id = %String::from_utf8_lossy(identity.request_id.as_bytes())
+        );
+        let mut response = self.handle_identified(req, identity).instrument(span).await;
+        // Everything but the origin's own answers is ours and carries SPEC §5's headers.
+        if response.extensions().get::<respond::Proxied>().is_none() {
+            pages::add_security_headers(response.headers_mut());
+        }
+        response
+    }
+
+    async fn handle_identified(
+        &self,
+        mut req: Request<Incoming>,
+        identity: Identity,
+    ) -> Response<Body> {
+        let peer = identity.peer;
         // SPEC §10 step 1: a banned client gets nothing else, reserved routes included.
-        let class = match &identity.banned {
-            Some(verdict) => Class::Banned(verdict.clone()),
-            None => classify(&req),
+        let class = if let Some(verdict) = &identity.banned {
+            Class::Banned(verdict.clone())
+        } else if identity.bad_host.is_some() {
+            return self.error(Kind::BadHost, &identity);
+        } else if crate::proxy::resolve_request_path(&mut req).is_err() {
+            // Dot segments are resolved before anything routes on the path, so the
+            // reserved prefix, the room's classes and the origin's prefix all see the same
+            // path.
+            return self.error(Kind::BadPath, &identity);
+        } else {
+            classify(&req)
         };
         match class {
             Class::Banned(verdict) => self.error(GateError::banned(&verdict), &identity),

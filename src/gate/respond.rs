@@ -11,13 +11,17 @@ use super::error::GateError;
 use super::identify::Identity;
 use super::{App, Room};
 use crate::admission::Eta;
-use crate::fairness::admission_token::{ADMISSION_HEADER, END_SESSION_HEADER, ends_session};
+use crate::fairness::admission_token::{END_SESSION_HEADER, ends_session};
 use crate::http::body::Body;
 use crate::http::i18n;
 use crate::http::pages::{Phase, RoomText, VisitorStatus, WaitingView};
 use crate::proxy::ForwardContext;
 use crate::queue::{Place, RoomPolicy, VisitorId};
 use crate::token;
+
+/// Marks a response that is the origin's, not ours: it gets none of our page headers.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Proxied;
 
 impl App {
     /// Any request-path error, through [`GateError::respond`].
@@ -48,22 +52,31 @@ impl App {
                 Err(refused) => return self.stream_refused(refused, identity),
             }
         }
-        // A visitor must never forge the origin's proof of admission.
-        req.headers_mut().remove(ADMISSION_HEADER);
+        // The origin's proof of admission. The proxy removes every `X-Anteroom-*` request
+        // header a visitor sent (so nobody forges this one) and only then adds it.
         let name = &room.config.name;
-        if let (Some(signer), Some((visitor, since))) = (&self.signer, admitted) {
-            let now = crate::queue::unix_ms(SystemTime::now()) / 1000;
-            if let Some(token) = signer.header_for(name, visitor, since, now) {
-                req.headers_mut().insert(ADMISSION_HEADER, token);
+        let admission = match (&self.signer, admitted) {
+            (Some(signer), Some((visitor, since))) => {
+                let now = crate::queue::unix_ms(SystemTime::now()) / 1000;
+                signer.header_for(name, visitor, since, now)
             }
-        }
+            _ => None,
+        };
         let ctx = ForwardContext {
             client_ip: identity.client_ip,
-            proto: "http",
+            proto: identity.proto,
+            host: identity
+                .host
+                .as_ref()
+                .and_then(|h| http::HeaderValue::from_str(&h.authority()).ok()),
             preserve_host: room.config.preserve_host,
+            trusted_peer: identity.trusted_peer,
+            request_id: Some(identity.request_id.clone()),
+            admission,
         };
         match self.origin_client.forward(&room.origin, req, &ctx).await {
             Ok(mut response) => {
+                response.extensions_mut().insert(Proxied);
                 // The origin's word to us, never shown to the visitor.
                 let end = ends_session(response.headers().get(END_SESSION_HEADER));
                 response.headers_mut().remove(END_SESSION_HEADER);

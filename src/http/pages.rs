@@ -175,6 +175,58 @@ fn countdown_text(secs: u64, catalog: &Catalog) -> String {
     }
 }
 
+/// The plain waiting page's one inline script, exactly as rendered (it holds no template
+/// tags: the refresh interval is read from its `data-refresh`), so its hash can be allowed.
+fn plain_script() -> &'static str {
+    let template = include_str!("templates/waiting.html");
+    let start = template
+        .find("<script data-refresh=")
+        .and_then(|i| template[i..].find('>').map(|j| i + j + 1))
+        .expect("the plain page has its inline script");
+    let end = start
+        + template[start..]
+            .find("</script>")
+            .expect("the inline script is closed");
+    &template[start..end]
+}
+
+/// The Content-Security-Policy of every response anteroom produces itself (SPEC §5): only
+/// our own files (and the plain page's one inline script, by hash) run, nothing may frame
+/// the page, forms and `<base>` cannot point elsewhere. Inline styles stay allowed for the
+/// operator's `waiting_stylesheet`.
+pub fn content_security_policy() -> &'static str {
+    static CSP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        use base64::Engine;
+        use sha2::Digest;
+        let hash = base64::engine::general_purpose::STANDARD
+            .encode(sha2::Sha256::digest(plain_script().as_bytes()));
+        format!(
+            "default-src 'none'; script-src 'self' 'sha256-{hash}'; style-src 'self' \
+             'unsafe-inline'; img-src 'self' data:; connect-src 'self'; font-src 'self'; \
+             base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+        )
+    });
+    &CSP
+}
+
+/// Adds the security headers of SPEC §5 to a response anteroom produced itself: the CSP
+/// (unless the response set a stricter one of its own, as the control room does),
+/// `nosniff`, `X-Frame-Options: DENY` and `X-Robots-Tag: noindex`.
+pub fn add_security_headers(headers: &mut http::HeaderMap) {
+    use http::header::{self, HeaderValue};
+    headers
+        .entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert_with(|| {
+            HeaderValue::from_str(content_security_policy()).expect("the CSP is ASCII")
+        });
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert("x-robots-tag", HeaderValue::from_static("noindex"));
+}
+
 impl Pages {
     /// Pages with the board's assets (`Some`) or the plain page (`None`).
     pub fn new(board: Option<Entry>) -> Self {
@@ -635,6 +687,31 @@ mod tests {
         assert!(de.contains("<title>Sie sind in der Warteschlange</title>"));
         assert!(de.contains("Ihr Platz in der Warteschlange"));
         assert!(de.contains("2 Min. – 5 Min."));
+    }
+
+    /// The CSP allows the plain page's inline script by hash: the script as rendered (not
+    /// only as written in the template) must hash to it, or browsers refuse to run it.
+    #[tokio::test]
+    async fn the_plain_pages_inline_script_is_allowed_by_the_csp() {
+        use base64::Engine;
+        use sha2::Digest;
+        let html = render(
+            &Pages::plain(),
+            &view(Some(3), 9, Phase::Queueing),
+            "You're in line",
+            Lang::Fr,
+        )
+        .await;
+        let open = html
+            .find("<script data-refresh=")
+            .expect("the inline script");
+        let start = open + html[open..].find('>').unwrap() + 1;
+        let end = start + html[start..].find("</script>").unwrap();
+        let hash = base64::engine::general_purpose::STANDARD
+            .encode(sha2::Sha256::digest(&html.as_bytes()[start..end]));
+        let csp = content_security_policy();
+        assert!(csp.contains(&format!("'sha256-{hash}'")), "{csp}");
+        assert!(html[open..start].contains(r#"data-refresh="7""#));
     }
 
     #[tokio::test]

@@ -315,7 +315,10 @@ impl RoomPolicy {
             join_limit_window: room.join_limit_window,
             schedule: room.schedule.clone(),
             lottery: room.lottery,
-            // The per-client shares and the breaker stay off until the config has their keys.
+            max_places_per_client: room.max_places_per_client,
+            max_sessions_per_client: room.max_sessions_per_client,
+            session_clients: room.session_clients,
+            // The breaker stays off until the config has its key.
             ..RoomPolicy::default()
         }
     }

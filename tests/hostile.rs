@@ -221,7 +221,11 @@ async fn a_hundred_thousand_bad_cookies_admit_nobody() {
     // Exactly one visitor gets in (the fast path), then every newcomer waits; the join
     // limit is off so every request takes the full path, and nobody is abandoned during a
     // long run (the bad cookies' visitors never come back to heartbeat).
-    let (origin, _dir, ar) = front(
+    let (origin, _dir, ar) = front_with(
+        // Every bad cookie is a strike (SPEC §10) that would soon ban loopback, and this
+        // test is about what the verifier and the store do with each one: loopback is in
+        // abuse.allow (tests/abuse.rs shows the ban).
+        "abuse:\n  allow: [127.0.0.1]\n",
         // Every request comes from loopback: the per-client shares are off here.
         "    rate: 0.01\n    max_active: 1000\n    join_limit_per_ip: 0\n    abandon_after: 1h\n    max_sessions_per_client: 0\n    max_places_per_client: 0",
     )

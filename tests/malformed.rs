@@ -276,10 +276,14 @@ async fn malformed_requests_never_panic_hang_or_reach_the_origin() {
     // wait, so a request that reaches the origin is one that walked round the queue.
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut config = config(
+    // Every request comes from loopback, and some carry broken cookies (strikes, SPEC §10):
+    // loopback is in abuse.allow and the per-client shares are off, so each case meets
+    // the parser and the request path rather than a ban or a share refusal.
+    let mut config = config_with(
         &origin.url(),
         dir.path(),
-        "    rate: 1000\n    max_active: 1\n    join_limit_per_ip: 0\n",
+        "abuse:\n  allow: [127.0.0.1]\n",
+        "    rate: 1000\n    max_active: 1\n    join_limit_per_ip: 0\n    max_places_per_client: 0\n",
     );
     config.server.header_read_timeout = Duration::from_secs(1);
     config.server.idle_timeout = Duration::from_secs(2);

@@ -101,12 +101,23 @@ async fn echo(req: Request<Incoming>) -> Response<Body> {
 /// A config for one catch-all room in front of `origin`; `room_extra` is added to the
 /// room's YAML (indented by the caller's string as written).
 pub fn config(origin: &str, data_dir: &std::path::Path, room_extra: &str) -> Config {
+    config_with(origin, data_dir, "", room_extra)
+}
+
+/// [`config`] with `top_extra` added at the top level (e.g. an `abuse:` block).
+pub fn config_with(
+    origin: &str,
+    data_dir: &std::path::Path,
+    top_extra: &str,
+    room_extra: &str,
+) -> Config {
     let yaml = format!(
         r#"listen: "127.0.0.1:0"
 admit_interval: 100ms
 cookie_secret: "{COOKIE_SECRET}"
 admin_token: "{ADMIN_TOKEN}"
 data_dir: "{dir}"
+{top_extra}
 rooms:
   main:
     origin: {origin}
@@ -163,9 +174,20 @@ pub fn status_header(response: &reqwest::Response) -> Option<String> {
 /// An origin, a data directory and an anteroom with one catch-all room in front of it;
 /// keep the directory alive as long as the instance.
 pub async fn front(room_extra: &str) -> (Origin, tempfile::TempDir, Running) {
+    front_with("", room_extra).await
+}
+
+/// [`front`] with `top_extra` added at the top level of the config.
+pub async fn front_with(top_extra: &str, room_extra: &str) -> (Origin, tempfile::TempDir, Running) {
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let ar = start(&config(&origin.url(), dir.path(), room_extra)).await;
+    let ar = start(&config_with(
+        &origin.url(),
+        dir.path(),
+        top_extra,
+        room_extra,
+    ))
+    .await;
     (origin, dir, ar)
 }
 

@@ -136,6 +136,7 @@ fn apply(
         &mut draft.kafka.sasl_password,
         e("ANTEROOM_KAFKA_SASL_PASSWORD"),
     );
+    set(&mut draft.priority_secret, e("ANTEROOM_PRIORITY_SECRET"));
 
     let flag = |name: &'static str, v: Option<String>| v.map(|v| V::new(v, Src::Flag(name)));
     set(&mut draft.listen, flag("--listen", ov.listen.clone()));

@@ -11,6 +11,7 @@
 //! API in [`crate::admin`] (handed an [`AdminContext`], not the app), the live streams in
 //! [`crate::live`], the metrics registry in [`crate::metrics`].
 
+pub mod classes;
 pub mod classify;
 pub mod decide;
 pub mod error;
@@ -38,7 +39,7 @@ use crate::log_limiter::LogLimiter;
 use crate::metrics::Metrics;
 use crate::proxy::{Origin, OriginClient, ProxyError, ProxyTimeouts};
 use crate::token::CookieKeys;
-pub use classify::{Class, RESERVED_PREFIX, classify};
+pub use classify::{Class, RESERVED_PREFIX, RoomPaths, classify};
 pub use error::{GateError, Kind};
 use identify::Identity;
 
@@ -52,6 +53,12 @@ const ADMISSION_SIGNER_CAPACITY: usize = 200_000;
 pub struct Room {
     pub config: RoomConfig,
     pub origin: Origin,
+    /// `bypass_paths` and `asset_paths`, parsed.
+    pub paths: RoomPaths,
+    /// `max_inflight` on this replica; `None`: no cap.
+    pub inflight: Option<classes::Inflight>,
+    /// Open streams to the origin (`stream_cap`, sessions kept alive).
+    pub streams: Arc<classes::Streams>,
 }
 
 /// A room's origin the proxy cannot address (`rooms.<name>.origin`).
@@ -119,6 +126,9 @@ impl App {
             rooms.push(Room {
                 config: room.clone(),
                 origin,
+                paths: RoomPaths::of(room),
+                inflight: None,
+                streams: Arc::default(),
             });
         }
         let previous: Vec<&[u8]> = config
@@ -128,6 +138,13 @@ impl App {
             .collect();
         let room_names: Vec<String> = config.rooms.iter().map(|r| r.name.clone()).collect();
         let metrics = Metrics::new(admission.clone(), room_names.clone(), config.fail_open);
+        for room in &mut rooms {
+            room.inflight = classes::Inflight::of(
+                room.config.max_inflight,
+                room.config.inflight_wait,
+                metrics.inflight_gauge(&room.config.name),
+            );
+        }
         Ok(App {
             rooms,
             room_names,
@@ -187,8 +204,11 @@ impl App {
     /// The one request path: identify, classify, decide, respond.
     pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let identity = self.identify(&req, peer);
-        match classify(&req) {
+        let room = identity.room.map(|i| &self.rooms[i]);
+        // SPEC §10's fixed order is `classify`'s; this is the one place acting on it.
+        match classify(&req, room.map(|r| &r.paths)) {
             Class::Refused(kind) => self.error(kind, &identity),
+            Class::OptionsAny => self.options_any(),
             Class::Healthz => pages::plain(StatusCode::OK, "ok\n"),
             Class::Readyz => self.readyz().await,
             Class::Events => self.events(&identity),
@@ -199,8 +219,20 @@ impl App {
                 .unwrap_or_else(|| self.error(Kind::NotFound, &identity)),
             Class::AdmissionKey => self.admission_key(&identity),
             Class::UnknownReserved => self.error(Kind::NotFound, &identity),
-            Class::Site => match identity.room {
-                Some(i) => self.site(&self.rooms[i], req, &identity).await,
+            Class::Bypass | Class::Preflight => match room {
+                Some(room) => self.bypass(room, req, &identity).await,
+                None => self.error(Kind::UnknownSite, &identity),
+            },
+            Class::Asset => match room {
+                Some(room) => self.asset(room, req, &identity).await,
+                None => self.error(Kind::UnknownSite, &identity),
+            },
+            Class::Stream => match room {
+                Some(room) => self.stream(room, req, &identity).await,
+                None => self.error(Kind::UnknownSite, &identity),
+            },
+            Class::Site => match room {
+                Some(room) => self.site(room, req, &identity).await,
                 None => self.error(Kind::UnknownSite, &identity),
             },
         }

@@ -315,7 +315,8 @@ impl RoomPolicy {
             join_limit_window: room.join_limit_window,
             schedule: room.schedule.clone(),
             lottery: room.lottery,
-            // The per-client shares and the breaker stay off until the config has their keys.
+            max_waiting: room.max_waiting,
+            // The per-client shares stay off until the config has their keys.
             ..RoomPolicy::default()
         }
     }

@@ -87,7 +87,7 @@ impl Config {
             o,
             "priority grants:  {}",
             if self.priority_secret.is_some() {
-                "on (priority_secret set)"
+                "key set (priority_secret; grants not built yet)"
             } else {
                 "off (no priority_secret)"
             }

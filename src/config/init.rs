@@ -33,7 +33,7 @@ admin_token: "{admin_token}"
 # Can also be set with ANTEROOM_ADMISSION_KEY.
 admission_key: "{admission_key}"
 # Key of signed priority grants (SPEC §10 "Priority"): at least 32 bytes; empty: grants
-# are refused. Mint one with `anteroom grant --room main --ttl 10m`.
+# are refused. Grants themselves are not built yet: the key is checked and kept.
 # Can also be set with ANTEROOM_PRIORITY_SECRET.
 # priority_secret: ""
 # Mark the visitor cookie Secure; turn on when visitors reach you over HTTPS.

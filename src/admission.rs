@@ -58,6 +58,8 @@ pub enum Decision {
         retry_after: Duration,
         reason: Option<RefusedReason>,
     },
+    /// The queue breaker (`max_waiting`): the line is full; this newcomer was not added.
+    Full,
     /// The room's line is not open yet (before `queue_opens_at`).
     NotOpen,
     /// The room closed (after `closes_at`): nobody else gets in.
@@ -166,12 +168,7 @@ impl Admission {
                 retry_after,
                 reason: Some(reason),
             },
-            // Only with `max_waiting` set: a stand-in until the request path answers 503
-            // `full` (SPEC §10).
-            Ok(Resolution::Full) => Decision::Refused {
-                retry_after: crate::queue::SHARE_RETRY_AFTER,
-                reason: None,
-            },
+            Ok(Resolution::Full) => Decision::Full,
             Ok(Resolution::NotOpen) => Decision::NotOpen,
             Ok(Resolution::Closed) => Decision::Closed,
             Err(StoreError::Unavailable(_)) => Decision::Stalled {
@@ -198,6 +195,33 @@ impl Admission {
                 .publish(Event::visitor(EventKind::SessionExpired, room, visitor));
         }
         Ok(ended)
+    }
+
+    /// Where `visitor` stands in `room`, without joining anyone (assets and streams, SPEC
+    /// §10): the session cache first, else one heartbeat read. `None` when the store did
+    /// not answer.
+    pub async fn state_of(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        client: ClientKey,
+    ) -> Option<crate::queue::VisitorState> {
+        if self
+            .sessions
+            .confirmed_since(room, visitor, client, self.confirm_window(room))
+            .is_some()
+        {
+            return Some(crate::queue::VisitorState::Admitted);
+        }
+        let states = self.heartbeat(room, &[visitor]).await.ok()?;
+        states.into_iter().next()
+    }
+
+    /// Keeps the sessions of `visitors` alive past `session_ttl` (open streams, SPEC §10),
+    /// in one store call.
+    pub async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<()> {
+        self.observe(self.store.touch_sessions(room, visitors).await)
+            .map(|_| ())
     }
 
     fn confirm_window(&self, room: &str) -> Duration {

@@ -37,11 +37,19 @@ struct ProxyLabels {
 
 type HistogramFamily = Family<ProxyLabels, Histogram, fn() -> Histogram>;
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RoomLabel {
+    room: String,
+}
+
 /// This process's registry and the metrics recorded as they happen.
 pub struct Metrics {
     registry: Registry,
     proxied: HistogramFamily,
     open_streams: Gauge,
+    bypass: Family<RoomLabel, prometheus_client::metrics::counter::Counter>,
+    inflight: Family<RoomLabel, Gauge>,
+    inflight_rejected: Family<RoomLabel, prometheus_client::metrics::counter::Counter>,
 }
 
 impl Metrics {
@@ -67,6 +75,24 @@ impl Metrics {
             "Waiting pages' live streams (Server-Sent Events) open on this replica",
             open_streams.clone(),
         );
+        let bypass = Family::default();
+        registry.register(
+            "anteroom_bypass_requests",
+            "Requests proxied straight through under bypass_paths (and CORS preflights), by room",
+            bypass.clone(),
+        );
+        let inflight = Family::default();
+        registry.register(
+            "anteroom_origin_inflight",
+            "Requests in flight to the origin under max_inflight on this replica, by room",
+            inflight.clone(),
+        );
+        let inflight_rejected = Family::default();
+        registry.register(
+            "anteroom_inflight_rejected",
+            "Requests answered 503 after waiting inflight_wait for an in-flight slot, by room",
+            inflight_rejected.clone(),
+        );
         registry.register_collector(Box::new(CacheCollector {
             admission,
             rooms,
@@ -79,7 +105,25 @@ impl Metrics {
             registry,
             proxied,
             open_streams,
+            bypass,
+            inflight,
+            inflight_rejected,
         }
+    }
+
+    /// One request passed straight through (`bypass_paths`, a CORS preflight).
+    pub fn count_bypass(&self, room: &str) {
+        self.bypass.get_or_create(&label(room)).inc();
+    }
+
+    /// The gauge of requests in flight to `room`'s origin under `max_inflight`.
+    pub fn inflight_gauge(&self, room: &str) -> Gauge {
+        self.inflight.get_or_create(&label(room)).clone()
+    }
+
+    /// One request refused after waiting `inflight_wait`.
+    pub fn count_inflight_rejected(&self, room: &str) {
+        self.inflight_rejected.get_or_create(&label(room)).inc();
     }
 
     /// Runs `proxy` and records how long it took to produce a response, by status class.
@@ -195,6 +239,12 @@ enum Value {
     Gauge(i64),
     Float(f64),
     Counter(u64),
+}
+
+fn label(room: &str) -> RoomLabel {
+    RoomLabel {
+        room: room.to_owned(),
+    }
 }
 
 fn int(n: u64) -> Option<Value> {

@@ -465,8 +465,20 @@ impl OriginClient {
     pub async fn forward(
         &self,
         origin: &Origin,
+        req: Request<Incoming>,
+        ctx: &ForwardContext,
+    ) -> Result<Response<Body>, ProxyError> {
+        self.forward_holding(origin, req, ctx, None).await
+    }
+
+    /// [`OriginClient::forward`], keeping `tunnel_guard` alive for as long as an upgraded
+    /// connection lasts (a stream's slot under `stream_cap`, SPEC §10).
+    pub async fn forward_holding(
+        &self,
+        origin: &Origin,
         mut req: Request<Incoming>,
         ctx: &ForwardContext,
+        tunnel_guard: Option<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Result<Response<Body>, ProxyError> {
         if req.method() == Method::CONNECT {
             return Err(ProxyError::BadRequest("CONNECT is not proxied".into()));
@@ -476,11 +488,13 @@ impl OriginClient {
         let visitor_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         // What the tunnel keeps counted while it lives: the connection's slot (so it stays
         // under `max_connections` and the per-peer cap) and the client's stream ticket.
+        // And whatever the caller asked to hold (a stream's slot under `stream_cap`).
         let tunnel_guards = (
             req.extensions_mut()
                 .remove::<Arc<crate::server::ConnectionSlot>>(),
             req.extensions_mut()
                 .remove::<Arc<crate::live::StreamTicket>>(),
+            tunnel_guard,
         );
 
         let (mut parts, body) = req.into_parts();
@@ -650,7 +664,8 @@ fn ip_header(ip: IpAddr) -> HeaderValue {
 }
 
 /// Joins the bytes of two upgraded connections until either side closes or neither sends
-/// a byte for `idle`. `guards` (the connection slot, the stream ticket) are held until then.
+/// a byte for `idle`. `guards` (the connection slot, the stream ticket, the caller's guard)
+/// are held until then.
 async fn tunnel<G: Send>(
     visitor: hyper::upgrade::OnUpgrade,
     origin: hyper::upgrade::OnUpgrade,

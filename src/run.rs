@@ -183,6 +183,7 @@ pub async fn start(
     // Kafka; its state saved with the queue's snapshots.
     let abuse_ticker = abuse.spawn_ticker(ABUSE_TICK);
     tokio::spawn(abuse_loop(app.clone(), abuse_events, background.clone()));
+    tokio::spawn(stream_touch_loop(app.clone(), background.clone()));
 
     let limits = ServerLimits {
         header_read_timeout: config.server.header_read_timeout,
@@ -383,6 +384,24 @@ async fn snapshot_loop(store: Arc<dyn QueueStore>, stop: CancellationToken) {
         }
     }
 }
+
+/// Keeps the sessions of visitors with an open stream to the origin alive (SPEC §10): one
+/// batched store call per room with streams, every [`STREAM_TOUCH`]. The shortest
+/// `session_ttl` is 1 s and a session is reaped only after a whole ttl without activity,
+/// so a touch each half second never lets an open stream's session lapse.
+async fn stream_touch_loop(app: Arc<App>, stop: CancellationToken) {
+    let mut ticks = tokio::time::interval(STREAM_TOUCH);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = ticks.tick() => app.touch_streams().await,
+        }
+    }
+}
+
+/// How often open streams' sessions are touched.
+const STREAM_TOUCH: Duration = Duration::from_millis(500);
 
 /// Resolves on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {

@@ -504,3 +504,55 @@ async fn no_admission_key_means_no_header_and_a_404_document() {
     assert!(origin.hits() >= 1);
     ar.shutdown().await.unwrap();
 }
+
+// Traffic classes (SPEC §10) and the admission header (§14): an admitted visitor's asset is
+// one of their proxied requests and carries a verified token; a bypass path is nobody's,
+// so it carries none (and a forged one is still removed).
+#[tokio::test]
+async fn an_admitted_visitors_asset_carries_the_admission_header_and_a_bypass_does_not() {
+    let key = AdmissionKey::generate().unwrap();
+    let origin_key = Arc::new(Mutex::new(Some(key.public().clone())));
+    let origin = verifying_origin(origin_key).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_key(
+        &format!("http://{origin}"),
+        dir.path(),
+        &key.to_config_text(),
+        "    rate: 100\n    max_active: 1\n    asset_paths: [\"*.css\"]\n    bypass_paths: [\"/webhooks/**\"]",
+    );
+    let ar = common::start(&config).await;
+    let base = format!("http://{}", ar.addr);
+    let client = common::client();
+
+    let a = client.get(format!("{base}/")).send().await.unwrap();
+    let a_cookie = common::visitor_cookie(&a).unwrap();
+    let page = a.text().await.unwrap();
+    assert!(page.starts_with("ok main "), "{page}");
+    let css = client
+        .get(format!("{base}/static/app.css"))
+        .visitor(&a_cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(css.status(), 200);
+    assert_eq!(
+        css.text().await.unwrap(),
+        page,
+        "the asset carries A's token"
+    );
+
+    let hook = client
+        .post(format!("{base}/webhooks/pay"))
+        .header("x-anteroom-admission", "v1.forged.sig")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        hook.status(),
+        403,
+        "no token on a bypass, and no forged one"
+    );
+    assert!(common::visitor_cookie(&hook).is_none());
+    ar.shutdown().await.unwrap();
+}

@@ -88,6 +88,15 @@ impl Config {
             "public scheme:    {} (X-Forwarded-Proto unless a trusted proxy sent one)",
             self.public_scheme
         );
+        let _ = writeln!(
+            o,
+            "priority grants:  {}",
+            if self.priority_secret.is_some() {
+                "key set (priority_secret; grants not built yet)"
+            } else {
+                "off (no priority_secret)"
+            }
+        );
         let proxies: Vec<String> = self.trusted_proxies.iter().map(|n| n.to_string()).collect();
         let _ = writeln!(
             o,
@@ -261,6 +270,30 @@ impl Config {
                 },
                 r.queue_status_code,
                 if r.lottery { ", lottery draw" } else { "" }
+            );
+            let cap = |n: u64| {
+                if n == 0 {
+                    "no cap".to_string()
+                } else {
+                    n.to_string()
+                }
+            };
+            let list = |l: &[String]| {
+                if l.is_empty() {
+                    "none".to_string()
+                } else {
+                    l.join(" ")
+                }
+            };
+            let _ = writeln!(o, "    bypass:       {}", list(&r.bypass_paths));
+            let _ = writeln!(o, "    assets:       {}", list(&r.asset_paths));
+            let _ = writeln!(
+                o,
+                "    origin caps:  {} in flight (wait {}), {} streams, {} in line",
+                cap(r.max_inflight),
+                dur(r.inflight_wait),
+                cap(r.stream_cap),
+                cap(r.max_waiting)
             );
             let sched = &r.schedule;
             if !sched.is_empty() {

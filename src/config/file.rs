@@ -41,6 +41,7 @@ pub(super) struct RawFile {
     #[serde(default, deserialize_with = "null_is_empty")]
     pub admin_allow: Vec<V>,
     pub metrics_token: Option<V>,
+    pub priority_secret: Option<V>,
     #[serde(default, deserialize_with = "null_is_empty")]
     pub redis: RawRedis,
     #[serde(default, deserialize_with = "null_is_empty")]
@@ -139,6 +140,14 @@ pub(super) struct RawRoom {
     pub lottery: Option<V>,
     pub queue_status_code: Option<V>,
     pub schedule: Option<RawSchedule>,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub bypass_paths: Vec<V>,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub asset_paths: Vec<V>,
+    pub stream_cap: Option<V>,
+    pub max_inflight: Option<V>,
+    pub inflight_wait: Option<V>,
+    pub max_waiting: Option<V>,
 }
 
 #[derive(Debug, Default, Deserialize)]

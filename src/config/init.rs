@@ -32,6 +32,10 @@ admin_token: "{admin_token}"
 # The origin checks it with the public key at /__anteroom/admission-key. Empty: no header.
 # Can also be set with ANTEROOM_ADMISSION_KEY.
 admission_key: "{admission_key}"
+# Key of signed priority grants (SPEC §10 "Priority"): at least 32 bytes; empty: grants
+# are refused. Grants themselves are not built yet: the key is checked and kept.
+# Can also be set with ANTEROOM_PRIORITY_SECRET.
+# priority_secret: ""
 # Mark the visitor cookie Secure; turn on when visitors reach you over HTTPS.
 secure_cookies: false
 # The scheme visitors use, sent to the origin as X-Forwarded-Proto when no trusted proxy
@@ -150,6 +154,19 @@ rooms:
     lottery: false
     # HTTP status of the waiting page: 200 (default), 202, 429 or 503.
     # queue_status_code: 200
+    # Path globs (`*` within a segment, `**` across, no leading `/`: the last segment).
+    # Proxied straight to the origin: no queue, no cookie (webhooks, health checks, ACME).
+    # bypass_paths: ["/webhooks/**", "/.well-known/acme-challenge/**"]
+    # Never join the line: served to admitted visitors, else 503 (never the HTML page).
+    # asset_paths: ["*.css", "*.js", "/static/**"]
+    # WebSocket / SSE streams to the origin open at once (0: no cap).
+    # stream_cap: 0
+    # Requests in flight to the origin at once on this replica (0: no cap).
+    # max_inflight: 0
+    # How long a request waits for an in-flight slot before a 503.
+    # inflight_wait: 5s
+    # The queue breaker: at most this many in line, newcomers get 503 "full" (0: no limit).
+    # max_waiting: 0
     # Scheduled drop, RFC 3339 times: queue_opens_at, admits_at, closes_at.
     schedule: {{}}
 "#,

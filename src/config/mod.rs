@@ -37,6 +37,8 @@ pub struct Config {
     pub admin_token: Secret,
     /// Signs `X-Anteroom-Admission` for the origin (SPEC §14); `None`: no header.
     pub admission_key: Option<std::sync::Arc<crate::fairness::admission_token::AdmissionKey>>,
+    /// Key of the signed priority grants (≥ 32 bytes); `None`: grants are refused.
+    pub priority_secret: Option<Secret>,
     /// Mark the visitor cookie `Secure`.
     pub secure_cookies: bool,
     /// `X-Forwarded-Proto` when no trusted proxy sent one: `"http"` or `"https"`.
@@ -207,6 +209,18 @@ pub struct RoomConfig {
     pub lottery: bool,
     /// 200, 202, 429 or 503.
     pub queue_status_code: u16,
+    /// Globs (checked by [`crate::glob`]) proxied straight through: no queue, no cookie.
+    pub bypass_paths: Vec<String>,
+    /// Globs of stylesheets, scripts, images: never join the line, never get the page.
+    pub asset_paths: Vec<String>,
+    /// WebSocket / SSE streams to the origin open at once in this room; 0: no cap.
+    pub stream_cap: u64,
+    /// Requests in flight to the origin at once on this replica; 0: no cap.
+    pub max_inflight: u64,
+    /// How long a request waits for an in-flight slot before a 503.
+    pub inflight_wait: Duration,
+    /// The queue breaker: at most this many in line; 0: no limit.
+    pub max_waiting: u64,
     pub schedule: Schedule,
 }
 

@@ -1045,3 +1045,64 @@ fn connection_budget_keys_parse_and_are_checked() {
         );
     }
 }
+
+#[test]
+fn traffic_class_keys_parse_and_bad_ones_name_key_and_line() {
+    let c = parse(&minimal(
+        "    bypass_paths: [\"/webhooks/**\", \"/health\"]\n    asset_paths:\n      - \"*.css\"\n      - /static/**\n    stream_cap: 10\n    max_inflight: 4\n    inflight_wait: 250ms\n    max_waiting: 1000\n",
+    ))
+    .unwrap();
+    let r = &c.rooms[0];
+    assert_eq!(r.bypass_paths, ["/webhooks/**", "/health"]);
+    assert_eq!(r.asset_paths, ["*.css", "/static/**"]);
+    assert_eq!((r.stream_cap, r.max_inflight, r.max_waiting), (10, 4, 1000));
+    assert_eq!(r.inflight_wait, Duration::from_millis(250));
+    assert_eq!(crate::queue::RoomPolicy::of(r).max_waiting, 1000);
+    let described = c.describe();
+    assert!(
+        described.contains("bypass:       /webhooks/** /health")
+            && described.contains("4 in flight (wait 250ms), 10 streams, 1000 in line"),
+        "{described}"
+    );
+    // Defaults: everything off, a 5 s wait.
+    let d = parse(&minimal("")).unwrap();
+    let r = &d.rooms[0];
+    assert!(r.bypass_paths.is_empty() && r.asset_paths.is_empty());
+    assert_eq!((r.stream_cap, r.max_inflight, r.max_waiting), (0, 0, 0));
+    assert_eq!(r.inflight_wait, Duration::from_secs(5));
+    assert!(d.priority_secret.is_none());
+
+    let e = err(&minimal(
+        "    asset_paths:\n      - \"*.css\"\n      - \"/a**/b\"\n",
+    ));
+    assert!(
+        e.starts_with("anteroom.yaml:8: rooms.main.asset_paths[1]: is not a valid path glob"),
+        "{e}"
+    );
+    let e = err(&minimal("    bypass_paths: [\"/x?y\"]\n"));
+    assert!(
+        e.starts_with("anteroom.yaml:6: rooms.main.bypass_paths[0]:"),
+        "{e}"
+    );
+    for (line, key) in [
+        ("    stream_cap: -1\n", "stream_cap"),
+        ("    max_inflight: lots\n", "max_inflight"),
+        ("    max_waiting: 1.5\n", "max_waiting"),
+        ("    inflight_wait: soon\n", "inflight_wait"),
+    ] {
+        let e = err(&minimal(line));
+        assert!(
+            e.starts_with(&format!("anteroom.yaml:6: rooms.main.{key}: ")),
+            "{e}"
+        );
+    }
+    let short = format!("priority_secret: \"too-short\"\n{}", minimal(""));
+    let e = err(&short);
+    assert!(
+        e.starts_with("anteroom.yaml:1: priority_secret: must be at least 32 bytes"),
+        "{e}"
+    );
+    assert!(!e.contains("too-short"), "secrets are not echoed: {e}");
+    let ok = format!("priority_secret: \"{}\"\n{}", "p".repeat(32), minimal(""));
+    assert!(parse(&ok).unwrap().priority_secret.is_some());
+}

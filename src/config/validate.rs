@@ -165,6 +165,23 @@ impl RawFile {
             }
         };
 
+        // Key of the priority grants (SPEC §10 "Priority"): its UTF-8 bytes, as the site's
+        // own minting code will use them; empty or absent means grants are off.
+        let priority_secret = match &d.priority_secret {
+            Some(v) if !v.text.is_empty() => {
+                let n = v.text.len();
+                if n < 32 {
+                    return Err(cx.fail(
+                        "priority_secret",
+                        v,
+                        format!("must be at least 32 bytes (got {n})"),
+                    ));
+                }
+                Some(Secret::from_text(v.text.clone()))
+            }
+            _ => None,
+        };
+
         let secure_cookies = boolean(
             &cx,
             "secure_cookies",
@@ -466,6 +483,7 @@ impl RawFile {
             previous_cookie_secrets,
             admin_token,
             admission_key,
+            priority_secret,
             secure_cookies,
             public_scheme,
             trusted_proxies,
@@ -713,6 +731,41 @@ fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, ConfigError> {
         }
     };
 
+    let globs = |field: &str, list: &[V]| -> Result<Vec<String>, ConfigError> {
+        let mut out = Vec::with_capacity(list.len());
+        for (i, v) in list.iter().enumerate() {
+            let text = v.text.trim();
+            crate::glob::Glob::parse(text).map_err(|e| {
+                cx.fail(
+                    &k(&format!("{field}[{i}]")),
+                    v,
+                    format!("is not a valid path glob ({text:?}): {e}"),
+                )
+            })?;
+            out.push(text.to_owned());
+        }
+        Ok(out)
+    };
+    let bypass_paths = globs("bypass_paths", &r.bypass_paths)?;
+    let asset_paths = globs("asset_paths", &r.asset_paths)?;
+    let count = |field: &str, v: &Option<V>| -> Result<u64, ConfigError> {
+        let v = or_default(v, "0");
+        v.text.trim().parse::<u64>().map_err(|_| {
+            cx.fail(
+                &k(field),
+                &v,
+                format!(
+                    "must be a whole number, 0 for no limit (got {})",
+                    v.text.trim()
+                ),
+            )
+        })
+    };
+    let stream_cap = count("stream_cap", &r.stream_cap)?;
+    let max_inflight = count("max_inflight", &r.max_inflight)?;
+    let max_waiting = count("max_waiting", &r.max_waiting)?;
+    let inflight_wait = duration(cx, &k("inflight_wait"), &or_default(&r.inflight_wait, "5s"))?;
+
     let time = |field: &str, v: &Option<V>| -> Result<Option<(SystemTime, V)>, ConfigError> {
         match v {
             None => Ok(None),
@@ -779,6 +832,12 @@ fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, ConfigError> {
         preserve_host,
         lottery,
         queue_status_code,
+        bypass_paths,
+        asset_paths,
+        stream_cap,
+        max_inflight,
+        inflight_wait,
+        max_waiting,
         schedule: Schedule {
             queue_opens_at: opens.map(|(t, _)| t),
             admits_at: admits.map(|(t, _)| t),

@@ -1,18 +1,25 @@
 //! Step 2 of the request path: what a request is for, from its method, target and path
 //! alone (no store, no cookie), as one [`Class`] in SPEC §10's fixed order.
 //!
-//! Where the §10 classes go, in order (each is a variant here and an arm of the one
-//! `match` in [`super::App::handle`]):
+//! The §10 classes, in order (each is a variant here and an arm of the one `match` in
+//! [`super::App::handle`]):
 //! 1. banned client — first, from the in-memory ban set, before the cookie is read
-//!    (`Class::Banned`, fed by `crate::abuse`; needs the [`super::identify::Identity`]);
-//! 2. reserved `/__anteroom/…` — below ([`Class::Healthz`] … [`Class::UnknownReserved`]);
-//! 3. ban paths, 4. bypass (+ CORS preflight), 5. assets, 6. streams, 7. priority grant —
-//!    between the reserved paths and [`Class::Site`], each from the room's config;
+//!    ([`Class::Banned`], from [`super::identify::Identity::banned`]: the caller puts it
+//!    ahead of [`classify`]);
+//! 2. reserved `/__anteroom/…` ([`Class::Healthz`] … [`Class::UnknownReserved`]), and
+//!    `OPTIONS *` ([`Class::OptionsAny`]), which is about the server, not a page;
+//! 3. [`Class::BanPath`] (`abuse.ban_paths`, on the [`normalized_path`]);
+//! 4. [`Class::Bypass`] (`bypass_paths`) and [`Class::Preflight`] (CORS preflights);
+//! 5. [`Class::Asset`] (`asset_paths`); 6. [`Class::Stream`] (WebSocket upgrade or
+//!    `Accept: text/event-stream`); 7. priority grant (with the grants work: a `Class::Grant`
+//!    before the page);
 //! 8. the page: [`Class::Site`], decided by the queue.
 
 use http::{Method, Request};
 
 use super::error::Kind;
+use crate::config::RoomConfig;
+use crate::glob::GlobSet;
 
 /// Everything under this prefix is anteroom's own and never proxied.
 pub const RESERVED_PREFIX: &str = "/__anteroom/";
@@ -35,11 +42,44 @@ pub enum Class {
     AdmissionKey,
     /// Under `/__anteroom/` but nothing we serve.
     UnknownReserved,
+    /// `OPTIONS *`: answered by anteroom; creates nothing.
+    OptionsAny,
+    /// Under `abuse.ban_paths`: the first request bans the client (SPEC §10 step 3).
+    BanPath,
+    /// Under the room's `bypass_paths`: straight to the origin, no queue, no cookie.
+    Bypass,
+    /// A CORS preflight (`OPTIONS` with `Access-Control-Request-Method`): it carries no
+    /// cookie by design, so it is passed through like a bypass path.
+    Preflight,
+    /// Under the room's `asset_paths`: never joins the line, never gets the page.
+    Asset,
+    /// A WebSocket upgrade or an event stream to the origin: admitted sessions only.
+    Stream,
     /// The site: the queue decides.
     Site,
 }
 
-pub fn classify<B>(req: &Request<B>) -> Class {
+/// A room's path classes, parsed once (the config checked every pattern).
+#[derive(Clone, Debug, Default)]
+pub struct RoomPaths {
+    pub bypass: GlobSet,
+    pub assets: GlobSet,
+}
+
+impl RoomPaths {
+    pub fn of(room: &RoomConfig) -> RoomPaths {
+        // Validation parsed these very patterns; a failure here cannot happen, and an
+        // empty set (nothing matches) is the safe reading if it ever did.
+        RoomPaths {
+            bypass: GlobSet::new(&room.bypass_paths).unwrap_or_default(),
+            assets: GlobSet::new(&room.asset_paths).unwrap_or_default(),
+        }
+    }
+}
+
+/// Classifies `req`; `ban_paths` are `abuse.ban_paths` (every host's), `paths` the
+/// classes of the request's room, if it has one.
+pub fn classify<B>(req: &Request<B>, ban_paths: &GlobSet, paths: Option<&RoomPaths>) -> Class {
     // Absolute-form targets name a host of the client's choosing; a reverse proxy never
     // needs them, so they are refused before anything can route on them.
     if is_absolute_form(req) {
@@ -48,13 +88,20 @@ pub fn classify<B>(req: &Request<B>) -> Class {
     if req.method() == Method::CONNECT {
         return Class::Refused(Kind::Connect);
     }
+    if req.method() == Method::OPTIONS && req.uri().path() == "*" {
+        return Class::OptionsAny;
+    }
     let path = req.uri().path();
     let Some(reserved) = path.strip_prefix(RESERVED_PREFIX) else {
         // `/__anteroom` without the slash is reserved too.
         if path == "/__anteroom" {
             return Class::UnknownReserved;
         }
-        return Class::Site;
+        // `/%2eenv` or `/a/../.env` must not dodge `/.env`.
+        if !ban_paths.is_empty() && ban_paths.is_match(&normalized_path(path)) {
+            return Class::BanPath;
+        }
+        return site_class(req, path, paths);
     };
     match (req.method(), reserved) {
         (&Method::GET | &Method::HEAD, "healthz") => Class::Healthz,
@@ -122,6 +169,27 @@ pub fn normalized_path(path: &str) -> std::borrow::Cow<'_, str> {
     Cow::Owned(format!("/{}", out.join("/")))
 }
 
+/// SPEC §10 steps 4 to 8 for a path of the site.
+fn site_class<B>(req: &Request<B>, path: &str, paths: Option<&RoomPaths>) -> Class {
+    if paths.is_some_and(|p| p.bypass.is_match(path)) {
+        return Class::Bypass;
+    }
+    if req.method() == Method::OPTIONS
+        && req
+            .headers()
+            .contains_key(http::header::ACCESS_CONTROL_REQUEST_METHOD)
+    {
+        return Class::Preflight;
+    }
+    if paths.is_some_and(|p| p.assets.is_match(path)) {
+        return Class::Asset;
+    }
+    if crate::proxy::is_upgrade(req) || crate::proxy::is_event_stream(req) {
+        return Class::Stream;
+    }
+    Class::Site
+}
+
 /// An HTTP/1 request whose target names a host (`GET http://elsewhere/ HTTP/1.1`).
 fn is_absolute_form<B>(req: &Request<B>) -> bool {
     req.version() < http::Version::HTTP_2 && req.uri().authority().is_some()
@@ -133,6 +201,77 @@ mod tests {
 
     fn get(uri: &str) -> Request<()> {
         Request::get(uri).body(()).unwrap()
+    }
+
+    fn classify(req: &Request<()>) -> Class {
+        super::classify(req, &GlobSet::default(), None)
+    }
+
+    fn paths(bypass: &[&str], assets: &[&str]) -> RoomPaths {
+        RoomPaths {
+            bypass: GlobSet::new(bypass).unwrap(),
+            assets: GlobSet::new(assets).unwrap(),
+        }
+    }
+
+    #[test]
+    fn ban_paths_come_after_the_reserved_paths_and_before_the_room() {
+        let ban = GlobSet::new(&["/.env", "/.git/**", "/__anteroom/**"]).unwrap();
+        let p = paths(&["/.git/**"], &["*.env"]);
+        let c = |uri: &str| super::classify(&get(uri), &ban, Some(&p));
+        assert_eq!(c("/.env"), Class::BanPath);
+        assert_eq!(c("/%2eenv"), Class::BanPath);
+        assert_eq!(c("/a/../.env"), Class::BanPath);
+        // Ahead of the room's bypass and asset paths (SPEC §10: step 3 before 4 and 5).
+        assert_eq!(c("/.git/config"), Class::BanPath);
+        assert_eq!(c("/x.env"), Class::Asset);
+        // The reserved paths are anteroom's own: never a ban path.
+        assert_eq!(c("/__anteroom/healthz"), Class::Healthz);
+        // With no room (an unknown host), a ban path is still a ban path.
+        assert_eq!(super::classify(&get("/.env"), &ban, None), Class::BanPath);
+        assert_eq!(super::classify(&get("/shop"), &ban, None), Class::Site);
+    }
+
+    #[test]
+    fn the_site_classes_in_spec_order() {
+        let p = paths(
+            &["/webhooks/**", "/__anteroom/**"],
+            &["*.css", "/webhooks/*.css"],
+        );
+        let c = |req: Request<()>| super::classify(&req, &GlobSet::default(), Some(&p));
+        assert_eq!(c(get("/webhooks/pay")), Class::Bypass);
+        // Bypass before assets; reserved paths before everything of the room.
+        assert_eq!(c(get("/webhooks/a.css")), Class::Bypass);
+        assert_eq!(c(get("/__anteroom/healthz")), Class::Healthz);
+        assert_eq!(c(get("/static/app.css")), Class::Asset);
+        assert_eq!(c(get("/static/app.css?v=2")), Class::Asset);
+        assert_eq!(c(get("/app.cssx")), Class::Site);
+        let preflight = Request::options("/api/cart")
+            .header("access-control-request-method", "POST")
+            .body(())
+            .unwrap();
+        assert_eq!(c(preflight), Class::Preflight);
+        // A plain OPTIONS (no preflight header) is a page request like any other.
+        assert_eq!(
+            c(Request::options("/api/cart").body(()).unwrap()),
+            Class::Site
+        );
+        assert_eq!(
+            c(Request::options("*").body(()).unwrap()),
+            Class::OptionsAny
+        );
+        let ws = Request::get("/socket")
+            .header("connection", "Upgrade")
+            .header("upgrade", "websocket")
+            .body(())
+            .unwrap();
+        assert_eq!(c(ws), Class::Stream);
+        let sse = Request::get("/feed")
+            .header("accept", "text/event-stream")
+            .body(())
+            .unwrap();
+        assert_eq!(c(sse), Class::Stream);
+        assert_eq!(c(get("/shop")), Class::Site);
     }
 
     #[test]

@@ -43,14 +43,14 @@ impl App {
                 if let Some(i) = identity.room {
                     self.record_admitted(identity.client_ip, i, visitor);
                 }
-                let proxied = self.proxy(room, req, identity, Some((visitor, since)));
-                self.metrics.time_proxy(&room.config.name, proxied).await
+                self.to_origin(room, req, identity, Some((visitor, since)))
+                    .await
             }
             Decision::Stalled { fail_open: true } => {
-                let proxied = self.proxy(room, req, identity, None);
-                self.metrics.time_proxy(&room.config.name, proxied).await
+                self.to_origin(room, req, identity, None).await
             }
-            Decision::Waiting(place) => self.waiting(room, place, identity),
+            Decision::Waiting(place) => self.waiting(room, place, visitor, identity),
+            Decision::Full => self.full(room, identity),
             Decision::Refused {
                 retry_after,
                 reason,
@@ -66,8 +66,8 @@ impl App {
             Decision::Closed => self.closed(room, identity),
             Decision::Stalled { fail_open: false } => self.stalled(room, identity),
         };
-        // A refused newcomer is not anyone yet: no cookie to remember them by.
-        let refused = matches!(decision, Decision::Refused { .. });
+        // A refused (or turned-away) newcomer is not anyone yet: no cookie to remember them by.
+        let refused = matches!(decision, Decision::Refused { .. } | Decision::Full);
         if (new_cookie && !refused) || matches!(decision, Decision::Waiting(_)) {
             // Re-issued on every waiting page so the cookie's age slides while they wait.
             let value = self

@@ -11,6 +11,7 @@
 //! API in [`crate::admin`] (handed an [`AdminContext`], not the app), the live streams in
 //! [`crate::live`], the metrics registry in [`crate::metrics`].
 
+pub mod classes;
 pub mod classify;
 pub mod decide;
 pub mod error;
@@ -42,7 +43,7 @@ use crate::metrics::Metrics;
 use crate::proxy::{Origin, OriginClient, ProxyError, ProxyTimeouts};
 use crate::queue::VisitorId;
 use crate::token::CookieKeys;
-pub use classify::{Class, RESERVED_PREFIX, classify};
+pub use classify::{Class, RESERVED_PREFIX, RoomPaths, classify};
 pub use error::{GateError, Kind};
 use identify::Identity;
 
@@ -56,6 +57,12 @@ const ADMISSION_SIGNER_CAPACITY: usize = 200_000;
 pub struct Room {
     pub config: RoomConfig,
     pub origin: Origin,
+    /// `bypass_paths` and `asset_paths`, parsed.
+    pub paths: RoomPaths,
+    /// `max_inflight` on this replica; `None`: no cap.
+    pub inflight: Option<classes::Inflight>,
+    /// Open streams to the origin (`stream_cap`, sessions kept alive).
+    pub streams: Arc<classes::Streams>,
 }
 
 /// A room's origin the proxy cannot address (`rooms.<name>.origin`).
@@ -186,6 +193,9 @@ impl App {
             rooms.push(Room {
                 config: room.clone(),
                 origin,
+                paths: RoomPaths::of(room),
+                inflight: None,
+                streams: Arc::default(),
             });
         }
         let previous: Vec<&[u8]> = config
@@ -200,6 +210,13 @@ impl App {
             config.fail_open,
             Some(abuse.clone()),
         );
+        for room in &mut rooms {
+            room.inflight = classes::Inflight::of(
+                room.config.max_inflight,
+                room.config.inflight_wait,
+                metrics.inflight_gauge(&room.config.name),
+            );
+        }
         Ok(App {
             rooms,
             room_names,
@@ -284,6 +301,9 @@ impl App {
         identity: Identity,
     ) -> Response<Body> {
         let peer = identity.peer;
+        let room = identity.room.map(|i| &self.rooms[i]);
+        // SPEC §10's fixed order: the ban check here, then `classify`'s; this is the one
+        // place acting on it.
         // SPEC §10 step 1: a banned client gets nothing else, reserved routes included.
         let class = if let Some(verdict) = &identity.banned {
             Class::Banned(verdict.clone())
@@ -295,11 +315,12 @@ impl App {
             // path.
             return self.error(Kind::BadPath, &identity);
         } else {
-            classify(&req)
+            classify(&req, &self.abuse.policy().ban_paths, room.map(|r| &r.paths))
         };
         match class {
             Class::Banned(verdict) => self.error(GateError::banned(&verdict), &identity),
             Class::Refused(kind) => self.error(kind, &identity),
+            Class::OptionsAny => self.options_any(),
             Class::Healthz => pages::plain(StatusCode::OK, "ok\n"),
             Class::Readyz => self.readyz().await,
             Class::Events => self.events(&identity),
@@ -310,29 +331,46 @@ impl App {
                 .unwrap_or_else(|| self.error(Kind::NotFound, &identity)),
             Class::AdmissionKey => self.admission_key(&identity),
             Class::UnknownReserved => self.error(Kind::NotFound, &identity),
-            Class::Site => {
-                // SPEC §10 step 3: ban paths, matched on the dot-segment-normalised path so
-                // `/%2eenv` or `/a/../.env` cannot dodge `/.env`.
-                let path = classify::normalized_path(req.uri().path());
-                match self.abuse.hit_ban_path(identity.client_ip, &path).await {
-                    PathOutcome::NotBanPath => {}
-                    PathOutcome::Immune => return self.error(Kind::NotFound, &identity),
-                    PathOutcome::Banned(ban) => {
-                        tracing::warn!(client = %identity.client_ip, path = %path, until_ms = ?ban.until_ms, "ban path requested; client banned");
-                        let verdict = self.abuse.check(identity.client_ip).unwrap_or(
-                            crate::abuse::BanVerdict {
-                                retry_after: Some(self.abuse.policy().cooldown),
-                                ban,
-                            },
-                        );
-                        return self.error(GateError::banned(&verdict), &identity);
-                    }
-                }
-                match identity.room {
-                    Some(i) => self.site(&self.rooms[i], req, &identity).await,
-                    None => self.error(Kind::UnknownSite, &identity),
-                }
+            Class::BanPath => self.ban_path(&req, &identity).await,
+            Class::Bypass | Class::Preflight => match room {
+                Some(room) => self.bypass(room, req, &identity).await,
+                None => self.error(Kind::UnknownSite, &identity),
+            },
+            Class::Asset => match room {
+                Some(room) => self.asset(room, req, &identity).await,
+                None => self.error(Kind::UnknownSite, &identity),
+            },
+            Class::Stream => match room {
+                Some(room) => self.stream(room, req, &identity).await,
+                None => self.error(Kind::UnknownSite, &identity),
+            },
+            Class::Site => match room {
+                Some(room) => self.site(room, req, &identity).await,
+                None => self.error(Kind::UnknownSite, &identity),
+            },
+        }
+    }
+
+    /// SPEC §10 step 3: a request to one of `abuse.ban_paths` bans its client at once;
+    /// nothing is proxied. A client in `abuse.allow` (or a trusted proxy) is not banned and
+    /// gets a 404.
+    async fn ban_path(&self, req: &Request<Incoming>, identity: &Identity) -> Response<Body> {
+        let path = classify::normalized_path(req.uri().path());
+        match self.abuse.hit_ban_path(identity.client_ip, &path).await {
+            PathOutcome::Banned(ban) => {
+                tracing::warn!(client = %identity.client_ip, path = %path, until_ms = ?ban.until_ms, "ban path requested; client banned");
+                let verdict =
+                    self.abuse
+                        .check(identity.client_ip)
+                        .unwrap_or(crate::abuse::BanVerdict {
+                            retry_after: Some(self.abuse.policy().cooldown),
+                            ban,
+                        });
+                self.error(GateError::banned(&verdict), identity)
             }
+            // `NotBanPath` cannot follow `Class::BanPath` (one glob set decides both); the
+            // safe answer is the same.
+            PathOutcome::Immune | PathOutcome::NotBanPath => self.error(Kind::NotFound, identity),
         }
     }
 
@@ -398,13 +436,14 @@ impl App {
         let identity = self.identify(&req, peer);
         // Refused targets (absolute-form, CONNECT) stay refused, `/metrics` included: the
         // rewrite below would otherwise drop the authority that marks them.
-        if let Class::Refused(kind) = classify(&req) {
+        let no_ban_paths = crate::glob::GlobSet::default();
+        if let Class::Refused(kind) = classify(&req, &no_ban_paths, None) {
             return self.error(kind, &identity);
         }
         if req.uri().path() == "/metrics" {
             *req.uri_mut() = http::Uri::from_static(admin::METRICS_PATH);
         }
-        match classify(&req) {
+        match classify(&req, &no_ban_paths, None) {
             Class::Healthz => pages::plain(StatusCode::OK, "ok\n"),
             Class::Readyz => self.readyz().await,
             Class::Admin => self.admin(req, &identity, peer).await,

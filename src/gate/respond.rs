@@ -34,12 +34,15 @@ impl App {
     /// Forwards to the origin. `admitted` is the visitor the store let in, with since when
     /// (not a fail-open pass-through): only they get an `X-Anteroom-Admission` token, and
     /// only their session can be ended by the origin's `X-Anteroom-End-Session: 1`.
+    /// `tunnel_guard` is kept alive for as long as an upgraded connection lasts (a stream's
+    /// slot under `stream_cap`, SPEC §10).
     pub(super) async fn proxy(
         &self,
         room: &Room,
         mut req: Request<Incoming>,
         identity: &Identity,
         admitted: Option<(VisitorId, u64)>,
+        tunnel_guard: Option<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Response<Body> {
         token::strip_cookie(req.headers_mut());
         // An upgrade (WebSocket) becomes a long-lived tunnel: it counts against the
@@ -74,7 +77,11 @@ impl App {
             request_id: Some(identity.request_id.clone()),
             admission,
         };
-        match self.origin_client.forward(&room.origin, req, &ctx).await {
+        match self
+            .origin_client
+            .forward_holding(&room.origin, req, &ctx, tunnel_guard)
+            .await
+        {
             Ok(mut response) => {
                 response.extensions_mut().insert(Proxied);
                 // The origin's word to us, never shown to the visitor.
@@ -101,7 +108,13 @@ impl App {
         }
     }
 
-    pub(super) fn waiting(&self, room: &Room, place: Place, identity: &Identity) -> Response<Body> {
+    pub(super) fn waiting(
+        &self,
+        room: &Room,
+        place: Place,
+        visitor: VisitorId,
+        identity: &Identity,
+    ) -> Response<Body> {
         let eta = self.admission.eta_for(&room.config.name, &place);
         let doors = room.config.schedule.admits_at;
         let retry_after_secs = match (place.phase, doors) {
@@ -118,6 +131,7 @@ impl App {
             retry_after_secs,
             phase: place.phase,
             paused: place.paused,
+            reference: Some(visitor.reference().as_str().to_owned()),
             // The draw counts down to the doors.
             phase_ends_at: doors.filter(|_| place.phase == Phase::Draw),
         };
@@ -158,6 +172,7 @@ impl App {
             retry_after_secs,
             phase,
             paused: false,
+            reference: None,
             phase_ends_at: None,
         }
     }
@@ -207,6 +222,16 @@ impl App {
         view.waiting = 0;
         view.phase_ends_at = opens;
         self.render_waiting(room, view, identity)
+    }
+
+    /// The queue breaker (`max_waiting`): the line is full; this newcomer was not added.
+    pub(super) fn full(&self, room: &Room, identity: &Identity) -> Response<Body> {
+        const RETRY_SECS: u64 = 30;
+        if identity.wants_json {
+            let view = self.placeless(room, VisitorStatus::Full, self.phase_now(room), RETRY_SECS);
+            return self.placeless_json(room, &view, StatusCode::SERVICE_UNAVAILABLE, identity);
+        }
+        self.pages.full(identity.lang, RETRY_SECS, false)
     }
 
     /// After `closes_at`: nobody else gets in.

@@ -35,6 +35,8 @@ pub enum VisitorStatus {
     Closed,
     Stalled,
     Banned,
+    /// The queue breaker (`max_waiting`) turned a newcomer away.
+    Full,
 }
 
 impl VisitorStatus {
@@ -45,6 +47,7 @@ impl VisitorStatus {
             VisitorStatus::Closed => "closed",
             VisitorStatus::Stalled => "stalled",
             VisitorStatus::Banned => "banned",
+            VisitorStatus::Full => "full",
         }
     }
 }
@@ -64,6 +67,9 @@ pub struct WaitingView {
     pub retry_after_secs: u64,
     pub phase: Phase,
     pub paused: bool,
+    /// The visitor's 8-character reference (SPEC §10), for support; `ref` in JSON.
+    #[serde(rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
     /// When the current phase ends (`before_open`: the queue opens; `draw`: the doors
     /// open), for the page's countdown. Not part of the JSON body.
     #[serde(skip)]
@@ -286,6 +292,7 @@ impl Pages {
                 eta_text => t.eta(view.eta_secs.min, view.eta_secs.max),
                 announce => view.position.map(|p| t.announce(p)),
                 paused => view.paused,
+                reference => view.reference,
                 phase => view.phase.as_str(),
                 custom_css => self.custom_css.clone().map(Value::from_safe_string),
                 refresh_secs => view.retry_after_secs,
@@ -401,6 +408,20 @@ impl Pages {
             t.banned_detail,
             retry_after,
             false,
+        )
+    }
+
+    /// The 503 page for a newcomer turned away by the queue breaker (SPEC §10).
+    pub fn full(&self, lang: Lang, retry_after: u64, json: bool) -> Response<Body> {
+        let t = lang.catalog();
+        self.message_in(
+            lang,
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(VisitorStatus::Full),
+            t.full_title,
+            t.full_detail,
+            Some(retry_after),
+            json,
         )
     }
 
@@ -576,6 +597,7 @@ mod tests {
             retry_after_secs: 5,
             phase: Phase::Queueing,
             paused: false,
+            reference: None,
             phase_ends_at: None,
         };
         let json: serde_json::Value = serde_json::to_value(&view).unwrap();
@@ -611,6 +633,7 @@ mod tests {
             retry_after_secs: 5,
             phase: Phase::Queueing,
             paused: false,
+            reference: None,
             phase_ends_at: None,
         };
         let text = RoomText {
@@ -633,6 +656,7 @@ mod tests {
             retry_after_secs: 7,
             phase,
             paused: false,
+            reference: None,
             phase_ends_at: None,
         }
     }

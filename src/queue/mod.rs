@@ -318,7 +318,7 @@ impl RoomPolicy {
             max_places_per_client: room.max_places_per_client,
             max_sessions_per_client: room.max_sessions_per_client,
             session_clients: room.session_clients,
-            // The breaker stays off until the config has its key.
+            max_waiting: room.max_waiting,
             ..RoomPolicy::default()
         }
     }

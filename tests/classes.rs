@@ -1,0 +1,608 @@
+//! SPEC §10 traffic classes end to end: a real anteroom on loopback in front of real
+//! origins (an echo origin, a slow origin that counts its concurrency, a WebSocket echo),
+//! driven by real HTTP and WebSocket clients.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message;
+
+/// One visitor in (the fast path), then nobody for 100 s: everyone after waits.
+const ONE_THEN_QUEUE: &str = "    rate: 0.01\n    max_active: 1000";
+
+async fn json(response: reqwest::Response) -> serde_json::Value {
+    response.json().await.unwrap()
+}
+
+/// A line of `n` behind one admitted visitor, whose cookie is returned.
+async fn line_of(addr: std::net::SocketAddr, n: usize) -> (String, Vec<String>) {
+    let http = client();
+    let url = format!("http://{addr}/");
+    let admitted = visitor_cookie(&http.get(&url).send().await.unwrap()).unwrap();
+    let mut waiting = Vec::new();
+    for _ in 0..n {
+        let response = http.get(&url).send().await.unwrap();
+        assert_eq!(status_header(&response).as_deref(), Some("waiting"));
+        waiting.push(visitor_cookie(&response).unwrap());
+    }
+    (admitted, waiting)
+}
+
+#[tokio::test]
+async fn a_webhook_and_a_preflight_pass_while_a_line_exists_and_create_nothing() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!("{ONE_THEN_QUEUE}\n    bypass_paths: [\"/webhooks/**\"]");
+    let ar = start(&config(&origin.url(), dir.path(), &extra)).await;
+    line_of(ar.addr, 50).await;
+    let store = ar.app.admission.store_for_tests().clone();
+    let before = store.stats("main").await.unwrap();
+    assert_eq!(before.waiting, 50);
+
+    let http = client();
+    let payload = vec![b'x'; 4096];
+    let response = http
+        .post(format!("http://{}/webhooks/pay?id=7", ar.addr))
+        .body(payload.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(visitor_cookie(&response).is_none(), "no cookie on a bypass");
+    assert_eq!(status_header(&response), None);
+    let body = json(response).await;
+    assert_eq!(body["origin"], true);
+    assert_eq!(body["method"], "POST");
+    assert_eq!(body["uri"], "/webhooks/pay?id=7");
+    assert_eq!(body["body_len"], payload.len());
+
+    // A CORS preflight (no cookie by design) is passed through the same way.
+    let response = http
+        .request(
+            reqwest::Method::OPTIONS,
+            format!("http://{}/api/cart", ar.addr),
+        )
+        .header("origin", "https://elsewhere.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert!(visitor_cookie(&response).is_none());
+    assert_eq!(json(response).await["method"], "OPTIONS");
+
+    // `OPTIONS *` is answered here.
+    let mut stream = tokio::net::TcpStream::connect(ar.addr).await.unwrap();
+    stream
+        .write_all(b"OPTIONS * HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 204"), "{out}");
+    assert!(!out.to_ascii_lowercase().contains("set-cookie"), "{out}");
+
+    let after = store.stats("main").await.unwrap();
+    assert_eq!(
+        (after.waiting, after.active, after.total_joined),
+        (before.waiting, before.active, before.total_joined),
+        "a bypass, a preflight and OPTIONS * create no session and no place"
+    );
+    let metrics = http
+        .get(format!("http://{}/__anteroom/admin/api/metrics", ar.addr))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("anteroom_bypass_requests_total{room=\"main\"} 2"),
+        "{metrics}"
+    );
+    ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_asset_is_a_small_503_for_a_waiting_visitor_and_the_file_for_an_admitted_one() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!("{ONE_THEN_QUEUE}\n    asset_paths: [\"*.css\", \"/static/**\"]");
+    let ar = start(&config(&origin.url(), dir.path(), &extra)).await;
+    let (admitted, waiting) = line_of(ar.addr, 3).await;
+    // "Nobody waits" is read from the statistics cache; bring it up to date.
+    ar.app.admission.refresh_stats(&["main".to_owned()]).await;
+    let http = client();
+    let css = format!("http://{}/static/app.css", ar.addr);
+
+    let hits = origin.hits();
+    let response = http.get(&css).visitor(&waiting[0]).send().await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    assert_eq!(status_header(&response).as_deref(), Some("waiting"));
+    let ct = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(!ct.contains("html"), "{ct}");
+    let body = response.text().await.unwrap();
+    assert!(body.len() < 64 && !body.contains('<'), "{body}");
+    // A newcomer asking for an asset does not join either.
+    let response = http.get(&css).send().await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert!(visitor_cookie(&response).is_none());
+    assert_eq!(origin.hits(), hits, "nothing reached the origin");
+    let stats = ar
+        .app
+        .admission
+        .store_for_tests()
+        .stats("main")
+        .await
+        .unwrap();
+    assert_eq!(stats.waiting, 3, "nobody joined the line for an asset");
+
+    let response = http.get(&css).visitor(&admitted).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(json(response).await["uri"], "/static/app.css");
+    ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn assets_are_served_to_anyone_while_nobody_waits() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ar = start(&config(
+        &origin.url(),
+        dir.path(),
+        "    asset_paths: [\"*.js\"]",
+    ))
+    .await;
+    let response = client()
+        .get(format!("http://{}/a/b/app.js", ar.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(visitor_cookie(&response).is_none());
+    let stats = ar
+        .app
+        .admission
+        .store_for_tests()
+        .stats("main")
+        .await
+        .unwrap();
+    assert_eq!((stats.active, stats.waiting), (0, 0));
+    ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_breaker_refuses_newcomers_only() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!("{ONE_THEN_QUEUE}\n    max_waiting: 2");
+    let ar = start(&config(&origin.url(), dir.path(), &extra)).await;
+    let (admitted, waiting) = line_of(ar.addr, 2).await;
+    let http = client();
+    let url = format!("http://{}/", ar.addr);
+
+    let response = http
+        .get(&url)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(status_header(&response).as_deref(), Some("full"));
+    assert!(response.headers().contains_key("retry-after"));
+    assert!(visitor_cookie(&response).is_none());
+    assert_eq!(json(response).await["status"], "full");
+    let page = http.get(&url).send().await.unwrap();
+    assert_eq!(page.status(), 503);
+    assert!(page.text().await.unwrap().contains("The line is full"));
+
+    // Those in line keep their places; the admitted visitor keeps the site.
+    for (i, cookie) in waiting.iter().enumerate() {
+        let body = json(
+            http.get(&url)
+                .visitor(cookie)
+                .header("accept", "application/json")
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(body["position"], i as u64 + 1);
+    }
+    let on_site = http.get(&url).visitor(&admitted).send().await.unwrap();
+    assert_eq!(json(on_site).await["origin"], true);
+    let stats = ar
+        .app
+        .admission
+        .store_for_tests()
+        .stats("main")
+        .await
+        .unwrap();
+    assert_eq!((stats.waiting, stats.total_refused), (2, 2));
+    ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_waiting_page_and_its_json_show_the_visitor_reference() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ar = start(&config(&origin.url(), dir.path(), ONE_THEN_QUEUE)).await;
+    let (_, waiting) = line_of(ar.addr, 1).await;
+    let http = client();
+    let url = format!("http://{}/", ar.addr);
+    let body = json(
+        http.get(&url)
+            .visitor(&waiting[0])
+            .header("accept", "application/json")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let reference = body["ref"].as_str().unwrap().to_owned();
+    assert_eq!(reference.len(), 8);
+    assert!(
+        reference
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+    );
+    let page = http
+        .get(&url)
+        .visitor(&waiting[0])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains(&reference), "{page}");
+    ar.shutdown().await.unwrap();
+}
+
+/// An origin that takes `delay` per request and records the most requests it ever had at
+/// once.
+struct SlowOrigin {
+    addr: std::net::SocketAddr,
+    peak: Arc<AtomicU64>,
+}
+
+async fn slow_origin(delay: Duration) -> SlowOrigin {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let now = Arc::new(AtomicU64::new(0));
+    let peak = Arc::new(AtomicU64::new(0));
+    let (n, p) = (now.clone(), peak.clone());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (n, p) = (n.clone(), p.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |_req: Request<Incoming>| {
+                    let (n, p) = (n.clone(), p.clone());
+                    async move {
+                        let at_once = n.fetch_add(1, Ordering::SeqCst) + 1;
+                        p.fetch_max(at_once, Ordering::SeqCst);
+                        tokio::time::sleep(delay).await;
+                        n.fetch_sub(1, Ordering::SeqCst);
+                        Ok::<_, std::convert::Infallible>(Response::new(
+                            anteroom::http::body::full("slow"),
+                        ))
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    SlowOrigin { addr, peak }
+}
+
+/// `n` requests at once from one admitted visitor; the statuses, in no order.
+async fn burst(addr: std::net::SocketAddr, cookie: &str, n: usize) -> Vec<u16> {
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let cookie = cookie.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let response = client()
+                .get(format!("http://{addr}/page/{i}"))
+                .visitor(&cookie)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            if status == 503 {
+                assert!(response.headers().contains_key("retry-after"));
+            }
+            let _ = response.bytes().await;
+            status
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn max_inflight_holds_the_limit_and_waits_in_order_up_to_inflight_wait() {
+    let origin = slow_origin(Duration::from_millis(500)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ar = start(&config(
+        &format!("http://{}", origin.addr),
+        dir.path(),
+        "    max_inflight: 4\n    inflight_wait: 3s",
+    ))
+    .await;
+    let first = client()
+        .get(format!("http://{}/", ar.addr))
+        .send()
+        .await
+        .unwrap();
+    let cookie = visitor_cookie(&first).unwrap();
+    let _ = first.bytes().await;
+
+    // 8 at once: 4 go, 4 wait one round (500 ms, under inflight_wait) and go.
+    let statuses = burst(ar.addr, &cookie, 8).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(
+        origin.peak.load(Ordering::SeqCst),
+        4,
+        "never a fifth at once"
+    );
+    ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_request_past_inflight_wait_gets_503() {
+    let origin = slow_origin(Duration::from_millis(1500)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ar = start(&config(
+        &format!("http://{}", origin.addr),
+        dir.path(),
+        "    max_inflight: 4\n    inflight_wait: 200ms",
+    ))
+    .await;
+    let http = client();
+    // The fast path lets this visitor in without touching the origin? No: the first page
+    // is proxied, so take the cookie from it.
+    let first = http
+        .get(format!("http://{}/", ar.addr))
+        .send()
+        .await
+        .unwrap();
+    let cookie = visitor_cookie(&first).unwrap();
+    let _ = first.bytes().await;
+
+    let mut statuses = burst(ar.addr, &cookie, 8).await;
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 200, 200, 503, 503, 503, 503]);
+    assert_eq!(origin.peak.load(Ordering::SeqCst), 4);
+    let metrics = http
+        .get(format!("http://{}/__anteroom/admin/api/metrics", ar.addr))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("anteroom_inflight_rejected_total{room=\"main\"} 4"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("anteroom_origin_inflight{room=\"main\"} 0"),
+        "every slot is back: {metrics}"
+    );
+    ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_slot_is_released_when_the_client_goes_mid_body() {
+    // An origin that sends headers, then one chunk, then never finishes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\nhello")
+                    .await;
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ar = start(&config(
+        &format!("http://{addr}"),
+        dir.path(),
+        "    max_inflight: 1\n    inflight_wait: 100ms",
+    ))
+    .await;
+    let mut stream = tokio::net::TcpStream::connect(ar.addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    // The slot is held while the body is open: the next request is refused.
+    let busy = client()
+        .get(format!("http://{}/", ar.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(busy.status(), 503);
+    // The client goes; the slot comes back.
+    drop(stream);
+    let mut freed = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut s = tokio::net::TcpStream::connect(ar.addr).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let n = s.read(&mut buf).await.unwrap();
+        if String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200") {
+            freed = true;
+            break;
+        }
+    }
+    assert!(freed, "the slot was released when the client went");
+    ar.shutdown().await.unwrap();
+}
+
+/// A WebSocket echo origin.
+async fn ws_origin() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                while let Some(Ok(msg)) = ws.next().await {
+                    if (msg.is_text() || msg.is_binary()) && ws.send(msg).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn ws_request(
+    addr: std::net::SocketAddr,
+    cookie: &str,
+) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut req = format!("ws://{addr}/socket").into_client_request().unwrap();
+    req.headers_mut()
+        .insert("cookie", format!("ar_visitor={cookie}").parse().unwrap());
+    req
+}
+
+#[tokio::test]
+async fn streams_beyond_stream_cap_are_refused_and_an_open_one_keeps_its_session() {
+    let ws = ws_origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = anteroom::clock::Clock::system();
+    let store = Arc::new(anteroom::queue::MemoryStore::in_memory(clock.clone()));
+    let ar = start_with_store(
+        &config(
+            &format!("http://{ws}"),
+            dir.path(),
+            "    rate: 0.01\n    max_active: 1\n    session_ttl: 10s\n    stream_cap: 1",
+        ),
+        store.clone(),
+    )
+    .await;
+    let http = client();
+    let url = format!("http://{}/", ar.addr);
+    let first = http.get(&url).send().await.unwrap();
+    let admitted = visitor_cookie(&first).unwrap();
+    let (waiting, _) = line_of_more(&http, &url).await;
+
+    let (mut socket, response) = tokio_tungstenite::connect_async(ws_request(ar.addr, &admitted))
+        .await
+        .expect("an admitted visitor's WebSocket");
+    assert_eq!(response.status(), 101);
+
+    // stream_cap: 1 — a second is refused.
+    match tokio_tungstenite::connect_async(ws_request(ar.addr, &admitted)).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 503),
+        other => panic!("expected a 503, got {other:?}"),
+    }
+    // A waiting visitor's stream is refused too (never the line's page).
+    match tokio_tungstenite::connect_async(ws_request(ar.addr, &waiting)).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 503),
+        other => panic!("expected a 503, got {other:?}"),
+    }
+
+    // Three times session_ttl passes by the store's clock while the socket is open; the
+    // stream keeps the session (touched every half second), so the slot is not given away.
+    for _ in 0..6 {
+        clock.advance_for_tests(Duration::from_secs(5));
+        ar.app.touch_streams().await;
+        store_pass(&ar).await;
+    }
+    socket.send(Message::text("still here")).await.unwrap();
+    let echoed = socket.next().await.unwrap().unwrap();
+    assert_eq!(echoed.into_text().unwrap().as_str(), "still here");
+    let stats = ar
+        .app
+        .admission
+        .store_for_tests()
+        .stats("main")
+        .await
+        .unwrap();
+    assert_eq!(
+        (stats.active, stats.total_expired),
+        (1, 0),
+        "the session lives"
+    );
+    let body = json(
+        http.get(&url)
+            .visitor(&waiting)
+            .header("accept", "application/json")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        body["position"], 1,
+        "the slot was not given to the next in line"
+    );
+
+    // Closed: the slot is reclaimed after session_ttl like any other.
+    socket.close(None).await.unwrap();
+    drop(socket);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(ar.app.origin_streams(), 0);
+    clock.advance_for_tests(Duration::from_secs(11));
+    store_pass(&ar).await;
+    let stats = ar
+        .app
+        .admission
+        .store_for_tests()
+        .stats("main")
+        .await
+        .unwrap();
+    assert_eq!(stats.total_expired, 1);
+    ar.shutdown().await.unwrap();
+}
+
+async fn line_of_more(http: &reqwest::Client, url: &str) -> (String, ()) {
+    let response = http.get(url).send().await.unwrap();
+    assert_eq!(status_header(&response).as_deref(), Some("waiting"));
+    (visitor_cookie(&response).unwrap(), ())
+}
+
+async fn store_pass(ar: &anteroom::run::Running) {
+    ar.app
+        .admission
+        .store_for_tests()
+        .admit_pass("main")
+        .await
+        .unwrap();
+}

@@ -124,6 +124,9 @@ pub enum EventKind {
     VisitorAbandoned,
     SessionExpired,
     ConfigChanged,
+    /// A waiting visitor put at position 1 (SPEC §10 "Priority"): moved by an admin, or by a
+    /// priority grant.
+    VisitorPrioritized,
 }
 
 /// One event as published.

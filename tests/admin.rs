@@ -947,6 +947,18 @@ impl anteroom::queue::QueueStore for Switchable {
         self.check()?;
         self.inner.end_session(room, visitor).await
     }
+    async fn spend_grant(
+        &self,
+        room: &str,
+        nonce: &str,
+        visitor: anteroom::queue::VisitorId,
+        expires_at_ms: u64,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::GrantUse> {
+        self.check()?;
+        self.inner
+            .spend_grant(room, nonce, visitor, expires_at_ms)
+            .await
+    }
     async fn touch_sessions(
         &self,
         room: &str,

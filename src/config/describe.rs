@@ -83,6 +83,15 @@ impl Config {
                 None => "none (no X-Anteroom-Admission header)".to_string(),
             }
         );
+        let _ = writeln!(
+            o,
+            "priority grants:  {}",
+            if self.priority_secret.is_some() {
+                "on (priority_secret is set)"
+            } else {
+                "off (no priority_secret)"
+            }
+        );
         let proxies: Vec<String> = self.trusted_proxies.iter().map(|n| n.to_string()).collect();
         let _ = writeln!(
             o,

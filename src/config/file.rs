@@ -27,6 +27,7 @@ pub(super) struct RawFile {
     pub previous_cookie_secrets: Vec<V>,
     pub admin_token: Option<V>,
     pub admission_key: Option<V>,
+    pub priority_secret: Option<V>,
     pub secure_cookies: Option<V>,
     #[serde(default, deserialize_with = "null_is_empty")]
     pub trusted_proxies: Vec<V>,

@@ -132,6 +132,7 @@ fn apply(
     set(&mut draft.admin_token, e("ANTEROOM_ADMIN_TOKEN"));
     set(&mut draft.admission_key, e("ANTEROOM_ADMISSION_KEY"));
     set(&mut draft.cookie_secret, e("ANTEROOM_COOKIE_SECRET"));
+    set(&mut draft.priority_secret, e("ANTEROOM_PRIORITY_SECRET"));
     set(
         &mut draft.kafka.sasl_password,
         e("ANTEROOM_KAFKA_SASL_PASSWORD"),

@@ -135,6 +135,24 @@ impl RawFile {
             )),
             _ => None,
         };
+        // Empty (as `priority_secret: ""`) means no priority grants.
+        let priority_secret = match &d.priority_secret {
+            Some(v) if !v.text.is_empty() => {
+                let n = v.text.len();
+                if n < 32 {
+                    return Err(cx.fail(
+                        "priority_secret",
+                        v,
+                        format!(
+                            "must be at least 32 bytes (got {n}; `anteroom init` writes a \
+                             64-character one)"
+                        ),
+                    ));
+                }
+                Some(Secret::from_text(v.text.clone()))
+            }
+            _ => None,
+        };
         let admin_token = match &d.admin_token {
             Some(v) => {
                 let n = v.text.chars().count();
@@ -385,6 +403,7 @@ impl RawFile {
             previous_cookie_secrets,
             admin_token,
             admission_key,
+            priority_secret,
             secure_cookies,
             trusted_proxies,
             data_dir,

@@ -1,13 +1,15 @@
-//! Step 2 of the request path: what a request is for, from its method, target and path
-//! alone (no store, no cookie), as one [`Class`] in SPEC §10's fixed order.
+//! Step 2 of the request path: what a request is for, from its method, target, path and
+//! whether it carries a priority grant (no store, no cookie, no signature check), as one
+//! [`Class`] in SPEC §10's fixed order.
 //!
 //! Where the §10 classes go, in order (each is a variant here and an arm of the one
 //! `match` in [`super::App::handle`]):
 //! 1. banned client — first, from the in-memory ban set, before the cookie is read
 //!    (`Class::Banned`, fed by `crate::abuse`; needs the [`super::identify::Identity`]);
 //! 2. reserved `/__anteroom/…` — below ([`Class::Healthz`] … [`Class::UnknownReserved`]);
-//! 3. ban paths, 4. bypass (+ CORS preflight), 5. assets, 6. streams, 7. priority grant —
-//!    between the reserved paths and [`Class::Site`], each from the room's config;
+//! 3. ban paths, 4. bypass (+ CORS preflight), 5. assets, 6. streams — between the
+//!    reserved paths and [`Class::Grant`], each from the room's config;
+//! 7. a priority grant: [`Class::Grant`] (verified and spent in `decide`);
 //! 8. the page: [`Class::Site`], decided by the queue.
 
 use http::{Method, Request};
@@ -33,6 +35,9 @@ pub enum Class {
     AdmissionKey,
     /// Under `/__anteroom/` but nothing we serve.
     UnknownReserved,
+    /// The site with a priority grant (`ar_grant` or `X-Anteroom-Grant`, step 7): the
+    /// grant is checked, then the queue decides with the visitor at position 1.
+    Grant,
     /// The site: the queue decides.
     Site,
 }
@@ -51,6 +56,9 @@ pub fn classify<B>(req: &Request<B>) -> Class {
         // `/__anteroom` without the slash is reserved too.
         if path == "/__anteroom" {
             return Class::UnknownReserved;
+        }
+        if crate::priority::carried(req).is_some() {
+            return Class::Grant;
         }
         return Class::Site;
     };
@@ -97,6 +105,18 @@ mod tests {
         assert_eq!(classify(&get("/__anteroom")), Class::UnknownReserved);
         assert_eq!(classify(&get("/__anteroom/nope")), Class::UnknownReserved);
         assert_eq!(classify(&get("/shop")), Class::Site);
+        assert_eq!(classify(&get("/shop?ar_grant=v1.x")), Class::Grant);
+        assert_eq!(classify(&get("/shop?ar_grantx=1")), Class::Site);
+        let header = Request::get("/")
+            .header("x-anteroom-grant", "v1.x")
+            .body(())
+            .unwrap();
+        assert_eq!(classify(&header), Class::Grant);
+        // Reserved paths come first: a grant there is nothing.
+        assert_eq!(
+            classify(&get("/__anteroom/healthz?ar_grant=v1.x")),
+            Class::Healthz
+        );
         assert_eq!(
             classify(&get("http://elsewhere/")),
             Class::Refused(Kind::AbsoluteForm)

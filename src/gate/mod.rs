@@ -95,6 +95,8 @@ pub struct App {
     signer: Option<AdmissionSigner>,
     /// The public `/__anteroom/admission-key` document, serialised once.
     admission_key_document: Option<bytes::Bytes>,
+    /// Verifies priority grants (SPEC §10); `None`: a grant is ignored.
+    priority_secret: Option<crate::config::Secret>,
 }
 
 /// `Retry-After` on a refused stream or tunnel: about one waiting-page refresh.
@@ -166,6 +168,7 @@ impl App {
                     .unwrap_or_default()
                     .into()
             }),
+            priority_secret: config.priority_secret.clone(),
         })
     }
 
@@ -199,6 +202,10 @@ impl App {
                 .unwrap_or_else(|| self.error(Kind::NotFound, &identity)),
             Class::AdmissionKey => self.admission_key(&identity),
             Class::UnknownReserved => self.error(Kind::NotFound, &identity),
+            Class::Grant => match identity.room {
+                Some(i) => self.granted(&self.rooms[i], req, &identity).await,
+                None => self.error(Kind::UnknownSite, &identity),
+            },
             Class::Site => match identity.room {
                 Some(i) => self.site(&self.rooms[i], req, &identity).await,
                 None => self.error(Kind::UnknownSite, &identity),

@@ -815,6 +815,22 @@ async fn the_openapi_document_matches_the_routes_and_the_server() {
     let mut checked = 0;
     for route in admin::routes() {
         let method = reqwest::Method::from_bytes(route.method.as_str().as_bytes()).unwrap();
+        // A route of one visitor needs one waiting (the room paused, so nobody is let in).
+        let waiting_ref = if route.path.contains("{ref}") {
+            assert_eq!(h.post("/rooms/main/pause").await.status(), 200);
+            let (body, _) = h.visit(None).await;
+            assert_eq!(body["status"], "waiting");
+            let line = h.get("/rooms/main/queue").await;
+            line["entries"][0]["ref"].as_str().unwrap().to_owned()
+        } else {
+            String::new()
+        };
+        let path_of = |room: &str| {
+            route
+                .path
+                .replace("{room}", room)
+                .replace("{ref}", &waiting_ref)
+        };
         let body = match route.op {
             admin::Op::RoomConfig => r#"{"rate": 20}"#,
             _ => "",
@@ -822,7 +838,7 @@ async fn the_openapi_document_matches_the_routes_and_the_server() {
         let send = |room: &str, token: Option<&str>, body: String| {
             let mut request = h
                 .http
-                .request(method.clone(), h.url(&route.path.replace("{room}", room)))
+                .request(method.clone(), h.url(&path_of(room)))
                 .body(body);
             if let Some(token) = token {
                 request = request.bearer_auth(token);
@@ -856,12 +872,32 @@ async fn the_openapi_document_matches_the_routes_and_the_server() {
                 413,
             ));
         }
+        if route.op == admin::Op::Queue {
+            for bad in ["?limit=0", "?limit=1001", "?ref=x", "?sort=1"] {
+                let url = format!("{}{bad}", h.url(&path_of("main")));
+                let response = h
+                    .http
+                    .get(url)
+                    .bearer_auth(ADMIN_TOKEN)
+                    .send()
+                    .await
+                    .unwrap();
+                expect.push((response, 422));
+            }
+        }
+        if route.op == admin::Op::Front {
+            let stranger = anteroom::queue::VisitorId::random().reference().to_string();
+            let unknown = route
+                .path
+                .replace("{room}", "main")
+                .replace("{ref}", &stranger);
+            expect.push((h.post(&unknown.replace(API, "")).await, 404));
+            let malformed = route.path.replace("{room}", "main").replace("{ref}", "x");
+            expect.push((h.post(&malformed.replace(API, "")).await, 422));
+        }
         let wrong_method = h
             .http
-            .request(
-                reqwest::Method::PATCH,
-                h.url(&route.path.replace("{room}", "main")),
-            )
+            .request(reqwest::Method::PATCH, h.url(&path_of("main")))
             .bearer_auth(ADMIN_TOKEN)
             .send()
             .await

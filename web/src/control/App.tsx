@@ -572,13 +572,12 @@ function QueuePanel(props: {
                       type="button"
                       class="cr-btn"
                       disabled={busy}
-                      aria-label={`Move ${e.ref} to the front`}
                       onClick={() => {
                         setNotice(null);
                         setConfirming(e.ref);
                       }}
                     >
-                      Move to front
+                      Move to front<span class="cr-sr"> {e.ref}</span>
                     </button>
                   )}
                 </td>

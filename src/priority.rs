@@ -66,8 +66,6 @@ pub enum GrantError {
     TooFarAhead,
     #[error("the grant was already used")]
     Replayed,
-    #[error("priority grants are not enabled (no priority_secret)")]
-    NotEnabled,
 }
 
 impl GrantError {
@@ -81,7 +79,6 @@ impl GrantError {
             GrantError::Expired => "expired",
             GrantError::TooFarAhead => "too_far_ahead",
             GrantError::Replayed => "replayed",
-            GrantError::NotEnabled => "not_enabled",
         }
     }
 }

@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::{Event, EventKind, EventSink};
 use crate::queue::{
-    ClientKey, PassReport, QueueStore, RefusedReason, Resolution, RoomStats, StoreError,
-    StoreResult, VisitorId,
+    ClientKey, GrantUse, Join, PassReport, Place, QueueQuery, QueueStore, RefusedReason,
+    Resolution, RoomStats, StoreError, StoreResult, VisitorId, VisitorRef, WaitingEntry,
 };
 
 /// How long a replica trusts that a visitor it saw admitted is still on the site before
@@ -136,16 +136,68 @@ impl Admission {
         self.observe(self.store.flush(room).await)
     }
 
+    /// The admin's Queue view: the head of `room`'s line, or one visitor by reference.
+    pub async fn queue(&self, room: &str, query: QueueQuery) -> StoreResult<Vec<WaitingEntry>> {
+        self.observe(self.store.queue(room, query).await)
+    }
+
+    /// Moves the waiting visitor with `reference` to position 1 (admin API); publishes
+    /// `visitor_prioritized`. Returns the visitor's new place.
+    pub async fn move_to_front(
+        &self,
+        room: &str,
+        reference: VisitorRef,
+    ) -> StoreResult<(VisitorId, Place)> {
+        // Found first for the event's visitor id: the store's move answers with the place.
+        let found = self.observe(self.store.queue(room, QueueQuery::Ref(reference)).await)?;
+        let visitor = found
+            .first()
+            .map(|e| e.visitor)
+            .ok_or(StoreError::NotWaiting(reference))?;
+        let place = self.observe(self.store.move_to_front(room, reference).await)?;
+        self.events
+            .publish(Event::visitor(EventKind::VisitorPrioritized, room, visitor));
+        Ok((visitor, place))
+    }
+
+    /// Spends a priority grant's nonce for `visitor` (SPEC §10); shared by every replica.
+    pub async fn spend_grant(
+        &self,
+        room: &str,
+        nonce: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+    ) -> StoreResult<GrantUse> {
+        self.observe(
+            self.store
+                .spend_grant(room, nonce, visitor, expires_at_ms)
+                .await,
+        )
+    }
+
     /// Decides one request for the site from `visitor` in `room`, coming from `client`
     /// (whose join limit applies if this is a newcomer).
     pub async fn decide(&self, room: &str, visitor: VisitorId, client: ClientKey) -> Decision {
+        self.decide_with(room, visitor, client, Join::Back).await
+    }
+
+    /// [`Admission::decide`] with where a newcomer (or a waiting visitor) is put:
+    /// [`Join::Front`] for a spent priority grant, which also publishes
+    /// `visitor_prioritized` when it leaves them waiting at position 1.
+    pub async fn decide_with(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        client: ClientKey,
+        join: Join,
+    ) -> Decision {
         if let Some(since) =
             self.sessions
                 .confirmed_since(room, visitor, client, self.confirm_window(room))
         {
             return Decision::Admitted { since };
         }
-        match self.observe(self.store.resolve(room, visitor, client).await) {
+        match self.observe(self.store.resolve_with(room, visitor, client, join).await) {
             Ok(Resolution::Admitted { newly }) => {
                 let since = self.sessions.confirm(room, visitor, client);
                 if newly {
@@ -158,6 +210,13 @@ impl Admission {
                 if joined {
                     self.events
                         .publish(Event::visitor(EventKind::VisitorJoined, room, visitor));
+                }
+                if join == Join::Front {
+                    self.events.publish(Event::visitor(
+                        EventKind::VisitorPrioritized,
+                        room,
+                        visitor,
+                    ));
                 }
                 Decision::Waiting(place)
             }

@@ -1,5 +1,5 @@
 //! The command line (SPEC §2): run (default), `init`, `check`, `demo`, `verify-draw`,
-//! `--version`.
+//! `grant` (SPEC §10), `--version`.
 //!
 //! Flags are parsed with clap; the environment is read through an injectable lookup so
 //! tests never touch the process environment. Clap's own errors (unknown flag, bad value)
@@ -32,6 +32,12 @@ pub enum Command {
     Version,
     /// `verify-draw`: check a lottery draw (SPEC §14) without any config.
     VerifyDraw(VerifyDrawArgs),
+    /// `grant`: print a priority grant for `room` (SPEC §10), minted by [`mint_grant`].
+    Grant {
+        config: Config,
+        room: String,
+        ttl: std::time::Duration,
+    },
 }
 
 /// The arguments of `anteroom verify-draw`, checked by
@@ -164,6 +170,44 @@ enum Sub {
     /// Check a lottery draw: the salt against its commitment, your draw hash and place
     /// (exit 0 verified, 1 not verified, 2 could not check)
     VerifyDraw(VerifyDrawArgs),
+    /// Print a single-use priority grant for a room, signed with the config's
+    /// priority_secret (--config FILE or ANTEROOM_PRIORITY_SECRET)
+    Grant {
+        /// The room the grant is for
+        #[arg(long, value_name = "ROOM", default_value = "main")]
+        room: String,
+        /// How long the grant is valid (e.g. 10m, 2h; at most 7d)
+        #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
+        ttl: std::time::Duration,
+    },
+}
+
+/// `anteroom grant`: a fresh grant for `room` valid for `ttl` from `now` (unix seconds).
+/// The room must be configured and `priority_secret` set; errors name what is missing.
+pub fn mint_grant(
+    config: &Config,
+    room: &str,
+    ttl: std::time::Duration,
+    now: u64,
+) -> Result<String, ConfigError> {
+    if !config.rooms.iter().any(|r| r.name == room) {
+        let names: Vec<&str> = config.rooms.iter().map(|r| r.name.as_str()).collect();
+        return Err(ConfigError::Usage(format!(
+            "--room: there is no room named {room:?} (rooms: {})",
+            names.join(", ")
+        )));
+    }
+    let Some(secret) = &config.priority_secret else {
+        return Err(ConfigError::Invalid {
+            file: None,
+            line: None,
+            key: "priority_secret".to_string(),
+            message: "is not set: add it to the config file or set ANTEROOM_PRIORITY_SECRET \
+                      (`anteroom init` writes one, commented out)"
+                .to_string(),
+        });
+    };
+    crate::priority::mint_for(secret.expose(), room, ttl, now).map_err(ConfigError::Usage)
 }
 
 /// Parse `std::env::args` and the process environment. Usage errors and `--help` print
@@ -231,6 +275,14 @@ where
         Some(Sub::Init) => Ok(Command::Init),
         Some(Sub::Demo) => Ok(Command::Demo { options }),
         Some(Sub::VerifyDraw(verify)) => Ok(Command::VerifyDraw(verify)),
+        Some(Sub::Grant { room, ttl }) => {
+            let loaded = config::load(&overrides, env)?;
+            Ok(Command::Grant {
+                config: loaded.config,
+                room,
+                ttl,
+            })
+        }
         Some(Sub::Check) => {
             let has_config =
                 overrides.config.is_some() || env("ANTEROOM_CONFIG").is_some_and(|v| !v.is_empty());
@@ -466,6 +518,66 @@ mod tests {
             err.to_string(),
             format!("{bad_path}:6: rooms.shop.rate: must be a number greater than 0 (got -5)")
         );
+    }
+
+    #[test]
+    fn grant_mints_from_the_config_secret_and_names_what_is_missing() {
+        let secret = "a priority secret of 32+ bytes, as written";
+        let f = yaml_file(&format!(
+            "cookie_secret: \"{SECRET}\"\nadmin_token: \"abcdefghijklmnop\"\npriority_secret: \"{secret}\"\nrooms:\n  shop:\n    origin: http://127.0.0.1:3000\n"
+        ));
+        let path = f.path().to_str().unwrap();
+        let Command::Grant { config, room, ttl } = run(
+            &["grant", "--config", path, "--room", "shop", "--ttl", "2h"],
+            &no_env,
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!((room.as_str(), ttl.as_secs()), ("shop", 7200));
+        let now = 1_800_000_000;
+        let grant = mint_grant(&config, &room, ttl, now).unwrap();
+        let g = crate::priority::verify(secret.as_bytes(), &grant, "shop", now).unwrap();
+        assert_eq!(g.expires_at, now + 7200);
+        let e = mint_grant(&config, "nope", ttl, now)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--room") && e.contains("shop"), "{e}");
+        let e = mint_grant(
+            &config,
+            "shop",
+            std::time::Duration::from_secs(30 * 86400),
+            now,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--ttl"), "{e}");
+        // Defaults: room main, 10 minutes; no secret is an error naming the key.
+        let plain = yaml_file(&format!(
+            "cookie_secret: \"{SECRET}\"\nadmin_token: \"abcdefghijklmnop\"\nrooms:\n  main:\n    origin: http://127.0.0.1:3000\n"
+        ));
+        let Command::Grant { config, room, ttl } = run(
+            &["grant", "--config", plain.path().to_str().unwrap()],
+            &no_env,
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!((room.as_str(), ttl.as_secs()), ("main", 600));
+        let e = mint_grant(&config, &room, ttl, now)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("priority_secret: is not set"), "{e}");
+        // The secret from the environment, never a flag.
+        let env = env_of(&[("ANTEROOM_PRIORITY_SECRET", secret)]);
+        let Command::Grant { config, .. } =
+            run(&["grant", "--config", plain.path().to_str().unwrap()], &env).unwrap()
+        else {
+            panic!()
+        };
+        assert!(mint_grant(&config, "main", ttl, now).is_ok());
+        assert!(run(&["grant", "--priority-secret", secret], &no_env).is_err());
+        assert!(run(&["grant", "--ttl", "soon"], &no_env).is_err());
     }
 
     #[test]

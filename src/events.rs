@@ -128,6 +128,9 @@ pub enum EventKind {
     ClientBanned,
     /// Its ban was lifted or ran out.
     ClientUnbanned,
+    /// A waiting visitor put at position 1 (SPEC §10 "Priority"): moved by an admin, or by a
+    /// priority grant.
+    VisitorPrioritized,
 }
 
 /// One event as published.

@@ -14,6 +14,7 @@
 //!   pass driver, session cache, statistics cache, ETA, store health.
 //! - [`queue`]    — the store boundary: one small trait, the embedded and Redis stores
 //!   behind it, and the conformance suite every store must pass.
+//! - [`priority`] — SPEC §10 priority grants: format, verification, minting.
 //! - [`proxy`]    — forwarding to the origin.
 //! - [`admin`]    — the admin API and control-room page, given an [`admin::AdminContext`].
 //! - [`live`]     — the waiting page's live streams and their one ticker.
@@ -55,6 +56,7 @@ pub mod identity;
 pub mod live;
 pub mod log_limiter;
 pub mod metrics;
+pub mod priority;
 pub mod proxy;
 pub mod queue;
 pub mod run;

@@ -63,6 +63,22 @@ fn main() -> ExitCode {
             exit(serve_demo())
         }
         Command::VerifyDraw(args) => verify_draw(&args),
+        Command::Grant { config, room, ttl } => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs();
+            match cli::mint_grant(&config, &room, ttl, now) {
+                Ok(grant) => {
+                    println!("{grant}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
     }
 }
 

@@ -817,18 +817,34 @@ async fn the_openapi_document_matches_the_routes_and_the_server() {
     let mut checked = 0;
     for route in admin::routes() {
         let method = reqwest::Method::from_bytes(route.method.as_str().as_bytes()).unwrap();
+        // A route of one visitor needs one waiting (the room paused, so nobody is let in).
+        let waiting_ref = if route.path.contains("{ref}") {
+            assert_eq!(h.post("/rooms/main/pause").await.status(), 200);
+            let (body, _) = h.visit(None).await;
+            assert_eq!(body["status"], "waiting");
+            let line = h.get("/rooms/main/queue").await;
+            line["entries"][0]["ref"].as_str().unwrap().to_owned()
+        } else {
+            String::new()
+        };
+        let path_of = |room: &str| {
+            route
+                .path
+                .replace("{room}", room)
+                .replace("{ref}", &waiting_ref)
+                // `{target}`: the ban the POST route made just before (routes are in order).
+                .replace("{target}", "192.0.2.1")
+        };
         let body = match route.op {
             admin::Op::RoomConfig => r#"{"rate": 20}"#,
             admin::Op::Ban => r#"{"target": "192.0.2.1", "duration_secs": 60, "reason": "t"}"#,
             _ => "",
         };
         let send = |room: &str, token: Option<&str>, body: String| {
-            // `{target}`: the ban the POST route made just before (routes are in order).
-            let path = route
-                .path
-                .replace("{room}", room)
-                .replace("{target}", "192.0.2.1");
-            let mut request = h.http.request(method.clone(), h.url(&path)).body(body);
+            let mut request = h
+                .http
+                .request(method.clone(), h.url(&path_of(room)))
+                .body(body);
             if let Some(token) = token {
                 request = request.bearer_auth(token);
             }
@@ -862,12 +878,32 @@ async fn the_openapi_document_matches_the_routes_and_the_server() {
                 413,
             ));
         }
+        if route.op == admin::Op::Queue {
+            for bad in ["?limit=0", "?limit=1001", "?ref=x", "?sort=1"] {
+                let url = format!("{}{bad}", h.url(&path_of("main")));
+                let response = h
+                    .http
+                    .get(url)
+                    .bearer_auth(ADMIN_TOKEN)
+                    .send()
+                    .await
+                    .unwrap();
+                expect.push((response, 422));
+            }
+        }
+        if route.op == admin::Op::Front {
+            let stranger = anteroom::queue::VisitorId::random().reference().to_string();
+            let unknown = route
+                .path
+                .replace("{room}", "main")
+                .replace("{ref}", &stranger);
+            expect.push((h.post(&unknown.replace(API, "")).await, 404));
+            let malformed = route.path.replace("{room}", "main").replace("{ref}", "x");
+            expect.push((h.post(&malformed.replace(API, "")).await, 422));
+        }
         let wrong_method = h
             .http
-            .request(
-                reqwest::Method::PATCH,
-                h.url(&route.path.replace("{room}", "main")),
-            )
+            .request(reqwest::Method::PATCH, h.url(&path_of("main")))
             .bearer_auth(ADMIN_TOKEN)
             .send()
             .await
@@ -952,6 +988,18 @@ impl anteroom::queue::QueueStore for Switchable {
     ) -> anteroom::queue::StoreResult<bool> {
         self.check()?;
         self.inner.end_session(room, visitor).await
+    }
+    async fn spend_grant(
+        &self,
+        room: &str,
+        nonce: &str,
+        visitor: anteroom::queue::VisitorId,
+        expires_at_ms: u64,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::GrantUse> {
+        self.check()?;
+        self.inner
+            .spend_grant(room, nonce, visitor, expires_at_ms)
+            .await
     }
     async fn touch_sessions(
         &self,

@@ -119,6 +119,17 @@ impl QueueStore for Ledger {
     async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
         self.inner.end_session(room, visitor).await
     }
+    async fn spend_grant(
+        &self,
+        room: &str,
+        nonce: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+    ) -> StoreResult<anteroom::queue::GrantUse> {
+        self.inner
+            .spend_grant(room, nonce, visitor, expires_at_ms)
+            .await
+    }
     async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<Vec<bool>> {
         self.inner.touch_sessions(room, visitors).await
     }

@@ -46,7 +46,7 @@ use crate::http::pages::{FRONTEND_BUILT_IN, STATUS_HEADER};
 use crate::live::LiveHub;
 use crate::log_limiter::LogLimiter;
 use crate::metrics::Metrics;
-use crate::queue::{RoomSettings, SettingsPatch, StoreError};
+use crate::queue::{QueueQuery, RoomSettings, SettingsPatch, StoreError};
 
 /// The OpenAPI 3 document of the admin API, kept true by `tests/admin.rs`.
 pub const OPENAPI: &str = include_str!("openapi.json");
@@ -83,9 +83,13 @@ pub enum Op {
     Ban,
     Unban,
     BanLog,
+    /// The head of the line, or one visitor by reference (SPEC §10 "Priority").
+    Queue,
+    /// Move a waiting visitor to position 1 by reference.
+    Front,
 }
 
-/// One API route. `{room}` in a path matches one path segment.
+/// One API route. `{room}` and `{ref}` in a path each match one path segment.
 #[derive(Debug)]
 pub struct Route {
     pub method: Method,
@@ -198,21 +202,49 @@ pub fn routes() -> &'static [Route] {
                 Op::Unban,
                 "lift the ban on target (URL-encoded address or CIDR)",
             ),
+            route(
+                Method::GET,
+                "/__anteroom/admin/api/rooms/{room}/queue",
+                true,
+                Op::Queue,
+                "the head of the line (limit, default 50, at most 1000), or one visitor by ref",
+            ),
+            route(
+                Method::POST,
+                "/__anteroom/admin/api/rooms/{room}/visitors/{ref}/front",
+                true,
+                Op::Front,
+                "move a waiting visitor to position 1",
+            ),
         ]
     });
     &ROUTES
 }
 
-/// Matches `path` against a route pattern; returns the `{room}` segment if there is one.
-fn matches<'a>(pattern: &str, path: &'a str) -> Option<Option<&'a str>> {
-    let mut room = None;
+/// The segments a route pattern captured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Captures<'a> {
+    room: Option<&'a str>,
+    reference: Option<&'a str>,
+    /// A ban's target (an address or CIDR), not a room.
+    target: Option<&'a str>,
+}
+
+/// Matches `path` against a route pattern; returns the `{room}`, `{ref}` and `{target}`
+/// segments.
+fn matches<'a>(pattern: &str, path: &'a str) -> Option<Captures<'a>> {
+    let mut captures = Captures::default();
     let mut pattern_parts = pattern.split('/');
     let mut path_parts = path.split('/');
     loop {
         match (pattern_parts.next(), path_parts.next()) {
-            (None, None) => return Some(room),
-            (Some("{room}" | "{target}"), Some(segment)) if !segment.is_empty() => {
-                room = Some(segment)
+            (None, None) => return Some(captures),
+            (Some("{room}"), Some(segment)) if !segment.is_empty() => captures.room = Some(segment),
+            (Some("{ref}"), Some(segment)) if !segment.is_empty() => {
+                captures.reference = Some(segment)
+            }
+            (Some("{target}"), Some(segment)) if !segment.is_empty() => {
+                captures.target = Some(segment)
             }
             (Some(p), Some(s)) if p == s => {}
             _ => return None,
@@ -362,7 +394,7 @@ pub async fn handle(
             _ => method_not_allowed("GET, HEAD"),
         };
     }
-    let candidates: Vec<(&Route, Option<&str>)> = routes()
+    let candidates: Vec<(&Route, Captures<'_>)> = routes()
         .iter()
         .filter_map(|r| Some((r, matches(r.path, &path)?)))
         .collect();
@@ -390,13 +422,11 @@ pub async fn handle(
             Err(refusal) => return *refusal,
         }
     }
-    let Some(&(route, room)) = candidates.iter().find(|(r, _)| r.method == req.method()) else {
+    let Some(&(route, captures)) = candidates.iter().find(|(r, _)| r.method == req.method()) else {
         let allow: Vec<&str> = candidates.iter().map(|(r, _)| r.method.as_str()).collect();
         return method_not_allowed(&allow.join(", "));
     };
-    let room = match room {
-        // `{target}` is a ban's target, not a room.
-        Some(target) if route.op == Op::Unban => Some(target),
+    let room = match captures.room {
         Some(name) => match app.rooms.iter().find(|r| *r == name) {
             Some(r) => Some(r.as_str()),
             None => {
@@ -443,7 +473,10 @@ pub async fn handle(
         (Op::Bans, _) => bans(app, &req),
         (Op::BanLog, _) => ban_log(app, &req).await,
         (Op::Ban, _) => ban(app, req, &who).await,
-        (Op::Unban, Some(target)) => unban(app, target, &who).await,
+        // The route's pattern always captures a target; an empty one is an unknown ban.
+        (Op::Unban, _) => unban(app, captures.target.unwrap_or_default(), &who).await,
+        (Op::Queue, Some(room)) => queue(app, &req, room).await,
+        (Op::Front, Some(room)) => front(app, room, captures.reference, &who).await,
         (op, None) => unreachable!("{op:?} routes all have a {{room}}"),
     }
 }
@@ -636,6 +669,121 @@ async fn flush(app: &AdminContext<'_>, room: &str, who: &Caller) -> Response<Bod
     ok(json!({ "room": room, "flushed": removed, "audit": audit }))
 }
 
+/// `GET …/queue?limit=N&ref=R`: the head of the line (in order, with each visitor's ref,
+/// position, and when they joined and were last seen), or the one waiting visitor with
+/// reference `ref` (an empty list when nobody waiting has it).
+async fn queue(app: &AdminContext<'_>, req: &Request<Incoming>, room: &str) -> Response<Body> {
+    let query = match parse_queue_query(req.uri().query().unwrap_or("")) {
+        Ok(q) => q,
+        Err((field, detail)) => return unprocessable(&field, &detail),
+    };
+    let limit = match query {
+        QueueQuery::Head { limit } => Some(limit),
+        QueueQuery::Ref(_) => None,
+    };
+    let entries = match app.admission.queue(room, query).await {
+        Ok(entries) => entries,
+        Err(StoreError::NotWaiting(_)) => Vec::new(),
+        Err(e) => return store_error(e),
+    };
+    ok(json!({
+        "room": room,
+        "limit": limit,
+        "waiting": app.admission.cached_stats(room).map(|c| c.stats.waiting),
+        "entries": entries,
+    }))
+}
+
+/// The default number of the Queue view's entries.
+pub const QUEUE_DEFAULT_LIMIT: usize = 50;
+
+/// The query of `GET …/queue`, or the parameter at fault and why.
+pub fn parse_queue_query(query: &str) -> Result<QueueQuery, (String, String)> {
+    let fail = |field: &str, detail: String| Err((field.to_owned(), detail));
+    let (mut limit, mut reference) = (None, None);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "limit" => {
+                let n = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=QueueQuery::MAX_LIMIT).contains(n));
+                match n {
+                    Some(n) => limit = Some(n),
+                    None => {
+                        return fail(
+                            "limit",
+                            format!(
+                                "must be a whole number from 1 to {} (got {value:?})",
+                                QueueQuery::MAX_LIMIT
+                            ),
+                        );
+                    }
+                }
+            }
+            "ref" => match crate::queue::VisitorRef::parse(value) {
+                Some(r) => reference = Some(r),
+                None => {
+                    return fail(
+                        "ref",
+                        format!("must be a visitor reference of 8 characters (got {value:?})"),
+                    );
+                }
+            },
+            other => {
+                return fail(
+                    other,
+                    "is not a parameter; expected limit or ref".to_owned(),
+                );
+            }
+        }
+    }
+    Ok(match reference {
+        Some(r) => QueueQuery::Ref(r),
+        None => QueueQuery::Head {
+            limit: limit.unwrap_or(QUEUE_DEFAULT_LIMIT),
+        },
+    })
+}
+
+/// `POST …/visitors/{ref}/front`: the waiting visitor with that reference goes to
+/// position 1; audited, and a `visitor_prioritized` event.
+async fn front(
+    app: &AdminContext<'_>,
+    room: &str,
+    reference: Option<&str>,
+    who: &Caller,
+) -> Response<Body> {
+    let Some(reference) = reference.and_then(crate::queue::VisitorRef::parse) else {
+        return unprocessable(
+            "ref",
+            "must be a visitor reference of 8 characters, as the waiting page shows it",
+        );
+    };
+    let (_, place) = match app.admission.move_to_front(room, reference).await {
+        Ok(moved) => moved,
+        Err(e) => return store_error(e),
+    };
+    tracing::info!(room, caller = %who.ip, %reference, "admin: visitor moved to the front");
+    let entry = AuditEntry::now(
+        room,
+        "front",
+        json!({ "ref": reference }),
+        json!({ "ref": reference, "position": place.position }),
+        who.ip,
+        who.peer,
+    );
+    let audit = write_audit(app, entry).await;
+    ok(json!({
+        "room": room,
+        "ref": reference,
+        "position": place.position,
+        "waiting": place.waiting,
+        "audit": audit,
+    }))
+}
+
 /// Records a change: the audit line (its result goes into the response so an operator
 /// knows) and a `config_changed` event on the side channel.
 async fn audit(
@@ -653,6 +801,11 @@ async fn audit(
             json!({ "action": action, "old": old.clone(), "new": new.clone() }),
         ));
     let entry = AuditEntry::now(room, action, old, new, who.ip, who.peer);
+    write_audit(app, entry).await
+}
+
+/// Appends `entry` to the audit log; what the response says about it.
+async fn write_audit(app: &AdminContext<'_>, entry: AuditEntry) -> Value {
     match app.admin.audit.append(&entry).await {
         Ok(()) => json!({ "written": true }),
         Err(error) => json!({ "written": false, "error": error }),
@@ -1008,6 +1161,16 @@ fn store_error(e: StoreError) -> Response<Body> {
     }
 }
 
+/// Input that parsed but cannot be served (a query parameter out of range): 422.
+fn unprocessable(field: &str, reason: &str) -> Response<Body> {
+    problem(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Invalid input",
+        &format!("{field}: {reason}"),
+        Some(field),
+    )
+}
+
 fn bad_input(field: &str, reason: &str) -> Response<Body> {
     problem(
         StatusCode::BAD_REQUEST,
@@ -1182,15 +1345,47 @@ mod tests {
     #[test]
     fn route_patterns_capture_the_room() {
         let p = "/__anteroom/admin/api/rooms/{room}/stats";
+        let room = |r| {
+            Some(Captures {
+                room: Some(r),
+                ..Captures::default()
+            })
+        };
         assert_eq!(
             matches(p, "/__anteroom/admin/api/rooms/main/stats"),
-            Some(Some("main"))
+            room("main")
+        );
+        let f = "/__anteroom/admin/api/rooms/{room}/visitors/{ref}/front";
+        assert_eq!(
+            matches(
+                f,
+                "/__anteroom/admin/api/rooms/main/visitors/ABCD1234/front"
+            ),
+            Some(Captures {
+                room: Some("main"),
+                reference: Some("ABCD1234"),
+                target: None,
+            })
+        );
+        assert_eq!(
+            matches(
+                "/__anteroom/admin/api/bans/{target}",
+                "/__anteroom/admin/api/bans/10.0.0.0%2F24"
+            ),
+            Some(Captures {
+                target: Some("10.0.0.0%2F24"),
+                ..Captures::default()
+            })
+        );
+        assert_eq!(
+            matches(f, "/__anteroom/admin/api/rooms/main/visitors//front"),
+            None
         );
         assert_eq!(matches(p, "/__anteroom/admin/api/rooms//stats"), None);
         assert_eq!(matches(p, "/__anteroom/admin/api/rooms/main/stats/x"), None);
         assert_eq!(
             matches("/__anteroom/admin/api/rooms", "/__anteroom/admin/api/rooms"),
-            Some(None)
+            Some(Captures::default())
         );
         assert_eq!(
             matches(
@@ -1198,6 +1393,38 @@ mod tests {
                 "/__anteroom/admin/api/rooms/"
             ),
             None
+        );
+    }
+
+    #[test]
+    fn queue_queries_name_the_parameter_at_fault() {
+        let field = |q: &str| parse_queue_query(q).unwrap_err().0;
+        assert_eq!(
+            parse_queue_query(""),
+            Ok(QueueQuery::Head {
+                limit: QUEUE_DEFAULT_LIMIT
+            })
+        );
+        assert_eq!(
+            parse_queue_query("limit=1000"),
+            Ok(QueueQuery::Head { limit: 1000 })
+        );
+        for bad in [
+            "limit=0",
+            "limit=1001",
+            "limit=-1",
+            "limit=x",
+            "limit=",
+            "limit",
+        ] {
+            assert_eq!(field(bad), "limit", "{bad}");
+        }
+        assert_eq!(field("ref=nope"), "ref");
+        assert_eq!(field("limit=5&sort=asc"), "sort");
+        let r = crate::queue::VisitorRef::parse("abcd1234").unwrap();
+        assert_eq!(
+            parse_queue_query("limit=5&ref=abcd-1234"),
+            Ok(QueueQuery::Ref(r))
         );
     }
 

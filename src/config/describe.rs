@@ -92,7 +92,7 @@ impl Config {
             o,
             "priority grants:  {}",
             if self.priority_secret.is_some() {
-                "key set (priority_secret; grants not built yet)"
+                "on (priority_secret is set)"
             } else {
                 "off (no priority_secret)"
             }

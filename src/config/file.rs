@@ -27,6 +27,7 @@ pub(super) struct RawFile {
     pub previous_cookie_secrets: Vec<V>,
     pub admin_token: Option<V>,
     pub admission_key: Option<V>,
+    pub priority_secret: Option<V>,
     pub secure_cookies: Option<V>,
     pub public_scheme: Option<V>,
     #[serde(default, deserialize_with = "null_is_empty")]
@@ -41,7 +42,6 @@ pub(super) struct RawFile {
     #[serde(default, deserialize_with = "null_is_empty")]
     pub admin_allow: Vec<V>,
     pub metrics_token: Option<V>,
-    pub priority_secret: Option<V>,
     #[serde(default, deserialize_with = "null_is_empty")]
     pub redis: RawRedis,
     #[serde(default, deserialize_with = "null_is_empty")]

@@ -6,6 +6,7 @@ use super::Secret;
 pub fn init_yaml() -> String {
     let cookie_secret = Secret::generate_hex(32);
     let admin_token = Secret::generate_hex(24);
+    let priority_secret = Secret::generate_hex(32);
     // Without a working generator there is no cookie secret either; fall back to no key.
     let admission_key = crate::fairness::admission_token::AdmissionKey::generate()
         .map(|k| k.to_config_text())
@@ -32,10 +33,11 @@ admin_token: "{admin_token}"
 # The origin checks it with the public key at /__anteroom/admission-key. Empty: no header.
 # Can also be set with ANTEROOM_ADMISSION_KEY.
 admission_key: "{admission_key}"
-# Key of signed priority grants (SPEC §10 "Priority"): at least 32 bytes; empty: grants
-# are refused. Grants themselves are not built yet: the key is checked and kept.
+# Signs priority grants (v1.<room>.<expiry>.<nonce>.<mac>): a visitor carrying one (the
+# ar_grant query parameter or the X-Anteroom-Grant header) goes to position 1. At least
+# 32 bytes, used as written. Uncomment to enable; mint grants with `anteroom grant`.
 # Can also be set with ANTEROOM_PRIORITY_SECRET.
-# priority_secret: ""
+# priority_secret: "{priority_secret}"
 # Mark the visitor cookie Secure; turn on when visitors reach you over HTTPS.
 secure_cookies: false
 # The scheme visitors use, sent to the origin as X-Forwarded-Proto when no trusted proxy
@@ -173,5 +175,6 @@ rooms:
         cookie_secret = cookie_secret.as_str(),
         admin_token = admin_token.as_str(),
         admission_key = admission_key.as_str(),
+        priority_secret = priority_secret.as_str(),
     )
 }

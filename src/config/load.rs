@@ -132,13 +132,13 @@ fn apply(
     set(&mut draft.admin_token, e("ANTEROOM_ADMIN_TOKEN"));
     set(&mut draft.admission_key, e("ANTEROOM_ADMISSION_KEY"));
     set(&mut draft.cookie_secret, e("ANTEROOM_COOKIE_SECRET"));
+    set(&mut draft.priority_secret, e("ANTEROOM_PRIORITY_SECRET"));
     set(
         &mut draft.kafka.sasl_password,
         e("ANTEROOM_KAFKA_SASL_PASSWORD"),
     );
     set(&mut draft.metrics_token, e("ANTEROOM_METRICS_TOKEN"));
     set(&mut draft.admin_listen, e("ANTEROOM_ADMIN_LISTEN"));
-    set(&mut draft.priority_secret, e("ANTEROOM_PRIORITY_SECRET"));
 
     let flag = |name: &'static str, v: Option<String>| v.map(|v| V::new(v, Src::Flag(name)));
     set(&mut draft.listen, flag("--listen", ov.listen.clone()));

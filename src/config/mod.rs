@@ -37,7 +37,9 @@ pub struct Config {
     pub admin_token: Secret,
     /// Signs `X-Anteroom-Admission` for the origin (SPEC §14); `None`: no header.
     pub admission_key: Option<std::sync::Arc<crate::fairness::admission_token::AdmissionKey>>,
-    /// Key of the signed priority grants (≥ 32 bytes); `None`: grants are refused.
+    /// Signs priority grants (SPEC §10 "Priority"); the key is the text's UTF-8 bytes as
+    /// written (at least 32), so a site can mint grants without decoding anything.
+    /// `None`: grants are refused.
     pub priority_secret: Option<Secret>,
     /// Mark the visitor cookie `Secure`.
     pub secure_cookies: bool,

@@ -825,6 +825,62 @@ fn admission_key_is_optional_checked_and_named() {
 }
 
 #[test]
+fn priority_secret_is_optional_checked_named_and_never_shown() {
+    let base = minimal("");
+    assert!(parse(&base).unwrap().priority_secret.is_none());
+    assert!(
+        parse(&format!("priority_secret: \"\"\n{base}"))
+            .unwrap()
+            .priority_secret
+            .is_none()
+    );
+    let e = err(&format!("{base}priority_secret: \"too short a secret\"\n"));
+    assert!(
+        e.starts_with("anteroom.yaml:6: priority_secret: must be at least 32 bytes (got 18"),
+        "{e}"
+    );
+    assert!(!e.contains("too short a secret"), "never echoed: {e}");
+    let long = "a priority secret of 32+ bytes, as written";
+    let c = parse(&format!("priority_secret: \"{long}\"\n{base}")).unwrap();
+    assert_eq!(
+        c.priority_secret.as_ref().unwrap().expose(),
+        long.as_bytes()
+    );
+    let described = c.describe();
+    assert!(described.contains("priority grants:  on"), "{described}");
+    assert!(!described.contains(long), "{described}");
+    assert!(
+        parse(&base)
+            .unwrap()
+            .describe()
+            .contains("priority grants:  off")
+    );
+
+    // From the environment, with the variable named on error (and the value not shown).
+    let f = file_with_rate("10", ":8080");
+    let ov = Overrides {
+        config: Some(f.path().to_path_buf()),
+        ..Overrides::default()
+    };
+    let e = load(
+        &ov,
+        &env_map(&[("ANTEROOM_PRIORITY_SECRET", "shortsecret")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("priority_secret: must be at least 32 bytes"),
+        "{e}"
+    );
+    assert!(
+        e.contains("ANTEROOM_PRIORITY_SECRET") && !e.contains("shortsecret"),
+        "{e}"
+    );
+    let c = load(&ov, &env_map(&[("ANTEROOM_PRIORITY_SECRET", long)])).unwrap();
+    assert_eq!(c.config.priority_secret.unwrap().expose(), long.as_bytes());
+}
+
+#[test]
 fn init_yaml_round_trips_with_fresh_secrets() {
     let a = init_yaml();
     let b = init_yaml();
@@ -910,6 +966,15 @@ fn init_yaml_round_trips_with_fresh_secrets() {
         uncommented
             .describe()
             .contains("ban after 20 strikes in 1m")
+    );
+    // priority_secret is written commented out (grants off), with a fresh secret that
+    // works once uncommented.
+    assert!(ca.priority_secret.is_none());
+    let enabled = a.replace("# priority_secret:", "priority_secret:");
+    assert_eq!(
+        parse(&enabled).unwrap().priority_secret.unwrap().len(),
+        64,
+        "64 hex characters, used as written"
     );
 }
 

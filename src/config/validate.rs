@@ -174,7 +174,10 @@ impl RawFile {
                     return Err(cx.fail(
                         "priority_secret",
                         v,
-                        format!("must be at least 32 bytes (got {n})"),
+                        format!(
+                            "must be at least 32 bytes (got {n}; `anteroom init` writes a \
+                             64-character one)"
+                        ),
                     ));
                 }
                 Some(Secret::from_text(v.text.clone()))

@@ -1,5 +1,6 @@
-//! Step 2 of the request path: what a request is for, from its method, target and path
-//! alone (no store, no cookie), as one [`Class`] in SPEC §10's fixed order.
+//! Step 2 of the request path: what a request is for, from its method, target, path and
+//! whether it carries a priority grant (no store, no cookie, no signature check), as one
+//! [`Class`] in SPEC §10's fixed order.
 //!
 //! The §10 classes, in order (each is a variant here and an arm of the one `match` in
 //! [`super::App::handle`]):
@@ -11,8 +12,8 @@
 //! 3. [`Class::BanPath`] (`abuse.ban_paths`, on the [`normalized_path`]);
 //! 4. [`Class::Bypass`] (`bypass_paths`) and [`Class::Preflight`] (CORS preflights);
 //! 5. [`Class::Asset`] (`asset_paths`); 6. [`Class::Stream`] (WebSocket upgrade or
-//!    `Accept: text/event-stream`); 7. priority grant (with the grants work: a `Class::Grant`
-//!    before the page);
+//!    `Accept: text/event-stream`); 7. a priority grant: [`Class::Grant`] (verified and
+//!    spent in `decide`);
 //! 8. the page: [`Class::Site`], decided by the queue.
 
 use http::{Method, Request};
@@ -55,6 +56,9 @@ pub enum Class {
     Asset,
     /// A WebSocket upgrade or an event stream to the origin: admitted sessions only.
     Stream,
+    /// The site with a priority grant (`ar_grant` or `X-Anteroom-Grant`, step 7): the
+    /// grant is checked, then the queue decides with the visitor at position 1.
+    Grant,
     /// The site: the queue decides.
     Site,
 }
@@ -187,6 +191,9 @@ fn site_class<B>(req: &Request<B>, path: &str, paths: Option<&RoomPaths>) -> Cla
     if crate::proxy::is_upgrade(req) || crate::proxy::is_event_stream(req) {
         return Class::Stream;
     }
+    if crate::priority::carried(req).is_some() {
+        return Class::Grant;
+    }
     Class::Site
 }
 
@@ -307,6 +314,18 @@ mod tests {
         ] {
             assert_eq!(normalized_path(raw), norm, "{raw}");
         }
+        assert_eq!(classify(&get("/shop?ar_grant=v1.x")), Class::Grant);
+        assert_eq!(classify(&get("/shop?ar_grantx=1")), Class::Site);
+        let header = Request::get("/")
+            .header("x-anteroom-grant", "v1.x")
+            .body(())
+            .unwrap();
+        assert_eq!(classify(&header), Class::Grant);
+        // Reserved paths come first: a grant there is nothing.
+        assert_eq!(
+            classify(&get("/__anteroom/healthz?ar_grant=v1.x")),
+            Class::Healthz
+        );
         assert_eq!(
             classify(&get("http://elsewhere/")),
             Class::Refused(Kind::AbsoluteForm)

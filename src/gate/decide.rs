@@ -2,6 +2,9 @@
 //! about this visitor (admitted / waiting / refused / not open / closed / store down), then
 //! hand the [`Decision`] to the matching responder and keep the visitor's cookie current.
 //!
+//! A priority grant (SPEC §10 step 7, [`crate::priority`]) is verified and spent here, then
+//! decided like any request with [`Join::Front`].
+//!
 //! Per-client shares and the signed session claim plug in here: the claim short-circuits
 //! the store call for an admitted visitor, a share caps what one [`ClientKey`] may hold
 //! before the store is asked.
@@ -10,7 +13,7 @@
 
 use std::time::SystemTime;
 
-use http::{Request, Response, header};
+use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 
 use super::identify::Identity;
@@ -18,8 +21,18 @@ use super::{App, Room};
 use crate::abuse::StrikeReason;
 use crate::admission::Decision;
 use crate::http::body::Body;
-use crate::queue::VisitorId;
+use crate::http::pages::VisitorStatus;
+use crate::priority::{self, GrantError};
+use crate::queue::{GrantUse, Join, VisitorId};
 use crate::token;
+
+/// The visitor the cookie names, or a new one (and so a new cookie).
+fn visitor_of(identity: &Identity) -> (VisitorId, bool) {
+    match identity.visitor {
+        Some(v) => (v, false),
+        None => (VisitorId::random(), true),
+    }
+}
 
 impl App {
     /// A request for the site in `room`: decide, respond, set the cookie.
@@ -29,13 +42,80 @@ impl App {
         req: Request<Incoming>,
         identity: &Identity,
     ) -> Response<Body> {
-        let (visitor, new_cookie) = match identity.visitor {
-            Some(v) => (v, false),
-            None => (VisitorId::random(), true),
+        let (visitor, new_cookie) = visitor_of(identity);
+        self.site_as(room, req, identity, (visitor, new_cookie), Join::Back)
+            .await
+    }
+
+    /// Step (7) of SPEC §10: a request carrying a priority grant. The grant is removed from
+    /// the request whatever happens (the origin never sees one). A good, unspent grant puts
+    /// the visitor at position 1 (admitted at once when the limits allow); one this very
+    /// visitor spent before (a reload of the page that carried it) is an ordinary request;
+    /// an expired, replayed, forged or other-room grant is 403. Without `priority_secret`
+    /// grants mean nothing and the request is an ordinary one.
+    pub(super) async fn granted(
+        &self,
+        room: &Room,
+        mut req: Request<Incoming>,
+        identity: &Identity,
+    ) -> Response<Body> {
+        let text = priority::carried(&req).unwrap_or_default();
+        priority::strip(&mut req);
+        let who = visitor_of(identity);
+        let Some(secret) = &self.priority_secret else {
+            return self.site_as(room, req, identity, who, Join::Back).await;
         };
+        let name = &room.config.name;
+        let now = crate::queue::unix_ms(SystemTime::now()) / 1000;
+        let grant = match priority::verify(secret.expose(), &text, name, now) {
+            Ok(grant) => grant,
+            Err(e) => return self.grant_refused(room, e, identity),
+        };
+        let spent = self
+            .admission
+            .spend_grant(name, &grant.nonce, who.0, grant.expires_at_ms())
+            .await;
+        match spent {
+            Ok(GrantUse::Fresh) => self.site_as(room, req, identity, who, Join::Front).await,
+            Ok(GrantUse::Again) => self.site_as(room, req, identity, who, Join::Back).await,
+            Ok(GrantUse::Taken) => self.grant_refused(room, GrantError::Replayed, identity),
+            // The store did not answer: the queue's own answer (stalled, or fail-open)
+            // follows, and the grant stays unspent for when it is back.
+            Err(_) => self.site_as(room, req, identity, who, Join::Back).await,
+        }
+    }
+
+    /// The one place a grant is refused: 403, `X-Anteroom-Status: refused`, no cookie.
+    fn grant_refused(&self, room: &Room, error: GrantError, identity: &Identity) -> Response<Body> {
+        // An expired, replayed, forged or other-room grant is a strike (SPEC §10, 5).
+        self.strike(identity.client_ip, StrikeReason::BadGrant);
+        if self.origin_errors.allow() {
+            tracing::info!(room = %room.config.name, client = %identity.client_ip, reason = error.as_str(), "priority grant refused");
+        }
+        self.pages.message_in(
+            identity.lang,
+            StatusCode::FORBIDDEN,
+            Some(VisitorStatus::Refused),
+            "Priority link not valid",
+            "This priority link has expired, was already used, or is not for this site.",
+            None,
+            identity.wants_json,
+        )
+    }
+
+    /// Decides `visitor` (and whether their cookie is new) in `room` with `join`, responds,
+    /// and keeps the cookie current.
+    async fn site_as(
+        &self,
+        room: &Room,
+        req: Request<Incoming>,
+        identity: &Identity,
+        (visitor, new_cookie): (VisitorId, bool),
+        join: Join,
+    ) -> Response<Body> {
         let decision = self
             .admission
-            .decide(&room.config.name, visitor, identity.client)
+            .decide_with(&room.config.name, visitor, identity.client, join)
             .await;
 
         let mut response = match decision {

@@ -118,6 +118,8 @@ pub struct App {
     pub abuse: Arc<AbuseRegistry>,
     /// Who this replica recently admitted, by client, so a ban can end their sessions.
     recent: Mutex<RecentVisitors>,
+    /// Verifies priority grants (SPEC §10); `None`: a grant is ignored.
+    priority_secret: Option<crate::config::Secret>,
 }
 
 /// Clients this replica kept as recently admitted (beyond it, an arbitrary one is
@@ -261,6 +263,7 @@ impl App {
             admin_allow: config.admin_allow.clone(),
             abuse,
             recent: Mutex::new(RecentVisitors::default()),
+            priority_secret: config.priority_secret.clone(),
         })
     }
 
@@ -342,6 +345,10 @@ impl App {
             },
             Class::Stream => match room {
                 Some(room) => self.stream(room, req, &identity).await,
+                None => self.error(Kind::UnknownSite, &identity),
+            },
+            Class::Grant => match room {
+                Some(room) => self.granted(room, req, &identity).await,
                 None => self.error(Kind::UnknownSite, &identity),
             },
             Class::Site => match room {

@@ -45,6 +45,9 @@ impl App {
         tunnel_guard: Option<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Response<Body> {
         token::strip_cookie(req.headers_mut());
+        // Whatever class took it there (a grant on a bypass path or an asset is not spent),
+        // a priority grant never reaches the origin (SPEC §10).
+        crate::priority::strip(&mut req);
         // An upgrade (WebSocket) becomes a long-lived tunnel: it counts against the
         // client's stream share for as long as it lives (the proxy holds the ticket).
         if crate::proxy::is_upgrade(&req) {

@@ -9,8 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    ClientKey, Join, Phase, Place, QueueQuery, QueueStore, RefusedReason, Resolution, RoomPolicy,
-    RoomSettings, Schedule, Seeded, SettingsPatch, StoreError, VisitorId, VisitorRef, VisitorState,
+    ClientKey, GrantUse, Join, Phase, Place, QueueQuery, QueueStore, RefusedReason, Resolution,
+    RoomPolicy, RoomSettings, Schedule, Seeded, SettingsPatch, StoreError, VisitorId, VisitorRef,
+    VisitorState,
 };
 
 /// A store under test plus control of the time it reads.
@@ -26,6 +27,11 @@ pub trait Harness: Send + Sync {
     /// the network may use fewer to keep debug builds quick).
     fn lottery_entrants(&self) -> usize {
         100_000
+    }
+    /// Another replica on the same shared state, for stores that several replicas share
+    /// (Redis); `None` for a store only one process uses.
+    async fn replica(&self) -> Option<Arc<Self::Store>> {
+        None
     }
 }
 
@@ -65,6 +71,7 @@ macro_rules! suite {
             move_to_front_by_reference,
             move_to_front_during_a_lottery_draw,
             priority_join_takes_position_one,
+            grant_nonces_are_spent_once,
             end_session_frees_the_slot_at_once,
             touch_sessions_keeps_sessions_alive,
         );
@@ -1614,6 +1621,62 @@ pub async fn priority_join_takes_position_one<H: Harness>(h: &mut H) {
         ),
         RefusedReason::PlacesPerClient
     );
+}
+
+/// SPEC §10: each grant nonce works once until its expiry, for one room, on every replica
+/// of the store; the visitor who spent it may come back with it (a reload) without being
+/// refused, and anyone else is.
+pub async fn grant_nonces_are_spent_once<H: Harness>(h: &mut H) {
+    let store = open(h, settings(1.0, 10)).await;
+    store
+        .open_room("other", &settings(1.0, 10), &RoomPolicy::default(), false)
+        .await
+        .unwrap();
+    let (a, b) = (VisitorId::random(), VisitorId::random());
+    let expiry = START_MS + 60_000;
+    let nonce = "nonce-0123456789_AB";
+    let spend = |room: &'static str, nonce: &'static str, who: VisitorId, at: u64| {
+        let store = store.clone();
+        async move { store.spend_grant(room, nonce, who, at).await.unwrap() }
+    };
+    assert_eq!(spend(ROOM, nonce, a, expiry).await, GrantUse::Fresh);
+    assert_eq!(spend(ROOM, nonce, a, expiry).await, GrantUse::Again);
+    assert_eq!(spend(ROOM, nonce, b, expiry).await, GrantUse::Taken);
+    // Another nonce is its own; the same nonce in another room is that room's own.
+    assert_eq!(
+        spend(ROOM, "another-nonce-0123", b, expiry).await,
+        GrantUse::Fresh
+    );
+    assert_eq!(spend("other", nonce, b, expiry).await, GrantUse::Fresh);
+    // A second replica on the same store sees what the first spent, and the reverse.
+    if let Some(replica) = h.replica().await {
+        let on = |nonce: &'static str, who: VisitorId| {
+            let replica = replica.clone();
+            async move { replica.spend_grant(ROOM, nonce, who, expiry).await.unwrap() }
+        };
+        assert_eq!(on(nonce, b).await, GrantUse::Taken);
+        assert_eq!(on(nonce, a).await, GrantUse::Again);
+        assert_eq!(on("replica-nonce-0123", b).await, GrantUse::Fresh);
+        assert_eq!(
+            spend(ROOM, "replica-nonce-0123", a, expiry).await,
+            GrantUse::Taken
+        );
+    }
+    // Expired by the store's clock: never spent, never honoured.
+    assert_eq!(
+        spend(ROOM, "expired-nonce-0123", a, START_MS).await,
+        GrantUse::Taken
+    );
+    h.advance(Duration::from_secs(61)).await;
+    assert_eq!(spend(ROOM, nonce, b, expiry).await, GrantUse::Taken);
+    assert_eq!(
+        spend(ROOM, "fresh-after-expiry", b, expiry + 60_000).await,
+        GrantUse::Fresh
+    );
+    assert!(matches!(
+        store.spend_grant("nope", nonce, a, expiry + 60_000).await,
+        Err(StoreError::UnknownRoom(_))
+    ));
 }
 
 pub async fn end_session_frees_the_slot_at_once<H: Harness>(h: &mut H) {

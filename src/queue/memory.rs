@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use super::fenwick::RankIndex;
 use super::{
-    ClientKey, Join, PassReport, Phase, Place, QueueQuery, QueueStore, REAP_BUDGET, RefusedReason,
-    Resolution, RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded, SettingsPatch,
-    StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
+    ClientKey, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore, REAP_BUDGET,
+    RefusedReason, Resolution, RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded,
+    SettingsPatch, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
 };
 use crate::clock::{Clock, ms};
 
@@ -35,6 +35,47 @@ pub struct MemoryStore {
     rooms: RwLock<HashMap<String, Arc<Mutex<Room>>>>,
     /// Where snapshots go; `None` keeps everything in memory only.
     data_dir: Option<PathBuf>,
+    /// Spent priority-grant nonces per room. Not snapshotted: a grant is short-lived, and
+    /// a restart of the one embedded replica is rare next to a grant's minutes.
+    grants: Mutex<HashMap<String, SpentGrants>>,
+}
+
+/// The spent nonces of one room until their expiry: a bounded map pruned by expiry.
+#[derive(Default)]
+struct SpentGrants {
+    by_nonce: HashMap<String, (u64, VisitorId)>,
+    by_expiry: BTreeSet<(u64, String)>,
+}
+
+/// Spent nonces one room remembers at once. Past it, new grants are refused until some
+/// expire (fail closed: a nonce is never forgotten before its expiry, so never replayable).
+/// Only grants signed with `priority_secret` get this far, so only the site can fill it.
+pub const MAX_SPENT_GRANTS: usize = 200_000;
+
+impl SpentGrants {
+    fn spend(&mut self, nonce: &str, visitor: VisitorId, expires_at_ms: u64, now: u64) -> GrantUse {
+        while let Some((at, _)) = self.by_expiry.first()
+            && *at <= now
+        {
+            if let Some((_, n)) = self.by_expiry.pop_first() {
+                self.by_nonce.remove(&n);
+            }
+        }
+        if let Some(&(_, by)) = self.by_nonce.get(nonce) {
+            return if by == visitor {
+                GrantUse::Again
+            } else {
+                GrantUse::Taken
+            };
+        }
+        if expires_at_ms <= now || self.by_nonce.len() >= MAX_SPENT_GRANTS {
+            return GrantUse::Taken;
+        }
+        self.by_nonce
+            .insert(nonce.to_owned(), (expires_at_ms, visitor));
+        self.by_expiry.insert((expires_at_ms, nonce.to_owned()));
+        GrantUse::Fresh
+    }
 }
 
 impl MemoryStore {
@@ -44,6 +85,7 @@ impl MemoryStore {
             clock,
             rooms: RwLock::default(),
             data_dir: None,
+            grants: Mutex::default(),
         }
     }
 
@@ -80,6 +122,7 @@ impl MemoryStore {
             clock,
             rooms: RwLock::new(rooms),
             data_dir: Some(data_dir.to_owned()),
+            grants: Mutex::default(),
         })
     }
 
@@ -174,6 +217,23 @@ impl QueueStore for MemoryStore {
 
     async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
         self.with_room(room, |room, _| room.drop_session(visitor))
+    }
+
+    async fn spend_grant(
+        &self,
+        room: &str,
+        nonce: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+    ) -> StoreResult<GrantUse> {
+        // Only known rooms remember nonces, like every other operation.
+        self.room(room)?;
+        let now = self.clock.now_ms();
+        let mut grants = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(grants
+            .entry(room.to_owned())
+            .or_default()
+            .spend(nonce, visitor, expires_at_ms, now))
     }
 
     async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<Vec<bool>> {
@@ -1149,6 +1209,31 @@ mod tests {
     }
 
     conformance::suite!(MemoryHarness::new());
+
+    /// Spent grant nonces are bounded and forgotten at their expiry; when full, new grants
+    /// are refused rather than an unexpired nonce forgotten (which would make it replayable).
+    #[test]
+    fn spent_grants_are_bounded_and_pruned_by_expiry() {
+        let mut spent = SpentGrants::default();
+        let v = VisitorId::random();
+        for i in 0..MAX_SPENT_GRANTS {
+            let expiry = if i < 10 { 1_000 } else { 10_000 };
+            assert_eq!(spent.spend(&format!("n{i}"), v, expiry, 0), GrantUse::Fresh);
+        }
+        assert_eq!(spent.spend("one-more", v, 10_000, 0), GrantUse::Taken);
+        assert_eq!(spent.spend("n5", v, 1_000, 0), GrantUse::Again);
+        // The first ten expire at 1 s: room for ten more, and they are forgotten.
+        assert_eq!(spent.spend("one-more", v, 10_000, 1_000), GrantUse::Fresh);
+        assert_eq!(spent.by_nonce.len(), MAX_SPENT_GRANTS - 9);
+        assert_eq!(spent.by_expiry.len(), spent.by_nonce.len());
+        assert!(!spent.by_nonce.contains_key("n5"));
+        assert_eq!(
+            spent.spend("n11", v, 10_000, 10_000),
+            GrantUse::Taken,
+            "expired"
+        );
+        assert!(spent.by_nonce.is_empty() && spent.by_expiry.is_empty());
+    }
 
     /// The per-client maps hold only clients that hold something (bounded memory).
     #[tokio::test(start_paused = true)]

@@ -480,6 +480,18 @@ impl QueueQuery {
     pub const MAX_LIMIT: usize = 1_000;
 }
 
+/// What [`QueueStore::spend_grant`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrantUse {
+    /// First use: the grant applies.
+    Fresh,
+    /// Already spent by this same visitor: nothing more to grant, nothing to refuse.
+    Again,
+    /// Spent by another visitor, expired, or (embedded store) no room to remember it:
+    /// refused.
+    Taken,
+}
+
 /// A waiting visitor's place in line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Place {
@@ -610,6 +622,20 @@ pub trait QueueStore: Send + Sync + 'static {
     /// of the whole draw when the doors open. Returns the new place;
     /// [`StoreError::NotWaiting`] when nobody waiting has that reference.
     async fn move_to_front(&self, room: &str, reference: VisitorRef) -> StoreResult<Place>;
+
+    /// Spends a priority grant's `nonce` in `room` for `visitor` (SPEC §10 "Priority"): the
+    /// first use is [`GrantUse::Fresh`]; the nonce is then kept until `expires_at_ms` (unix
+    /// ms), and every later use is [`GrantUse::Again`] by the same visitor (a reload of the
+    /// page that carried it, which must not cost them their place) or [`GrantUse::Taken`]
+    /// by anyone else. A nonce whose expiry has passed by the store's clock is
+    /// [`GrantUse::Taken`] too. Shared by every replica of the store.
+    async fn spend_grant(
+        &self,
+        room: &str,
+        nonce: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+    ) -> StoreResult<GrantUse>;
 
     /// Ends a visitor's session now and gives the slot to the next pass (the origin's
     /// `X-Anteroom-End-Session: 1`, SPEC §14, or a ban). Their client's session share frees

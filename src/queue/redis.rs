@@ -33,9 +33,9 @@ use redis::{Script, Value};
 
 use super::redis_client::{RedisConn, Timeouts};
 use super::{
-    ClientKey, Join, PassReport, Phase, Place, QueueQuery, QueueStore, RefusedReason, Resolution,
-    RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded, SettingsPatch, StoreError,
-    StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
+    ClientKey, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore, RefusedReason,
+    Resolution, RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded, SettingsPatch,
+    StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
 };
 use crate::clock::ms;
 use crate::queue::REAP_BUDGET;
@@ -73,6 +73,7 @@ static FLUSH: LazyLock<Script> = script!("flush.lua");
 static QUEUE: LazyLock<Script> = script!("queue.lua");
 static FRONT: LazyLock<Script> = script!("front.lua");
 static SESSION: LazyLock<Script> = script!("session.lua");
+static GRANT: LazyLock<Script> = script!("grant.lua");
 
 /// How many of the line one step of a search by reference reads: a few milliseconds of
 /// Redis time, so an admin's search never blocks the room's admissions for long.
@@ -177,6 +178,13 @@ impl RedisStore {
             "conf", "state", "line", "seen", "active", "draw", "places", "sess", "scount",
         ]
         .map(|k| format!("ar:{{{room}}}:{k}"))
+    }
+
+    /// The key of one spent priority-grant nonce in `room` (same slot as the room). The
+    /// nonce is `[A-Za-z0-9_-]` only (checked before the store is asked), so it is safe in
+    /// a key.
+    fn grant_key(room: &str, nonce: &str) -> String {
+        format!("ar:{{{room}}}:grant:{nonce}")
     }
 
     /// The key of one client's join-limit window in `room` (same slot as the room).
@@ -439,6 +447,26 @@ impl QueueStore for RedisStore {
             [0] => Err(StoreError::NotWaiting(reference)),
             &[1, position, waiting, paused, phase] => place(position, waiting, paused, phase),
             other => Err(bad_reply("front", other)),
+        }
+    }
+
+    async fn spend_grant(
+        &self,
+        room: &str,
+        nonce: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+    ) -> StoreResult<GrantUse> {
+        let reply = self
+            .call_with(&GRANT, room, Some(Self::grant_key(room, nonce)), |inv| {
+                inv.arg(&visitor.0[..]).arg(expires_at_ms);
+            })
+            .await?;
+        match ints("grant", reply)?.as_slice() {
+            [1] => Ok(GrantUse::Fresh),
+            [2] => Ok(GrantUse::Again),
+            [0] => Ok(GrantUse::Taken),
+            other => Err(bad_reply("grant", other)),
         }
     }
 
@@ -739,6 +767,11 @@ mod tests {
         fn lottery_entrants(&self) -> usize {
             // Two chunks of the doors' move; 100k joins over the network is slow in debug.
             20_000
+        }
+        async fn replica(&self) -> Option<Arc<RedisStore>> {
+            let store = connect_ca(&self.urls, self.ca.as_ref()).await;
+            store.freeze_clock_for_tests(self.store.clock_for_tests());
+            Some(Arc::new(store))
         }
         async fn reopen(&mut self, downtime: Duration) {
             let at = self.store.clock_for_tests() + ms(downtime);

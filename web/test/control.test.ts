@@ -223,6 +223,80 @@ describe('the control room in Chromium', () => {
     await page.context().close();
   });
 
+  it('shows the head of the line in the Queue view, finds a visitor by ref and moves them to the front', async () => {
+    // Held, so the line stands still while the test reads it.
+    expect((await api(`/rooms/${STILL}/pause`, { method: 'POST' })).status).toBe(200);
+    for (let i = 0; i < 3; i++) {
+      expect((await visit(ar.port, 'localhost')).headers['x-anteroom-status']).toBe('waiting');
+    }
+    const before = (await (await api(`/rooms/${STILL}/queue`)).json()) as {
+      entries: { ref: string; position: number }[];
+    };
+    expect(before.entries.length).toBeGreaterThanOrEqual(3);
+    const last = before.entries[before.entries.length - 1];
+    expect(last.position).toBe(before.entries.length);
+
+    const { page, errors } = await newPage();
+    await signIn(page);
+    await tile(page, STILL).waitFor();
+    await page.getByRole('navigation', { name: 'Views' }).getByRole('button', { name: 'Queue', exact: true }).click();
+    const panel = page.locator(`section[data-queue="${STILL}"]`);
+    const row = panel.locator(`tr[data-ref="${last.ref}"]`);
+    await row.waitFor();
+    expect(await row.locator('[data-col="position"]').textContent()).toBe(String(last.position));
+    expect(await panel.locator('tbody tr').count()).toBe(before.entries.length);
+
+    // Searching by ref, as typed (lower case), shows just that visitor.
+    await panel.getByLabel('Find a visitor by ref').fill(last.ref.toLowerCase());
+    await panel.getByRole('button', { name: 'Find', exact: true }).click();
+    await page.waitForFunction(
+      (room) => document.querySelectorAll(`section[data-queue="${room}"] tbody tr`).length === 1,
+      STILL,
+    );
+    await row.waitFor();
+    // An unknown ref says so.
+    await panel.getByLabel('Find a visitor by ref').fill('ZZZZ-ZZZZ');
+    await panel.getByRole('button', { name: 'Find', exact: true }).click();
+    await panel.getByText('Nobody waiting in still has the reference ZZZZZZZZ.').waitFor();
+    await panel.getByLabel('Find a visitor by ref').fill(last.ref);
+    await panel.getByRole('button', { name: 'Find', exact: true }).click();
+    await row.waitFor();
+
+    // Move to front asks first; cancelling changes nothing.
+    await row.getByRole('button', { name: `Move to front ${last.ref}` }).click();
+    await row.getByText(`Move ${last.ref} to position 1?`).waitFor();
+    await row.getByRole('button', { name: 'Cancel' }).click();
+    const unmoved = (await (await api(`/rooms/${STILL}/queue?ref=${last.ref}`)).json()) as {
+      entries: { position: number }[];
+    };
+    expect(unmoved.entries[0].position).toBe(last.position);
+    await row.getByRole('button', { name: `Move to front ${last.ref}` }).click();
+    expect(await axeViolations(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-queue-confirm.png') });
+    await row.getByRole('button', { name: 'Confirm move' }).click();
+    await panel.getByText(`Moved ${last.ref} to position 1.`).waitFor();
+
+    // The API agrees: position 1, at the head of the line.
+    const moved = (await (await api(`/rooms/${STILL}/queue?ref=${last.ref}`)).json()) as {
+      entries: { ref: string; position: number }[];
+    };
+    expect(moved.entries).toHaveLength(1);
+    expect(moved.entries[0].position).toBe(1);
+    const after = (await (await api(`/rooms/${STILL}/queue?limit=1`)).json()) as { entries: { ref: string }[] };
+    expect(after.entries[0].ref).toBe(last.ref);
+    // Back to the head of the line: the moved visitor is listed first.
+    await panel.getByRole('button', { name: 'Show the head of the line' }).click();
+    await page.waitForFunction(
+      ([room, ref]) => document.querySelector(`section[data-queue="${room}"] tbody tr`)?.getAttribute('data-ref') === ref,
+      [STILL, last.ref],
+    );
+    expect(await axeViolations(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-queue.png'), fullPage: true });
+    expect((await api(`/rooms/${STILL}/resume`, { method: 'POST' })).status).toBe(200);
+    expect(errors).toEqual([]);
+    await page.context().close();
+  });
+
   it('empties the queue only after the room name is typed', async () => {
     // Held, so nobody leaves the line on their own while the test counts it.
     expect((await api(`/rooms/${STILL}/pause`, { method: 'POST' })).status).toBe(200);

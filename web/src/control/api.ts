@@ -52,6 +52,48 @@ export interface Settings {
  * sent as the text typed, so the API (the one judge of valid input) names the field. */
 export type ConfigPatch = Partial<Record<'rate' | 'max_active', number | string>>;
 
+/** One waiting visitor as `GET …/queue` lists them (SPEC §10 "Priority"). */
+export interface QueueEntry {
+  ref: string;
+  /** 1 for the head; null for a lottery entrant before the doors. */
+  position: number | null;
+  /** Unix ms when they took their current place; null while in a lottery draw. */
+  joined_at_ms: number | null;
+  /** Unix ms of their last heartbeat. */
+  last_seen_ms: number;
+}
+
+export interface QueueResult {
+  room: string;
+  /** null for a search by ref. */
+  limit: number | null;
+  waiting: number | null;
+  entries: QueueEntry[];
+}
+
+export interface FrontResult {
+  room: string;
+  ref: string;
+  position: number | null;
+  waiting: number;
+  audit: AuditResult;
+}
+
+/** The most `GET …/queue` lists at once. */
+export const QUEUE_MAX_LIMIT = 1000;
+
+/** A reference as a person typed it, the way the API reads it: hyphens and spaces dropped,
+ * upper case, Crockford's look-alikes (O → 0, I and L → 1). `null` unless 8 symbols of the
+ * alphabet remain, so the view can say so before asking. */
+export function normalizeRef(typed: string): string | null {
+  const cleaned = typed
+    .replace(/[\s-]/g, '')
+    .toUpperCase()
+    .replace(/O/g, '0')
+    .replace(/[IL]/g, '1');
+  return /^[0-9A-HJKMNP-TV-Z]{8}$/.test(cleaned) ? cleaned : null;
+}
+
 /** A failed call: the HTTP status (0 when anteroom could not be reached) and the
  * problem+json members. */
 export class ApiError extends Error {
@@ -82,6 +124,7 @@ const STATUS_TEXT: Record<number, string> = {
   404: 'Not found',
   405: 'Method not allowed',
   413: 'Body too large',
+  422: 'Invalid input',
   429: 'Too many requests',
   500: 'Server error',
   502: 'Bad gateway',
@@ -202,6 +245,21 @@ export class Api {
 
   flush(room: string): Promise<{ room: string; flushed: number; audit: AuditResult }> {
     return this.call('POST', `/rooms/${encodeURIComponent(room)}/flush`);
+  }
+
+  /** The head of `room`'s line (`limit`, the API's default 50 when left out), or the one
+   * waiting visitor with reference `ref` (an empty list when nobody waiting has it). */
+  queue(room: string, opts: { limit?: number; ref?: string } = {}, signal?: AbortSignal): Promise<QueueResult> {
+    const query = new URLSearchParams();
+    if (opts.limit !== undefined) query.set('limit', String(opts.limit));
+    if (opts.ref !== undefined) query.set('ref', opts.ref);
+    const q = query.toString();
+    return this.call('GET', `/rooms/${encodeURIComponent(room)}/queue${q ? `?${q}` : ''}`, undefined, signal);
+  }
+
+  /** Moves the waiting visitor with reference `ref` to position 1. */
+  moveToFront(room: string, ref: string): Promise<FrontResult> {
+    return this.call('POST', `/rooms/${encodeURIComponent(room)}/visitors/${encodeURIComponent(ref)}/front`);
   }
 }
 

@@ -6,6 +6,7 @@ import {
   clearToken,
   fieldMessage,
   loadToken,
+  normalizeRef,
   parseProblem,
   saveToken,
   TOKEN_KEY,
@@ -256,6 +257,52 @@ describe('Api', () => {
     expect(calls[1].init.body).toBe('{"rate":2}');
     expect((calls[1].init.headers as Record<string, string>)['content-type']).toBe('application/json');
     expect(calls[2].init.body).toBeUndefined();
+  });
+
+  it('reads the head of the line, searches by ref and moves a visitor to the front', async () => {
+    const calls: { url: string; init: RequestInit }[] = [];
+    const entry = { ref: '7K2M9QXD', position: 3, joined_at_ms: 1_700_000_000_000, last_seen_ms: 1_700_000_001_000 };
+    const api = new Api('tok-q', async (url, init) => {
+      calls.push({ url, init: init ?? {} });
+      if (url.endsWith('/front')) {
+        return json(200, { room: 'a b', ref: '7K2M9QXD', position: 1, waiting: 9, audit: { written: true } });
+      }
+      return json(200, { room: 'a b', limit: 50, waiting: 9, entries: [entry] });
+    });
+    expect((await api.queue('a b')).entries).toEqual([entry]);
+    await api.queue('a b', { limit: 1000 });
+    await api.queue('a b', { ref: '7k2m-9qxd' });
+    const moved = await api.moveToFront('a b', '7K2M9QXD');
+    expect(moved).toMatchObject({ position: 1, waiting: 9, audit: { written: true } });
+    expect(calls.map((c) => `${c.init.method} ${c.url}`)).toEqual([
+      'GET /__anteroom/admin/api/rooms/a%20b/queue',
+      'GET /__anteroom/admin/api/rooms/a%20b/queue?limit=1000',
+      'GET /__anteroom/admin/api/rooms/a%20b/queue?ref=7k2m-9qxd',
+      'POST /__anteroom/admin/api/rooms/a%20b/visitors/7K2M9QXD/front',
+    ]);
+    for (const c of calls) {
+      expect((c.init.headers as Record<string, string>).authorization).toBe('Bearer tok-q');
+      expect(c.init.body).toBeUndefined();
+    }
+  });
+
+  it('names the field of a refused queue query and an unknown ref', async () => {
+    const api = new Api('x', async (url) =>
+      url.endsWith('/front')
+        ? json(404, { title: 'Unknown visitor', detail: 'Nobody waiting has ZZZZZZZZ.', field: 'ref' }, 'application/problem+json')
+        : json(422, { title: 'Invalid input', detail: 'limit: must be a whole number from 1 to 1000', field: 'limit' }, 'application/problem+json'),
+    );
+    await expect(api.queue('main', { limit: 0 })).rejects.toMatchObject({ status: 422, field: 'limit' });
+    await expect(api.moveToFront('main', 'ZZZZZZZZ')).rejects.toMatchObject({ status: 404, field: 'ref', title: 'Unknown visitor' });
+  });
+
+  it('reads references as people type them', () => {
+    expect(normalizeRef('7k2m-9qxd')).toBe('7K2M9QXD');
+    expect(normalizeRef(' 1O0I LABZ ')).toBe('10011ABZ');
+    expect(normalizeRef('1234567')).toBeNull();
+    expect(normalizeRef('123456789')).toBeNull();
+    expect(normalizeRef('1234567U')).toBeNull();
+    expect(normalizeRef('')).toBeNull();
   });
 
   it('turns error answers and network failures into ApiErrors', async () => {

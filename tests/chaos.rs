@@ -258,8 +258,14 @@ fn joiners(
         .collect()
 }
 
+/// The faults here measure rates and recovery times on real servers in real time: they
+/// take turns, so one test's load (three replicas, a joiner per replica) never starves
+/// another's admission passes on a 2-core machine.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_sigkilled_under_load_loses_no_place_and_admits_nobody_while_down() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let mut redis = RedisServer::start_durable();
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -521,6 +527,7 @@ async fn redis_sigkilled_under_load_loses_no_place_and_admits_nobody_while_down(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_sigkilled_while_passes_run_leaves_the_rate_and_every_place() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let redis = RedisServer::start();
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -671,6 +678,7 @@ mod kafka {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_broker_killed_and_restarted_never_slows_a_join_and_events_resume() {
+        let _turn = super::ONE_AT_A_TIME.lock().await;
         let addr = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()

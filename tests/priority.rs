@@ -27,6 +27,15 @@ struct Harness {
     http: reqwest::Client,
 }
 
+/// A client whose connections come from `ip` (a loopback address of its own).
+fn from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
 impl Harness {
     async fn start(room_extra: &str) -> Harness {
         Self::start_with(room_extra, Some(PRIORITY_SECRET)).await
@@ -81,8 +90,18 @@ impl Harness {
         cookie: Option<&str>,
         headers: &[(&str, &str)],
     ) -> (reqwest::StatusCode, Option<String>, Option<String>, Value) {
-        let mut request = self
-            .http
+        self.visit_with(&self.http, path, cookie, headers).await
+    }
+
+    /// [`Harness::visit`] with `http`, e.g. a client from another loopback address.
+    async fn visit_with(
+        &self,
+        http: &reqwest::Client,
+        path: &str,
+        cookie: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> (reqwest::StatusCode, Option<String>, Option<String>, Value) {
+        let mut request = http
             .get(self.url(path))
             .header("accept", "application/json");
         if let Some(cookie) = cookie {
@@ -297,17 +316,29 @@ async fn a_replayed_expired_forged_or_other_room_grant_is_403() {
         now() + 600,
         &priority::random_nonce(),
     );
-    for (what, bad) in [
+    let bad_grants = [
         ("replayed", g.clone()),
         ("expired", expired),
         ("forged", forged),
         ("other room", grant("shop", 600)),
         ("junk", "v1.main.nope".to_owned()),
-    ] {
+    ];
+    // Each refusal is a strike (5, SPEC §10): every case comes from an address of its own
+    // so that no client reaches a ban here (the ban is the next test's).
+    let mut address = 10;
+    for (what, bad) in bad_grants {
         for carried in ["query", "header"] {
+            address += 1;
+            let http = from(&format!("127.0.0.{address}"));
             let (status, cookie, header, body) = match carried {
-                "query" => h.visit(&format!("/?ar_grant={bad}"), None, &[]).await,
-                _ => h.visit("/", None, &[("x-anteroom-grant", &bad)]).await,
+                "query" => {
+                    h.visit_with(&http, &format!("/?ar_grant={bad}"), None, &[])
+                        .await
+                }
+                _ => {
+                    h.visit_with(&http, "/", None, &[("x-anteroom-grant", &bad)])
+                        .await
+                }
             };
             assert_eq!(status, 403, "{what} in the {carried}");
             assert_eq!(header.as_deref(), Some("refused"), "{what}");
@@ -319,6 +350,45 @@ async fn a_replayed_expired_forged_or_other_room_grant_is_403() {
         }
     }
     assert_eq!(h.origin.hits(), hits, "nothing refused reached the origin");
+    h.ar.shutdown().await.unwrap();
+}
+
+/// A refused grant is a strike of 5 (SPEC §10): a client that sends four bad grants has 20
+/// and is banned (429, `banned`), while another address is still served.
+#[tokio::test]
+async fn bad_grants_are_strikes_that_ban_the_client() {
+    let h = Harness::start("").await;
+    let forger = from("127.0.0.61");
+    for _ in 0..4 {
+        let forged = priority::mint(
+            b"somebody else's secret of 32+ bytes!",
+            "main",
+            now() + 600,
+            &priority::random_nonce(),
+        );
+        let (status, ..) = h
+            .visit_with(&forger, &format!("/?ar_grant={forged}"), None, &[])
+            .await;
+        assert!(
+            status == 403 || status == 429,
+            "a forged grant is refused: {status}"
+        );
+    }
+    // Strikes are recorded off the request path: the ban lands within moments.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let banned = loop {
+        let (status, _, header, _) = h.visit_with(&forger, "/", None, &[]).await;
+        if status == 429 && header.as_deref() == Some("banned") {
+            break true;
+        }
+        if std::time::Instant::now() > deadline {
+            break false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert!(banned, "four forged grants did not ban the client");
+    let (status, ..) = h.visit_with(&from("127.0.0.62"), "/", None, &[]).await;
+    assert_eq!(status, 200, "another client is still served");
     h.ar.shutdown().await.unwrap();
 }
 

@@ -142,7 +142,7 @@ export type BanField = 'target' | 'duration_secs' | 'reason';
 export function parseDuration(typed: string): number | null {
   const text = typed.trim().toLowerCase().replace(/\s+/g, '');
   if (text === '') return null;
-  if (/^\d+$/.test(text)) return Number(text);
+  if (/^\d+$/.test(text)) return Number.isSafeInteger(Number(text)) ? Number(text) : null;
   const units: Record<string, number> = {
     s: 1, sec: 1, secs: 1, second: 1, seconds: 1,
     m: 60, min: 60, mins: 60, minute: 60, minutes: 60,

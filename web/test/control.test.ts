@@ -411,6 +411,9 @@ describe('the control room in Chromium', () => {
     expect(made).toMatchObject({ source: 'admin', reason, permanent: false });
     expect(made?.remaining_secs).toBeGreaterThan(3500);
     expect(made?.remaining_secs).toBeLessThanOrEqual(3600);
+    // …and the page's countdown is the server's, to the second.
+    const [, mins, secs] = /^(\d+) min (\d\d) s$/.exec((await left.textContent()) ?? '') ?? [];
+    expect(Math.abs(Number(mins) * 60 + Number(secs) - (made?.remaining_secs ?? 0))).toBeLessThanOrEqual(1);
 
     // A range broader than /8: the API's 422 names the target, shown under the field, and
     // nothing is banned.

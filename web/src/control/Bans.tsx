@@ -352,7 +352,10 @@ function ActiveBans(props: {
 }) {
   const { list } = props;
   const { page } = list;
-  const [now, setNow] = useState(() => Date.now());
+  // Re-rendered every second for the countdown; the time itself is read at render, so a
+  // fresh reading is never counted from a tick older than it.
+  const [, setTick] = useState(0);
+  const now = Date.now();
   const [confirming, setConfirming] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
   const [notice, setNotice] = useState<Notice | null>(null);
@@ -361,7 +364,7 @@ function ActiveBans(props: {
   const heading = useRef<HTMLHeadingElement>(null);
 
   useEffect(() => {
-    const t = setInterval(() => setNow(Date.now()), 1000);
+    const t = setInterval(() => setTick((n) => n + 1), 1000);
     return () => clearInterval(t);
   }, []);
 
@@ -467,37 +470,39 @@ function ActiveBans(props: {
                         'permanent'
                       )}
                     </td>
-                    <td class="cr-row-actions">
-                      {confirming === b.target ? (
-                        <>
-                          <span>Lift the ban on {b.target}?</span>
+                    <td>
+                      <div class="cr-row-actions">
+                        {confirming === b.target ? (
+                          <>
+                            <span>Lift the ban on {b.target}?</span>
+                            <button
+                              type="button"
+                              ref={confirmButton}
+                              class="cr-btn cr-btn-primary"
+                              disabled={busy}
+                              onClick={() => void unban(b.target)}
+                            >
+                              Confirm unban
+                            </button>
+                            <button type="button" class="cr-btn" disabled={busy} onClick={() => cancel(b.target)}>
+                              Cancel
+                            </button>
+                          </>
+                        ) : (
                           <button
                             type="button"
-                            ref={confirmButton}
-                            class="cr-btn cr-btn-primary"
+                            class="cr-btn"
+                            data-action="unban"
                             disabled={busy}
-                            onClick={() => void unban(b.target)}
+                            onClick={() => {
+                              setNotice(null);
+                              setConfirming(b.target);
+                            }}
                           >
-                            Confirm unban
+                            Unban<span class="cr-sr"> {b.target}</span>
                           </button>
-                          <button type="button" class="cr-btn" disabled={busy} onClick={() => cancel(b.target)}>
-                            Cancel
-                          </button>
-                        </>
-                      ) : (
-                        <button
-                          type="button"
-                          class="cr-btn"
-                          data-action="unban"
-                          disabled={busy}
-                          onClick={() => {
-                            setNotice(null);
-                            setConfirming(b.target);
-                          }}
-                        >
-                          Unban<span class="cr-sr"> {b.target}</span>
-                        </button>
-                      )}
+                        )}
+                      </div>
                     </td>
                   </tr>
                 );

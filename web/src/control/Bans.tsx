@@ -422,7 +422,7 @@ function ActiveBans(props: {
           Active bans
         </h3>
         <span class="cr-muted">
-          {count === null ? '' : list.pageNumber === 1 && !list.canOlder ? plural(count, 'ban', 'bans') : `${plural(count, 'ban', 'bans')} on this page`}
+          {count === null || (count === 0 && list.pageNumber === 1) ? '' : list.pageNumber === 1 && !list.canOlder ? plural(count, 'ban', 'bans') : `${plural(count, 'ban', 'bans')} on this page`}
         </span>
       </header>
       {list.error && <p class="cr-msg cr-msg-error">Cannot read the bans: {list.error}</p>}

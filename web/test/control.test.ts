@@ -1,6 +1,7 @@
 // The control room in real headless Chromium, against a real anteroom binary built with
 // the front-end: sign in, read the rooms, change settings, pause, resume, empty the queue,
-// and read every change back through the admin API. Screenshots go to test-artifacts/.
+// ban and unban from the Bans view, and read every change back through the admin API.
+// Screenshots go to test-artifacts/.
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import type { Browser, BrowserContextOptions, Page } from 'playwright-core';
@@ -80,6 +81,30 @@ async function signIn(page: Page, token = ADMIN_TOKEN): Promise<void> {
 }
 
 const tile = (page: Page, name: string) => page.locator(`section[data-room="${name}"]`);
+
+async function openView(page: Page, name: 'Rooms' | 'Queue' | 'Bans'): Promise<void> {
+  await page.getByRole('navigation', { name: 'Views' }).getByRole('button', { name, exact: true }).click();
+}
+
+interface BanView {
+  target: string;
+  source: string;
+  reason: string;
+  remaining_secs: number | null;
+  permanent: boolean;
+}
+
+interface BanLogView {
+  action: string;
+  target: string;
+  reason: string;
+}
+
+async function activeBans(): Promise<BanView[]> {
+  const r = await api('/bans?limit=1000');
+  expect(r.status).toBe(200);
+  return ((await r.json()) as { bans: BanView[] }).bans;
+}
 
 beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
@@ -340,6 +365,152 @@ describe('the control room in Chromium', () => {
       () => document.querySelector('section[data-room="still"] [data-stat="waiting"]')?.textContent === '0',
     );
     expect((await api(`/rooms/${STILL}/resume`, { method: 'POST' })).status).toBe(200);
+    expect(errors).toEqual([]);
+    await page.context().close();
+  });
+
+  it('bans a range from the Bans view, shows a refused range inline, and unbans it after confirming', async () => {
+    const target = '192.0.2.0/24';
+    const reason = 'scraper storm at the drop';
+    const { page, errors } = await newPage();
+    await signIn(page);
+    await tile(page, STILL).waitFor();
+    await openView(page, 'Bans');
+    const bans = page.getByTestId('active-bans');
+    const log = page.getByTestId('ban-log');
+    await bans.getByRole('heading', { name: 'Active bans' }).waitFor();
+    expect(await page.getByRole('navigation', { name: 'Views' }).getByRole('button', { name: 'Bans' }).getAttribute('aria-current')).toBe('page');
+
+    // Ban the range for an hour, with a reason.
+    const form = page.getByRole('form', { name: 'Ban an address or range' });
+    await form.getByLabel('Address or range').fill(target);
+    await form.getByLabel('Duration').fill('1h');
+    await form.getByLabel('Reason').fill(reason);
+    await form.getByRole('button', { name: 'Ban', exact: true }).click();
+    await page.getByText(`Banned ${target} for 1 h 00 min.`).waitFor();
+    const row = bans.locator(`tr[data-target="${target}"]`);
+    await row.waitFor();
+    expect(await row.locator('[data-col="reason"]').textContent()).toBe(reason);
+    expect(await row.locator('[data-col="source"]').textContent()).toBe('admin');
+    // The time left counts down, second by second.
+    const left = row.locator('[data-col="left"]');
+    expect(await left.textContent()).toMatch(/^(1 h 00 min|59 min \d\d s)$/);
+    await page.waitForFunction(
+      (t) => /^59 min 5\d s$/.test(document.querySelector(`tr[data-target="${t}"] [data-col="left"]`)?.textContent ?? ''),
+      target,
+      { timeout: 5000 },
+    );
+    const shown = await left.textContent();
+    await page.waitForFunction(
+      ([t, before]) => document.querySelector(`tr[data-target="${t}"] [data-col="left"]`)?.textContent !== before,
+      [target, shown],
+      { timeout: 5000 },
+    );
+    // The API agrees: an admin ban of the range, with an hour left.
+    const made = (await activeBans()).find((b) => b.target === target);
+    expect(made).toMatchObject({ source: 'admin', reason, permanent: false });
+    expect(made?.remaining_secs).toBeGreaterThan(3500);
+    expect(made?.remaining_secs).toBeLessThanOrEqual(3600);
+    // …and the page's countdown is the server's, to the second.
+    const [, mins, secs] = /^(\d+) min (\d\d) s$/.exec((await left.textContent()) ?? '') ?? [];
+    expect(Math.abs(Number(mins) * 60 + Number(secs) - (made?.remaining_secs ?? 0))).toBeLessThanOrEqual(1);
+
+    // A range broader than /8: the API's 422 names the target, shown under the field, and
+    // nothing is banned.
+    const targetInput = form.getByLabel('Address or range');
+    await targetInput.fill('192.0.0.0/4');
+    await form.getByRole('button', { name: 'Ban', exact: true }).click();
+    const targetError = form.locator('[data-field-error="target"]');
+    await targetError.waitFor();
+    expect(await targetError.textContent()).toContain('broader than /8');
+    expect(await targetError.textContent()).toMatch(/nothing was changed/);
+    expect(await targetInput.getAttribute('aria-invalid')).toBe('true');
+    expect((await targetInput.getAttribute('aria-describedby'))?.split(' ')).toContain(await targetError.getAttribute('id'));
+    expect(await page.evaluate(() => document.activeElement?.getAttribute('name'))).toBe('target');
+    expect((await activeBans()).map((b) => b.target)).not.toContain('192.0.0.0/4');
+    expect(await axeViolations(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-bans-field-error.png'), fullPage: true });
+    // Typing again clears the error.
+    await targetInput.fill('');
+    expect(await targetError.count()).toBe(0);
+
+    // Unban asks first; cancelling changes nothing.
+    await row.getByRole('button', { name: `Unban ${target}` }).click();
+    await row.getByText(`Lift the ban on ${target}?`).waitFor();
+    // The confirmation has the focus; after Cancel it is back on Unban, so the keyboard
+    // can ask again.
+    await page.waitForFunction(() => document.activeElement?.textContent === 'Confirm unban');
+    await row.getByRole('button', { name: 'Cancel' }).click();
+    expect((await activeBans()).map((b) => b.target)).toContain(target);
+    await page.waitForFunction(() => document.activeElement?.getAttribute('data-action') === 'unban');
+    await page.keyboard.press('Enter');
+    await row.getByRole('button', { name: 'Confirm unban' }).waitFor();
+    expect(await axeViolations(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-bans-confirm.png'), fullPage: true });
+    await row.getByRole('button', { name: 'Confirm unban' }).click();
+    await bans.getByText(`Lifted the ban on ${target}.`).waitFor();
+    await row.waitFor({ state: 'detached' });
+    expect((await activeBans()).map((b) => b.target)).not.toContain(target);
+
+    // The log has the ban and the unban, newest first, on the page and through the API.
+    await log.locator(`tr[data-action="unbanned"][data-target="${target}"]`).waitFor();
+    const logged = await log
+      .locator('tbody tr')
+      .evaluateAll((rows) => rows.map((r) => `${r.getAttribute('data-action')} ${r.getAttribute('data-target')}`));
+    expect(logged.slice(0, 2)).toEqual([`unbanned ${target}`, `banned ${target}`]);
+    expect(await log.locator(`tr[data-action="banned"][data-target="${target}"]`).textContent()).toContain(reason);
+    const apiLog = (await (await api('/bans/log?limit=2')).json()) as { log: BanLogView[] };
+    expect(apiLog.log.map((e) => `${e.action} ${e.target}`)).toEqual([`unbanned ${target}`, `banned ${target}`]);
+    expect(apiLog.log[1].reason).toBe(reason);
+    expect(await axeViolations(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-bans.png'), fullPage: true });
+    // The browser logs the refused POST (422) itself.
+    expect(errors.filter((e) => !e.includes('422'))).toEqual([]);
+    await page.context().close();
+  });
+
+  it('pages the ban log with Older and Newer, and shows permanent bans (light)', async () => {
+    // 22 bans (one permanent) and one unban: more than a page of the log (20).
+    for (let i = 1; i <= 22; i++) {
+      const r = await api('/bans', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ target: `198.51.100.${i}`, duration_secs: i === 22 ? null : 600, reason: `probe ${i}` }),
+      });
+      expect(r.status).toBe(201);
+    }
+    expect((await api(`/bans/${encodeURIComponent('198.51.100.1/32')}`, { method: 'DELETE' })).status).toBe(200);
+    // Lifting a ban that is not there is a 404.
+    expect((await api(`/bans/${encodeURIComponent('198.51.100.1')}`, { method: 'DELETE' })).status).toBe(404);
+
+    const { page, errors } = await newPage({ ...DESKTOP, colorScheme: 'light' });
+    await signIn(page);
+    await openView(page, 'Bans');
+    const bans = page.getByTestId('active-bans');
+    const log = page.getByTestId('ban-log');
+    const permanent = bans.locator('tr[data-target="198.51.100.22/32"]');
+    await permanent.waitFor();
+    expect(await permanent.locator('[data-col="left"]').textContent()).toBe('permanent');
+    expect(await bans.locator('tr[data-target="198.51.100.1/32"]').count()).toBe(0);
+
+    await log.locator('tr[data-action="unbanned"][data-target="198.51.100.1/32"]').waitFor();
+    expect(await log.locator('tbody tr').count()).toBe(20);
+    const pager = page.getByRole('navigation', { name: 'Ban log pages' });
+    expect(await pager.getByRole('button', { name: 'Newer' }).isDisabled()).toBe(true);
+    await pager.getByRole('button', { name: 'Older' }).click();
+    await pager.getByText('page 2').waitFor();
+    // The oldest of the 22 is on the second page.
+    await log.locator('tr[data-action="banned"][data-target="198.51.100.1/32"]').waitFor();
+    expect(await log.locator('tr[data-target="198.51.100.22/32"]').count()).toBe(0);
+    expect(await axeViolations(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-bans-log-older-light.png'), fullPage: true });
+    await pager.getByRole('button', { name: 'Newer' }).click();
+    await log.locator('tr[data-target="198.51.100.22/32"]').waitFor();
+
+    for (let i = 2; i <= 22; i++) {
+      expect((await api(`/bans/${encodeURIComponent(`198.51.100.${i}/32`)}`, { method: 'DELETE' })).status).toBe(200);
+    }
+    await bans.getByTestId('no-bans').waitFor();
     expect(errors).toEqual([]);
     await page.context().close();
   });

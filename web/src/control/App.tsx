@@ -1,7 +1,7 @@
 // The control room: sign in with the admin token, then a tile per room, polled every
 // second, with the controls an incident needs, and the Queue view (the head of each line,
-// a search by reference, move to the front). See README "Control room and admin API" and
-// "Priority".
+// a search by reference, move to the front), and the Bans view (Bans.tsx). See README
+// "Control room and admin API", "Priority" and "Bans and the abuse registry".
 import type { ComponentChildren } from 'preact';
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import {
@@ -19,7 +19,8 @@ import {
   type Settings,
   type Status,
 } from './api';
-import { formatAge, formatClock, formatCount, formatDuration, formatRate, plural } from './format';
+import { BansView } from './Bans';
+import { formatAge, formatClock, formatCount, formatDuration, formatEta, formatRate, plural } from './format';
 import { addSample, describeHistory, sparkline, WINDOW_MS, type Sample } from './sparkline';
 
 /** How often the rooms and the status are read. */
@@ -253,7 +254,7 @@ function Console(props: { api: Api; version: string; onUnauthorized: (e: ApiErro
 
   const refresh = useCallback(() => refreshRef.current(), []);
   const { rooms, status } = snap;
-  const [view, setView] = useState<'rooms' | 'queue'>('rooms');
+  const [view, setView] = useState<'rooms' | 'queue' | 'bans'>('rooms');
 
   return (
     <div class="cr-shell">
@@ -293,9 +294,19 @@ function Console(props: { api: Api; version: string; onUnauthorized: (e: ApiErro
         >
           Queue
         </button>
+        <button
+          type="button"
+          class="cr-btn cr-view"
+          aria-current={view === 'bans' ? 'page' : undefined}
+          onClick={() => setView('bans')}
+        >
+          Bans
+        </button>
       </nav>
       <main class="cr-main">
-        {view === 'queue' ? (
+        {view === 'bans' ? (
+          <BansView api={api} onUnauthorized={onUnauthorized} />
+        ) : view === 'queue' ? (
           <QueueView rooms={rooms} api={api} onUnauthorized={onUnauthorized} refresh={refresh} />
         ) : (
           <RoomsView snap={snap} now={now} api={api} onUnauthorized={onUnauthorized} refresh={refresh} />
@@ -740,6 +751,7 @@ function RoomTile(props: {
   const max = r.max_active ?? 0;
   const active = r.active ?? 0;
   const fill = max > 0 ? Math.min(1, active / max) : 0;
+  const eta = formatEta(r.eta);
 
   return (
     <section
@@ -795,6 +807,11 @@ function RoomTile(props: {
         {formatDuration(r.session_ttl_secs)} · last pass{' '}
         {r.last_pass_ms === null || r.last_pass_ms === undefined ? '–' : `${r.last_pass_ms.toFixed(1)} ms`}
       </p>
+      {eta && (
+        <p class={`cr-eta${eta.belowAim ? ' cr-eta-low' : ''}`} data-stat="eta">
+          {eta.text}
+        </p>
+      )}
       <ConfigForm id={id} room={r} api={api} onUnauthorized={onUnauthorized} refresh={refresh} />
       <div class="cr-actions">
         <button

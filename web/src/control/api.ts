@@ -23,6 +23,18 @@ export interface RoomView {
   observed_rate?: number;
   last_pass_ms?: number | null;
   stats_age_secs?: number;
+  /** Honest ETA over the last hour (SPEC §14); absent from servers that do not measure it. */
+  eta?: EtaStats | null;
+}
+
+/** How well the waits shown matched the waits had, over the last hour (SPEC §14). */
+export interface EtaStats {
+  /** Visitors admitted in the last hour whose first shown range is known. */
+  admitted: number;
+  /** Share of them (0..1) admitted within the range first shown; null when none. */
+  within_range: number | null;
+  /** Median distance, in seconds, between the wait had and the range shown; null when none. */
+  median_error_secs: number | null;
 }
 
 export interface Status {
@@ -77,6 +89,80 @@ export interface FrontResult {
   position: number | null;
   waiting: number;
   audit: AuditResult;
+}
+
+/** Who made a ban: the strike count, a `ban_paths` hit, or an operator. */
+export type BanSource = 'automatic' | 'ban_path' | 'admin';
+
+/** One active ban as `GET /bans` lists it (SPEC §10 "The abuse registry"). */
+export interface Ban {
+  /** The network banned, normalised by the server: `192.0.2.7/32`, `2001:db8::/48`. */
+  target: string;
+  source: BanSource | string;
+  reason: string;
+  /** RFC 3339, when the ban was made. */
+  since: string;
+  /** RFC 3339, when it ends; null when permanent. */
+  until: string | null;
+  /** Seconds left when the server answered (rounded up); null when permanent. */
+  remaining_secs: number | null;
+  permanent: boolean;
+  cursor: number;
+}
+
+export interface BanLogEntry {
+  at: string;
+  action: 'banned' | 'unbanned' | 'expired' | string;
+  target: string;
+  source: BanSource | string;
+  reason: string;
+  until: string | null;
+  cursor: number;
+}
+
+/** One page of a list, newest first; `next_cursor` asks for the next (older) page. */
+export interface Paged {
+  limit?: number;
+  cursor?: number | null;
+}
+
+/** What `POST /bans` takes: `duration_secs` null for a permanent ban. */
+export interface BanRequest {
+  target: string;
+  duration_secs: number | null;
+  reason: string;
+}
+
+/** The fields of a ban the API may name in an error. */
+export type BanField = 'target' | 'duration_secs' | 'reason';
+
+/** A duration as an operator types it: `90` (seconds), `90s`, `30m`, `1h`, `2d`, `1w`,
+ * `1h30m`, `1.5h` (`min`, `hour(s)`, `day(s)` are read too). Whole seconds, or `null` when
+ * it is not a duration; 0 stays 0 so the API (the one judge) says why it is refused. */
+export function parseDuration(typed: string): number | null {
+  const text = typed.trim().toLowerCase().replace(/\s+/g, '');
+  if (text === '') return null;
+  if (/^\d+$/.test(text)) return Number.isSafeInteger(Number(text)) ? Number(text) : null;
+  const units: Record<string, number> = {
+    s: 1, sec: 1, secs: 1, second: 1, seconds: 1,
+    m: 60, min: 60, mins: 60, minute: 60, minutes: 60,
+    h: 3600, hr: 3600, hrs: 3600, hour: 3600, hours: 3600,
+    d: 86_400, day: 86_400, days: 86_400,
+    w: 604_800, week: 604_800, weeks: 604_800,
+  };
+  const part = /(\d+(?:\.\d+)?|\.\d+)([a-z]+)/y;
+  let total = 0;
+  let at = 0;
+  while (at < text.length) {
+    part.lastIndex = at;
+    const m = part.exec(text);
+    if (!m) return null;
+    const unit = units[m[2]];
+    if (unit === undefined) return null;
+    total += Number(m[1]) * unit;
+    at = part.lastIndex;
+  }
+  return Number.isSafeInteger(Math.round(total)) ? Math.round(total) : null;
 }
 
 /** The most `GET …/queue` lists at once. */
@@ -179,6 +265,14 @@ export function buildPatch(
   return patch;
 }
 
+function pageQuery(page: Paged): string {
+  const query = new URLSearchParams();
+  if (page.limit !== undefined) query.set('limit', String(page.limit));
+  if (page.cursor !== undefined && page.cursor !== null) query.set('cursor', String(page.cursor));
+  const q = query.toString();
+  return q ? `?${q}` : '';
+}
+
 type Fetch = (input: string, init?: RequestInit) => Promise<Response>;
 
 /** The admin API with one token. */
@@ -260,6 +354,26 @@ export class Api {
   /** Moves the waiting visitor with reference `ref` to position 1. */
   moveToFront(room: string, ref: string): Promise<FrontResult> {
     return this.call('POST', `/rooms/${encodeURIComponent(room)}/visitors/${encodeURIComponent(ref)}/front`);
+  }
+
+  /** Active bans, newest first; `cursor` is the previous page's `next_cursor`. */
+  bans(page: Paged = {}, signal?: AbortSignal): Promise<{ bans: Ban[]; next_cursor: number | null }> {
+    return this.call('GET', `/bans${pageQuery(page)}`, undefined, signal);
+  }
+
+  /** Bans an address or range for `duration_secs`, or permanently with null. */
+  ban(request: BanRequest): Promise<{ ban: Ban; audit: AuditResult }> {
+    return this.call('POST', '/bans', request);
+  }
+
+  /** Lifts the ban on exactly `target` (a 404 ApiError when there is none). */
+  unban(target: string): Promise<{ unbanned: Ban; audit: AuditResult }> {
+    return this.call('DELETE', `/bans/${encodeURIComponent(target.trim())}`);
+  }
+
+  /** The ban log (banned, unbanned, expired), newest first, paged like {@link Api.bans}. */
+  banLog(page: Paged = {}, signal?: AbortSignal): Promise<{ log: BanLogEntry[]; next_cursor: number | null }> {
+    return this.call('GET', `/bans/log${pageQuery(page)}`, undefined, signal);
   }
 }
 

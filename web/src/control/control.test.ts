@@ -7,11 +7,13 @@ import {
   fieldMessage,
   loadToken,
   normalizeRef,
+  parseDuration,
   parseProblem,
   saveToken,
   TOKEN_KEY,
 } from './api';
-import { formatAge, formatClock, formatCount, formatDuration, formatRate, plural } from './format';
+import { actionLabel, banDeadline, banKey, describeLength, formatTimeLeft, parseTime, sourceLabel } from './bans';
+import { formatAge, formatClock, formatCount, formatDuration, formatEta, formatRate, formatWhen, plural } from './format';
 import { addSample, describeHistory, niceCeiling, sparkline, WINDOW_MS, type Sample } from './sparkline';
 
 describe('format', () => {
@@ -60,6 +62,108 @@ describe('format', () => {
     expect(plural(1, 'visitor', 'visitors')).toBe('1 visitor');
     expect(plural(0, 'visitor', 'visitors')).toBe('0 visitors');
     expect(plural(1500, 'visitor', 'visitors')).toBe('1,500 visitors');
+  });
+});
+
+describe('honest ETA on the room tile', () => {
+  it('says how many of the last hour were admitted within the range shown', () => {
+    expect(formatEta({ admitted: 1203, within_range: 0.944, median_error_secs: 3 })).toEqual({
+      text: 'ETA honesty: 94 % of 1,203 admitted in the last hour within the range shown; median error 3 s',
+      belowAim: false,
+    });
+    expect(formatEta({ admitted: 50, within_range: 1, median_error_secs: 0 })?.text).toBe(
+      'ETA honesty: 100 % of 50 admitted in the last hour within the range shown; median error 0 s',
+    );
+    // Long and fractional medians.
+    expect(formatEta({ admitted: 40, within_range: 0.95, median_error_secs: 125.4 })?.text).toMatch(/median error 2 min 05 s$/);
+    expect(formatEta({ admitted: 40, within_range: 0.95, median_error_secs: 2.64 })?.text).toMatch(/median error 2.6 s$/);
+  });
+
+  it('never rounds up to a better share than measured', () => {
+    expect(formatEta({ admitted: 1000, within_range: 0.999, median_error_secs: 1 })?.text).toContain(' 99 % of 1,000');
+    expect(formatEta({ admitted: 1000, within_range: 0.899, median_error_secs: 1 })?.text).toContain(' 89 % of');
+    expect(formatEta({ admitted: 3, within_range: 1.2, median_error_secs: null })?.text).toBe(
+      'ETA honesty: 100 % of 3 admitted in the last hour within the range shown',
+    );
+  });
+
+  it('flags a share below the 90 % aim once there are enough admissions to judge', () => {
+    expect(formatEta({ admitted: 200, within_range: 0.8, median_error_secs: 12 })).toEqual({
+      text: 'ETA honesty: 80 % of 200 admitted in the last hour within the range shown; median error 12 s (below the 90 % aim)',
+      belowAim: true,
+    });
+    expect(formatEta({ admitted: 19, within_range: 0.5, median_error_secs: 12 })?.belowAim).toBe(false);
+    expect(formatEta({ admitted: 20, within_range: 0.9, median_error_secs: 12 })?.belowAim).toBe(false);
+  });
+
+  it('says so when nobody was admitted, and shows nothing for servers without the figures', () => {
+    expect(formatEta({ admitted: 0, within_range: null, median_error_secs: null })?.text).toBe(
+      'ETA honesty: nobody admitted in the last hour to compare with the range shown',
+    );
+    expect(formatEta(undefined)).toBeNull();
+    expect(formatEta(null)).toBeNull();
+    expect(formatEta({} as never)).toBeNull();
+    expect(formatEta({ admitted: 'many' } as never)).toBeNull();
+  });
+});
+
+describe('bans', () => {
+  it('reads durations as operators type them', () => {
+    expect(parseDuration('3600')).toBe(3600);
+    expect(parseDuration('90s')).toBe(90);
+    expect(parseDuration('30m')).toBe(1800);
+    expect(parseDuration(' 1h ')).toBe(3600);
+    expect(parseDuration('1H 30M')).toBe(5400);
+    expect(parseDuration('1.5h')).toBe(5400);
+    expect(parseDuration('2d')).toBe(172_800);
+    expect(parseDuration('1w')).toBe(604_800);
+    expect(parseDuration('10 min')).toBe(600);
+    expect(parseDuration('2 hours')).toBe(7200);
+    // 0 is a duration; the API says why it is refused.
+    expect(parseDuration('0')).toBe(0);
+    expect(parseDuration('0s')).toBe(0);
+    for (const bad of ['', '  ', 'h', '1x', '1h-', '-1h', 'soon', '1e3', '1..5h', '9'.repeat(400)]) {
+      expect(parseDuration(bad)).toBeNull();
+    }
+  });
+
+  it('counts a ban down from what the server said was left, not from the browser clock', () => {
+    const received = 5_000_000;
+    const ban = { remaining_secs: 3600, permanent: false };
+    const end = banDeadline(ban, received);
+    expect(end).toBe(received + 3_600_000);
+    expect(formatTimeLeft(end, received)).toBe('1 h 00 min');
+    expect(formatTimeLeft(end, received + 1)).toBe('1 h 00 min');
+    expect(formatTimeLeft(end, received + 1000)).toBe('59 min 59 s');
+    expect(formatTimeLeft(end, received + 3_599_500)).toBe('1 s');
+    expect(formatTimeLeft(end, received + 3_600_000)).toBe('ending');
+    // A later reading (rounded up by the server) never moves the end later.
+    expect(banDeadline({ remaining_secs: 3599, permanent: false }, received + 1500, end)).toBe(received + 3_600_000);
+    expect(banDeadline({ remaining_secs: 3598, permanent: false }, received + 1500, end)).toBe(received + 3_599_500);
+    expect(banDeadline({ remaining_secs: null, permanent: true }, received)).toBeNull();
+    expect(formatTimeLeft(null, received)).toBe('permanent');
+  });
+
+  it('names sources, actions and lengths', () => {
+    expect(sourceLabel('automatic')).toBe('automatic (strikes)');
+    expect(sourceLabel('ban_path')).toBe('ban path');
+    expect(sourceLabel('admin')).toBe('admin');
+    expect(sourceLabel('future')).toBe('future');
+    expect(actionLabel('expired')).toBe('expired');
+    expect(actionLabel('other')).toBe('other');
+    expect(describeLength(3600)).toBe('for 1 h 00 min');
+    expect(describeLength(null)).toBe('permanently');
+    expect(banKey({ target: '192.0.2.0/24', until: null })).toBe('192.0.2.0/24 permanent');
+    expect(banKey({ target: '192.0.2.0/24', until: '2024-01-01T00:00:00Z' })).toBe('192.0.2.0/24 2024-01-01T00:00:00Z');
+    expect(parseTime('2024-01-02T03:04:05Z')).toBe(Date.UTC(2024, 0, 2, 3, 4, 5));
+    expect(parseTime(null)).toBeNaN();
+  });
+
+  it('shows today as a clock time and other days with the date', () => {
+    const now = new Date(2024, 5, 10, 12, 0, 0).getTime();
+    expect(formatWhen(new Date(2024, 5, 10, 3, 4, 5).getTime(), now)).toBe('03:04:05');
+    expect(formatWhen(new Date(2024, 5, 9, 23, 59, 0).getTime(), now)).toBe('2024-06-09 23:59');
+    expect(formatWhen(NaN, now)).toBe('–');
   });
 });
 
@@ -294,6 +398,73 @@ describe('Api', () => {
     );
     await expect(api.queue('main', { limit: 0 })).rejects.toMatchObject({ status: 422, field: 'limit' });
     await expect(api.moveToFront('main', 'ZZZZZZZZ')).rejects.toMatchObject({ status: 404, field: 'ref', title: 'Unknown visitor' });
+  });
+
+  it('lists bans and the ban log page by page, bans, and lifts a ban by its URL-encoded target', async () => {
+    const calls: { url: string; init: RequestInit }[] = [];
+    const ban = {
+      target: '192.0.2.0/24',
+      source: 'admin',
+      reason: 'scraper',
+      since: '2024-01-02T03:04:05Z',
+      until: '2024-01-02T04:04:05Z',
+      remaining_secs: 3600,
+      permanent: false,
+      cursor: 7,
+    };
+    const api = new Api('tok-b', async (url, init) => {
+      calls.push({ url, init: init ?? {} });
+      if (url.includes('/bans/log')) return json(200, { log: [], next_cursor: null });
+      if (init?.method === 'POST') return json(201, { ban, audit: { written: true } });
+      if (init?.method === 'DELETE') return json(200, { unbanned: ban, audit: { written: true } });
+      return json(200, { bans: [ban], next_cursor: 7 });
+    });
+    expect(await api.bans()).toEqual({ bans: [ban], next_cursor: 7 });
+    await api.bans({ limit: 50, cursor: 7 });
+    await api.bans({ limit: 50, cursor: null });
+    expect(await api.banLog({ limit: 20 })).toEqual({ log: [], next_cursor: null });
+    await api.banLog({ cursor: 3 });
+    expect((await api.ban({ target: '192.0.2.0/24', duration_secs: 3600, reason: 'scraper' })).ban).toEqual(ban);
+    await api.ban({ target: '2001:db8::/48', duration_secs: null, reason: '' });
+    expect((await api.unban('192.0.2.0/24')).unbanned.target).toBe('192.0.2.0/24');
+    await api.unban(' 2001:db8::/48 ');
+    expect(calls.map((c) => `${c.init.method} ${c.url}`)).toEqual([
+      'GET /__anteroom/admin/api/bans',
+      'GET /__anteroom/admin/api/bans?limit=50&cursor=7',
+      'GET /__anteroom/admin/api/bans?limit=50',
+      'GET /__anteroom/admin/api/bans/log?limit=20',
+      'GET /__anteroom/admin/api/bans/log?cursor=3',
+      'POST /__anteroom/admin/api/bans',
+      'POST /__anteroom/admin/api/bans',
+      'DELETE /__anteroom/admin/api/bans/192.0.2.0%2F24',
+      'DELETE /__anteroom/admin/api/bans/2001%3Adb8%3A%3A%2F48',
+    ]);
+    expect(calls[5].init.body).toBe('{"target":"192.0.2.0/24","duration_secs":3600,"reason":"scraper"}');
+    expect(calls[6].init.body).toBe('{"target":"2001:db8::/48","duration_secs":null,"reason":""}');
+    for (const c of calls) expect((c.init.headers as Record<string, string>).authorization).toBe('Bearer tok-b');
+  });
+
+  it('names the field of a refused ban and says when there is no ban to lift', async () => {
+    const api = new Api('x', async (_url, init) =>
+      init?.method === 'DELETE'
+        ? json(404, { title: 'No such ban', status: 404, detail: 'no active ban on `198.51.100.0/24`', field: 'target' }, 'application/problem+json')
+        : json(
+            422,
+            {
+              title: 'Invalid ban',
+              status: 422,
+              detail: 'target: target `10.0.0.0/4` is broader than /8, the broadest range that may be banned; nothing was changed',
+              field: 'target',
+            },
+            'application/problem+json',
+          ),
+    );
+    const refused = await api.ban({ target: '10.0.0.0/4', duration_secs: 60, reason: '' }).catch((e: unknown) => e);
+    expect(refused).toMatchObject({ status: 422, field: 'target', title: 'Invalid ban' });
+    expect(fieldMessage(refused as ApiError)).toBe(
+      'Target `10.0.0.0/4` is broader than /8, the broadest range that may be banned; nothing was changed',
+    );
+    await expect(api.unban('198.51.100.0/24')).rejects.toMatchObject({ status: 404, title: 'No such ban' });
   });
 
   it('reads references as people type them', () => {

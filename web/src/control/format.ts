@@ -51,3 +51,53 @@ export function formatClock(ms: number): string {
 export function plural(n: number, one: string, many: string): string {
   return `${formatCount(n)} ${n === 1 ? one : many}`;
 }
+
+/** When something happened, in the browser's time zone: `14:02:07` on the day of `nowMs`,
+ * `2024-01-02 03:04` on any other. */
+export function formatWhen(ms: number, nowMs: number): string {
+  if (!Number.isFinite(ms)) return '–';
+  const d = new Date(ms);
+  const n = new Date(nowMs);
+  if (d.getFullYear() === n.getFullYear() && d.getMonth() === n.getMonth() && d.getDate() === n.getDate()) {
+    return formatClock(ms);
+  }
+  const two = (v: number) => String(v).padStart(2, '0');
+  return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ${two(d.getHours())}:${two(d.getMinutes())}`;
+}
+
+/** The honest-ETA figures of a room (SPEC §14), as the tile shows them. */
+export interface EtaFigures {
+  admitted: number;
+  within_range: number | null;
+  median_error_secs: number | null;
+}
+
+/** Below this share admitted within the range shown, the tile says the aim is missed. */
+export const ETA_AIM = 0.9;
+/** Fewer admissions than this in the hour are too few to call the aim missed. */
+export const ETA_MIN_SAMPLE = 20;
+
+/**
+ * The room tile's line about ETA honesty: `ETA honesty: 94 % of 1,203 admitted in the last
+ * hour within the range shown; median error 3 s`. The share is rounded down, so 99.6 % is
+ * never shown as 100 %. `null` when the server does not report it (older servers), so the
+ * tile shows nothing.
+ */
+export function formatEta(eta: Partial<EtaFigures> | null | undefined): { text: string; belowAim: boolean } | null {
+  if (!eta || typeof eta !== 'object' || typeof eta.admitted !== 'number' || !Number.isFinite(eta.admitted)) return null;
+  const admitted = Math.max(0, eta.admitted);
+  const ratio = eta.within_range;
+  if (admitted === 0 || typeof ratio !== 'number' || !Number.isFinite(ratio)) {
+    return { text: 'ETA honesty: nobody admitted in the last hour to compare with the range shown', belowAim: false };
+  }
+  const clamped = Math.min(1, Math.max(0, ratio));
+  const percent = clamped >= 1 ? 100 : Math.floor(clamped * 100);
+  let text = `ETA honesty: ${percent} % of ${formatCount(admitted)} admitted in the last hour within the range shown`;
+  const median = eta.median_error_secs;
+  if (typeof median === 'number' && Number.isFinite(median) && median >= 0) {
+    text += `; median error ${median < 10 && !Number.isInteger(median) ? `${median.toFixed(1)} s` : formatDuration(Math.round(median))}`;
+  }
+  const belowAim = admitted >= ETA_MIN_SAMPLE && clamped < ETA_AIM;
+  if (belowAim) text += ` (below the ${Math.round(ETA_AIM * 100)} % aim)`;
+  return { text, belowAim };
+}

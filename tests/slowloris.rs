@@ -265,6 +265,134 @@ async fn slow_clients_are_cut_off_while_a_real_visitor_is_served() {
     ar.shutdown().await.unwrap();
 }
 
+/// The same slow clients against the admin listener (`admin_listen`): it has its own
+/// accept loop and connection budget, and the same timeouts must cut its slow clients off
+/// while an operator's API calls (and the public site) are still answered quickly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_on_the_admin_listener_are_cut_off_while_the_admin_answers() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = slow_config(&origin.url(), dir.path());
+    config.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+    config.server.body_timeout = Duration::from_secs(2);
+    let ar = start(&config).await;
+    let admin = ar.admin_addr.expect("the admin listener is up");
+    let http = client();
+    let status_url = format!("http://{admin}/__anteroom/admin/api/status");
+    let page = format!("http://{}/", ar.addr);
+    let baseline = open_fds();
+
+    const PER_KIND: usize = 30;
+    let kinds = [Slow::Silent, Slow::HeaderDribble, Slow::IdleKeepAlive];
+    let mut tasks = Vec::new();
+    for kind in kinds {
+        for _ in 0..PER_KIND {
+            tasks.push((
+                kind,
+                tokio::spawn(slow_connection(admin, kind, Duration::from_secs(8))),
+            ));
+        }
+    }
+    // An authorised settings change whose body stalls after 10 of 1,000 bytes.
+    let stalled: Vec<_> = (0..PER_KIND)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut stream = TcpStream::connect(admin).await.unwrap();
+                let head = format!(
+                    "PUT /__anteroom/admin/api/rooms/main/config HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                     Authorization: Bearer {ADMIN_TOKEN}\r\nContent-Type: application/json\r\n\
+                     Content-Length: 1000\r\n\r\n{{\"rate\": 1"
+                );
+                stream.write_all(head.as_bytes()).await.unwrap();
+                time_to_close(
+                    stream,
+                    None,
+                    Duration::from_millis(200),
+                    Duration::from_secs(8),
+                )
+                .await
+            })
+        })
+        .collect();
+    // Meanwhile the operator's status call and a visitor's page are answered, and quickly.
+    let mut slowest = Duration::ZERO;
+    let mut served = 0;
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let asked = Instant::now();
+        let status = http
+            .get(&status_url)
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(status.status(), 200, "the admin did not answer");
+        let visitor = http.get(&page).send().await.unwrap();
+        assert!(visitor.status().is_success(), "{}", visitor.status());
+        slowest = slowest.max(asked.elapsed());
+        served += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        slowest < Duration::from_millis(1_500),
+        "an admin call waited {slowest:?}"
+    );
+    for kind in kinds {
+        let limit = match kind {
+            Slow::IdleKeepAlive => IDLE_TIMEOUT.min(HEADER_READ_TIMEOUT),
+            _ => HEADER_READ_TIMEOUT,
+        } + SLACK;
+        let mut max = Duration::ZERO;
+        for (_, task) in tasks
+            .iter_mut()
+            .filter(|(k, _)| std::mem::discriminant(k) == std::mem::discriminant(&kind))
+        {
+            let closed = task.await.unwrap();
+            max = max.max(closed.unwrap_or_else(|| panic!("an admin {kind:?} was never closed")));
+        }
+        println!("admin listener {kind:?}: {PER_KIND} connections, all closed within {max:.2?}");
+        assert!(
+            max <= limit,
+            "admin {kind:?} held for {max:?} (limit {limit:?})"
+        );
+    }
+    let mut max = Duration::ZERO;
+    for task in stalled {
+        let closed = task.await.unwrap();
+        max = max.max(closed.expect("a stalled admin body was never cut off"));
+    }
+    println!(
+        "admin listener stalled PUT body: {PER_KIND} connections, all closed within {max:.2?}"
+    );
+    assert!(
+        max <= config.server.body_timeout + SLACK,
+        "held for {max:?}"
+    );
+    println!(
+        "the operator and a visitor: {served} rounds served during the attack, slowest {slowest:.2?}"
+    );
+    // Nothing was changed by the half-sent settings.
+    let stats: serde_json::Value = http
+        .get(format!(
+            "http://{admin}/__anteroom/admin/api/rooms/main/stats"
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["rate"], 1000.0, "{stats}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while open_fds() > baseline + 10 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(open_fds() <= baseline + 10, "descriptors leaked");
+    ar.shutdown().await.unwrap();
+}
+
 /// A request body sent one byte every 300 ms never finishes (100 kB at that pace is
 /// 9 hours), yet it makes progress, so neither the idle timeout (a request is in flight)
 /// nor the origin timeout (the origin is still being fed) ever fires. `server.body_timeout`

@@ -264,6 +264,8 @@ pub struct Admin {
     /// The control room's script and stylesheets, when the front-end is built in.
     control: Option<Entry>,
     wrong_tokens: LogLimiter,
+    /// `server.body_timeout`: a request body's deadline, as on the proxy.
+    body_timeout: Duration,
     abuse: Arc<AbuseRegistry>,
 }
 
@@ -289,6 +291,7 @@ impl Admin {
             pages,
             control: assets::entry(assets::CONTROL_ENTRY),
             wrong_tokens: LogLimiter::new(Duration::from_secs(10)),
+            body_timeout: config.server.body_timeout,
             abuse,
         }
     }
@@ -556,19 +559,9 @@ async fn configure(
     room: &str,
     who: &Caller,
 ) -> Response<Body> {
-    let body = match read_body(req).await {
+    let body = match read_body(req, app.admin.body_timeout).await {
         Ok(body) => body,
-        Err(BodyError::TooLarge) => {
-            return problem(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "Body too large",
-                &format!("The request body may be at most {MAX_BODY_BYTES} bytes."),
-                Some("body"),
-            );
-        }
-        Err(BodyError::Unreadable(e)) => {
-            return bad_input("body", &format!("could not be read: {e}"));
-        }
+        Err(refused) => return refused,
     };
     let patch = match parse_patch(&body) {
         Ok(patch) => patch,
@@ -903,17 +896,9 @@ async fn ban_log(app: &AdminContext<'_>, req: &Request<Incoming>) -> Response<Bo
 }
 
 async fn ban(app: &AdminContext<'_>, req: Request<Incoming>, who: &Caller) -> Response<Body> {
-    let body = match read_body(req).await {
+    let body = match read_body(req, app.admin.body_timeout).await {
         Ok(b) => b,
-        Err(BodyError::TooLarge) => {
-            return problem(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "Body too large",
-                &format!("The request body may be at most {MAX_BODY_BYTES} bytes."),
-                Some("body"),
-            );
-        }
-        Err(BodyError::Unreadable(e)) => return bad_input("body", &e),
+        Err(refused) => return refused,
     };
     let value: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
@@ -1033,28 +1018,51 @@ fn ban_error_field(field: &str, e: BanError) -> Response<Body> {
     }
 }
 
-enum BodyError {
-    TooLarge,
-    Unreadable(String),
-}
-
-/// The request body, at most [`MAX_BODY_BYTES`].
-async fn read_body(req: Request<Incoming>) -> Result<bytes::Bytes, BodyError> {
+/// The request body, at most [`MAX_BODY_BYTES`], in full within `deadline`
+/// (`server.body_timeout`: an admin call whose body stalls must not hold its connection,
+/// RELIABILITY F3); else the answer to give.
+async fn read_body(
+    req: Request<Incoming>,
+    deadline: Duration,
+) -> Result<bytes::Bytes, Response<Body>> {
+    let too_large = || {
+        problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Body too large",
+            &format!("The request body may be at most {MAX_BODY_BYTES} bytes."),
+            Some("body"),
+        )
+    };
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(BodyError::TooLarge);
+        return Err(too_large());
     }
-    match Limited::new(req.into_body(), MAX_BODY_BYTES)
-        .collect()
-        .await
-    {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
-        Err(e) => Err(BodyError::Unreadable(e.to_string())),
+    let read = Limited::new(req.into_body(), MAX_BODY_BYTES).collect();
+    match tokio::time::timeout(deadline, read).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(e)) => Err(bad_input("body", &format!("could not be read: {e}"))),
+        Err(_) => {
+            let mut response = problem(
+                StatusCode::REQUEST_TIMEOUT,
+                "Body too slow",
+                &format!(
+                    "The request body did not arrive in full within {} s (server.body_timeout).",
+                    deadline.as_secs()
+                ),
+                Some("body"),
+            );
+            // The rest of the body may still be on its way: the connection cannot be
+            // reused.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+            Err(response)
+        }
     }
 }
 

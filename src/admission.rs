@@ -10,10 +10,13 @@ use std::time::{Duration, SystemTime};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
 use crate::events::{Event, EventKind, EventSink};
+use crate::fairness::eta::{EtaLedger, EtaReport};
 use crate::queue::{
-    ClientKey, GrantUse, Join, PassReport, Place, QueueQuery, QueueStore, RefusedReason,
-    Resolution, RoomStats, StoreError, StoreResult, VisitorId, VisitorRef, WaitingEntry,
+    ClientKey, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore, RefusedReason,
+    Resolution, RoomStats, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState,
+    WaitingEntry,
 };
 
 /// How long a replica trusts that a visitor it saw admitted is still on the site before
@@ -40,6 +43,12 @@ pub struct Admission {
     sessions: SessionCache,
     stats: StatsCache,
     health: StoreHealth,
+    /// The ranges this replica showed waiting visitors first, and what came of them (the
+    /// honest ETA, SPEC §14).
+    eta: EtaLedger,
+    /// The store's clock when it has one in this process, else the system's: waits are
+    /// timed on it.
+    clock: Clock,
 }
 
 /// The outcome of deciding one request for the site.
@@ -76,13 +85,21 @@ impl Admission {
         fail_open_after: Option<Duration>,
         events: EventSink,
     ) -> Self {
+        let clock = store.clock().unwrap_or_else(Clock::system);
         Admission {
             store,
             events,
             sessions: SessionCache::default(),
             stats: StatsCache::default(),
             health: StoreHealth::new(fail_open_after),
+            eta: EtaLedger::default(),
+            clock,
         }
+    }
+
+    /// This replica's honest-ETA ledger (SPEC §14).
+    pub fn eta_ledger(&self) -> &EtaLedger {
+        &self.eta
     }
 
     /// The raw store, for tests that drive its clock or inspect it directly. Product code
@@ -112,8 +129,21 @@ impl Admission {
         &self,
         room: &str,
         visitors: &[VisitorId],
-    ) -> StoreResult<Vec<crate::queue::VisitorState>> {
-        self.observe(self.store.heartbeat(room, visitors).await)
+    ) -> StoreResult<Vec<VisitorState>> {
+        let states = self.observe(self.store.heartbeat(room, visitors).await)?;
+        // A visitor another replica's pass let in is first seen admitted here (or by their
+        // next request); one no longer in line leaves the ledger.
+        let now = self.clock.now_ms();
+        for (&visitor, state) in visitors.iter().zip(&states) {
+            match state {
+                VisitorState::Admitted => {
+                    self.eta.admitted(room, visitor, now);
+                }
+                VisitorState::Unknown => self.eta.forget(room, visitor),
+                VisitorState::Waiting(_) => {}
+            }
+        }
+        Ok(states)
     }
 
     /// The live settings of `room`, read from the store (not the cache).
@@ -155,6 +185,8 @@ impl Admission {
             .map(|e| e.visitor)
             .ok_or(StoreError::NotWaiting(reference))?;
         let place = self.observe(self.store.move_to_front(room, reference).await)?;
+        // The range they were shown assumed the line ahead of them; it no longer applies.
+        self.eta.forget(room, visitor);
         self.events
             .publish(Event::visitor(EventKind::VisitorPrioritized, room, visitor));
         Ok((visitor, place))
@@ -200,6 +232,12 @@ impl Admission {
         match self.observe(self.store.resolve_with(room, visitor, client, join).await) {
             Ok(Resolution::Admitted { newly }) => {
                 let since = self.sessions.confirm(room, visitor, client);
+                if join == Join::Front {
+                    // Let in ahead of the line by a grant: not the estimate's doing.
+                    self.eta.forget(room, visitor);
+                } else {
+                    self.eta.admitted(room, visitor, self.clock.now_ms());
+                }
                 if newly {
                     self.events
                         .publish(Event::visitor(EventKind::VisitorAdmitted, room, visitor));
@@ -207,6 +245,11 @@ impl Admission {
                 Decision::Admitted { since }
             }
             Ok(Resolution::Waiting { place, joined }) => {
+                if joined || join == Join::Front {
+                    // A fresh place (back after abandoning, or moved to the front): a range
+                    // shown for an earlier one says nothing about this wait.
+                    self.eta.forget(room, visitor);
+                }
                 if joined {
                     self.events
                         .publish(Event::visitor(EventKind::VisitorJoined, room, visitor));
@@ -341,11 +384,46 @@ impl Admission {
         }
     }
 
+    /// The estimated wait [`Admission::eta_for`] gives a waiting visitor, as it is about to
+    /// be shown to them (the waiting page, its JSON, a live-stream event). The first range
+    /// shown to a visitor in line is remembered, to be compared with their actual wait when
+    /// they are admitted (SPEC §14). Not during a lottery draw (the wait includes the time
+    /// to the doors, which the page counts down instead) nor while the room is paused (the
+    /// page says so; the range assumes a moving line).
+    pub fn show_eta(&self, room: &str, visitor: VisitorId, place: &Place) -> Eta {
+        let eta = self.eta_for(room, place);
+        if place.position.is_some() && place.phase == Phase::Queueing && !place.paused {
+            self.eta.shown(room, visitor, eta, self.clock.now_ms());
+        }
+        eta
+    }
+
+    /// One admission pass of `room`: its admissions settle the ETA ledger and are
+    /// published, and its duration is kept for the stats.
+    pub async fn admit_pass(&self, room: &str) -> StoreResult<PassReport> {
+        let started = Instant::now();
+        let report = self.observe(self.store.admit_pass(room).await)?;
+        self.stats.record_pass(room, started.elapsed());
+        let now = self.clock.now_ms();
+        for &visitor in &report.admitted {
+            self.eta.admitted(room, visitor, now);
+        }
+        for &visitor in &report.abandoned {
+            self.eta.forget(room, visitor);
+        }
+        self.publish_pass(room, &report);
+        Ok(report)
+    }
+
     /// Refreshes the statistics of every room once.
     pub async fn refresh_stats(&self, rooms: &[String]) {
+        self.eta.prune(self.clock.now_ms());
         for room in rooms {
             match self.observe(self.store.stats(room).await) {
-                Ok(stats) => self.stats.record(room, stats),
+                Ok(stats) => {
+                    self.stats
+                        .record(room, stats, self.eta.report(room), self.eta.forgotten(room))
+                }
                 Err(StoreError::Unavailable(_)) => {}
                 Err(other) => tracing::error!(room, error = %other, "cannot read room stats"),
             }
@@ -372,17 +450,10 @@ impl Admission {
                 _ = stop.cancelled() => return,
                 _ = passes.tick() => {
                     for room in &rooms {
-                        let started = Instant::now();
-                        match self.observe(self.store.admit_pass(room).await) {
-                            Ok(report) => {
-                                self.stats.record_pass(room, started.elapsed());
-                                self.publish_pass(room, &report);
-                            }
-                            Err(e) => {
-                                if failures.allow() {
-                                    tracing::warn!(room, error = %e, "admission pass failed; nobody is admitted until the store answers");
-                                }
-                            }
+                        if let Err(e) = self.admit_pass(room).await
+                            && failures.allow()
+                        {
+                            tracing::warn!(room, error = %e, "admission pass failed; nobody is admitted until the store answers");
                         }
                     }
                 }
@@ -487,6 +558,11 @@ pub struct CachedStats {
     pub observed_rate: Option<f64>,
     pub last_pass: Option<Duration>,
     pub read_at: Instant,
+    /// This replica's honest-ETA report over the last hour (SPEC §14), as of `read_at`.
+    pub eta: EtaReport,
+    /// ETA ledger entries this replica forgot before their visitor was admitted (the cap,
+    /// or too old), since start.
+    pub eta_forgotten: u64,
 }
 
 #[derive(Default)]
@@ -508,7 +584,7 @@ impl StatsCache {
         rooms.get(room).and_then(|r| r.latest.clone())
     }
 
-    fn record(&self, room: &str, stats: RoomStats) {
+    fn record(&self, room: &str, stats: RoomStats, eta: EtaReport, eta_forgotten: u64) {
         let now = Instant::now();
         let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
         let samples = rooms.entry(room.to_owned()).or_default();
@@ -528,6 +604,8 @@ impl StatsCache {
             observed_rate,
             last_pass: samples.last_pass,
             read_at: now,
+            eta,
+            eta_forgotten,
         });
     }
 

@@ -895,6 +895,137 @@ mod tests {
         }
     }
 
+    /// The honest ETA through the product's own path (SPEC §14): ten visitors wait at one a
+    /// second, are shown `Eta::for_position(p, 1.0)` = [⌊0.8p⌋, ⌈1.25p⌉] and reload later
+    /// (the first range stands); five go in on time, then a pause from 6 s to 10 s makes the
+    /// other five late by 5 s. Waiting while paused is not a range shown.
+    #[tokio::test(start_paused = true)]
+    async fn admissions_feed_the_honest_eta_exactly() {
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
+        store
+            .open_room("main", &settings(1.0, 1_000), &RoomPolicy::default(), false)
+            .await
+            .unwrap();
+        let admission = Admission::new(store.clone(), None, EventSink::disabled());
+        let rooms = vec!["main".to_owned()];
+        let pause = crate::queue::SettingsPatch::pause();
+        let resume = crate::queue::SettingsPatch::resume();
+        admission.update_settings("main", &pause).await.unwrap();
+        let visitors: Vec<VisitorId> = (0..10).map(|_| VisitorId::random()).collect();
+        let show = |v: VisitorId| {
+            let admission = &admission;
+            async move {
+                let Decision::Waiting(place) = admission.decide("main", v, anyone()).await else {
+                    panic!("waiting");
+                };
+                admission.show_eta("main", v, &place)
+            }
+        };
+        for &v in &visitors {
+            show(v).await;
+        }
+        assert_eq!(admission.eta_ledger().tracked("main"), 0, "paused");
+
+        admission.update_settings("main", &resume).await.unwrap();
+        admission.refresh_stats(&rooms).await;
+        for (p, &v) in (1u64..).zip(&visitors) {
+            assert_eq!(show(v).await, Eta::for_position(p, 1.0));
+        }
+        assert_eq!(admission.eta_ledger().tracked("main"), 10);
+        for t in 1..=15u64 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            match t {
+                3 => {
+                    // Everyone still waiting reloads and sees a nearer range.
+                    for &v in &visitors[3..] {
+                        show(v).await;
+                    }
+                }
+                6 => {
+                    admission.update_settings("main", &pause).await.unwrap();
+                }
+                10 => {
+                    // A resume starts with an empty bucket: the next one goes in at 11 s.
+                    admission.update_settings("main", &resume).await.unwrap();
+                }
+                _ => {}
+            }
+            let report = admission.admit_pass("main").await.unwrap();
+            let expected = match t {
+                1..=5 => vec![visitors[t as usize - 1]],
+                11..=15 => vec![visitors[t as usize - 6]],
+                _ => vec![],
+            };
+            assert_eq!(report.admitted, expected, "t = {t}");
+        }
+        // Their next request and a stream tick see them admitted: nothing is counted twice.
+        for &v in &visitors {
+            assert!(matches!(
+                admission.decide("main", v, anyone()).await,
+                Decision::Admitted { .. }
+            ));
+        }
+        admission.heartbeat("main", &visitors).await.unwrap();
+        admission.refresh_stats(&rooms).await;
+        // Waits 1..5 s against ranges [0,2] [1,3] [2,4] [3,5] [4,7]: all within, errors
+        // 0 0 0 0 0.5. Waits 11..15 s against [4,8] [5,9] [6,10] [7,12] [8,13]: none within,
+        // errors 5 5 5 4.5 4.5. The (lower) median error is 0.5, in the 0–1 s bucket.
+        let want = EtaReport {
+            admitted: 10,
+            within_range: Some(0.5),
+            median_error_secs: Some(0.5),
+        };
+        assert_eq!(admission.cached_stats("main").unwrap().eta, want);
+        assert_eq!(admission.eta_ledger().report("main"), want);
+        assert_eq!(admission.eta_ledger().tracked("main"), 0);
+    }
+
+    /// With two replicas, each records the visitors it showed a range to, once, when it
+    /// first sees them admitted: here the replica that did not run the pass, on its stream
+    /// tick, timed by when it learnt of it.
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_records_the_admissions_of_those_it_showed_a_range() {
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
+        let mut seed = settings(1.0, 1_000);
+        seed.paused = true;
+        store
+            .open_room("main", &seed, &RoomPolicy::default(), false)
+            .await
+            .unwrap();
+        let (shows, passes) = (
+            Admission::new(store.clone(), None, EventSink::disabled()),
+            Admission::new(store.clone(), None, EventSink::disabled()),
+        );
+        let (v, other) = (VisitorId::random(), VisitorId::random());
+        for visitor in [v, other] {
+            passes.decide("main", visitor, anyone()).await;
+        }
+        shows
+            .update_settings("main", &crate::queue::SettingsPatch::resume())
+            .await
+            .unwrap();
+        shows.refresh_stats(&["main".to_owned()]).await;
+        let Decision::Waiting(place) = shows.decide("main", v, anyone()).await else {
+            panic!("waiting");
+        };
+        assert_eq!(shows.show_eta("main", v, &place), Eta { min: 0, max: 2 });
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(passes.admit_pass("main").await.unwrap().admitted, vec![v]);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        shows.heartbeat("main", &[v, other]).await.unwrap();
+        shows.decide("main", v, anyone()).await;
+        // Seen admitted 3 s after the range [0, 2]: late, error |3 − 1| = 2.
+        assert_eq!(
+            shows.eta_ledger().report("main"),
+            EtaReport {
+                admitted: 1,
+                within_range: Some(0.0),
+                median_error_secs: Some(2.5),
+            }
+        );
+        assert_eq!(passes.eta_ledger().report("main").admitted, 0);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn fail_open_only_after_the_configured_outage() {
         let health = StoreHealth::new(Some(Duration::from_secs(30)));

@@ -447,6 +447,59 @@ mod tests {
         assert_eq!(t.ring.len(), BUCKETS);
         assert!(t.report(Instant::now()).admitted <= 100);
     }
+
+    fn v(n: u8) -> VisitorId {
+        VisitorId([n; 16])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_ledger_keeps_the_first_range_and_records_each_admission_once() {
+        let ledger = EtaLedger::default();
+        ledger.shown("main", v(1), eta(8, 12), 1_000);
+        // Shown again, narrower and later: the first showing stands.
+        ledger.shown("main", v(1), eta(1, 2), 9_000);
+        ledger.shown("main", v(2), eta(0, 5), 1_000);
+        ledger.shown("other", v(1), eta(0, 1), 1_000);
+        assert_eq!(ledger.tracked("main"), 2);
+        // 10 s after the first showing: within 8..12, error |10 - 10| = 0.
+        assert!(ledger.admitted("main", v(1), 11_000));
+        // Seen admitted again (another request, a stream tick): nothing more is recorded.
+        assert!(!ledger.admitted("main", v(1), 12_000));
+        // Never shown a range here (another replica's visitor, or the fast path).
+        assert!(!ledger.admitted("main", v(3), 12_000));
+        // Left the line: forgotten, never recorded.
+        ledger.forget("main", v(2));
+        assert!(!ledger.admitted("main", v(2), 12_000));
+        assert_eq!(
+            ledger.report("main"),
+            EtaReport {
+                admitted: 1,
+                within_range: Some(1.0),
+                median_error_secs: Some(0.5),
+            }
+        );
+        assert_eq!(ledger.report("other").admitted, 0);
+        assert_eq!(ledger.report("nowhere").within_range, None);
+        assert_eq!((ledger.tracked("main"), ledger.forgotten("main")), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_ledger_is_capped_and_forgets_the_oldest_and_the_stale() {
+        let ledger = EtaLedger::with_cap(3);
+        for n in 1..=5 {
+            ledger.shown("main", v(n), eta(0, 9), u64::from(n) * 1_000);
+        }
+        // The two oldest made room.
+        assert_eq!((ledger.tracked("main"), ledger.forgotten("main")), (3, 2));
+        assert!(!ledger.admitted("main", v(1), 6_000));
+        assert!(!ledger.admitted("main", v(2), 6_000));
+        assert!(ledger.admitted("main", v(3), 6_000));
+        // Far later, the rest are older than the horizon: forgotten, counted.
+        ledger.prune(4_000 + crate::clock::ms(LEDGER_MAX_AGE) + 1);
+        assert_eq!((ledger.tracked("main"), ledger.forgotten("main")), (1, 3));
+        assert!(ledger.admitted("main", v(5), 6_000));
+        assert_eq!(ledger.report("main").admitted, 2);
+    }
 }
 
 /// The simulation of SPEC §14: the product's own estimator (the observed-rate ETA of

@@ -10,10 +10,13 @@ use std::time::{Duration, SystemTime};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
 use crate::events::{Event, EventKind, EventSink};
+use crate::fairness::eta::{EtaLedger, EtaReport};
 use crate::queue::{
-    ClientKey, GrantUse, Join, PassReport, Place, QueueQuery, QueueStore, RefusedReason,
-    Resolution, RoomStats, StoreError, StoreResult, VisitorId, VisitorRef, WaitingEntry,
+    ClientKey, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore, RefusedReason,
+    Resolution, RoomStats, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState,
+    WaitingEntry,
 };
 
 /// How long a replica trusts that a visitor it saw admitted is still on the site before
@@ -40,6 +43,12 @@ pub struct Admission {
     sessions: SessionCache,
     stats: StatsCache,
     health: StoreHealth,
+    /// The ranges this replica showed waiting visitors first, and what came of them (the
+    /// honest ETA, SPEC §14).
+    eta: EtaLedger,
+    /// The store's clock when it has one in this process, else the system's: waits are
+    /// timed on it.
+    clock: Clock,
 }
 
 /// The outcome of deciding one request for the site.
@@ -76,13 +85,21 @@ impl Admission {
         fail_open_after: Option<Duration>,
         events: EventSink,
     ) -> Self {
+        let clock = store.clock().unwrap_or_else(Clock::system);
         Admission {
             store,
             events,
             sessions: SessionCache::default(),
             stats: StatsCache::default(),
             health: StoreHealth::new(fail_open_after),
+            eta: EtaLedger::default(),
+            clock,
         }
+    }
+
+    /// This replica's honest-ETA ledger (SPEC §14).
+    pub fn eta_ledger(&self) -> &EtaLedger {
+        &self.eta
     }
 
     /// The raw store, for tests that drive its clock or inspect it directly. Product code
@@ -112,8 +129,21 @@ impl Admission {
         &self,
         room: &str,
         visitors: &[VisitorId],
-    ) -> StoreResult<Vec<crate::queue::VisitorState>> {
-        self.observe(self.store.heartbeat(room, visitors).await)
+    ) -> StoreResult<Vec<VisitorState>> {
+        let states = self.observe(self.store.heartbeat(room, visitors).await)?;
+        // A visitor another replica's pass let in is first seen admitted here (or by their
+        // next request); one no longer in line leaves the ledger.
+        let now = self.clock.now_ms();
+        for (&visitor, state) in visitors.iter().zip(&states) {
+            match state {
+                VisitorState::Admitted => {
+                    self.eta.admitted(room, visitor, now);
+                }
+                VisitorState::Unknown => self.eta.forget(room, visitor),
+                VisitorState::Waiting(_) => {}
+            }
+        }
+        Ok(states)
     }
 
     /// The live settings of `room`, read from the store (not the cache).
@@ -155,6 +185,8 @@ impl Admission {
             .map(|e| e.visitor)
             .ok_or(StoreError::NotWaiting(reference))?;
         let place = self.observe(self.store.move_to_front(room, reference).await)?;
+        // The range they were shown assumed the line ahead of them; it no longer applies.
+        self.eta.forget(room, visitor);
         self.events
             .publish(Event::visitor(EventKind::VisitorPrioritized, room, visitor));
         Ok((visitor, place))
@@ -200,6 +232,12 @@ impl Admission {
         match self.observe(self.store.resolve_with(room, visitor, client, join).await) {
             Ok(Resolution::Admitted { newly }) => {
                 let since = self.sessions.confirm(room, visitor, client);
+                if join == Join::Front {
+                    // Let in ahead of the line by a grant: not the estimate's doing.
+                    self.eta.forget(room, visitor);
+                } else {
+                    self.eta.admitted(room, visitor, self.clock.now_ms());
+                }
                 if newly {
                     self.events
                         .publish(Event::visitor(EventKind::VisitorAdmitted, room, visitor));
@@ -207,6 +245,11 @@ impl Admission {
                 Decision::Admitted { since }
             }
             Ok(Resolution::Waiting { place, joined }) => {
+                if joined || join == Join::Front {
+                    // A fresh place (back after abandoning, or moved to the front): a range
+                    // shown for an earlier one says nothing about this wait.
+                    self.eta.forget(room, visitor);
+                }
                 if joined {
                     self.events
                         .publish(Event::visitor(EventKind::VisitorJoined, room, visitor));
@@ -341,11 +384,46 @@ impl Admission {
         }
     }
 
+    /// The estimated wait [`Admission::eta_for`] gives a waiting visitor, as it is about to
+    /// be shown to them (the waiting page, its JSON, a live-stream event). The first range
+    /// shown to a visitor in line is remembered, to be compared with their actual wait when
+    /// they are admitted (SPEC §14). Not during a lottery draw (the wait includes the time
+    /// to the doors, which the page counts down instead) nor while the room is paused (the
+    /// page says so; the range assumes a moving line).
+    pub fn show_eta(&self, room: &str, visitor: VisitorId, place: &Place) -> Eta {
+        let eta = self.eta_for(room, place);
+        if place.position.is_some() && place.phase == Phase::Queueing && !place.paused {
+            self.eta.shown(room, visitor, eta, self.clock.now_ms());
+        }
+        eta
+    }
+
+    /// One admission pass of `room`: its admissions settle the ETA ledger and are
+    /// published, and its duration is kept for the stats.
+    pub async fn admit_pass(&self, room: &str) -> StoreResult<PassReport> {
+        let started = Instant::now();
+        let report = self.observe(self.store.admit_pass(room).await)?;
+        self.stats.record_pass(room, started.elapsed());
+        let now = self.clock.now_ms();
+        for &visitor in &report.admitted {
+            self.eta.admitted(room, visitor, now);
+        }
+        for &visitor in &report.abandoned {
+            self.eta.forget(room, visitor);
+        }
+        self.publish_pass(room, &report);
+        Ok(report)
+    }
+
     /// Refreshes the statistics of every room once.
     pub async fn refresh_stats(&self, rooms: &[String]) {
+        self.eta.prune(self.clock.now_ms());
         for room in rooms {
             match self.observe(self.store.stats(room).await) {
-                Ok(stats) => self.stats.record(room, stats),
+                Ok(stats) => {
+                    self.stats
+                        .record(room, stats, self.eta.report(room), self.eta.forgotten(room))
+                }
                 Err(StoreError::Unavailable(_)) => {}
                 Err(other) => tracing::error!(room, error = %other, "cannot read room stats"),
             }
@@ -372,17 +450,10 @@ impl Admission {
                 _ = stop.cancelled() => return,
                 _ = passes.tick() => {
                     for room in &rooms {
-                        let started = Instant::now();
-                        match self.observe(self.store.admit_pass(room).await) {
-                            Ok(report) => {
-                                self.stats.record_pass(room, started.elapsed());
-                                self.publish_pass(room, &report);
-                            }
-                            Err(e) => {
-                                if failures.allow() {
-                                    tracing::warn!(room, error = %e, "admission pass failed; nobody is admitted until the store answers");
-                                }
-                            }
+                        if let Err(e) = self.admit_pass(room).await
+                            && failures.allow()
+                        {
+                            tracing::warn!(room, error = %e, "admission pass failed; nobody is admitted until the store answers");
                         }
                     }
                 }
@@ -487,6 +558,11 @@ pub struct CachedStats {
     pub observed_rate: Option<f64>,
     pub last_pass: Option<Duration>,
     pub read_at: Instant,
+    /// This replica's honest-ETA report over the last hour (SPEC §14), as of `read_at`.
+    pub eta: EtaReport,
+    /// ETA ledger entries this replica forgot before their visitor was admitted (the cap,
+    /// or too old), since start.
+    pub eta_forgotten: u64,
 }
 
 #[derive(Default)]
@@ -508,7 +584,7 @@ impl StatsCache {
         rooms.get(room).and_then(|r| r.latest.clone())
     }
 
-    fn record(&self, room: &str, stats: RoomStats) {
+    fn record(&self, room: &str, stats: RoomStats, eta: EtaReport, eta_forgotten: u64) {
         let now = Instant::now();
         let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
         let samples = rooms.entry(room.to_owned()).or_default();
@@ -528,6 +604,8 @@ impl StatsCache {
             observed_rate,
             last_pass: samples.last_pass,
             read_at: now,
+            eta,
+            eta_forgotten,
         });
     }
 
@@ -815,6 +893,137 @@ mod tests {
                 "an ended session is trusted from no client"
             );
         }
+    }
+
+    /// The honest ETA through the product's own path (SPEC §14): ten visitors wait at one a
+    /// second, are shown `Eta::for_position(p, 1.0)` = [⌊0.8p⌋, ⌈1.25p⌉] and reload later
+    /// (the first range stands); five go in on time, then a pause from 6 s to 10 s makes the
+    /// other five late by 5 s. Waiting while paused is not a range shown.
+    #[tokio::test(start_paused = true)]
+    async fn admissions_feed_the_honest_eta_exactly() {
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
+        store
+            .open_room("main", &settings(1.0, 1_000), &RoomPolicy::default(), false)
+            .await
+            .unwrap();
+        let admission = Admission::new(store.clone(), None, EventSink::disabled());
+        let rooms = vec!["main".to_owned()];
+        let pause = crate::queue::SettingsPatch::pause();
+        let resume = crate::queue::SettingsPatch::resume();
+        admission.update_settings("main", &pause).await.unwrap();
+        let visitors: Vec<VisitorId> = (0..10).map(|_| VisitorId::random()).collect();
+        let show = |v: VisitorId| {
+            let admission = &admission;
+            async move {
+                let Decision::Waiting(place) = admission.decide("main", v, anyone()).await else {
+                    panic!("waiting");
+                };
+                admission.show_eta("main", v, &place)
+            }
+        };
+        for &v in &visitors {
+            show(v).await;
+        }
+        assert_eq!(admission.eta_ledger().tracked("main"), 0, "paused");
+
+        admission.update_settings("main", &resume).await.unwrap();
+        admission.refresh_stats(&rooms).await;
+        for (p, &v) in (1u64..).zip(&visitors) {
+            assert_eq!(show(v).await, Eta::for_position(p, 1.0));
+        }
+        assert_eq!(admission.eta_ledger().tracked("main"), 10);
+        for t in 1..=15u64 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            match t {
+                3 => {
+                    // Everyone still waiting reloads and sees a nearer range.
+                    for &v in &visitors[3..] {
+                        show(v).await;
+                    }
+                }
+                6 => {
+                    admission.update_settings("main", &pause).await.unwrap();
+                }
+                10 => {
+                    // A resume starts with an empty bucket: the next one goes in at 11 s.
+                    admission.update_settings("main", &resume).await.unwrap();
+                }
+                _ => {}
+            }
+            let report = admission.admit_pass("main").await.unwrap();
+            let expected = match t {
+                1..=5 => vec![visitors[t as usize - 1]],
+                11..=15 => vec![visitors[t as usize - 6]],
+                _ => vec![],
+            };
+            assert_eq!(report.admitted, expected, "t = {t}");
+        }
+        // Their next request and a stream tick see them admitted: nothing is counted twice.
+        for &v in &visitors {
+            assert!(matches!(
+                admission.decide("main", v, anyone()).await,
+                Decision::Admitted { .. }
+            ));
+        }
+        admission.heartbeat("main", &visitors).await.unwrap();
+        admission.refresh_stats(&rooms).await;
+        // Waits 1..5 s against ranges [0,2] [1,3] [2,4] [3,5] [4,7]: all within, errors
+        // 0 0 0 0 0.5. Waits 11..15 s against [4,8] [5,9] [6,10] [7,12] [8,13]: none within,
+        // errors 5 5 5 4.5 4.5. The (lower) median error is 0.5, in the 0–1 s bucket.
+        let want = EtaReport {
+            admitted: 10,
+            within_range: Some(0.5),
+            median_error_secs: Some(0.5),
+        };
+        assert_eq!(admission.cached_stats("main").unwrap().eta, want);
+        assert_eq!(admission.eta_ledger().report("main"), want);
+        assert_eq!(admission.eta_ledger().tracked("main"), 0);
+    }
+
+    /// With two replicas, each records the visitors it showed a range to, once, when it
+    /// first sees them admitted: here the replica that did not run the pass, on its stream
+    /// tick, timed by when it learnt of it.
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_records_the_admissions_of_those_it_showed_a_range() {
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
+        let mut seed = settings(1.0, 1_000);
+        seed.paused = true;
+        store
+            .open_room("main", &seed, &RoomPolicy::default(), false)
+            .await
+            .unwrap();
+        let (shows, passes) = (
+            Admission::new(store.clone(), None, EventSink::disabled()),
+            Admission::new(store.clone(), None, EventSink::disabled()),
+        );
+        let (v, other) = (VisitorId::random(), VisitorId::random());
+        for visitor in [v, other] {
+            passes.decide("main", visitor, anyone()).await;
+        }
+        shows
+            .update_settings("main", &crate::queue::SettingsPatch::resume())
+            .await
+            .unwrap();
+        shows.refresh_stats(&["main".to_owned()]).await;
+        let Decision::Waiting(place) = shows.decide("main", v, anyone()).await else {
+            panic!("waiting");
+        };
+        assert_eq!(shows.show_eta("main", v, &place), Eta { min: 0, max: 2 });
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(passes.admit_pass("main").await.unwrap().admitted, vec![v]);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        shows.heartbeat("main", &[v, other]).await.unwrap();
+        shows.decide("main", v, anyone()).await;
+        // Seen admitted 3 s after the range [0, 2]: late, error |3 − 1| = 2.
+        assert_eq!(
+            shows.eta_ledger().report("main"),
+            EtaReport {
+                admitted: 1,
+                within_range: Some(0.0),
+                median_error_secs: Some(2.5),
+            }
+        );
+        assert_eq!(passes.eta_ledger().report("main").admitted, 0);
     }
 
     #[tokio::test(start_paused = true)]

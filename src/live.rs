@@ -297,7 +297,7 @@ impl LiveHub {
                 Ok(states) => visitors
                     .iter()
                     .zip(states)
-                    .map(|(&v, state)| (v, self.event_for(admission, &room, state)))
+                    .map(|(&v, state)| (v, self.event_for(admission, &room, v, state)))
                     .collect(),
                 Err(StoreError::Unavailable(_)) => visitors
                     .iter()
@@ -333,6 +333,7 @@ impl LiveHub {
         &self,
         admission: &Admission,
         room: &str,
+        visitor: VisitorId,
         state: VisitorState,
     ) -> Option<LiveEvent> {
         match state {
@@ -346,7 +347,9 @@ impl LiveHub {
                 None
             }
             VisitorState::Waiting(place) => {
-                let eta = admission.eta_for(room, &place);
+                // A stream can be the first to show a range (the page came from another
+                // replica, or predates the doors): it counts as shown (SPEC §14).
+                let eta = admission.show_eta(room, visitor, &place);
                 Some(LiveEvent::Position(serde_json::json!({
                     // null during a lottery draw: nobody has a place before the doors.
                     "position": place.position,

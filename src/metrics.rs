@@ -312,7 +312,7 @@ impl Collector for CacheCollector {
             .filter_map(|room| Some((room.as_str(), self.admission.cached_stats(room)?)))
             .collect();
         type Extract = fn(&crate::admission::CachedStats) -> Option<Value>;
-        let families: [(&str, &str, Extract); 15] = [
+        let families: [(&str, &str, Extract); 19] = [
             ("anteroom_waiting", "Visitors in line", |c| {
                 int(c.stats.waiting)
             }),
@@ -376,6 +376,28 @@ impl Collector for CacheCollector {
             ("anteroom_refused", "Visitors refused (join limit)", |c| {
                 Some(Value::Counter(c.stats.total_refused))
             }),
+            // The honest ETA (SPEC §14), as this replica saw it over the last hour: the two
+            // ratios are absent while nobody shown a range has been admitted.
+            (
+                "anteroom_eta_admitted",
+                "Visitors admitted in the last hour after this replica showed them a range",
+                |c| int(c.eta.admitted),
+            ),
+            (
+                "anteroom_eta_within_range_ratio",
+                "Share of them admitted within the range first shown, over the last hour",
+                |c| c.eta.within_range.map(Value::Float),
+            ),
+            (
+                "anteroom_eta_median_error_seconds",
+                "Median distance between their wait and the middle of the range first shown, over the last hour",
+                |c| c.eta.median_error_secs.map(Value::Float),
+            ),
+            (
+                "anteroom_eta_forgotten",
+                "Waiting visitors whose first range this replica forgot before they were admitted (its cap, or waiting over 12 hours)",
+                |c| Some(Value::Counter(c.eta_forgotten)),
+            ),
         ];
         for (name, help, extract) in &families {
             let values: Vec<(&str, Value)> = cached

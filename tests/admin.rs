@@ -777,6 +777,135 @@ async fn metrics_parse_as_prometheus_text_with_the_room_counters() {
     h.ar.shutdown().await.unwrap();
 }
 
+/// SPEC §14 end to end: `eta` in the room's stats and in each room of the list, with the
+/// fields the OpenAPI document gives (both ways), and the `anteroom_eta_*` metrics, before
+/// anyone shown a range is admitted and after two are. The store's clock is the test's: the
+/// line moves one per 100 s, so the two wait 100 s and 200 s against the ranges first shown,
+/// [80, 125] and [160, 250] (whatever the real time between requests adds is well inside).
+#[tokio::test]
+async fn eta_is_in_the_stats_and_the_metrics() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = anteroom::clock::Clock::system();
+    let store = std::sync::Arc::new(anteroom::queue::MemoryStore::in_memory(clock.clone()));
+    // Nobody heartbeats here: the line keeps them while the clock jumps.
+    let room = format!("{ONE_THEN_QUEUE}\n    abandon_after: 1h");
+    let config = config(&origin.url(), dir.path(), &room);
+    let ar = start_with_store(&config, store).await;
+    let h = Harness {
+        _origin: origin,
+        dir,
+        ar,
+        http: client(),
+    };
+    let (body, _) = h.visit(None).await;
+    assert_eq!(body["origin"], true, "the first visitor is let straight in");
+    for (position, shown) in [
+        (1, json!({"min": 80, "max": 125})),
+        (2, json!({"min": 160, "max": 250})),
+    ] {
+        let (body, _) = h.visit(None).await;
+        assert_eq!(
+            (&body["position"], &body["eta_secs"]),
+            (&json!(position), &shown)
+        );
+    }
+
+    let metrics = || async {
+        let response = h
+            .api(reqwest::Method::GET, "/metrics")
+            .send()
+            .await
+            .unwrap();
+        let text = response.text().await.unwrap();
+        let (types, samples) = parse_prometheus(&text);
+        (types, samples, text)
+    };
+    let main = [("room", "main")];
+    let stats = h.stats().await;
+    assert_eq!(
+        stats["eta"],
+        json!({"admitted": 0, "within_range": null, "median_error_secs": null})
+    );
+    let (_, samples, text) = metrics().await;
+    assert_eq!(
+        sample(&samples, "anteroom_eta_admitted", &main),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&samples, "anteroom_eta_forgotten_total", &main),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(
+        !text.contains("anteroom_eta_within_range_ratio{"),
+        "nobody yet:\n{text}"
+    );
+
+    // The stats carry exactly the fields the document describes, and `eta` its own.
+    let doc: Value = serde_json::from_str(admin::OPENAPI).unwrap();
+    let schema = &doc["components"]["schemas"];
+    let keys = |v: &Value| {
+        v.as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect::<BTreeSet<_>>()
+    };
+    assert_eq!(keys(&stats), keys(&schema["RoomStats"]["properties"]));
+    assert_eq!(
+        keys(&stats["eta"]),
+        keys(&schema["EtaReport"]["properties"])
+    );
+    assert_eq!(
+        schema["RoomStats"]["properties"]["eta"]["$ref"],
+        "#/components/schemas/EtaReport"
+    );
+
+    for admitted in [1, 2] {
+        clock.advance_for_tests(Duration::from_secs(100));
+        h.stats_until("the next one in line is admitted", |s| {
+            s["eta"]["admitted"] == admitted
+        })
+        .await;
+    }
+    let stats = h.stats().await;
+    assert_eq!(stats["eta"]["within_range"], 1.0, "{stats}");
+    // Nominally |100 − 102.5| and |200 − 205|: the lower median's bucket is 2–3 s, less
+    // whatever real time the requests took.
+    let median = stats["eta"]["median_error_secs"].as_f64().unwrap();
+    assert!((0.0..=2.5).contains(&median), "{stats}");
+    let rooms = h.get("/rooms").await;
+    assert_eq!(rooms["rooms"][0]["eta"], stats["eta"]);
+
+    let (types, samples, text) = metrics().await;
+    assert_eq!(
+        sample(&samples, "anteroom_eta_admitted", &main),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&samples, "anteroom_eta_within_range_ratio", &main),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&samples, "anteroom_eta_median_error_seconds", &main),
+        Some(median),
+        "{text}"
+    );
+    for name in [
+        "anteroom_eta_admitted",
+        "anteroom_eta_within_range_ratio",
+        "anteroom_eta_median_error_seconds",
+    ] {
+        assert_eq!(types[name], "gauge", "{name}");
+    }
+    assert_eq!(types["anteroom_eta_forgotten_total"], "counter");
+    h.ar.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn the_openapi_document_matches_the_routes_and_the_server() {
     let h = Harness::start("").await;

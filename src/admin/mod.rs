@@ -539,6 +539,8 @@ fn room_view(room: &str, cached: Option<CachedStats>) -> Value {
         "observed_rate": c.observed_rate,
         "last_pass_ms": c.last_pass.map(|d| d.as_secs_f64() * 1000.0),
         "stats_age_secs": c.read_at.elapsed().as_secs_f64(),
+        // This replica's honest-ETA figures over the last hour (SPEC §14).
+        "eta": c.eta,
     })
 }
 

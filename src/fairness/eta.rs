@@ -10,12 +10,15 @@
 //!   is read from a fixed histogram (1 s resolution below a minute, coarser above), so it is
 //!   exact to the bucket and the buckets of several replicas simply add up.
 
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::admission::Eta;
+use crate::queue::VisitorId;
 
 /// The window the report covers.
 pub const WINDOW: Duration = Duration::from_secs(3600);
@@ -197,6 +200,177 @@ impl EtaTracker {
     }
 }
 
+/// Per-visitor entries one room's [`EtaLedger`] keeps before forgetting the oldest.
+pub const LEDGER_CAP: usize = 200_000;
+
+/// A waiting visitor whose first range was shown this long ago and who has not been seen
+/// admitted is forgotten: they most likely left, or were admitted by a replica they no
+/// longer ask (their entry would otherwise wait for the cap).
+pub const LEDGER_MAX_AGE: Duration = Duration::from_secs(12 * 3600);
+
+/// What this replica showed each waiting visitor first, and the per-room trackers their
+/// admissions feed (SPEC §14). One per replica, inside [`crate::admission::Admission`].
+///
+/// A visitor is entered the first time this replica shows them a range (the waiting page,
+/// its JSON, or a live-stream event) and leaves on the first of: this replica seeing them
+/// admitted (a pass it ran, or a request or stream tick that finds them admitted: removal
+/// makes that exactly once), them leaving the line (abandoned, unknown, rejoined, moved to
+/// the front), or being forgotten (the cap, [`LEDGER_MAX_AGE`]). Times are unix ms of the
+/// store's clock where the embedded store has one, so tests drive them.
+pub struct EtaLedger {
+    rooms: Mutex<HashMap<String, RoomLedger>>,
+    cap: usize,
+}
+
+struct RoomLedger {
+    shown: HashMap<VisitorId, Shown>,
+    /// Entry order (sequence → visitor), to forget the oldest first.
+    order: BTreeMap<u64, VisitorId>,
+    next_seq: u64,
+    tracker: EtaTracker,
+    forgotten: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Shown {
+    seq: u64,
+    eta: Eta,
+    at_ms: u64,
+}
+
+impl RoomLedger {
+    fn new() -> Self {
+        RoomLedger {
+            shown: Default::default(),
+            order: Default::default(),
+            next_seq: 0,
+            tracker: EtaTracker::new(Instant::now()),
+            forgotten: 0,
+        }
+    }
+
+    fn take(&mut self, visitor: VisitorId) -> Option<Shown> {
+        let shown = self.shown.remove(&visitor)?;
+        self.order.remove(&shown.seq);
+        Some(shown)
+    }
+
+    fn forget_oldest(&mut self) -> Option<Shown> {
+        let (_, visitor) = self.order.pop_first()?;
+        let shown = self.shown.remove(&visitor);
+        self.forgotten += 1;
+        shown
+    }
+}
+
+impl Default for EtaLedger {
+    fn default() -> Self {
+        EtaLedger::with_cap(LEDGER_CAP)
+    }
+}
+
+impl EtaLedger {
+    /// A ledger keeping at most `cap` visitors per room.
+    pub fn with_cap(cap: usize) -> Self {
+        EtaLedger {
+            rooms: Default::default(),
+            cap: cap.max(1),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, RoomLedger>> {
+        self.rooms.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn with_room<T>(&self, room: &str, f: impl FnOnce(&mut RoomLedger) -> T) -> T {
+        let mut rooms = self.lock();
+        if let Some(ledger) = rooms.get_mut(room) {
+            return f(ledger);
+        }
+        f(rooms.entry(room.to_owned()).or_insert_with(RoomLedger::new))
+    }
+
+    /// `visitor` was shown `eta` at `now_ms`; only the first showing counts.
+    pub fn shown(&self, room: &str, visitor: VisitorId, eta: Eta, now_ms: u64) {
+        let cap = self.cap;
+        self.with_room(room, |r| {
+            if r.shown.contains_key(&visitor) {
+                return;
+            }
+            while r.shown.len() >= cap {
+                r.forget_oldest();
+            }
+            let seq = r.next_seq;
+            r.next_seq += 1;
+            r.order.insert(seq, visitor);
+            r.shown.insert(
+                visitor,
+                Shown {
+                    seq,
+                    eta,
+                    at_ms: now_ms,
+                },
+            );
+        });
+    }
+
+    /// `visitor` was seen admitted at `now_ms`: if this replica showed them a range, their
+    /// wait is recorded (once: the entry goes). Returns whether it was recorded.
+    pub fn admitted(&self, room: &str, visitor: VisitorId, now_ms: u64) -> bool {
+        let mut rooms = self.lock();
+        let Some(r) = rooms.get_mut(room) else {
+            return false;
+        };
+        let Some(shown) = r.take(visitor) else {
+            return false;
+        };
+        let waited = Duration::from_millis(now_ms.saturating_sub(shown.at_ms));
+        r.tracker.record(Instant::now(), shown.eta, waited);
+        true
+    }
+
+    /// `visitor` left the line without being admitted (or their first range no longer
+    /// applies): drop their entry without recording anything.
+    pub fn forget(&self, room: &str, visitor: VisitorId) {
+        if let Some(r) = self.lock().get_mut(room) {
+            r.take(visitor);
+        }
+    }
+
+    /// Forgets, in every room, the entries first shown more than [`LEDGER_MAX_AGE`] before
+    /// `now_ms` (counted as forgotten).
+    pub fn prune(&self, now_ms: u64) {
+        let horizon = now_ms.saturating_sub(crate::clock::ms(LEDGER_MAX_AGE));
+        for r in self.lock().values_mut() {
+            // Entry order is showing order, so the stale ones are at the front.
+            while let Some((_, v)) = r.order.first_key_value() {
+                if r.shown.get(v).is_some_and(|s| s.at_ms >= horizon) {
+                    break;
+                }
+                r.forget_oldest();
+            }
+        }
+    }
+
+    /// The room's report over the last hour.
+    pub fn report(&self, room: &str) -> EtaReport {
+        self.lock().get(room).map_or_else(
+            || EtaSummary::default().report(),
+            |r| r.tracker.report(Instant::now()),
+        )
+    }
+
+    /// Visitors waiting with a range this replica showed them, in `room`.
+    pub fn tracked(&self, room: &str) -> usize {
+        self.lock().get(room).map_or(0, |r| r.shown.len())
+    }
+
+    /// Entries forgotten in `room` (the cap, or too old), since start.
+    pub fn forgotten(&self, room: &str) -> u64 {
+        self.lock().get(room).map_or(0, |r| r.forgotten)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,6 +446,59 @@ mod tests {
         }
         assert_eq!(t.ring.len(), BUCKETS);
         assert!(t.report(Instant::now()).admitted <= 100);
+    }
+
+    fn v(n: u8) -> VisitorId {
+        VisitorId([n; 16])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_ledger_keeps_the_first_range_and_records_each_admission_once() {
+        let ledger = EtaLedger::default();
+        ledger.shown("main", v(1), eta(8, 12), 1_000);
+        // Shown again, narrower and later: the first showing stands.
+        ledger.shown("main", v(1), eta(1, 2), 9_000);
+        ledger.shown("main", v(2), eta(0, 5), 1_000);
+        ledger.shown("other", v(1), eta(0, 1), 1_000);
+        assert_eq!(ledger.tracked("main"), 2);
+        // 10 s after the first showing: within 8..12, error |10 - 10| = 0.
+        assert!(ledger.admitted("main", v(1), 11_000));
+        // Seen admitted again (another request, a stream tick): nothing more is recorded.
+        assert!(!ledger.admitted("main", v(1), 12_000));
+        // Never shown a range here (another replica's visitor, or the fast path).
+        assert!(!ledger.admitted("main", v(3), 12_000));
+        // Left the line: forgotten, never recorded.
+        ledger.forget("main", v(2));
+        assert!(!ledger.admitted("main", v(2), 12_000));
+        assert_eq!(
+            ledger.report("main"),
+            EtaReport {
+                admitted: 1,
+                within_range: Some(1.0),
+                median_error_secs: Some(0.5),
+            }
+        );
+        assert_eq!(ledger.report("other").admitted, 0);
+        assert_eq!(ledger.report("nowhere").within_range, None);
+        assert_eq!((ledger.tracked("main"), ledger.forgotten("main")), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_ledger_is_capped_and_forgets_the_oldest_and_the_stale() {
+        let ledger = EtaLedger::with_cap(3);
+        for n in 1..=5 {
+            ledger.shown("main", v(n), eta(0, 9), u64::from(n) * 1_000);
+        }
+        // The two oldest made room.
+        assert_eq!((ledger.tracked("main"), ledger.forgotten("main")), (3, 2));
+        assert!(!ledger.admitted("main", v(1), 6_000));
+        assert!(!ledger.admitted("main", v(2), 6_000));
+        assert!(ledger.admitted("main", v(3), 6_000));
+        // Far later, the rest are older than the horizon: forgotten, counted.
+        ledger.prune(4_000 + crate::clock::ms(LEDGER_MAX_AGE) + 1);
+        assert_eq!((ledger.tracked("main"), ledger.forgotten("main")), (1, 3));
+        assert!(ledger.admitted("main", v(5), 6_000));
+        assert_eq!(ledger.report("main").admitted, 2);
     }
 }
 
@@ -352,7 +579,8 @@ mod simulation {
             while joined < s.visitors && next_arrival <= elapsed {
                 let v = VisitorId::random();
                 if let Decision::Waiting(place) = admission.decide("main", v, anyone()).await {
-                    let shown = admission.eta_for("main", &place);
+                    // As the waiting page shows it, which enters it in the product's ledger.
+                    let shown = admission.show_eta("main", v, &place);
                     let leaves = (s.abandon_one_in > 0
                         && rng.next().is_multiple_of(s.abandon_one_in))
                     .then(|| Instant::now() + Duration::from_secs_f64(5.0 + 60.0 * rng.unit()));
@@ -373,7 +601,8 @@ mod simulation {
             }
             tokio::time::advance(PASS).await;
             step += 1;
-            let report = store.admit_pass("main").await.unwrap();
+            // The pass driver's own step, which settles the product's ledger too.
+            let report = admission.admit_pass("main").await.unwrap();
             for v in report.admitted {
                 if let Some((at, shown, _)) = waiting.remove(&v) {
                     tracker.record(Instant::now(), shown, at.elapsed());
@@ -393,11 +622,14 @@ mod simulation {
                     .filter(|(_, (_, _, leaves))| leaves.is_none_or(|t| now < t))
                     .map(|(v, _)| *v)
                     .collect();
-                store.heartbeat("main", &live).await.unwrap();
+                admission.heartbeat("main", &live).await.unwrap();
             }
             assert!(step < 400_000, "{}: the line never drained", s.name);
         }
         let report = tracker.report(Instant::now());
+        // The product's wiring (ledger and tracker inside `Admission`) saw the same crowd.
+        assert_eq!(admission.eta_ledger().report("main"), report, "{}", s.name);
+        assert_eq!(admission.eta_ledger().tracked("main"), 0, "{}", s.name);
         println!(
             "ETA simulation [{}]: admitted {} after a wait, within range {:.1} %, median error {:.1} s",
             s.name,

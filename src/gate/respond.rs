@@ -118,7 +118,8 @@ impl App {
         visitor: VisitorId,
         identity: &Identity,
     ) -> Response<Body> {
-        let eta = self.admission.eta_for(&room.config.name, &place);
+        // Remembered as the range first shown, when it is (SPEC §14).
+        let eta = self.admission.show_eta(&room.config.name, visitor, &place);
         let doors = room.config.schedule.admits_at;
         let retry_after_secs = match (place.phase, doors) {
             // Nobody moves before the doors: come back then, or every 30 s.

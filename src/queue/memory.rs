@@ -301,6 +301,10 @@ impl QueueStore for MemoryStore {
             .await
             .map_err(|e| StoreError::Unavailable(format!("snapshot task failed: {e}")))?
     }
+
+    fn clock(&self) -> Option<Clock> {
+        Some(self.clock.clone())
+    }
 }
 
 /// Writes the snapshot atomically (exclusive no-follow temporary file, fsync, rename) with

@@ -309,9 +309,6 @@ impl RoomPolicy {
 
 impl RoomPolicy {
     /// The static policy a room's config hands the store on every start.
-    // Every field comes from the config today; the update keeps a field added later at its
-    // default until the config names it.
-    #[allow(clippy::needless_update)]
     pub fn of(room: &crate::config::RoomConfig) -> RoomPolicy {
         RoomPolicy {
             join_limit_per_ip: room.join_limit_per_ip,

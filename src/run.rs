@@ -429,10 +429,9 @@ async fn hangup_loop(
                 if got.is_none() {
                     return;
                 }
-                if app.reopen_access_log() {
-                    tracing::info!("SIGHUP: reopening the access log");
-                } else {
-                    tracing::info!("SIGHUP: no access log to reopen (access_log is off); nothing else is reloaded");
+                tracing::info!("SIGHUP: reopening the access log (nothing else is reloaded)");
+                if !app.reopen_access_log() {
+                    tracing::info!("access_log is off: nothing to reopen");
                 }
             }
         }

@@ -231,6 +231,21 @@ async fn one_line_per_request_then_a_sighup_reopens_the_file() {
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the fresh file is private too");
 
+    // Nothing was dropped, and the counter is exported.
+    let metrics = c
+        .get(format!("{base}/__anteroom/admin/api/metrics"))
+        .bearer_auth(common::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("anteroom_access_log_dropped_total 0"),
+        "{metrics}"
+    );
+
     // Still serving after the signal.
     assert_eq!(
         c.get(format!("{base}/__anteroom/healthz"))

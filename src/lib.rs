@@ -29,6 +29,7 @@
 //! - [`log_limiter`] — "at most once every N" for warnings that can repeat per request.
 //! - [`clock`]    — wall time that tokio's paused clock can drive in tests.
 //! - [`audit`]    — the audit log of admin changes (JSON lines, rotated by size).
+//! - [`access_log`] — one JSON line per request (off, stdout or a file; SIGHUP reopens it).
 //! - [`fsutil`]   — private `data_dir`, exclusive no-follow temp files, atomic writes.
 //! - [`run`]      — wiring: store, rooms, background loops, serve, drain, snapshot.
 //! - [`demo`]     — the built-in demo origin.
@@ -39,6 +40,7 @@
 #![forbid(unsafe_code)]
 
 pub mod abuse;
+pub mod access_log;
 pub mod admin;
 pub mod admission;
 pub mod audit;

@@ -126,6 +126,18 @@ impl Metrics {
         self.inflight_rejected.get_or_create(&label(room)).inc();
     }
 
+    /// The counter of access-log lines dropped because the writer was behind (registered
+    /// only when `access_log` is on).
+    pub fn access_log_dropped(&mut self) -> prometheus_client::metrics::counter::Counter {
+        let dropped = prometheus_client::metrics::counter::Counter::default();
+        self.registry.register(
+            "anteroom_access_log_dropped",
+            "Access log lines dropped because the writer fell behind (the request was served)",
+            dropped.clone(),
+        );
+        dropped
+    }
+
     /// Runs `proxy` and records how long it took to produce a response, by status class.
     pub async fn time_proxy(
         &self,

@@ -1,6 +1,6 @@
 //! Wiring for a running anteroom: open the store and its rooms, start the admission driver,
-//! the live-stream ticker and the snapshot loop, serve until a signal, then drain and
-//! snapshot. `main` and the end-to-end tests both start the product through here.
+//! the live-stream ticker and the snapshot loop, reopen the access log on SIGHUP, serve
+//! until a signal, then drain and snapshot. `main` and the end-to-end tests both start the product through here.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -184,6 +184,9 @@ pub async fn start(
     let abuse_ticker = abuse.spawn_ticker(ABUSE_TICK);
     tokio::spawn(abuse_loop(app.clone(), abuse_events, background.clone()));
     tokio::spawn(stream_touch_loop(app.clone(), background.clone()));
+    // Installed before `start` returns, so a SIGHUP from then on reopens the access log
+    // and never takes the signal's default action (ending the process).
+    tokio::spawn(hangup_loop(app.clone(), hangups(), background.clone()));
 
     let limits = ServerLimits {
         header_read_timeout: config.server.header_read_timeout,
@@ -396,6 +399,41 @@ async fn stream_touch_loop(app: Arc<App>, stop: CancellationToken) {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = ticks.tick() => app.touch_streams().await,
+        }
+    }
+}
+
+/// The SIGHUP stream (`None` where there is none, or it could not be installed).
+fn hangups() -> Option<tokio::signal::unix::Signal> {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(signal) => Some(signal),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; the access log will not be reopened by it");
+            None
+        }
+    }
+}
+
+/// SIGHUP (`systemctl reload`, logrotate's `postrotate`): the access log's file is
+/// reopened; nothing else is reloaded.
+async fn hangup_loop(
+    app: Arc<App>,
+    signal: Option<tokio::signal::unix::Signal>,
+    stop: CancellationToken,
+) {
+    let Some(mut signal) = signal else { return };
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            got = signal.recv() => {
+                if got.is_none() {
+                    return;
+                }
+                tracing::info!("SIGHUP: reopening the access log (nothing else is reloaded)");
+                if !app.reopen_access_log() {
+                    tracing::info!("access_log is off: nothing to reopen");
+                }
+            }
         }
     }
 }

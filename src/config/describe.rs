@@ -126,6 +126,7 @@ impl Config {
                 "not set"
             }
         );
+        let _ = writeln!(o, "access log:       {}", self.access_log);
         let _ = writeln!(
             o,
             "fail open:        {}",

@@ -42,6 +42,7 @@ pub(super) struct RawFile {
     #[serde(default, deserialize_with = "null_is_empty")]
     pub admin_allow: Vec<V>,
     pub metrics_token: Option<V>,
+    pub access_log: Option<V>,
     #[serde(default, deserialize_with = "null_is_empty")]
     pub redis: RawRedis,
     #[serde(default, deserialize_with = "null_is_empty")]

@@ -71,6 +71,11 @@ admin_allow: []
 # give it to Prometheus. At least 16 characters; empty: only admin_token reads them.
 # Can also be set with ANTEROOM_METRICS_TOKEN.
 metrics_token: ""
+# One JSON line per request (time, request_id, client, room, class, decision, status,
+# bytes, duration_ms, the visitor's ref; never the cookie or the query): off, stdout, or a
+# file (appended to, mode 0600), which SIGHUP reopens for logrotate.
+# Can also be set with ANTEROOM_ACCESS_LOG.
+access_log: off
 redis:
   # Empty: embedded store. Otherwise redis://host:6379/0, rediss://host:6380/0 (TLS), or
   # several cluster nodes separated by commas. Replicas sharing one Redis share one queue.

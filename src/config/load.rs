@@ -139,6 +139,7 @@ fn apply(
     );
     set(&mut draft.metrics_token, e("ANTEROOM_METRICS_TOKEN"));
     set(&mut draft.admin_listen, e("ANTEROOM_ADMIN_LISTEN"));
+    set(&mut draft.access_log, e("ANTEROOM_ACCESS_LOG"));
 
     let flag = |name: &'static str, v: Option<String>| v.map(|v| V::new(v, Src::Flag(name)));
     set(&mut draft.listen, flag("--listen", ov.listen.clone()));

@@ -71,6 +71,8 @@ pub struct Config {
     pub admin_allow: Vec<ipnet::IpNet>,
     /// A bearer token that may only read the metrics.
     pub metrics_token: Option<Secret>,
+    /// `access_log`: where one JSON line per request goes (SPEC §13); off by default.
+    pub access_log: crate::access_log::Target,
     pub redis: RedisConfig,
     pub kafka: KafkaConfig,
     pub server: ServerConfig,

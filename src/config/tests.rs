@@ -920,6 +920,7 @@ fn init_yaml_round_trips_with_fresh_secrets() {
         "admin_listen",
         "admin_allow",
         "metrics_token",
+        "access_log",
         "url",
         "brokers",
         "topic",
@@ -1170,4 +1171,63 @@ fn traffic_class_keys_parse_and_bad_ones_name_key_and_line() {
     assert!(!e.contains("too-short"), "secrets are not echoed: {e}");
     let ok = format!("priority_secret: \"{}\"\n{}", "p".repeat(32), minimal(""));
     assert!(parse(&ok).unwrap().priority_secret.is_some());
+}
+
+#[test]
+fn access_log_is_off_stdout_or_a_file_that_opens() {
+    use crate::access_log::Target;
+    assert_eq!(parse(&minimal("")).unwrap().access_log, Target::Off);
+    let with = |v: &str| format!("access_log: {v}\n{}", minimal(""));
+    assert_eq!(parse(&with("off")).unwrap().access_log, Target::Off);
+    assert_eq!(parse(&with("\"\"")).unwrap().access_log, Target::Off);
+    let c = parse(&with("stdout")).unwrap();
+    assert_eq!(c.access_log, Target::Stdout);
+    assert!(
+        c.describe().contains("access log:       stdout"),
+        "{}",
+        c.describe()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("access.log");
+    let c = parse(&with(&format!("\"{}\"", file.display()))).unwrap();
+    assert_eq!(c.access_log, Target::File(file.clone()));
+    assert!(
+        file.exists(),
+        "opened (created) at load, as the writer opens it"
+    );
+    assert!(
+        c.describe().contains("(reopened on SIGHUP)"),
+        "{}",
+        c.describe()
+    );
+    // A directory or a path that cannot be opened names the key and the line.
+    let e = err(&with(&format!("\"{}\"", dir.path().display())));
+    assert!(
+        e.starts_with("anteroom.yaml:1: access_log: ") && e.contains("is a directory"),
+        "{e}"
+    );
+    let missing = dir.path().join("no/such/dir/access.log");
+    let e = err(&with(&format!("\"{}\"", missing.display())));
+    assert!(
+        e.starts_with("anteroom.yaml:1: access_log: cannot open"),
+        "{e}"
+    );
+    // ANTEROOM_ACCESS_LOG overrides the file, and its errors say so.
+    let f = write_file(&with("off"));
+    let ov = Overrides {
+        config: Some(f.path().to_path_buf()),
+        ..Overrides::default()
+    };
+    let c = load(&ov, &env_map(&[("ANTEROOM_ACCESS_LOG", "stdout")]))
+        .unwrap()
+        .config;
+    assert_eq!(c.access_log, Target::Stdout);
+    let bad = dir.path().display().to_string();
+    let e = load(&ov, &env_map(&[("ANTEROOM_ACCESS_LOG", bad.as_str())]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("access_log: ") && e.contains("(set by ANTEROOM_ACCESS_LOG)"),
+        "{e}"
+    );
 }

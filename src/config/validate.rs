@@ -288,6 +288,13 @@ impl RawFile {
             _ => None,
         };
 
+        // Opened here as the writer will open it, so a bad path fails at load (and `check`).
+        let access_log = match &d.access_log {
+            Some(v) => crate::access_log::Target::parse(&v.text)
+                .map_err(|m| cx.fail("access_log", v, m))?,
+            None => crate::access_log::Target::Off,
+        };
+
         let redis = {
             let v = or_default(&d.redis.url, "");
             let url = v.text.trim().to_string();
@@ -498,6 +505,7 @@ impl RawFile {
             admin_listen,
             admin_allow,
             metrics_token,
+            access_log,
             redis,
             kafka,
             server,

@@ -352,6 +352,10 @@ fn busy() -> Response<Body> {
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(header::RETRY_AFTER, HeaderValue::from(BUSY_RETRY_SECS));
+    // The access log's decision (a 503 like many others otherwise).
+    response
+        .extensions_mut()
+        .insert(crate::access_log::Noted::BUSY);
     response
 }
 

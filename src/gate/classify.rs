@@ -63,6 +63,37 @@ pub enum Class {
     Site,
 }
 
+/// The access log's `class` of a request refused before it could be classified (a bad
+/// host or path, an absolute-form target, CONNECT).
+pub const INVALID_LABEL: &str = "invalid";
+
+impl Class {
+    /// The access log's `class` (SPEC §13): `page`, `grant`, `asset`, `bypass`,
+    /// `preflight`, `stream`, `events`, `admin`, `health`, `static`, `admission_key`,
+    /// `reserved`, `options`, `ban_path`, `banned` (a banned client's request is not
+    /// classified further) or `invalid`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Class::Banned(_) => "banned",
+            Class::Refused(_) => INVALID_LABEL,
+            Class::Healthz | Class::Readyz => "health",
+            Class::Events => "events",
+            Class::Admin => "admin",
+            Class::Static(_) => "static",
+            Class::AdmissionKey => "admission_key",
+            Class::UnknownReserved => "reserved",
+            Class::OptionsAny => "options",
+            Class::BanPath => "ban_path",
+            Class::Bypass => "bypass",
+            Class::Preflight => "preflight",
+            Class::Asset => "asset",
+            Class::Stream => "stream",
+            Class::Grant => "grant",
+            Class::Site => "page",
+        }
+    }
+}
+
 /// A room's path classes, parsed once (the config checked every pattern).
 #[derive(Clone, Debug, Default)]
 pub struct RoomPaths {

@@ -127,7 +127,12 @@ impl App {
                     .await
             }
             Decision::Stalled { fail_open: true } => {
-                self.to_origin(room, req, identity, None).await
+                let mut response = self.to_origin(room, req, identity, None).await;
+                // The access log's decision: let through, not admitted.
+                response
+                    .extensions_mut()
+                    .insert(crate::access_log::Noted::FAIL_OPEN);
+                response
             }
             Decision::Waiting(place) => self.waiting(room, place, visitor, identity),
             Decision::Full => self.full(room, identity),

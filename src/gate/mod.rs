@@ -5,7 +5,9 @@
 //! 2. [`classify`](mod@classify) — one [`Class`], in SPEC §10's fixed order, matched explicitly below;
 //! 3. [`decide`] — for the site, [`Admission`] resolves the visitor;
 //! 4. [`respond`] — proxy ([`crate::proxy`]), waiting page, 429, holding page, or a
-//!    [`GateError`] through its one mapping ([`error`]).
+//!    [`GateError`] through its one mapping ([`error`]);
+//! 5. with `access_log` on, the response's body is watched and its line written when it is
+//!    done ([`crate::access_log`]): the class from step 2, the decision from the answer.
 //!
 //! What is not the request path lives elsewhere: forwarding in [`crate::proxy`], the admin
 //! API in [`crate::admin`] (handed an [`AdminContext`], not the app), the live streams in
@@ -22,13 +24,14 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tracing::Instrument;
 
 use crate::abuse::{AbuseRegistry, PathOutcome, StrikeReason};
+use crate::access_log::{self, AccessLog};
 use crate::admin::{self, Admin, AdminContext};
 use crate::admission::Admission;
 use crate::config::{Config, RoomConfig};
@@ -83,6 +86,9 @@ pub enum AppError {
     /// could not be loaded.
     #[error("origin_ca_file: {0}")]
     OriginTls(String),
+    /// The access log's file could not be opened (or its writer thread started).
+    #[error("access_log: {0}")]
+    AccessLog(#[source] std::io::Error),
 }
 
 /// The shared state of the public listener.
@@ -120,6 +126,9 @@ pub struct App {
     recent: Mutex<RecentVisitors>,
     /// Verifies priority grants (SPEC §10); `None`: a grant is ignored.
     priority_secret: Option<crate::config::Secret>,
+    /// The access log (SPEC §13); `None` with `access_log: off`, and then the request path
+    /// captures nothing for it.
+    access_log: Option<AccessLog>,
 }
 
 /// Clients this replica kept as recently admitted (beyond it, an arbitrary one is
@@ -169,6 +178,26 @@ impl RecentVisitors {
     }
 }
 
+/// What the access log keeps of a request whose head arrived `at` (wall clock, monotonic).
+fn access_started<B>(
+    (time, at): (SystemTime, Instant),
+    req: &Request<B>,
+    identity: &Identity,
+) -> access_log::Started {
+    access_log::Started {
+        time,
+        at,
+        request_id: identity.request_id.clone(),
+        client: identity.client_ip,
+        peer: identity.peer,
+        method: req.method().clone(),
+        host: identity.host.as_ref().map(|h| h.authority()),
+        path: access_log::path_of(req.uri()),
+        room: identity.room,
+        reference: identity.visitor.map(|v| v.reference()),
+    }
+}
+
 /// `Retry-After` on a refused stream or tunnel: about one waiting-page refresh.
 const STREAM_RETRY_AFTER_SECS: u64 = 10;
 
@@ -206,12 +235,22 @@ impl App {
             .map(|s| s.expose())
             .collect();
         let room_names: Vec<String> = config.rooms.iter().map(|r| r.name.clone()).collect();
-        let metrics = Metrics::new(
+        let mut metrics = Metrics::new(
             admission.clone(),
             room_names.clone(),
             config.fail_open,
             Some(abuse.clone()),
         );
+        let access_log = if config.access_log == access_log::Target::Off {
+            None
+        } else {
+            AccessLog::open(
+                &config.access_log,
+                room_names.clone(),
+                metrics.access_log_dropped(),
+            )
+            .map_err(AppError::AccessLog)?
+        };
         for room in &mut rooms {
             room.inflight = classes::Inflight::of(
                 room.config.max_inflight,
@@ -264,6 +303,7 @@ impl App {
             abuse,
             recent: Mutex::new(RecentVisitors::default()),
             priority_secret: config.priority_secret.clone(),
+            access_log,
         })
     }
 
@@ -282,27 +322,65 @@ impl App {
         }
     }
 
-    /// The one request path: identify, classify, decide, respond.
+    /// The one request path: identify, classify, decide, respond (and log).
     pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        let head_at = self
+            .access_log
+            .as_ref()
+            .map(|_| (SystemTime::now(), Instant::now()));
         let identity = self.identify(&req, peer);
         // Every log line about this request carries its id (SPEC §6).
         let span = tracing::info_span!(
             "request",
             request_id = %String::from_utf8_lossy(identity.request_id.as_bytes())
         );
-        let mut response = self.handle_identified(req, identity).instrument(span).await;
+        let started = head_at.map(|at| access_started(at, &req, &identity));
+        let (mut response, class) = self.handle_identified(req, identity).instrument(span).await;
         // Everything but the origin's own answers is ours and carries SPEC §5's headers.
         if response.extensions().get::<respond::Proxied>().is_none() {
             pages::add_security_headers(response.headers_mut());
         }
-        response
+        self.logged(started, class, response)
     }
 
+    /// `response` with its access-log line to come, when the log is on.
+    fn logged(
+        &self,
+        started: Option<access_log::Started>,
+        class: &'static str,
+        response: Response<Body>,
+    ) -> Response<Body> {
+        let (Some(log), Some(started)) = (&self.access_log, started) else {
+            return response;
+        };
+        let decision = access_log::decision_of(
+            class,
+            response.extensions().get::<respond::Proxied>().is_some(),
+            response.extensions().get::<access_log::Noted>().copied(),
+            response.headers().get(pages::STATUS_HEADER),
+            response.status(),
+        );
+        log.finish(started, class, decision, response)
+    }
+
+    /// SIGHUP: the access log's file is reopened (logrotate moved it). `false` when there
+    /// is no access log.
+    pub fn reopen_access_log(&self) -> bool {
+        match &self.access_log {
+            Some(log) => {
+                log.reopen();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The request's answer and its access-log class ([`Class::label`]).
     async fn handle_identified(
         &self,
         mut req: Request<Incoming>,
         identity: Identity,
-    ) -> Response<Body> {
+    ) -> (Response<Body>, &'static str) {
         let peer = identity.peer;
         let room = identity.room.map(|i| &self.rooms[i]);
         // SPEC §10's fixed order: the ban check here, then `classify`'s; this is the one
@@ -311,16 +389,23 @@ impl App {
         let class = if let Some(verdict) = &identity.banned {
             Class::Banned(verdict.clone())
         } else if identity.bad_host.is_some() {
-            return self.error(Kind::BadHost, &identity);
+            return (
+                self.error(Kind::BadHost, &identity),
+                classify::INVALID_LABEL,
+            );
         } else if crate::proxy::resolve_request_path(&mut req).is_err() {
             // Dot segments are resolved before anything routes on the path, so the
             // reserved prefix, the room's classes and the origin's prefix all see the same
             // path.
-            return self.error(Kind::BadPath, &identity);
+            return (
+                self.error(Kind::BadPath, &identity),
+                classify::INVALID_LABEL,
+            );
         } else {
             classify(&req, &self.abuse.policy().ban_paths, room.map(|r| &r.paths))
         };
-        match class {
+        let label = class.label();
+        let response = match class {
             Class::Banned(verdict) => self.error(GateError::banned(&verdict), &identity),
             Class::Refused(kind) => self.error(kind, &identity),
             Class::OptionsAny => self.options_any(),
@@ -355,7 +440,8 @@ impl App {
                 Some(room) => self.site(room, req, &identity).await,
                 None => self.error(Kind::UnknownSite, &identity),
             },
-        }
+        };
+        (response, label)
     }
 
     /// SPEC §10 step 3: a request to one of `abuse.ban_paths` bans its client at once;
@@ -435,28 +521,42 @@ impl App {
     /// The admin listener (`admin_listen`): the control room, the admin API, `/metrics`
     /// (the API's metrics at the path Prometheus expects), and the health checks; nothing
     /// else, and never the site.
-    pub async fn handle_admin(
+    pub async fn handle_admin(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        let head_at = self
+            .access_log
+            .as_ref()
+            .map(|_| (SystemTime::now(), Instant::now()));
+        let identity = self.identify(&req, peer);
+        let started = head_at.map(|at| access_started(at, &req, &identity));
+        let (response, class) = self.admin_identified(req, identity, peer).await;
+        self.logged(started, class, response)
+    }
+
+    async fn admin_identified(
         &self,
         mut req: Request<Incoming>,
+        identity: Identity,
         peer: SocketAddr,
-    ) -> Response<Body> {
-        let identity = self.identify(&req, peer);
+    ) -> (Response<Body>, &'static str) {
         // Refused targets (absolute-form, CONNECT) stay refused, `/metrics` included: the
         // rewrite below would otherwise drop the authority that marks them.
         let no_ban_paths = crate::glob::GlobSet::default();
         if let Class::Refused(kind) = classify(&req, &no_ban_paths, None) {
-            return self.error(kind, &identity);
+            return (self.error(kind, &identity), classify::INVALID_LABEL);
         }
         if req.uri().path() == "/metrics" {
             *req.uri_mut() = http::Uri::from_static(admin::METRICS_PATH);
         }
-        match classify(&req, &no_ban_paths, None) {
+        let class = classify(&req, &no_ban_paths, None);
+        let label = class.label();
+        let response = match class {
             Class::Healthz => pages::plain(StatusCode::OK, "ok\n"),
             Class::Readyz => self.readyz().await,
             Class::Admin => self.admin(req, &identity, peer).await,
             Class::Refused(kind) => self.error(kind, &identity),
-            _ => self.error(Kind::NotFound, &identity),
-        }
+            _ => return (self.error(Kind::NotFound, &identity), "reserved"),
+        };
+        (response, label)
     }
 
     /// Everything under `/__anteroom/admin`, on whichever listener serves it. `admin_allow`

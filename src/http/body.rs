@@ -1,7 +1,7 @@
 //! Bodies: the one response body type every handler returns (so proxied streams, SSE and
 //! rendered pages flow through the same server), and [`Watched`], the one wrapper for
 //! anything that must notice a body's progress (upload activity, an idle origin, a request
-//! held in flight until its response body is dropped).
+//! held in flight until its response body is dropped, the access log's bytes and end).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -31,6 +31,15 @@ pub trait Watch: Send + Sync + Unpin + 'static {
     /// frame, an error or its end). While it is pending, an error returned here ends the
     /// body with that error; otherwise the return value is ignored.
     fn polled(&mut self, ready: bool, cx: &mut Context<'_>) -> Option<BoxError>;
+
+    /// Called with the length of every data frame passed on. By default, nothing.
+    fn data(&mut self, _len: usize) {}
+
+    /// Called once, when the body is known to be complete: its end was read, or after a
+    /// frame the inner body says nothing follows (hyper then stops polling, so waiting for
+    /// the end would miss it). A body dropped before that (the client went away) never
+    /// gets the call. By default, nothing.
+    fn ended(&mut self) {}
 }
 
 /// A body that tells its [`Watch`] about every poll and otherwise passes frames through.
@@ -38,11 +47,26 @@ pub trait Watch: Send + Sync + Unpin + 'static {
 pub struct Watched<B, W> {
     inner: B,
     watch: W,
+    /// Whether [`Watch::ended`] was called.
+    ended: bool,
 }
 
 impl<B, W> Watched<B, W> {
     pub fn new(inner: B, watch: W) -> Self {
-        Watched { inner, watch }
+        Watched {
+            inner,
+            watch,
+            ended: false,
+        }
+    }
+}
+
+impl<B, W: Watch> Watched<B, W> {
+    fn end(&mut self) {
+        if !self.ended {
+            self.ended = true;
+            self.watch.ended();
+        }
     }
 }
 
@@ -62,6 +86,19 @@ where
         let this = self.get_mut();
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
+                match &frame {
+                    Some(Ok(f)) => {
+                        if let Some(data) = f.data_ref() {
+                            this.watch.data(data.len());
+                        }
+                        if this.inner.is_end_stream() {
+                            this.end();
+                        }
+                    }
+                    None => this.end(),
+                    // An error is not an end: the body was cut short.
+                    Some(Err(_)) => {}
+                }
                 this.watch.polled(true, cx);
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }

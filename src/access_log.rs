@@ -1,0 +1,724 @@
+//! The access log (SPEC §13): where request lines go (`access_log: off | stdout | <file>`),
+//! what one line says, and the one thread that writes them, so that a slow disk never
+//! slows a request. A file is reopened on SIGHUP for logrotate ([`AccessLog::reopen`]).
+//!
+//! A request's line is sent when its response body is done: delivered in full, or dropped
+//! because the client went away (`"completed": false`). The request path hands it over
+//! with a bounded channel's `try_send`; when the writer is behind, the line is dropped and
+//! counted (`anteroom_access_log_dropped_total`), never waited for. With `access_log: off`
+//! there is no [`AccessLog`] at all and the request path does nothing for it.
+//!
+//! A line never holds the cookie or any other header value: the visitor is named by their
+//! 8-character reference, and the path is logged without its query (where grants and
+//! tokens travel).
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::task::Context;
+use std::time::{Duration, Instant, SystemTime};
+
+use http::{HeaderValue, Method, Response, StatusCode};
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use prometheus_client::metrics::counter::Counter;
+use serde::Serialize;
+
+use crate::http::body::{Body, BoxError, Watch, Watched};
+use crate::http::pages::VisitorStatus;
+use crate::log_limiter::LogLimiter;
+use crate::queue::VisitorRef;
+
+/// `access_log`: where the lines go.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Target {
+    #[default]
+    Off,
+    Stdout,
+    /// Appended to (created 0600), never through a symlink; reopened on SIGHUP.
+    File(PathBuf),
+}
+
+impl Target {
+    /// `access_log` as written: `off` (also empty or `false`), `stdout`, or a file path.
+    /// A file is opened here as the writer will open it (created 0600 if missing), so a
+    /// directory, a symlink or an unwritable path is refused when the config is loaded
+    /// rather than when the first request is logged.
+    pub fn parse(text: &str) -> Result<Target, String> {
+        match text.trim() {
+            "" | "off" | "false" => Ok(Target::Off),
+            "stdout" => Ok(Target::Stdout),
+            path => {
+                let path = PathBuf::from(path);
+                if path.is_dir() {
+                    return Err(format!(
+                        "{} is a directory (name a file in it, e.g. {}/access.log)",
+                        path.display(),
+                        path.display()
+                    ));
+                }
+                open_file(&path).map_err(|e| describe_open_error(&path, &e))?;
+                Ok(Target::File(path))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Off => f.write_str("off"),
+            Target::Stdout => f.write_str("stdout"),
+            Target::File(path) => write!(f, "{} (reopened on SIGHUP)", path.display()),
+        }
+    }
+}
+
+fn open_file(path: &std::path::Path) -> io::Result<File> {
+    crate::fsutil::open_append(path)
+}
+
+fn describe_open_error(path: &std::path::Path, e: &io::Error) -> String {
+    // O_NOFOLLOW reports a symlink as ELOOP, which reads as nonsense to an operator.
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        return format!(
+            "{} is a symbolic link, which is never followed (name the file itself)",
+            path.display()
+        );
+    }
+    format!("cannot open {} for appending: {e}", path.display())
+}
+
+/// Lines waiting for the writer; beyond this a line is dropped (and counted).
+pub const CHANNEL_LINES: usize = 16_384;
+/// Longest path logged, in bytes; a longer one is cut (the line stays bounded).
+pub const MAX_PATH: usize = 2048;
+/// The writer writes out once this much is buffered, and whenever the channel is empty.
+const WRITE_CHUNK: usize = 64 * 1024;
+/// Drops and write failures are reported at most this often.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// What the request path knows of a request when its head arrives.
+pub struct Started {
+    /// When the head arrived: the line's `time`.
+    pub time: SystemTime,
+    /// The same moment, for `duration_ms`.
+    pub at: Instant,
+    pub request_id: HeaderValue,
+    /// The client as the request path sees it (behind trusted proxies, what they
+    /// forwarded for).
+    pub client: IpAddr,
+    /// The direct peer.
+    pub peer: SocketAddr,
+    pub method: Method,
+    /// The request's checked host (`name[:port]`), if it named a valid one.
+    pub host: Option<String>,
+    /// The path without the query ([`path_of`]).
+    pub path: String,
+    /// Index into the rooms the log was opened with.
+    pub room: Option<usize>,
+    /// The verified visitor's reference.
+    pub reference: Option<VisitorRef>,
+}
+
+/// `uri`'s path, without the query (grants and tokens travel there), at most [`MAX_PATH`]
+/// bytes.
+pub fn path_of(uri: &http::Uri) -> String {
+    let path = uri.path();
+    let mut end = path.len().min(MAX_PATH);
+    while !path.is_char_boundary(end) {
+        end -= 1;
+    }
+    path[..end].to_owned()
+}
+
+/// A decision the request path notes on a response (in its extensions) where the response
+/// alone would not tell it; see [`decision_of`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Noted(pub &'static str);
+
+impl Noted {
+    /// Let through to the origin because the store is down and the room fails open.
+    pub const FAIL_OPEN: Noted = Noted("fail_open");
+    /// Refused with 503 by `stream_cap` or `max_inflight`.
+    pub const BUSY: Noted = Noted("busy");
+}
+
+/// The `X-Anteroom-Status` values, each a decision of the same name.
+const VISITOR_STATUSES: [VisitorStatus; 6] = [
+    VisitorStatus::Waiting,
+    VisitorStatus::Refused,
+    VisitorStatus::Closed,
+    VisitorStatus::Stalled,
+    VisitorStatus::Banned,
+    VisitorStatus::Full,
+];
+
+/// The line's `decision`, from what the request path answered: a [`Noted`] decision;
+/// else `admitted` for the origin's answer (`passed` for a bypass path or a preflight,
+/// which skip the queue); else our `X-Anteroom-Status` (`waiting`, `refused`, `closed`,
+/// `stalled`, `banned`, `full`); else `served` for anything else of ours below 400 and
+/// `error` from 400 up.
+pub fn decision_of(
+    class: &'static str,
+    proxied: bool,
+    noted: Option<Noted>,
+    visitor_status: Option<&HeaderValue>,
+    status: StatusCode,
+) -> &'static str {
+    if let Some(Noted(decision)) = noted {
+        return decision;
+    }
+    if proxied {
+        return match class {
+            "bypass" | "preflight" => "passed",
+            _ => "admitted",
+        };
+    }
+    if let Some(value) = visitor_status
+        && let Some(known) = VISITOR_STATUSES
+            .iter()
+            .find(|s| s.as_str().as_bytes() == value.as_bytes())
+    {
+        return known.as_str();
+    }
+    if status.as_u16() < 400 {
+        "served"
+    } else {
+        "error"
+    }
+}
+
+/// One finished request, as the writer formats it.
+struct Entry {
+    started: Started,
+    class: &'static str,
+    decision: &'static str,
+    status: u16,
+    bytes: u64,
+    duration: Duration,
+    completed: bool,
+}
+
+/// The JSON of one line, in the order SPEC §13 lists the fields.
+#[derive(Serialize)]
+struct Line<'a> {
+    time: String,
+    request_id: &'a str,
+    client: IpAddr,
+    peer: SocketAddr,
+    method: &'a str,
+    host: Option<&'a str>,
+    path: &'a str,
+    room: Option<&'a str>,
+    class: &'a str,
+    decision: &'a str,
+    status: u16,
+    bytes: u64,
+    duration_ms: f64,
+    #[serde(rename = "ref")]
+    reference: Option<&'a str>,
+    completed: bool,
+}
+
+impl Entry {
+    /// Appends this entry's line (JSON and a newline) to `out`.
+    fn write_json(&self, out: &mut Vec<u8>, rooms: &[String]) {
+        let s = &self.started;
+        let reference = s.reference;
+        let line = Line {
+            time: humantime::format_rfc3339_millis(s.time).to_string(),
+            // Ours are hex and a trusted proxy's are checked to be visible ASCII.
+            request_id: s.request_id.to_str().unwrap_or("-"),
+            client: s.client,
+            peer: s.peer,
+            method: s.method.as_str(),
+            host: s.host.as_deref(),
+            path: &s.path,
+            room: s.room.and_then(|i| rooms.get(i)).map(String::as_str),
+            class: self.class,
+            decision: self.decision,
+            status: self.status,
+            bytes: self.bytes,
+            // Microseconds, written as milliseconds with three decimals.
+            duration_ms: self.duration.as_micros() as f64 / 1000.0,
+            reference: reference.as_ref().map(|r| r.as_str()),
+            completed: self.completed,
+        };
+        // Serialising these plain fields into a Vec cannot fail.
+        if serde_json::to_writer(&mut *out, &line).is_ok() {
+            out.push(b'\n');
+        }
+    }
+}
+
+enum Msg {
+    Line(Box<Entry>),
+    /// Wakes the writer for a reopen (the flag says it is due).
+    Wake,
+}
+
+/// The access log of one process: a handle on its writer thread. Cheap to clone.
+#[derive(Clone)]
+pub struct AccessLog {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    tx: SyncSender<Msg>,
+    /// Set by [`AccessLog::reopen`]; the writer reopens the file when it sees it.
+    reopen: Arc<AtomicBool>,
+    dropped: Counter,
+    drops_reported: LogLimiter,
+}
+
+impl AccessLog {
+    /// Starts the writer for `target` (`None` for [`Target::Off`]). `rooms` are the room
+    /// names [`Started::room`] indexes; `dropped` counts lines dropped on a full channel.
+    pub fn open(
+        target: &Target,
+        rooms: Vec<String>,
+        dropped: Counter,
+    ) -> io::Result<Option<AccessLog>> {
+        let sink = match target {
+            Target::Off => return Ok(None),
+            Target::Stdout => Sink::Stdout,
+            Target::File(path) => Sink::File {
+                file: open_file(path)
+                    .map_err(|e| io::Error::new(e.kind(), describe_open_error(path, &e)))?,
+                path: path.clone(),
+            },
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(CHANNEL_LINES);
+        let reopen = Arc::new(AtomicBool::new(false));
+        {
+            let reopen = reopen.clone();
+            std::thread::Builder::new()
+                .name("access-log".into())
+                .spawn(move || write_loop(rx, sink, &rooms, &reopen))?;
+        }
+        Ok(Some(AccessLog {
+            shared: Arc::new(Shared {
+                tx,
+                reopen,
+                dropped,
+                drops_reported: LogLimiter::new(REPORT_EVERY),
+            }),
+        }))
+    }
+
+    /// Asks the writer to reopen the file (SIGHUP, after logrotate moved it): lines already
+    /// queued go to the old file, later ones to a fresh file at the configured path.
+    /// Nothing for stdout.
+    pub fn reopen(&self) {
+        self.shared.reopen.store(true, Ordering::Release);
+        // A full channel wakes the writer anyway; it checks the flag after every write.
+        let _ = self.shared.tx.try_send(Msg::Wake);
+    }
+
+    /// `response` with its body watched: when the body is done (or dropped), the request's
+    /// line is sent to the writer.
+    pub fn finish(
+        &self,
+        started: Started,
+        class: &'static str,
+        decision: &'static str,
+        response: Response<Body>,
+    ) -> Response<Body> {
+        let (parts, body) = response.into_parts();
+        // hyper never polls a body that is already at its end, nor any body of an answer to
+        // HEAD: those are complete once the head is written, which is when they are dropped.
+        let complete_on_drop = started.method == Method::HEAD || body.is_end_stream();
+        let watch = Finish {
+            log: self.clone(),
+            entry: Some(Box::new(Entry {
+                started,
+                class,
+                decision,
+                status: parts.status.as_u16(),
+                bytes: 0,
+                duration: Duration::ZERO,
+                completed: false,
+            })),
+            ended: None,
+            complete_on_drop,
+        };
+        Response::from_parts(parts, Watched::new(body, watch).boxed())
+    }
+
+    fn send(&self, entry: Box<Entry>) {
+        match self.shared.tx.try_send(Msg::Line(entry)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.shared.dropped.inc();
+                if let Some(suppressed) = self.shared.drops_reported.allow_counted() {
+                    tracing::warn!(
+                        dropped_total = self.shared.dropped.get(),
+                        since_last_report = suppressed + 1,
+                        "access log: the writer is behind; lines dropped"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The [`Watch`] on a logged response body: counts its bytes, notes its end, and sends
+/// the line when it is dropped.
+struct Finish {
+    log: AccessLog,
+    entry: Option<Box<Entry>>,
+    /// When the body's end was delivered.
+    ended: Option<Instant>,
+    complete_on_drop: bool,
+}
+
+impl Watch for Finish {
+    fn polled(&mut self, _ready: bool, _cx: &mut Context<'_>) -> Option<BoxError> {
+        None
+    }
+
+    fn data(&mut self, len: usize) {
+        if let Some(entry) = &mut self.entry {
+            entry.bytes = entry.bytes.saturating_add(len as u64);
+        }
+    }
+
+    fn ended(&mut self) {
+        self.ended.get_or_insert_with(Instant::now);
+    }
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        let Some(mut entry) = self.entry.take() else {
+            return;
+        };
+        let end = self.ended.unwrap_or_else(Instant::now);
+        entry.duration = end.saturating_duration_since(entry.started.at);
+        entry.completed = self.ended.is_some() || self.complete_on_drop;
+        self.log.send(entry);
+    }
+}
+
+/// Where the writer writes.
+enum Sink {
+    Stdout,
+    File { path: PathBuf, file: File },
+}
+
+impl Sink {
+    /// Writes out and empties `out`.
+    fn write(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let written = match self {
+            Sink::Stdout => {
+                let mut stdout = io::stdout().lock();
+                stdout.write_all(out).and_then(|()| stdout.flush())
+            }
+            Sink::File { file, .. } => file.write_all(out),
+        };
+        out.clear();
+        written
+    }
+
+    /// A fresh file at the configured path; on failure the old one is kept.
+    fn reopen(&mut self) -> io::Result<()> {
+        if let Sink::File { path, file } = self {
+            *file = open_file(path)
+                .map_err(|e| io::Error::new(e.kind(), describe_open_error(path, &e)))?;
+            tracing::info!(path = %path.display(), "access log reopened");
+        }
+        Ok(())
+    }
+}
+
+/// The writer thread: formats lines as they come, writes them out in chunks and whenever
+/// the channel is empty, reopens when asked; returns once every sender is gone.
+fn write_loop(rx: Receiver<Msg>, mut sink: Sink, rooms: &[String], reopen: &AtomicBool) {
+    let mut out = Vec::with_capacity(WRITE_CHUNK * 2);
+    let failures = LogLimiter::new(REPORT_EVERY);
+    let write_out = |sink: &mut Sink, out: &mut Vec<u8>| {
+        if let Err(e) = sink.write(out)
+            && failures.allow()
+        {
+            tracing::error!(error = %e, "access log: write failed; lines lost");
+        }
+        if reopen.swap(false, Ordering::AcqRel)
+            && let Err(e) = sink.reopen()
+        {
+            tracing::error!(error = %e, "access log: reopen failed; still writing to the old file");
+        }
+    };
+    while let Ok(first) = rx.recv() {
+        let mut next = Some(first);
+        while let Some(msg) = next {
+            if let Msg::Line(entry) = msg {
+                entry.write_json(&mut out, rooms);
+                if out.len() >= WRITE_CHUNK {
+                    write_out(&mut sink, &mut out);
+                }
+            }
+            next = rx.try_recv().ok();
+        }
+        write_out(&mut sink, &mut out);
+    }
+    write_out(&mut sink, &mut out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::VisitorId;
+
+    fn started(uri: &str) -> Started {
+        Started {
+            time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            at: Instant::now(),
+            request_id: HeaderValue::from_static("0123abcd"),
+            client: "203.0.113.7".parse().unwrap(),
+            peer: "10.0.0.2:51234".parse().unwrap(),
+            method: Method::GET,
+            host: Some("shop.example:8080".into()),
+            path: path_of(&uri.parse().unwrap()),
+            room: Some(1),
+            reference: None,
+        }
+    }
+
+    fn line(entry: &Entry) -> serde_json::Value {
+        let mut out = Vec::new();
+        entry.write_json(&mut out, &["a".into(), "main".into()]);
+        assert_eq!(out.last(), Some(&b'\n'));
+        assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1);
+        serde_json::from_slice(&out).unwrap()
+    }
+
+    #[test]
+    fn a_line_is_one_json_object_with_every_field() {
+        let visitor = VisitorId::random();
+        let mut s = started("/checkout/pay?ar_grant=v1.secret&token=abc");
+        s.reference = Some(visitor.reference());
+        let entry = Entry {
+            started: s,
+            class: "page",
+            decision: "admitted",
+            status: 200,
+            bytes: 1234,
+            duration: Duration::from_micros(12_345),
+            completed: true,
+        };
+        let v = line(&entry);
+        assert_eq!(v["time"], "2023-11-14T22:13:20.123Z");
+        assert_eq!(v["request_id"], "0123abcd");
+        assert_eq!(v["client"], "203.0.113.7");
+        assert_eq!(v["peer"], "10.0.0.2:51234");
+        assert_eq!(v["method"], "GET");
+        assert_eq!(v["host"], "shop.example:8080");
+        assert_eq!(
+            v["path"], "/checkout/pay",
+            "the query never lands in the log"
+        );
+        assert_eq!(v["room"], "main");
+        assert_eq!(v["class"], "page");
+        assert_eq!(v["decision"], "admitted");
+        assert_eq!(v["status"], 200);
+        assert_eq!(v["bytes"], 1234);
+        assert_eq!(v["duration_ms"], 12.345);
+        assert_eq!(v["ref"], visitor.reference().as_str());
+        assert_eq!(v["completed"], true);
+        let text = v.to_string();
+        assert!(!text.contains("secret") && !text.contains("token"));
+        assert!(!text.contains(&visitor.to_hex()), "never the visitor id");
+    }
+
+    #[test]
+    fn missing_parts_are_null_and_paths_are_bounded_and_escaped() {
+        let mut s = started("/");
+        s.host = None;
+        s.room = None;
+        s.path = path_of(&format!("/{}", "a".repeat(5000)).parse().unwrap());
+        assert_eq!(s.path.len(), MAX_PATH);
+        s.path = "/\"quoted\"\\%0a".into();
+        let entry = Entry {
+            started: s,
+            class: "invalid",
+            decision: "error",
+            status: 400,
+            bytes: 0,
+            duration: Duration::ZERO,
+            completed: false,
+        };
+        let v = line(&entry);
+        assert!(v["host"].is_null() && v["room"].is_null() && v["ref"].is_null());
+        assert_eq!(v["path"], "/\"quoted\"\\%0a");
+        assert_eq!(v["completed"], false);
+    }
+
+    #[test]
+    fn decisions_come_from_the_answer() {
+        let ok = StatusCode::OK;
+        let hv = HeaderValue::from_static;
+        assert_eq!(decision_of("page", true, None, None, ok), "admitted");
+        assert_eq!(decision_of("bypass", true, None, None, ok), "passed");
+        assert_eq!(decision_of("preflight", true, None, None, ok), "passed");
+        // The origin's own X-Anteroom-Status means nothing: it was proxied.
+        let banned = hv("banned");
+        assert_eq!(
+            decision_of("page", true, None, Some(&banned), ok),
+            "admitted"
+        );
+        assert_eq!(
+            decision_of("page", true, Some(Noted::FAIL_OPEN), None, ok),
+            "fail_open"
+        );
+        let busy = StatusCode::SERVICE_UNAVAILABLE;
+        assert_eq!(
+            decision_of("asset", false, Some(Noted::BUSY), None, busy),
+            "busy"
+        );
+        for s in VISITOR_STATUSES {
+            let v = hv(s.as_str());
+            assert_eq!(decision_of("page", false, None, Some(&v), ok), s.as_str());
+        }
+        let odd = hv("odd");
+        assert_eq!(decision_of("page", false, None, Some(&odd), ok), "served");
+        assert_eq!(decision_of("health", false, None, None, ok), "served");
+        let not_found = StatusCode::NOT_FOUND;
+        assert_eq!(
+            decision_of("reserved", false, None, None, not_found),
+            "error"
+        );
+    }
+
+    #[test]
+    fn targets_parse_and_bad_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(Target::parse("off").unwrap(), Target::Off);
+        assert_eq!(Target::parse("").unwrap(), Target::Off);
+        assert_eq!(Target::parse(" stdout ").unwrap(), Target::Stdout);
+        let path = dir.path().join("access.log");
+        assert_eq!(
+            Target::parse(path.to_str().unwrap()).unwrap(),
+            Target::File(path.clone())
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let e = Target::parse(dir.path().to_str().unwrap()).unwrap_err();
+        assert!(e.contains("is a directory"), "{e}");
+        let e = Target::parse(dir.path().join("no/such/dir/x.log").to_str().unwrap()).unwrap_err();
+        assert!(e.contains("cannot open"), "{e}");
+        let link = dir.path().join("link.log");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let e = Target::parse(link.to_str().unwrap()).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+    }
+
+    /// Polls `path` until it has `n` lines (the writer is another thread).
+    fn lines(path: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
+        for _ in 0..500 {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            if text.lines().count() >= n {
+                return text
+                    .lines()
+                    .map(|l| serde_json::from_str(l).unwrap())
+                    .collect();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("{} never had {n} lines", path.display());
+    }
+
+    /// Logs one request whose body is `body`, read to the end as hyper would.
+    fn logged(log: &AccessLog, uri: &str, body: &'static str) {
+        let response = Response::new(crate::http::body::full(body));
+        let response = log.finish(started(uri), "page", "served", response);
+        assert_eq!(drain(response.into_body()), body.len());
+    }
+
+    /// Polls `body` to its end (a `Full` body is ready at once, so no runtime is needed)
+    /// and drops it; returns the bytes it gave.
+    fn drain(mut body: Body) -> usize {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut n = 0;
+        loop {
+            match std::pin::Pin::new(&mut body).poll_frame(&mut cx) {
+                std::task::Poll::Ready(Some(Ok(frame))) => {
+                    n += frame.data_ref().map_or(0, |d| d.len());
+                }
+                std::task::Poll::Ready(_) => return n,
+                std::task::Poll::Pending => unreachable!("a full body is ready"),
+            }
+            // hyper stops here, without polling for the end.
+            if body.is_end_stream() {
+                return n;
+            }
+        }
+    }
+
+    #[test]
+    fn lines_are_written_by_the_thread_and_a_reopen_starts_a_fresh_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let dropped = Counter::default();
+        let log = AccessLog::open(
+            &Target::File(path.clone()),
+            vec!["a".into(), "main".into()],
+            dropped.clone(),
+        )
+        .unwrap()
+        .unwrap();
+        logged(&log, "/one?q=1", "hello");
+        let first = lines(&path, 1);
+        assert_eq!(first[0]["path"], "/one");
+        assert_eq!(first[0]["bytes"], 5);
+        assert_eq!(first[0]["completed"], true);
+
+        // logrotate: move the file away, then SIGHUP (which calls this).
+        let rotated = dir.path().join("access.log.1");
+        std::fs::rename(&path, &rotated).unwrap();
+        log.reopen();
+        // Until the writer has reopened, a line may still land in the moved file; keep
+        // logging until one reaches the fresh file.
+        for _ in 0..500 {
+            logged(&log, "/two", "hi");
+            if std::fs::read_to_string(&path).is_ok_and(|t| !t.is_empty()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let fresh = lines(&path, 1);
+        assert_eq!(fresh[0]["path"], "/two");
+        assert_eq!(lines(&rotated, 1)[0]["path"], "/one");
+        assert_eq!(dropped.get(), 0);
+    }
+
+    #[test]
+    fn a_body_dropped_early_is_logged_as_not_completed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let log = AccessLog::open(&Target::File(path.clone()), vec![], Counter::default())
+            .unwrap()
+            .unwrap();
+        let response = Response::new(crate::http::body::full("never sent"));
+        drop(log.finish(started("/gone"), "page", "admitted", response));
+        let mut head = started("/head");
+        head.method = Method::HEAD;
+        let response = Response::new(crate::http::body::full("not sent for HEAD"));
+        drop(log.finish(head, "page", "admitted", response));
+        let v = lines(&path, 2);
+        assert_eq!(
+            (v[0]["completed"].clone(), v[0]["bytes"].clone()),
+            (false.into(), 0.into())
+        );
+        assert_eq!(v[1]["completed"], true, "a HEAD answer has no body to send");
+    }
+}

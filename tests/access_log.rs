@@ -1,0 +1,293 @@
+//! The access log end to end (SPEC §13): a real origin and anteroom on loopback, one line
+//! per request with its class, decision, status and visitor reference, never the cookie or
+//! the query; then logrotate's move and a real SIGHUP, after which lines land in a fresh
+//! file at the configured path.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{AsVisitor, client, front_with, visitor_cookie};
+
+/// The first visitor is let in; everyone after waits (one admission per 100 s).
+const ONE_THEN_QUEUE: &str = "    rate: 0.01\n    max_active: 1000\n    bypass_paths: [\"/hooks/**\"]\n    asset_paths: [\"/static/**\"]";
+
+/// The lines of `path` once it has at least `n` (the writer is its own thread).
+async fn lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
+    for _ in 0..500 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= n {
+            return text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+                .collect();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "{} never had {n} lines:\n{}",
+        path.display(),
+        std::fs::read_to_string(path).unwrap_or_default()
+    );
+}
+
+/// The reference of the visitor a cookie names (what the waiting page shows them).
+fn reference_of(cookie: &str) -> String {
+    let secret = hex::decode(common::COOKIE_SECRET).unwrap();
+    let keys = anteroom::token::CookieKeys::new(&secret, &[] as &[&[u8]]);
+    let claim = keys.verify(cookie, std::time::SystemTime::now()).unwrap();
+    claim.visitor.reference().as_str().to_owned()
+}
+
+#[tokio::test]
+async fn one_line_per_request_then_a_sighup_reopens_the_file() {
+    let logs = tempfile::tempdir().unwrap();
+    let path = logs.path().join("access.log");
+    let top = format!(
+        "access_log: \"{}\"\nabuse:\n  allow: [\"127.0.0.1/32\"]\n",
+        path.display()
+    );
+    let (_origin, _dir, ar) = front_with(&top, ONE_THEN_QUEUE).await;
+    let base = format!("http://{}", ar.addr);
+    let c = client();
+
+    // A: let in by the fast path (no cookie yet, so no reference), then again with it.
+    let first = c
+        .get(format!("{base}/page/1?ar_token=query-secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    let a = visitor_cookie(&first).expect("A gets a cookie");
+    let first: serde_json::Value = first.json().await.unwrap();
+    let a_request_id = first["headers"]["x-request-id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let again = c
+        .get(format!("{base}/page/2"))
+        .visitor(&a)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    again.bytes().await.unwrap();
+
+    // B: waits, first without a cookie, then with it.
+    let wait = c.get(format!("{base}/wait/1")).send().await.unwrap();
+    assert_eq!(common::status_header(&wait).as_deref(), Some("waiting"));
+    let b = visitor_cookie(&wait).expect("B gets a cookie");
+    wait.bytes().await.unwrap();
+    let wait = c
+        .get(format!("{base}/wait/2"))
+        .header("accept", "application/json")
+        .visitor(&b)
+        .send()
+        .await
+        .unwrap();
+    let wait = wait.bytes().await.unwrap();
+    let page: serde_json::Value = serde_json::from_slice(&wait).unwrap();
+    let wait_len = wait.len();
+
+    // Assets: A's goes to the origin, B's gets the small 503.
+    let asset = c
+        .get(format!("{base}/static/a.css"))
+        .visitor(&a)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(asset.status(), 200);
+    asset.bytes().await.unwrap();
+    let asset = c
+        .get(format!("{base}/static/b.css"))
+        .visitor(&b)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(asset.status(), 503);
+    asset.bytes().await.unwrap();
+    // A bypass path, a wrong admin token (loopback is in abuse.allow: not banned), and a
+    // reserved path we do not serve.
+    let hook = c
+        .post(format!("{base}/hooks/x"))
+        .body("payload")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(hook.status(), 200);
+    hook.bytes().await.unwrap();
+    let admin = c
+        .get(format!("{base}/__anteroom/admin/api/status"))
+        .bearer_auth("not-the-admin-token-at-all")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(admin.status(), 401);
+    admin.bytes().await.unwrap();
+    let reserved = c
+        .get(format!("{base}/__anteroom/nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reserved.status(), 404);
+    reserved.bytes().await.unwrap();
+
+    let all = lines(&path, 9).await;
+    assert_eq!(all.len(), 9, "one line per request: {all:#?}");
+    let by_path: HashMap<&str, &serde_json::Value> = all
+        .iter()
+        .map(|l| (l["path"].as_str().unwrap(), l))
+        .collect();
+    let a_ref = reference_of(&a);
+    let b_ref = reference_of(&b);
+    assert_eq!(
+        page["ref"],
+        b_ref.as_str(),
+        "the reference the page shows: {page}"
+    );
+    let expect = [
+        ("/page/1", "page", "admitted", 200, None),
+        ("/page/2", "page", "admitted", 200, Some(&a_ref)),
+        ("/wait/1", "page", "waiting", 200, None),
+        ("/wait/2", "page", "waiting", 200, Some(&b_ref)),
+        ("/static/a.css", "asset", "admitted", 200, Some(&a_ref)),
+        ("/static/b.css", "asset", "waiting", 503, Some(&b_ref)),
+        ("/hooks/x", "bypass", "passed", 200, None),
+        ("/__anteroom/admin/api/status", "admin", "error", 401, None),
+        ("/__anteroom/nope", "reserved", "error", 404, None),
+    ];
+    for (path, class, decision, status, reference) in expect {
+        let line = by_path
+            .get(path)
+            .unwrap_or_else(|| panic!("no line for {path}: {all:#?}"));
+        assert_eq!(line["class"], class, "{line}");
+        assert_eq!(line["decision"], decision, "{line}");
+        assert_eq!(line["status"], status, "{line}");
+        assert_eq!(
+            line["ref"].as_str(),
+            reference.map(String::as_str),
+            "{line}"
+        );
+        assert_eq!(line["completed"], true, "{line}");
+        assert_eq!(line["client"], "127.0.0.1", "{line}");
+        assert!(
+            line["peer"].as_str().unwrap().starts_with("127.0.0.1:"),
+            "{line}"
+        );
+        assert_eq!(line["room"], "main", "{line}");
+        assert!(line["duration_ms"].as_f64().unwrap() >= 0.0, "{line}");
+        let time = line["time"].as_str().unwrap();
+        assert!(
+            time.ends_with('Z') && time.len() == 24,
+            "RFC 3339 with ms: {time}"
+        );
+    }
+    // The id the origin was sent is the one logged; the bytes are the body's.
+    assert_eq!(by_path["/page/1"]["request_id"], a_request_id.as_str());
+    assert_eq!(by_path["/page/1"]["method"], "GET");
+    assert_eq!(by_path["/hooks/x"]["method"], "POST");
+    assert_eq!(by_path["/wait/2"]["bytes"], wait_len as u64);
+    // Never the cookie, never the query.
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        !text.contains(&a) && !text.contains(&b),
+        "a cookie value was logged"
+    );
+    assert!(!text.contains("query-secret") && !text.contains("ar_token"));
+    assert!(!text.contains("not-the-admin-token"));
+
+    // logrotate: the file is moved away, then `postrotate` sends SIGHUP. `run::start`
+    // installed the handler, so the signal reopens rather than ends the process.
+    let rotated = logs.path().join("access.log.1");
+    std::fs::rename(&path, &rotated).unwrap();
+    // SAFETY: sends a signal to this very process; its handler is tokio's.
+    assert_eq!(
+        unsafe { libc::kill(std::process::id() as i32, libc::SIGHUP) },
+        0
+    );
+    // Until the writer has seen it a line may still reach the moved file; keep asking.
+    let mut sent = 0;
+    while !path.exists() || std::fs::read_to_string(&path).unwrap().is_empty() {
+        assert!(sent < 200, "no line reached a fresh file after SIGHUP");
+        let r = c
+            .get(format!("{base}/after"))
+            .visitor(&a)
+            .send()
+            .await
+            .unwrap();
+        r.bytes().await.unwrap();
+        sent += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let fresh = lines(&path, 1).await;
+    assert_eq!(fresh[0]["path"], "/after");
+    assert_eq!(fresh[0]["ref"], a_ref.as_str());
+    let old = lines(&rotated, 9).await;
+    assert!(old.len() >= 9);
+    assert!(old[..9].iter().all(|l| l["path"] != "/after"));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the fresh file is private too");
+
+    // Nothing was dropped, and the counter is exported.
+    let metrics = c
+        .get(format!("{base}/__anteroom/admin/api/metrics"))
+        .bearer_auth(common::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("anteroom_access_log_dropped_total 0"),
+        "{metrics}"
+    );
+
+    // Still serving after the signal.
+    assert_eq!(
+        c.get(format!("{base}/__anteroom/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_is_logged_as_not_completed() {
+    let logs = tempfile::tempdir().unwrap();
+    let path = logs.path().join("access.log");
+    let top = format!("access_log: \"{}\"\n", path.display());
+    let (_origin, _dir, ar) = front_with(&top, ONE_THEN_QUEUE).await;
+    let base = format!("http://{}", ar.addr);
+    // A waiting page's live stream never ends by itself: open it, then hang up.
+    let admitted = client().get(format!("{base}/")).send().await.unwrap();
+    admitted.bytes().await.unwrap();
+    let page = client().get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(common::status_header(&page).as_deref(), Some("waiting"));
+    let cookie = visitor_cookie(&page).unwrap();
+    page.bytes().await.unwrap();
+    let events = client()
+        .get(format!("{base}/__anteroom/events"))
+        .visitor(&cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(events);
+    let all = lines(&path, 3).await;
+    let stream = all
+        .iter()
+        .find(|l| l["path"] == "/__anteroom/events")
+        .unwrap_or_else(|| panic!("{all:#?}"));
+    assert_eq!(stream["class"], "events", "{stream}");
+    assert_eq!(stream["completed"], false, "{stream}");
+    assert!(stream["duration_ms"].as_f64().unwrap() >= 100.0, "{stream}");
+    ar.shutdown().await.unwrap();
+}

@@ -148,11 +148,7 @@ impl QueueStore for Ledger {
     async fn stats(&self, room: &str) -> StoreResult<RoomStats> {
         self.inner.stats(room).await
     }
-    async fn draw(
-        &self,
-        room: &str,
-        hashes: bool,
-    ) -> StoreResult<anteroom::queue::DrawRecord> {
+    async fn draw(&self, room: &str, hashes: bool) -> StoreResult<anteroom::queue::DrawRecord> {
         self.inner.draw(room, hashes).await
     }
     async fn update_settings(

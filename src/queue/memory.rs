@@ -13,9 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use super::fenwick::RankIndex;
 use super::{
-    ClientKey, DrawRecord, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore, REAP_BUDGET,
-    RefusedReason, Resolution, RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded,
-    SettingsPatch, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
+    ClientKey, DrawRecord, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore,
+    REAP_BUDGET, RefusedReason, Resolution, RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER,
+    Seeded, SettingsPatch, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState,
+    WaitingEntry,
 };
 use crate::clock::{Clock, ms};
 use crate::fairness::draw::DrawHash;

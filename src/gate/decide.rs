@@ -129,7 +129,10 @@ impl App {
             Decision::Stalled { fail_open: true } => {
                 self.to_origin(room, req, identity, None).await
             }
-            Decision::Waiting(place) => self.waiting(room, place, visitor, identity),
+            Decision::Waiting(place) => {
+                let receipt = self.receipt(room, &place, visitor).await;
+                self.waiting(room, place, visitor, receipt, identity)
+            }
             Decision::Full => self.full(room, identity),
             Decision::Refused {
                 retry_after,

@@ -14,6 +14,7 @@
 pub mod classes;
 pub mod classify;
 pub mod decide;
+pub mod draw;
 pub mod error;
 pub mod identify;
 pub mod respond;
@@ -120,6 +121,8 @@ pub struct App {
     recent: Mutex<RecentVisitors>,
     /// Verifies priority grants (SPEC §10); `None`: a grant is ignored.
     priority_secret: Option<crate::config::Secret>,
+    /// The lottery rooms' public draw documents and salts (SPEC §14).
+    draws: draw::DrawCache,
 }
 
 /// Clients this replica kept as recently admitted (beyond it, an arbitrary one is
@@ -264,6 +267,7 @@ impl App {
             abuse,
             recent: Mutex::new(RecentVisitors::default()),
             priority_secret: config.priority_secret.clone(),
+            draws: draw::DrawCache::new(&config.rooms),
         })
     }
 
@@ -333,6 +337,7 @@ impl App {
             Class::Static(name) => assets::serve(&name, req.method() == Method::HEAD)
                 .unwrap_or_else(|| self.error(Kind::NotFound, &identity)),
             Class::AdmissionKey => self.admission_key(&identity),
+            Class::Draw(room) => self.draw_document(&room, &identity).await,
             Class::UnknownReserved => self.error(Kind::NotFound, &identity),
             Class::BanPath => self.ban_path(&req, &identity).await,
             Class::Bypass | Class::Preflight => match room {

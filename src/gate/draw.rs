@@ -178,9 +178,8 @@ impl App {
         place: &Place,
         visitor: VisitorId,
     ) -> Option<Receipt> {
-        if room.config.schedule.admits_at.is_none() {
-            return None;
-        }
+        // Only a scheduled draw has entrants.
+        room.config.schedule.admits_at?;
         let (_, cache) = self.lottery_room(&room.config.name)?;
         match place.phase {
             Phase::Draw if place.position.is_none() => {

@@ -319,7 +319,6 @@ impl RoomPolicy {
             max_sessions_per_client: room.max_sessions_per_client,
             session_clients: room.session_clients,
             max_waiting: room.max_waiting,
-            ..RoomPolicy::default()
         }
     }
 

@@ -1,7 +1,7 @@
 //! SPEC §14, "fairness you can verify": the self-contained pieces that let visitors,
 //! operators and origins check anteroom's claims. Each piece is a pure component with its
-//! own tests; the request path uses the admission token (`gate::respond`), the rest is not
-//! wired in yet.
+//! own tests; the request path uses the admission token (`gate::respond`) and the draw
+//! (`gate::draw`: the public document and receipts).
 //!
 //! - [`admission_token`] — the Ed25519-signed `X-Anteroom-Admission` header and its key.
 //! - [`draw`] — the auditable lottery: commitment, draw hashes, places, the published

@@ -12,7 +12,8 @@
 //! `ar:{main}:conf` (runtime settings), `ar:{main}:state` (bucket, ticket counter, counters,
 //! downtime bookkeeping), `ar:{main}:line` (ZSET id → ticket), `ar:{main}:seen` (ZSET id →
 //! last heartbeat), `ar:{main}:active` (ZSET id → last activity), `ar:{main}:draw` (ZSET
-//! id → lottery score, during a draw), `ar:{main}:places` (client → its visitors' ids, while
+//! id → lottery score, during a draw), `ar:{main}:drawh` (id → draw hash: the draw's
+//! entrants, fixed from the doors on, SPEC §14), `ar:{main}:places` (client → its visitors' ids, while
 //! `max_places_per_client` is set), `ar:{main}:sess` (session → the clients it was used
 //! from) and `ar:{main}:scount` (client → sessions), while a session cap is set,
 //! `ar:{main}:joins:<client>` (one client's join-limit window, expiring with it). Members are

@@ -956,6 +956,69 @@ mod tests {
 
     /// A server whose certificate the client does not trust is unavailable (a clear
     /// certificate error, quickly), never a hang and never a silent plain-text fallback.
+    /// Equal 52-bit lottery scores are ordered by the whole draw hash (the published
+    /// rule), not by id. A tie is far too rare to meet by chance, so the test makes some.
+    #[tokio::test]
+    async fn equal_lottery_scores_follow_the_whole_draw_hash() {
+        let server = RedisServer::start();
+        let store = frozen(&[server.url()], None).await;
+        let at = |secs: u64| {
+            std::time::UNIX_EPOCH + Duration::from_millis(conformance::START_MS + secs * 1_000)
+        };
+        let policy = RoomPolicy {
+            lottery: true,
+            schedule: crate::queue::Schedule {
+                queue_opens_at: Some(at(0)),
+                admits_at: Some(at(60)),
+                closes_at: None,
+            },
+            ..Default::default()
+        };
+        store
+            .open_room(
+                "main",
+                &conformance::settings(1_000.0, 1_000),
+                &policy,
+                false,
+            )
+            .await
+            .unwrap();
+        let entrants: Vec<VisitorId> = (0..12).map(|_| VisitorId::random()).collect();
+        for &v in &entrants {
+            store.resolve("main", v, anyone()).await.unwrap();
+        }
+        let mut conn = store.conn.clone();
+        for (i, v) in entrants.iter().enumerate() {
+            let score = if i < 3 { 3 } else { 7 };
+            let changed: i64 = redis::cmd("ZADD")
+                .arg("ar:{main}:draw")
+                .arg("XX")
+                .arg("CH")
+                .arg(score)
+                .arg(&v.0[..])
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(changed, 1);
+        }
+        store.advance_clock_for_tests(Duration::from_secs(61));
+        let salt = store.draw("main", false).await.unwrap().salt;
+        let mut admitted = Vec::new();
+        for _ in 0..3 {
+            store.advance_clock_for_tests(Duration::from_secs(1));
+            admitted.extend(store.admit_pass("main").await.unwrap().admitted);
+        }
+        let by_hash = |vs: &[VisitorId]| {
+            let mut v: Vec<(DrawHash, VisitorId)> =
+                vs.iter().map(|&v| (DrawHash::of(&salt, v), v)).collect();
+            v.sort_unstable();
+            v.into_iter().map(|(_, v)| v).collect::<Vec<_>>()
+        };
+        let mut want = by_hash(&entrants[..3]);
+        want.extend(by_hash(&entrants[3..]));
+        assert_eq!(admitted, want);
+    }
+
     #[tokio::test]
     async fn rediss_with_an_untrusted_ca_fails_clearly() {
         let server_ca = Arc::new(TestCa::new());

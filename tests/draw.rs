@@ -99,6 +99,21 @@ async fn a_drop(ar: &Running, n: usize, open_doors: impl FnOnce()) {
         entrants.extend(futures_util::future::join_all(batch).await);
     }
 
+    // The HTML page shows the receipt too.
+    let html = client()
+        .get(format!("http://{}/page", ar.addr))
+        .visitor(&entrants[0].cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        html.contains(r#"id="ar-receipt""#) && html.contains(&entrants[0].draw_hash),
+        "{html}"
+    );
+
     // Before the doors: the commitment and how many entered; no salt, no list.
     let (headers, body) = draw_document(ar).await;
     assert_eq!(headers["content-type"], "application/json");

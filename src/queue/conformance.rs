@@ -1147,7 +1147,22 @@ pub async fn lottery_order_is_the_published_one<H: Harness>(h: &mut H) {
     let later = store.draw(ROOM, true).await.unwrap();
     let mut later_list = later.hashes.clone().unwrap();
     later_list.sort_unstable();
-    assert_eq!((later.entrants, later_list), (498, listed));
+    assert_eq!((later.entrants, later_list.clone()), (498, listed));
+    // A restart keeps it too (the embedded store's snapshot, Redis itself).
+    drop(store);
+    h.reopen(Duration::from_secs(5)).await;
+    let store = h.store();
+    store
+        .open_room(ROOM, &seed, &lottery_policy(0, 60), false)
+        .await
+        .unwrap();
+    let restored = store.draw(ROOM, true).await.unwrap();
+    let mut restored_list = restored.hashes.unwrap();
+    restored_list.sort_unstable();
+    assert_eq!(
+        (restored.salt, restored_list),
+        (before.salt.clone(), later_list)
+    );
 
     // A second drop in the same room: its own entrants only, same salt.
     let t0 = 100;

@@ -301,4 +301,13 @@ async fn the_draw_of_an_unknown_room_or_one_without_a_lottery_is_404() {
         assert_eq!(response.status(), 404, "{room}");
     }
     ar.shutdown().await.unwrap();
+    // A lottery with no doors (`admits_at`) never draws: nothing published.
+    let (_origin, _dir, ar) = front("    lottery: true\n").await;
+    let response = client()
+        .get(format!("http://{}/__anteroom/rooms/main/draw", ar.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    ar.shutdown().await.unwrap();
 }

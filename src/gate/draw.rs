@@ -73,16 +73,18 @@ fn json_response(status: StatusCode, cache: &'static str, body: Bytes) -> Respon
 
 impl App {
     fn lottery_room(&self, name: &str) -> Option<(&Room, &RoomDraw)> {
-        let room = self
-            .rooms
-            .iter()
-            .find(|r| r.config.name == name && r.config.lottery)?;
+        // A lottery without `admits_at` never draws: nothing to publish (and its salt is
+        // not revealed for a draw that might be scheduled later).
+        let room = self.rooms.iter().find(|r| {
+            r.config.name == name && r.config.lottery && r.config.schedule.admits_at.is_some()
+        })?;
         Some((room, self.draws.rooms.get(name)?))
     }
 
     /// `GET /__anteroom/rooms/{room}/draw`: before the doors the commitment and the count
     /// of entrants; after them also the salt and every entrant's hash, sorted. 404 for a
-    /// room that is unknown or has no lottery; 503 while the store does not answer.
+    /// room that is unknown or has no scheduled lottery (`lottery` and `admits_at`); 503
+    /// while the store does not answer.
     pub(super) async fn draw_document(&self, name: &str, identity: &Identity) -> Response<Body> {
         let Some((room, cache)) = self.lottery_room(name) else {
             return self.error(Kind::NotFound, identity);
@@ -178,8 +180,6 @@ impl App {
         place: &Place,
         visitor: VisitorId,
     ) -> Option<Receipt> {
-        // Only a scheduled draw has entrants.
-        room.config.schedule.admits_at?;
         let (_, cache) = self.lottery_room(&room.config.name)?;
         match place.phase {
             Phase::Draw if place.position.is_none() => {

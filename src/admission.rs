@@ -124,6 +124,12 @@ impl Admission {
         self.observe(self.store.ping().await)
     }
 
+    /// The room's lottery record (SPEC §14), for `GET /__anteroom/rooms/{room}/draw` and
+    /// the receipts; `hashes` asks for the list (after the doors only).
+    pub async fn draw(&self, room: &str, hashes: bool) -> StoreResult<crate::queue::DrawRecord> {
+        self.observe(self.store.draw(room, hashes).await)
+    }
+
     /// The live ticker's batched heartbeat: the state of each of `visitors` in `room`.
     pub async fn heartbeat(
         &self,

@@ -44,18 +44,21 @@ pub enum Command {
 /// [`crate::fairness::draw::verify_command`].
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct VerifyDrawArgs {
-    /// The room's lottery salt, hex, as published when the doors opened
+    /// The room's lottery salt, hex, as published when the doors opened (default: the
+    /// one in --draw)
     #[arg(long, value_name = "HEX")]
-    pub salt: String,
+    pub salt: Option<String>,
     /// The commitment (hex SHA-256 of the salt) as shown before the doors opened
+    /// (default: the one in --draw, which then only checks the document against itself)
     #[arg(long, value_name = "HEX")]
-    pub commitment: String,
+    pub commitment: Option<String>,
     /// Your visitor id (32 hex characters, shown on your receipt)
     #[arg(long, value_name = "HEX")]
     pub visitor_id: String,
-    /// The published draw (GET /__anteroom/rooms/{room}/draw): a file, `-` for standard
-    /// input, or an http:// URL. Without it only the salt and your hash are checked.
-    #[arg(long, value_name = "FILE_OR_URL")]
+    /// The published draw as served by GET /__anteroom/rooms/{room}/draw: a saved JSON
+    /// file, `-` for standard input, or an http:// URL. Without it only the salt and your
+    /// hash are checked.
+    #[arg(long, visible_alias = "document", value_name = "FILE_OR_URL")]
     pub draw: Option<String>,
 }
 

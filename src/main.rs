@@ -86,8 +86,8 @@ fn main() -> ExitCode {
 fn verify_draw(args: &cli::VerifyDrawArgs) -> ExitCode {
     let checked = runtime().map_err(|e| e.to_string()).and_then(|rt| {
         rt.block_on(anteroom::fairness::draw::verify_command(
-            &args.salt,
-            &args.commitment,
+            args.salt.as_deref(),
+            args.commitment.as_deref(),
             &args.visitor_id,
             args.draw.as_deref(),
         ))

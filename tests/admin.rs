@@ -1157,6 +1157,14 @@ impl anteroom::queue::QueueStore for Switchable {
         self.check()?;
         self.inner.stats(room).await
     }
+    async fn draw(
+        &self,
+        room: &str,
+        hashes: bool,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::DrawRecord> {
+        self.check()?;
+        self.inner.draw(room, hashes).await
+    }
     async fn update_settings(
         &self,
         room: &str,

@@ -148,6 +148,9 @@ impl QueueStore for Ledger {
     async fn stats(&self, room: &str) -> StoreResult<RoomStats> {
         self.inner.stats(room).await
     }
+    async fn draw(&self, room: &str, hashes: bool) -> StoreResult<anteroom::queue::DrawRecord> {
+        self.inner.draw(room, hashes).await
+    }
     async fn update_settings(
         &self,
         room: &str,

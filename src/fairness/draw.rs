@@ -11,10 +11,11 @@
 //! - **place**: 1 + the number of published hashes smaller than the visitor's (hashes
 //!   compared as byte strings, which is the order of their hex too).
 //!
-//! The embedded store orders the draw by [`crate::queue::memory::lottery_score`], the
-//! first 8 bytes of this very hash read big-endian, so its order is this order (a test
-//! pins the two together); it differs only if two entrants share 64 bits of hash, which
-//! it then breaks by id. See the module's report for what the Redis store must change.
+//! Both stores order the draw by exactly this rule: the embedded store sorts the
+//! entrants by their [`DrawHash`] at the doors; Redis keeps the first 52 bits as a ZSET
+//! score (computed by the replica, which knows the salt: Redis Lua has no SHA-256) and
+//! orders equal scores by the whole hash as the doors move them. The conformance suite
+//! checks the doors' order against this module on every store.
 
 use std::time::SystemTime;
 
@@ -93,12 +94,17 @@ pub fn place_in(sorted: &[DrawHash], hash: &DrawHash) -> Option<u64> {
     sorted.binary_search(hash).ok().map(|i| i as u64 + 1)
 }
 
-/// What a visitor's page shows once the doors are open (SPEC §14 "receipt").
+/// What an entrant's page (and its JSON, as `receipt`) shows of the draw (SPEC §14
+/// "receipt"): enough to run `anteroom verify-draw --visitor-id … ` against the published
+/// document.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Receipt {
-    /// [`super::visitor_ref`].
+    /// The visitor's reference as their page shows it ([`VisitorId::reference`]).
     #[serde(rename = "ref")]
     pub visitor_ref: String,
+    /// The visitor's own id, hex: the input of `verify-draw --visitor-id`. Shown only to
+    /// them (on their page); it admits nobody without their signed cookie.
+    pub visitor_id: String,
     pub draw_hash: DrawHash,
     /// `None` before the doors (nobody has a place yet).
     pub place: Option<u64>,
@@ -108,7 +114,8 @@ impl Receipt {
     pub fn new(salt: &[u8], visitor: VisitorId, sorted: Option<&[DrawHash]>) -> Self {
         let draw_hash = DrawHash::of(salt, visitor);
         Receipt {
-            visitor_ref: super::visitor_ref(visitor),
+            visitor_ref: visitor.reference().as_str().to_owned(),
+            visitor_id: visitor.to_hex(),
             draw_hash,
             place: sorted.and_then(|s| place_in(s, &draw_hash)),
         }
@@ -244,6 +251,9 @@ pub struct Verification {
     pub entrants: Option<u64>,
     /// Whether a list was checked at all.
     pub list_checked: bool,
+    /// The commitment was taken from the document itself (no `--commitment`): compare it
+    /// with the one shown before the doors.
+    pub commitment_from_document: bool,
 }
 
 impl Verification {
@@ -268,6 +278,11 @@ impl Verification {
                 "SHA-256(salt) differs: this is not the salt that was committed to"
             }
         ));
+        if self.commitment_from_document {
+            out.push_str(
+                "     (the commitment is the document's own: compare it with the one shown before the doors opened, or pass --commitment)\n",
+            );
+        }
         out.push_str(&format!("     draw hash: {}\n", self.draw_hash.to_hex()));
         for problem in &self.document_problems {
             out.push_str(&format!("FAIL {problem}\n"));
@@ -346,24 +361,48 @@ pub fn verify(input: &VerifyInput, document: Option<&DrawDocument>) -> Verificat
         place,
         entrants,
         list_checked,
+        commitment_from_document: false,
     }
 }
 
-/// `anteroom verify-draw`: parses the inputs, loads the published draw if given, and
-/// checks. An `Err` means the check could not be made (bad input, unreadable document);
-/// a failed check is an `Ok` whose [`Verification::ok`] is false.
+/// `anteroom verify-draw`: loads the published draw if given (a file saved from
+/// `GET /__anteroom/rooms/{room}/draw`, `-`, or an `http://` URL), parses the inputs and
+/// checks. Without `salt` or `commitment` the document's own are used (a document is then
+/// required); a commitment taken from the document only checks it against itself, and the
+/// report says so. An `Err` means the check could not be made (bad input, unreadable
+/// document); a failed check is an `Ok` whose [`Verification::ok`] is false.
 pub async fn verify_command(
-    salt: &str,
-    commitment: &str,
+    salt: Option<&str>,
+    commitment: Option<&str>,
     visitor_id: &str,
     draw: Option<&str>,
 ) -> Result<Verification, DrawError> {
-    let input = VerifyInput::parse(salt, commitment, visitor_id)?;
     let document = match draw {
         Some(source) => Some(load_document(source).await?),
         None => None,
     };
-    Ok(verify(&input, document.as_ref()))
+    let missing = |what: &'static str| DrawError::NotHex {
+        what,
+        reason: "not given, and no published draw (--draw) to take it from".to_owned(),
+    };
+    let salt = match (salt, &document) {
+        (Some(salt), _) => salt.to_owned(),
+        (None, Some(doc)) => doc.salt.clone().ok_or_else(|| DrawError::NotHex {
+            what: "--salt",
+            reason: "not given, and the document publishes none yet (the doors are not open)"
+                .to_owned(),
+        })?,
+        (None, None) => return Err(missing("--salt")),
+    };
+    let (commitment, from_document) = match (commitment, &document) {
+        (Some(c), _) => (c.to_owned(), false),
+        (None, Some(doc)) => (doc.commitment.clone(), true),
+        (None, None) => return Err(missing("--commitment")),
+    };
+    let input = VerifyInput::parse(&salt, &commitment, visitor_id)?;
+    let mut verification = verify(&input, document.as_ref());
+    verification.commitment_from_document = from_document;
+    Ok(verification)
 }
 
 /// The most a published draw may weigh when fetched or read (a million entrants is about
@@ -596,6 +635,50 @@ mod tests {
                 br#"{"room":"r","status":"drawn","commitment":"","entrants":1,"hashes":["xx"]}"#
             )
             .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn verify_command_reads_the_salt_and_commitment_from_a_saved_document() {
+        let me = VisitorId([4; 16]);
+        let save = |doc: &DrawDocument| {
+            let file = tempfile::NamedTempFile::new().unwrap();
+            std::fs::write(file.path(), serde_json::to_vec(doc).unwrap()).unwrap();
+            file
+        };
+        let after = save(&DrawDocument::after_doors(
+            "main",
+            &SALT,
+            DrawDocument::hashes_of(&SALT, entrants(10)),
+            None,
+        ));
+        let path = after.path().to_str().unwrap();
+        let v = verify_command(None, None, &me.to_hex(), Some(path))
+            .await
+            .unwrap();
+        assert!(v.ok() && v.commitment_from_document, "{}", v.report());
+        assert!(v.report().contains("the document's own"));
+        // The commitment seen before the doors, given: checked against it.
+        let v = verify_command(None, Some(&commitment(&SALT)), &me.to_hex(), Some(path))
+            .await
+            .unwrap();
+        assert!(v.ok() && !v.commitment_from_document);
+        let v = verify_command(None, Some(&commitment(&[1; 16])), &me.to_hex(), Some(path))
+            .await
+            .unwrap();
+        assert!(!v.ok());
+        // Nothing to take the salt from.
+        assert!(
+            verify_command(None, None, &me.to_hex(), None)
+                .await
+                .is_err()
+        );
+        let before = save(&DrawDocument::before_doors("main", &SALT, 10, None));
+        let before = before.path().to_str().unwrap();
+        assert!(
+            verify_command(None, None, &me.to_hex(), Some(before))
+                .await
+                .is_err()
         );
     }
 

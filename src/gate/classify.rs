@@ -41,6 +41,9 @@ pub enum Class {
     Static(String),
     /// `GET /__anteroom/admission-key`: the public key of the admission token (SPEC §14).
     AdmissionKey,
+    /// `GET /__anteroom/rooms/{room}/draw`: the room's public lottery document (SPEC
+    /// §14), whatever the host.
+    Draw(String),
     /// Under `/__anteroom/` but nothing we serve.
     UnknownReserved,
     /// `OPTIONS *`: answered by anteroom; creates nothing.
@@ -70,7 +73,7 @@ pub const INVALID_LABEL: &str = "invalid";
 impl Class {
     /// The access log's `class` (SPEC §13): `page`, `grant`, `asset`, `bypass`,
     /// `preflight`, `stream`, `events`, `admin`, `health`, `static`, `admission_key`,
-    /// `reserved`, `options`, `ban_path`, `banned` (a banned client's request is not
+    /// `draw`, `reserved`, `options`, `ban_path`, `banned` (a banned client's request is not
     /// classified further) or `invalid`.
     pub fn label(&self) -> &'static str {
         match self {
@@ -81,6 +84,7 @@ impl Class {
             Class::Admin => "admin",
             Class::Static(_) => "static",
             Class::AdmissionKey => "admission_key",
+            Class::Draw(_) => "draw",
             Class::UnknownReserved => "reserved",
             Class::OptionsAny => "options",
             Class::BanPath => "ban_path",
@@ -147,8 +151,20 @@ pub fn classify<B>(req: &Request<B>, ban_paths: &GlobSet, paths: Option<&RoomPat
         (&Method::GET | &Method::HEAD, p) if p.starts_with("static/") => {
             Class::Static(p["static/".len()..].to_owned())
         }
+        (&Method::GET | &Method::HEAD, p) if draw_room(p).is_some() => {
+            Class::Draw(draw_room(p).unwrap_or_default().to_owned())
+        }
         _ => Class::UnknownReserved,
     }
+}
+
+/// The room of a reserved `rooms/{room}/draw` path (after the prefix): one non-empty
+/// segment.
+fn draw_room(reserved: &str) -> Option<&str> {
+    reserved
+        .strip_prefix("rooms/")
+        .and_then(|r| r.strip_suffix("/draw"))
+        .filter(|room| !room.is_empty() && !room.contains('/'))
 }
 
 /// The path as ban paths see it: percent-encoded unreserved characters decoded (so
@@ -326,6 +342,22 @@ mod tests {
             classify(&get("/__anteroom/admission-key")),
             Class::AdmissionKey
         );
+        assert_eq!(
+            classify(&get("/__anteroom/rooms/drop/draw")),
+            Class::Draw("drop".to_owned())
+        );
+        for not_a_draw in [
+            "/__anteroom/rooms//draw",
+            "/__anteroom/rooms/a/b/draw",
+            "/__anteroom/rooms/drop",
+            "/__anteroom/rooms/drop/draw/x",
+        ] {
+            assert_eq!(
+                classify(&get(not_a_draw)),
+                Class::UnknownReserved,
+                "{not_a_draw}"
+            );
+        }
         assert_eq!(classify(&get("/__anteroom")), Class::UnknownReserved);
         assert_eq!(classify(&get("/__anteroom/nope")), Class::UnknownReserved);
         assert_eq!(classify(&get("/shop")), Class::Site);

@@ -134,7 +134,10 @@ impl App {
                     .insert(crate::access_log::Noted::FAIL_OPEN);
                 response
             }
-            Decision::Waiting(place) => self.waiting(room, place, visitor, identity),
+            Decision::Waiting(place) => {
+                let receipt = self.receipt(room, &place, visitor).await;
+                self.waiting(room, place, visitor, receipt, identity)
+            }
             Decision::Full => self.full(room, identity),
             Decision::Refused {
                 retry_after,

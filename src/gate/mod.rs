@@ -16,6 +16,7 @@
 pub mod classes;
 pub mod classify;
 pub mod decide;
+pub mod draw;
 pub mod error;
 pub mod identify;
 pub mod respond;
@@ -129,6 +130,8 @@ pub struct App {
     /// The access log (SPEC §13); `None` with `access_log: off`, and then the request path
     /// captures nothing for it.
     access_log: Option<AccessLog>,
+    /// The lottery rooms' public draw documents and salts (SPEC §14).
+    draws: draw::DrawCache,
 }
 
 /// Clients this replica kept as recently admitted (beyond it, an arbitrary one is
@@ -304,6 +307,7 @@ impl App {
             recent: Mutex::new(RecentVisitors::default()),
             priority_secret: config.priority_secret.clone(),
             access_log,
+            draws: draw::DrawCache::new(&config.rooms),
         })
     }
 
@@ -418,6 +422,7 @@ impl App {
             Class::Static(name) => assets::serve(&name, req.method() == Method::HEAD)
                 .unwrap_or_else(|| self.error(Kind::NotFound, &identity)),
             Class::AdmissionKey => self.admission_key(&identity),
+            Class::Draw(room) => self.draw_document(&room, &identity).await,
             Class::UnknownReserved => self.error(Kind::NotFound, &identity),
             Class::BanPath => self.ban_path(&req, &identity).await,
             Class::Bypass | Class::Preflight => match room {

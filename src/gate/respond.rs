@@ -116,6 +116,7 @@ impl App {
         room: &Room,
         place: Place,
         visitor: VisitorId,
+        receipt: Option<crate::fairness::draw::Receipt>,
         identity: &Identity,
     ) -> Response<Body> {
         // Remembered as the range first shown, when it is (SPEC §14).
@@ -138,6 +139,7 @@ impl App {
             reference: Some(visitor.reference().as_str().to_owned()),
             // The draw counts down to the doors.
             phase_ends_at: doors.filter(|_| place.phase == Phase::Draw),
+            receipt,
         };
         self.render_waiting(room, view, identity)
     }
@@ -178,6 +180,7 @@ impl App {
             paused: false,
             reference: None,
             phase_ends_at: None,
+            receipt: None,
         }
     }
 

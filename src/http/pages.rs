@@ -74,6 +74,10 @@ pub struct WaitingView {
     /// open), for the page's countdown. Not part of the JSON body.
     #[serde(skip)]
     pub phase_ends_at: Option<SystemTime>,
+    /// A lottery entrant's receipt (SPEC §14): their draw hash, and their place once the
+    /// doors opened; `receipt` in JSON, absent for anyone else.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<crate::fairness::draw::Receipt>,
 }
 
 /// Page text that comes from the room's config rather than the store.
@@ -293,6 +297,7 @@ impl Pages {
                 announce => view.position.map(|p| t.announce(p)),
                 paused => view.paused,
                 reference => view.reference,
+                receipt => view.receipt,
                 phase => view.phase.as_str(),
                 custom_css => self.custom_css.clone().map(Value::from_safe_string),
                 refresh_secs => view.retry_after_secs,
@@ -599,6 +604,7 @@ mod tests {
             paused: false,
             reference: None,
             phase_ends_at: None,
+            receipt: None,
         };
         let json: serde_json::Value = serde_json::to_value(&view).unwrap();
         let mut keys: Vec<_> = json.as_object().unwrap().keys().cloned().collect();
@@ -635,6 +641,7 @@ mod tests {
             paused: false,
             reference: None,
             phase_ends_at: None,
+            receipt: None,
         };
         let text = RoomText {
             title: "<script>x</script>",
@@ -658,6 +665,7 @@ mod tests {
             paused: false,
             reference: None,
             phase_ends_at: None,
+            receipt: None,
         }
     }
 

@@ -63,6 +63,7 @@ macro_rules! suite {
             lottery_draw_is_by_lot_and_a_rejoin_keeps_its_place,
             lottery_is_fair_to_early_arrivals,
             lottery_salt_and_draw_survive_a_reopen,
+            lottery_order_is_the_published_one,
             places_per_client_are_capped_and_freed,
             sessions_per_client_are_capped_and_freed,
             a_session_is_used_from_at_most_session_clients,
@@ -1067,6 +1068,122 @@ pub async fn lottery_salt_and_draw_survive_a_reopen<H: Harness>(h: &mut H) {
     join_all(&*store, &entrants).await;
     h.advance(Duration::from_secs(60)).await;
     assert_eq!(positions(&*store, &entrants).await, first_order);
+}
+
+/// SPEC §14 "Auditable lottery": the doors admit the draw in exactly the order the
+/// published rule gives (draw hashes ascending, [`crate::fairness::draw`]) from the salt and
+/// the ids; the record holds every entrant at the doors (not those who left the lot
+/// before), shows no list before them, and never changes after; a second drop in the same
+/// room has a record of its own.
+pub async fn lottery_order_is_the_published_one<H: Harness>(h: &mut H) {
+    use crate::fairness::draw::DrawHash;
+    let store = h.store();
+    let mut seed = settings(1_000.0, 100_000);
+    seed.abandon_after = Duration::from_secs(20);
+    store
+        .open_room(ROOM, &seed, &lottery_policy(0, 60), false)
+        .await
+        .unwrap();
+    pause(&*store).await;
+    let entrants = visitors(500);
+    join_all(&*store, &entrants).await;
+    let before = store.draw(ROOM, true).await.unwrap();
+    assert_eq!(before.phase, Phase::Draw);
+    assert!(!before.doors_open());
+    assert_eq!((before.entrants, before.hashes.as_ref()), (500, None));
+    assert_eq!(before.salt.len(), 16, "16 random bytes");
+    // One leaves the lot for the front, one abandons: neither is an entrant at the doors.
+    let (moved, leaver) = (entrants[3], entrants[0]);
+    store.move_to_front(ROOM, moved.reference()).await.unwrap();
+    for _ in 0..3 {
+        h.advance(Duration::from_secs(10)).await;
+        store.heartbeat(ROOM, &entrants[1..]).await.unwrap();
+        store.admit_pass(ROOM).await.unwrap();
+    }
+    assert_eq!(store.draw(ROOM, false).await.unwrap().entrants, 498);
+
+    h.advance(Duration::from_secs(31)).await;
+    store.heartbeat(ROOM, &entrants).await.unwrap();
+    let after = store.draw(ROOM, true).await.unwrap();
+    assert!(after.doors_open());
+    assert_eq!(after.salt, before.salt, "the salt never changes");
+    let drawn: Vec<VisitorId> = entrants
+        .iter()
+        .copied()
+        .filter(|&v| v != moved && v != leaver)
+        .collect();
+    let mut expected: Vec<(DrawHash, VisitorId)> = drawn
+        .iter()
+        .map(|&v| (DrawHash::of(&after.salt, v), v))
+        .collect();
+    expected.sort_unstable();
+    let mut listed = after.hashes.clone().expect("the list after the doors");
+    listed.sort_unstable();
+    assert_eq!(after.entrants, 498);
+    assert_eq!(
+        listed,
+        expected.iter().map(|&(h, _)| h).collect::<Vec<_>>(),
+        "the record is every entrant at the doors"
+    );
+
+    // Admission: the one moved to the front, then the draw in published order.
+    resume(&*store).await;
+    let mut admitted = Vec::new();
+    for _ in 0..8 {
+        h.advance(Duration::from_millis(250)).await;
+        admitted.extend(store.admit_pass(ROOM).await.unwrap().admitted);
+    }
+    let mut want = vec![moved];
+    want.extend(expected.iter().map(|&(_, v)| v));
+    assert_eq!(admitted.len(), want.len(), "everyone drawn is admitted");
+    assert!(
+        admitted == want,
+        "the doors follow the published order exactly"
+    );
+    // Fixed from the doors on: admissions, late arrivals and a flush change nothing.
+    pause(&*store).await;
+    join_all(&*store, &visitors(3)).await;
+    store.flush(ROOM).await.unwrap();
+    let later = store.draw(ROOM, true).await.unwrap();
+    let mut later_list = later.hashes.clone().unwrap();
+    later_list.sort_unstable();
+    assert_eq!((later.entrants, later_list.clone()), (498, listed));
+    // A restart keeps it too (the embedded store's snapshot, Redis itself).
+    drop(store);
+    h.reopen(Duration::from_secs(5)).await;
+    let store = h.store();
+    store
+        .open_room(ROOM, &seed, &lottery_policy(0, 60), false)
+        .await
+        .unwrap();
+    let restored = store.draw(ROOM, true).await.unwrap();
+    let mut restored_list = restored.hashes.unwrap();
+    restored_list.sort_unstable();
+    assert_eq!(
+        (restored.salt, restored_list),
+        (before.salt.clone(), later_list)
+    );
+
+    // A second drop in the same room: its own entrants only, same salt.
+    let t0 = 100;
+    store
+        .open_room(ROOM, &seed, &lottery_policy(t0, t0 + 60), false)
+        .await
+        .unwrap();
+    h.advance(Duration::from_secs(t0 - 62)).await;
+    let second = visitors(40);
+    join_all(&*store, &second).await;
+    assert_eq!(store.draw(ROOM, false).await.unwrap().entrants, 40);
+    h.advance(Duration::from_secs(61)).await;
+    let record = store.draw(ROOM, true).await.unwrap();
+    let mut hashes = record.hashes.unwrap();
+    hashes.sort_unstable();
+    let mut want: Vec<DrawHash> = second
+        .iter()
+        .map(|&v| DrawHash::of(&record.salt, v))
+        .collect();
+    want.sort_unstable();
+    assert_eq!((record.salt, hashes), (before.salt, want));
 }
 
 // ---- SPEC §10: per-client shares, the queue breaker, references, priority; §14 sessions.

@@ -13,11 +13,13 @@ use serde::{Deserialize, Serialize};
 
 use super::fenwick::RankIndex;
 use super::{
-    ClientKey, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore, REAP_BUDGET,
-    RefusedReason, Resolution, RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded,
-    SettingsPatch, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
+    ClientKey, DrawRecord, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore,
+    REAP_BUDGET, RefusedReason, Resolution, RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER,
+    Seeded, SettingsPatch, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState,
+    WaitingEntry,
 };
 use crate::clock::{Clock, ms};
+use crate::fairness::draw::DrawHash;
 
 /// Heartbeats and session activity closer together than this do not move the visitor in
 /// the time indexes: abandonment and reclaim are measured in seconds, and skipping the
@@ -28,7 +30,9 @@ const SNAPSHOT_FILE: &str = "queue.snapshot";
 
 /// Opens a snapshot in the current layout. Ten 0xff bytes are not a valid postcard varint,
 /// so no snapshot of the first layout (which started with one) can be mistaken for it.
-const SNAPSHOT_MAGIC: &[u8] = b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xffanteroom-snapshot-2";
+const SNAPSHOT_MAGIC: &[u8] = b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xffanteroom-snapshot-3";
+/// The second layout: as the third, without the drawn entrants' hashes.
+const SNAPSHOT_MAGIC_V2: &[u8] = b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xffanteroom-snapshot-2";
 
 pub struct MemoryStore {
     clock: Clock,
@@ -263,6 +267,10 @@ impl QueueStore for MemoryStore {
         self.with_room(room, |room, _| room.stats())
     }
 
+    async fn draw(&self, room: &str, hashes: bool) -> StoreResult<DrawRecord> {
+        self.with_room(room, |room, now| room.draw_record(now, hashes))
+    }
+
     async fn update_settings(
         &self,
         room: &str,
@@ -411,12 +419,15 @@ struct Room {
     by_seen: BTreeSet<(u64, u64)>,
     ranks: RankIndex,
     /// A lottery draw being collected. Entrants have no ticket until the doors open; then
-    /// the whole draw is issued tickets in the order of [`lottery_score`], in one go (the
+    /// the whole draw is issued tickets in the order of its [`DrawHash`]es, in one go (the
     /// permutation is O(draw) once, and afterwards the line is ordered by ticket alone, so
     /// the Fenwick index stays as it was).
     draw: HashMap<VisitorId, Entrant>,
     /// Draw entrants by last heartbeat, oldest first, for abandonment.
     draw_by_seen: BTreeSet<(u64, VisitorId)>,
+    /// The last draw's entrants' hashes, ascending (the order they were drawn in), fixed
+    /// when the doors opened: the published list of SPEC §14. Empty before.
+    drawn: Vec<DrawHash>,
     /// Admitted sessions.
     sessions: HashMap<VisitorId, Session>,
     /// Sessions by last activity, oldest first, for reclaim.
@@ -449,6 +460,7 @@ impl Room {
             ranks: RankIndex::default(),
             draw: HashMap::new(),
             draw_by_seen: BTreeSet::new(),
+            drawn: Vec::new(),
             sessions: HashMap::new(),
             by_activity: BTreeSet::new(),
             places: ClientCounts::default(),
@@ -502,16 +514,18 @@ impl Room {
         phase
     }
 
-    /// Issues the draw tickets in lottery order, behind everyone already in line and ahead
-    /// of everyone who comes after. Their place dates from the doors.
+    /// Issues the draw tickets in lottery order (the published one: draw hashes
+    /// ascending), behind everyone already in line and ahead of everyone who comes after.
+    /// Their place dates from the doors. The sorted hashes are kept as the draw's record.
     fn open_doors(&mut self, now: u64) {
-        let mut entrants: Vec<(u64, VisitorId, Entrant)> = self
+        let mut entrants: Vec<(DrawHash, VisitorId, Entrant)> = self
             .draw
             .drain()
-            .map(|(v, e)| (lottery_score(&self.salt, v), v, e))
+            .map(|(v, e)| (DrawHash::of(&self.salt, v), v, e))
             .collect();
         self.draw_by_seen.clear();
-        entrants.sort_unstable_by_key(|&(score, v, _)| (score, v));
+        entrants.sort_unstable_by_key(|&(hash, v, _)| (hash, v));
+        self.drawn = entrants.iter().map(|&(hash, _, _)| hash).collect();
         for (_, visitor, e) in entrants {
             let ticket = self.next_ticket;
             self.next_ticket += 1;
@@ -958,6 +972,22 @@ impl Room {
         }
     }
 
+    /// The lottery record (SPEC §14); the doors open here too if their time has come.
+    fn draw_record(&mut self, now: u64, hashes: bool) -> DrawRecord {
+        let phase = self.phase(now);
+        let mut record = DrawRecord {
+            salt: self.salt.to_vec(),
+            phase,
+            entrants: self.draw.len() as u64,
+            hashes: None,
+        };
+        if record.doors_open() {
+            record.entrants = self.drawn.len() as u64;
+            record.hashes = hashes.then(|| self.drawn.clone());
+        }
+        record
+    }
+
     fn flush(&mut self) -> u64 {
         let removed = self.waiting();
         self.waiters.clear();
@@ -988,6 +1018,7 @@ impl Room {
             counters: self.counters,
             salt: self.salt,
             draw: self.draw.keys().copied().collect(),
+            drawn: self.drawn.iter().map(|h| h.0).collect(),
         }
     }
 
@@ -998,6 +1029,7 @@ impl Room {
     fn restore(snapshot: RoomSnapshot, now: u64) -> Self {
         let mut room = Room::new(snapshot.settings, now);
         room.salt = snapshot.salt;
+        room.drawn = snapshot.drawn.into_iter().map(DrawHash).collect();
         room.tokens = snapshot.tokens.min(room.settings.burst());
         room.counters = snapshot.counters;
         let first_ticket = snapshot
@@ -1054,9 +1086,10 @@ fn due<K: Copy + Ord>(
         .collect()
 }
 
-/// A draw entrant's lottery score: the first 8 bytes of SHA-256(salt ‖ visitor id). The
-/// same visitor always gets the same score (so leaving and rejoining the draw changes
-/// nothing), and without the salt nobody can predict or pick a good one.
+/// A draw entrant's lottery score: the first 8 bytes of SHA-256(salt ‖ visitor id), i.e.
+/// of their [`DrawHash`]. The same visitor always gets the same score (so leaving and
+/// rejoining the draw changes nothing), and without the salt nobody can predict or pick a
+/// good one. The draw itself is ordered by the whole hash (the published rule).
 pub fn lottery_score(salt: &[u8; 16], visitor: VisitorId) -> u64 {
     use sha2::{Digest, Sha256};
     let digest = Sha256::new()
@@ -1115,6 +1148,29 @@ fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot, postcard::Error> {
     if let Some(current) = bytes.strip_prefix(SNAPSHOT_MAGIC) {
         return postcard::from_bytes(current);
     }
+    if let Some(v2) = bytes.strip_prefix(SNAPSHOT_MAGIC_V2) {
+        let v2: SnapshotV2 = postcard::from_bytes(v2)?;
+        return Ok(Snapshot {
+            rooms: v2
+                .rooms
+                .into_iter()
+                .map(|(name, r)| {
+                    let room = RoomSnapshot {
+                        settings: r.settings,
+                        tokens: r.tokens,
+                        next_ticket: r.next_ticket,
+                        line: r.line,
+                        sessions: r.sessions,
+                        counters: r.counters,
+                        salt: r.salt,
+                        draw: r.draw,
+                        drawn: Vec::new(),
+                    };
+                    (name, room)
+                })
+                .collect(),
+        });
+    }
     // The first layout: no salt (a fresh one is drawn) and no draw.
     let legacy: LegacySnapshot = postcard::from_bytes(bytes)?;
     Ok(Snapshot {
@@ -1133,6 +1189,7 @@ fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot, postcard::Error> {
                     counters: r.counters,
                     salt,
                     draw: Vec::new(),
+                    drawn: Vec::new(),
                 };
                 (name, room)
             })
@@ -1156,6 +1213,26 @@ struct RoomSnapshot {
     counters: Counters,
     salt: [u8; 16],
     /// A lottery draw still being collected (no tickets yet).
+    draw: Vec<VisitorId>,
+    /// The last draw's hashes, ascending (see `Room::drawn`).
+    drawn: Vec<[u8; 32]>,
+}
+
+/// The second layout: before the drawn entrants' hashes were kept.
+#[derive(Deserialize)]
+struct SnapshotV2 {
+    rooms: Vec<(String, RoomSnapshotV2)>,
+}
+
+#[derive(Deserialize)]
+struct RoomSnapshotV2 {
+    settings: RoomSettings,
+    tokens: f64,
+    next_ticket: u64,
+    line: Vec<(u64, VisitorId)>,
+    sessions: Vec<VisitorId>,
+    counters: Counters,
+    salt: [u8; 16],
     draw: Vec<VisitorId>,
 }
 

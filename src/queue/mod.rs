@@ -534,6 +534,30 @@ pub struct RoomStats {
     pub settings: RoomSettings,
 }
 
+/// A room's lottery as the public draw document needs it (SPEC §14 "Auditable lottery"),
+/// from [`QueueStore::draw`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrawRecord {
+    /// The room's lottery salt, fixed when the room was first opened. Secret until the
+    /// doors open: only its commitment may be shown before.
+    pub salt: Vec<u8>,
+    /// The phase by the store's clock (the doors are open once it is past
+    /// [`Phase::Draw`]: [`Phase::Queueing`] or [`Phase::Closed`]).
+    pub phase: Phase,
+    /// Before the doors: how many are in the draw now. After: how many were drawn.
+    pub entrants: u64,
+    /// After the doors, when asked for: every drawn entrant's hash (SHA-256(salt ‖ id)),
+    /// in no particular order. Fixed from the moment the doors open.
+    pub hashes: Option<Vec<crate::fairness::draw::DrawHash>>,
+}
+
+impl DrawRecord {
+    /// Whether the doors have opened (the salt and the list may be published).
+    pub fn doors_open(&self) -> bool {
+        matches!(self.phase, Phase::Queueing | Phase::Closed)
+    }
+}
+
 /// What happened to the file's settings when a room was opened.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Seeded {
@@ -661,6 +685,18 @@ pub trait QueueStore: Send + Sync + 'static {
     async fn admit_pass(&self, room: &str) -> StoreResult<PassReport>;
 
     async fn stats(&self, room: &str) -> StoreResult<RoomStats>;
+
+    /// The room's lottery record (SPEC §14): its salt, the phase, the entrants, and, with
+    /// `hashes` once the doors are open, every drawn entrant's draw hash. Opens the doors
+    /// on a collected draw whose time has come, like every other operation. The draw is
+    /// ordered by exactly these hashes, ascending, on every store. With Redis the list is
+    /// read in bounded steps, so a large draw never blocks Redis for long.
+    async fn draw(&self, room: &str, hashes: bool) -> StoreResult<DrawRecord> {
+        let _ = (room, hashes);
+        Err(StoreError::Unavailable(
+            "this store keeps no lottery record".to_owned(),
+        ))
+    }
 
     /// Changes runtime settings; they apply from the next pass. Returns the new settings.
     async fn update_settings(&self, room: &str, patch: &SettingsPatch)

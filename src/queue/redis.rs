@@ -12,7 +12,8 @@
 //! `ar:{main}:conf` (runtime settings), `ar:{main}:state` (bucket, ticket counter, counters,
 //! downtime bookkeeping), `ar:{main}:line` (ZSET id → ticket), `ar:{main}:seen` (ZSET id →
 //! last heartbeat), `ar:{main}:active` (ZSET id → last activity), `ar:{main}:draw` (ZSET
-//! id → lottery score, during a draw), `ar:{main}:places` (client → its visitors' ids, while
+//! id → lottery score, during a draw), `ar:{main}:drawh` (id → draw hash: the draw's
+//! entrants, fixed from the doors on, SPEC §14), `ar:{main}:places` (client → its visitors' ids, while
 //! `max_places_per_client` is set), `ar:{main}:sess` (session → the clients it was used
 //! from) and `ar:{main}:scount` (client → sessions), while a session cap is set,
 //! `ar:{main}:joins:<client>` (one client's join-limit window, expiring with it). Members are
@@ -38,7 +39,8 @@ use super::{
     StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
 };
 use crate::clock::ms;
-use crate::queue::REAP_BUDGET;
+use crate::fairness::draw::DrawHash;
+use crate::queue::{DrawRecord, REAP_BUDGET};
 
 /// How long to wait for a connection or a reply before calling the store unavailable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -74,6 +76,11 @@ static QUEUE: LazyLock<Script> = script!("queue.lua");
 static FRONT: LazyLock<Script> = script!("front.lua");
 static SESSION: LazyLock<Script> = script!("session.lua");
 static GRANT: LazyLock<Script> = script!("grant.lua");
+static DRAW: LazyLock<Script> = script!("draw.lua");
+
+/// How many fields of a draw's record one `HSCAN` step asks for: a draw of any size is
+/// read in steps of well under a millisecond of Redis time each.
+const DRAW_SCAN_STEP: usize = 1_000;
 
 /// How many of the line one step of a search by reference reads: a few milliseconds of
 /// Redis time, so an admin's search never blocks the room's admissions for long.
@@ -92,6 +99,10 @@ pub struct RedisStore {
     recovering: AtomicBool,
     /// For messages: the node list with passwords masked.
     describe: String,
+    /// Each room's lottery salt, read once: it is set when the room is first opened and
+    /// never changes, and every entrant's draw hash is computed here from it (Redis Lua
+    /// has no SHA-256).
+    salts: std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>,
 }
 
 fn unavailable(e: redis::RedisError) -> StoreError {
@@ -136,6 +147,7 @@ impl RedisStore {
             frozen: AtomicBool::new(false),
             recovering: AtomicBool::new(false),
             describe,
+            salts: std::sync::Mutex::default(),
         })
     }
 
@@ -173,9 +185,9 @@ impl RedisStore {
         &self.describe
     }
 
-    fn keys(room: &str) -> [String; 9] {
+    fn keys(room: &str) -> [String; 10] {
         [
-            "conf", "state", "line", "seen", "active", "draw", "places", "sess", "scount",
+            "conf", "state", "line", "seen", "active", "draw", "places", "sess", "scount", "drawh",
         ]
         .map(|k| format!("ar:{{{room}}}:{k}"))
     }
@@ -190,6 +202,76 @@ impl RedisStore {
     /// The key of one client's join-limit window in `room` (same slot as the room).
     fn joins_key(room: &str, client: ClientKey) -> String {
         format!("ar:{{{room}}}:joins:{client}")
+    }
+
+    /// The room's lottery salt: cached, else read from the store (and cached once there).
+    /// Empty when the room was never opened.
+    async fn salt(&self, room: &str) -> StoreResult<Vec<u8>> {
+        if let Some(salt) = self
+            .salts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(room)
+        {
+            return Ok(salt.clone());
+        }
+        let mut conn = self.conn.clone();
+        let salt: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(format!("ar:{{{room}}}:state"))
+            .arg("salt")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| {
+                self.recovering.store(true, Ordering::SeqCst);
+                unavailable(e)
+            })?;
+        let salt = salt.unwrap_or_default();
+        if !salt.is_empty() {
+            self.salts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(room.to_owned(), salt.clone());
+        }
+        Ok(salt)
+    }
+
+    /// Every field of the draw's record (`ar:{room}:drawh`), read in `HSCAN` steps of
+    /// [`DRAW_SCAN_STEP`]; the record no longer changes once the doors are open, so the
+    /// scan sees all of it. Sorted, without the repeats a scan may return.
+    async fn drawn_hashes(&self, room: &str) -> StoreResult<Vec<DrawHash>> {
+        let key = format!("ar:{{{room}}}:drawh");
+        let mut conn = self.conn.clone();
+        let mut cursor = 0u64;
+        let mut hashes = Vec::new();
+        loop {
+            let (next, pairs): (u64, Vec<Vec<u8>>) = redis::cmd("HSCAN")
+                .arg(&key)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(DRAW_SCAN_STEP)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| {
+                    self.recovering.store(true, Ordering::SeqCst);
+                    unavailable(e)
+                })?;
+            for value in pairs.chunks_exact(2).map(|pair| &pair[1]) {
+                let bytes = <[u8; 32]>::try_from(value.as_slice()).map_err(|_| {
+                    StoreError::Unavailable(format!(
+                        "redis: bad data: a draw hash of {} bytes in {key} (expected 32)",
+                        value.len()
+                    ))
+                })?;
+                hashes.push(DrawHash(bytes));
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        hashes.sort_unstable();
+        hashes.dedup();
+        Ok(hashes)
     }
 
     /// Runs one script on `room` with `args` after the clock offset.
@@ -370,6 +452,12 @@ impl QueueStore for RedisStore {
                     .arg(policy.max_waiting);
             })
             .await?;
+        // The salt in the store is the one that counts (another replica may have set it).
+        self.salts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(room);
+        self.salt(room).await?;
         match ints("open_room", reply)?.as_slice() {
             [0] => Ok(Seeded::Fresh),
             [1] => Ok(Seeded::Unchanged),
@@ -386,11 +474,18 @@ impl QueueStore for RedisStore {
         client: ClientKey,
         join: Join,
     ) -> StoreResult<Resolution> {
+        // The lottery's order, by the published rule: the draw hash (SHA-256(salt ‖ id))
+        // and its first 52 bits as the score, exact in a ZSET's double.
+        let salt = self.salt(room).await?;
+        let hash = DrawHash::of(&salt, visitor);
+        let score = hash.score() >> 12;
         let reply = self
             .call_with(&RESOLVE, room, Some(Self::joins_key(room, client)), |inv| {
                 inv.arg(&visitor.0[..])
                     .arg(&client.to_bytes()[..])
-                    .arg(if join == Join::Front { "1" } else { "0" });
+                    .arg(if join == Join::Front { "1" } else { "0" })
+                    .arg(score.to_string())
+                    .arg(&hash.0[..]);
             })
             .await?;
         match ints("resolve", reply)?.as_slice() {
@@ -602,6 +697,34 @@ impl QueueStore for RedisStore {
                 paused: paused == "1",
             },
         })
+    }
+
+    async fn draw(&self, room: &str, hashes: bool) -> StoreResult<DrawRecord> {
+        let reply = self.call(&DRAW, room, |_| {}).await?;
+        let Value::Array(parts) = &reply else {
+            return Err(bad_reply("draw", reply));
+        };
+        let (phase, salt, entrants) = match parts.as_slice() {
+            [Value::Int(phase), salt, Value::Int(entrants)] => {
+                let salt: Vec<u8> =
+                    redis::from_redis_value(salt.clone()).map_err(|_| bad_reply("draw", salt))?;
+                (*phase, salt, (*entrants).max(0) as u64)
+            }
+            _ => return Err(bad_reply("draw", parts)),
+        };
+        let phase = place(0, 0, 0, phase)?.phase;
+        let mut record = DrawRecord {
+            salt,
+            phase,
+            entrants,
+            hashes: None,
+        };
+        if hashes && record.doors_open() {
+            let list = self.drawn_hashes(room).await?;
+            record.entrants = list.len() as u64;
+            record.hashes = Some(list);
+        }
+        Ok(record)
     }
 
     async fn update_settings(
@@ -833,6 +956,69 @@ mod tests {
 
     /// A server whose certificate the client does not trust is unavailable (a clear
     /// certificate error, quickly), never a hang and never a silent plain-text fallback.
+    /// Equal 52-bit lottery scores are ordered by the whole draw hash (the published
+    /// rule), not by id. A tie is far too rare to meet by chance, so the test makes some.
+    #[tokio::test]
+    async fn equal_lottery_scores_follow_the_whole_draw_hash() {
+        let server = RedisServer::start();
+        let store = frozen(&[server.url()], None).await;
+        let at = |secs: u64| {
+            std::time::UNIX_EPOCH + Duration::from_millis(conformance::START_MS + secs * 1_000)
+        };
+        let policy = RoomPolicy {
+            lottery: true,
+            schedule: crate::queue::Schedule {
+                queue_opens_at: Some(at(0)),
+                admits_at: Some(at(60)),
+                closes_at: None,
+            },
+            ..Default::default()
+        };
+        store
+            .open_room(
+                "main",
+                &conformance::settings(1_000.0, 1_000),
+                &policy,
+                false,
+            )
+            .await
+            .unwrap();
+        let entrants: Vec<VisitorId> = (0..12).map(|_| VisitorId::random()).collect();
+        for &v in &entrants {
+            store.resolve("main", v, anyone()).await.unwrap();
+        }
+        let mut conn = store.conn.clone();
+        for (i, v) in entrants.iter().enumerate() {
+            let score = if i < 3 { 3 } else { 7 };
+            let changed: i64 = redis::cmd("ZADD")
+                .arg("ar:{main}:draw")
+                .arg("XX")
+                .arg("CH")
+                .arg(score)
+                .arg(&v.0[..])
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(changed, 1);
+        }
+        store.advance_clock_for_tests(Duration::from_secs(61));
+        let salt = store.draw("main", false).await.unwrap().salt;
+        let mut admitted = Vec::new();
+        for _ in 0..3 {
+            store.advance_clock_for_tests(Duration::from_secs(1));
+            admitted.extend(store.admit_pass("main").await.unwrap().admitted);
+        }
+        let by_hash = |vs: &[VisitorId]| {
+            let mut v: Vec<(DrawHash, VisitorId)> =
+                vs.iter().map(|&v| (DrawHash::of(&salt, v), v)).collect();
+            v.sort_unstable();
+            v.into_iter().map(|(_, v)| v).collect::<Vec<_>>()
+        };
+        let mut want = by_hash(&entrants[..3]);
+        want.extend(by_hash(&entrants[3..]));
+        assert_eq!(admitted, want);
+    }
+
     #[tokio::test]
     async fn rediss_with_an_untrusted_ca_fails_clearly() {
         let server_ca = Arc::new(TestCa::new());

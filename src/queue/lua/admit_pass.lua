@@ -31,6 +31,10 @@ if #abandoned > 0 then
   redis.call('ZREMRANGEBYRANK', K_SEEN, 0, #abandoned - 1)
   chunked('ZREM', K_LINE, abandoned)
   chunked('ZREM', K_DRAW, abandoned)
+  if before_doors(ph) then
+    -- Left the lot before the doors: not entrants of the draw (see KEYS[10]).
+    chunked('HDEL', K_DRAWH, abandoned)
+  end
   redis.call('HINCRBY', K_STATE, 'total_abandoned', #abandoned)
 end
 

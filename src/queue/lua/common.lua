@@ -18,7 +18,12 @@
 -- KEYS[4] seen    ZSET  visitor id -> last heartbeat (liveness time), for abandonment
 -- KEYS[5] active  ZSET  visitor id -> last activity (liveness time), for reclaim
 -- KEYS[6] draw    ZSET  visitor id -> lottery score, while a draw is collected and until
---                       the doors have moved it all into the line
+--                       the doors have moved it all into the line. The score is the first
+--                       52 bits of the entrant's draw hash (SHA-256(salt .. id), computed
+--                       by the replica, which knows the salt: Redis Lua has no SHA-256),
+--                       exact in a double; equal scores are ordered by the whole hash
+--                       when the doors move them (drain_draw), so the draw follows the
+--                       published rule exactly.
 -- KEYS[7] places  HASH  client (16 bytes) -> the ids (16 bytes each) that joined from it
 --                       and may still wait, only while max_places is set. Purged against
 --                       the line when it reaches the cap, so a client's count is exact
@@ -28,7 +33,11 @@
 -- KEYS[8] sess    HASH  session id -> the distinct clients (16 bytes each) it was used
 --                       from, the first charged with it; only while a session cap is set
 -- KEYS[9] scount  HASH  client -> sessions charged to it; a field is removed at zero
--- KEYS[10] joins  HASH  (resolve only) this client's join-limit window: s start, n count
+-- KEYS[10] drawh  HASH  visitor id -> their 32-byte draw hash, for every entrant of a
+--                       lottery draw. One who leaves the draw before the doors (abandoned,
+--                       moved to the front, flushed) is removed; from the doors on it
+--                       never changes: it is the draw's published record (SPEC §14)
+-- KEYS[11] joins  HASH  (resolve only) this client's join-limit window: s start, n count
 -- ARGV[1]         clock offset in ms: always 0 in production; tests move it, or freeze the
 --                 clock with '@<unix ms>'
 --
@@ -37,8 +46,8 @@
 -- the store or of every replica never abandons the line or reclaims the site.
 
 local K_CONF, K_STATE, K_LINE, K_SEEN, K_ACTIVE, K_DRAW = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local K_PLACES, K_SESS, K_SCOUNT = KEYS[7], KEYS[8], KEYS[9]
-local K_JOINS = KEYS[10]
+local K_PLACES, K_SESS, K_SCOUNT, K_DRAWH = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local K_JOINS = KEYS[11]
 
 -- Tickets are join times in ms times this, so up to 1024 joins a millisecond keep exact
 -- times; below 2^53 until the year 2248.
@@ -198,19 +207,68 @@ local function open_doors(ph)
     'seq', string.format('%d', seq + pending))
 end
 
--- Moves up to `budget` draw entrants, lowest score first, into the line on their reserved
--- tickets. Their last heartbeat stays in `seen`.
+-- Whether byte string a sorts before b (plain bytes, whatever the server's locale).
+local function bytes_less(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
+-- Puts runs of equal scores in `popped` (ZPOPMIN's id, score, ...) in the order of the
+-- entrants' whole draw hashes, the published rule (a 52-bit tie is rare: ~1e-4 in a
+-- million-entrant draw). Returns the ids in order.
+local function draw_order(popped)
+  local ids = {}
+  local i = 1
+  while i <= #popped do
+    local j = i
+    while j + 2 <= #popped and popped[j + 3] == popped[i + 1] do
+      j = j + 2
+    end
+    if j == i then
+      ids[#ids + 1] = popped[i]
+    else
+      local group = {}
+      for k = i, j, 2 do
+        group[#group + 1] = { popped[k], redis.call('HGET', K_DRAWH, popped[k]) or '' }
+      end
+      table.sort(group, function(x, y) return bytes_less(x[2], y[2]) end)
+      for _, g in ipairs(group) do
+        ids[#ids + 1] = g[1]
+      end
+    end
+    i = j + 2
+  end
+  return ids
+end
+
+-- Moves up to `budget` draw entrants, lowest draw hash first, into the line on their
+-- reserved tickets. Their last heartbeat stays in `seen`.
 local function drain_draw(budget)
   local nxt, last = draw_tickets()
   if nxt >= last then
     return
   end
   local popped = redis.call('ZPOPMIN', K_DRAW, math.min(budget, last - nxt))
+  if #popped > 0 then
+    -- A run of equal scores is never split between two chunks.
+    local s = popped[#popped]
+    local rest = redis.call('ZRANGEBYSCORE', K_DRAW, s, s)
+    for _, id in ipairs(rest) do
+      redis.call('ZREM', K_DRAW, id)
+      popped[#popped + 1] = id
+      popped[#popped + 1] = s
+    end
+  end
   local args = {}
-  for i = 1, #popped, 2 do
+  for _, id in ipairs(draw_order(popped)) do
     nxt = nxt + 1
     args[#args + 1] = nxt
-    args[#args + 1] = popped[i]
+    args[#args + 1] = id
     if #args >= 2000 then
       redis.call('ZADD', K_LINE, unpack(args))
       args = {}
@@ -254,12 +312,9 @@ local function waiting_count()
   return redis.call('ZCARD', K_LINE) + redis.call('ZCARD', K_DRAW)
 end
 
--- A draw entrant's lottery score: the first 48 bits of SHA-1(salt .. id), exact as a ZSET
--- score (a double). Secret salt, so nobody can predict or choose a good one; the same id
--- always gets the same score. Equal scores fall back to the id's bytes.
-local function lottery_score(id)
-  local salt = redis.call('HGET', K_STATE, 'salt') or ''
-  return tonumber(string.sub(redis.sha1hex(salt .. id), 1, 12), 16)
+-- Whether the doors are still to open (the draw's record may still change).
+local function before_doors(ph)
+  return ph == DRAW or ph == BEFORE_OPEN
 end
 
 -- The next ticket at the back of the line (see KEYS[3]).
@@ -368,7 +423,10 @@ local function to_front(r, id)
   if not is_waiting(id) then
     return false
   end
-  redis.call('ZREM', K_DRAW, id)
+  if redis.call('ZREM', K_DRAW, id) == 1 and before_doors(phase_of(r)) then
+    -- Out of the lot before the doors: not an entrant of the draw.
+    redis.call('HDEL', K_DRAWH, id)
+  end
   redis.call('ZADD', K_LINE, string.format('%d', next_front()), id)
   redis.call('ZADD', K_SEEN, r.live, id)
   return true

@@ -1,5 +1,7 @@
 -- resolve(id, client, front): ARGV[2] = visitor id, ARGV[3] = client (16 bytes), ARGV[4] =
--- '1' for a priority join (position 1). KEYS[10] = this client's join-limit window.
+-- '1' for a priority join (position 1), ARGV[5] = the visitor's lottery score and ARGV[6]
+-- their 32-byte draw hash (see KEYS[6] and KEYS[10]), used only to enter a draw.
+-- KEYS[11] = this client's join-limit window.
 -- Returns {-1} unknown room, {1, newly} admitted (newly = 1 when this call admitted them),
 -- {2, position, waiting, paused, joined, phase} waiting (joined = 1 when this call added
 -- them; position 0 = none yet, in a lottery draw), {3, retry_after_ms, reason} refused
@@ -122,7 +124,14 @@ if front then
 end
 if ph == DRAW and r.lottery then
   -- Collected, never admitted on the spot.
-  redis.call('ZADD', K_DRAW, lottery_score(id), id)
+  -- The record is the current drop's: one of an earlier drop in this room goes.
+  local doors = string.format('%d', r.admits or 0)
+  if redis.call('HGET', K_STATE, 'drawh_doors') ~= doors then
+    redis.call('UNLINK', K_DRAWH)
+    redis.call('HSET', K_STATE, 'drawh_doors', doors)
+  end
+  redis.call('ZADD', K_DRAW, ARGV[5], id)
+  redis.call('HSET', K_DRAWH, id, ARGV[6])
   return {2, 0, waiting_count(), paused_flag(r), 1, ph}
 end
 redis.call('ZADD', K_LINE, string.format('%d', next_ticket()), id)

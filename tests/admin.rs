@@ -319,6 +319,9 @@ async fn rooms_and_stats_show_every_counter() {
         "total_expired": 0,
         "total_abandoned": 0,
         "total_refused": 0,
+        // Neither `max_inflight` nor `max_waiting` set.
+        "inflight": null,
+        "max_waiting": 0,
     });
     for (key, value) in expected.as_object().unwrap() {
         assert_eq!(&stats[key], value, "{key} in {stats}");
@@ -333,6 +336,65 @@ async fn rooms_and_stats_show_every_counter() {
     assert_eq!(rooms[0]["room"], "main");
     assert_eq!(rooms[0]["waiting"], 3);
     assert_eq!(rooms[0]["total_joined"], 3);
+    h.ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn rooms_and_stats_show_the_inflight_cap_live_and_the_breaker() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An origin that sends headers and a first chunk, then holds the body open.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\nhello")
+                    .await;
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ar = start(&config(
+        &format!("http://{addr}"),
+        dir.path(),
+        "    max_inflight: 8\n    inflight_wait: 100ms\n    max_waiting: 10000",
+    ))
+    .await;
+    let h = Harness {
+        _origin: Origin::start().await,
+        dir,
+        ar,
+        http: client(),
+    };
+    let inflight = |stats: &Value| stats["inflight"].clone();
+    let stats = h
+        .stats_until("stats read", |s| s["stats_available"] == true)
+        .await;
+    assert_eq!(inflight(&stats), json!({"now": 0, "max": 8}), "{stats}");
+    assert_eq!(stats["max_waiting"], 10000, "{stats}");
+
+    // One request at the origin, its body still open: in flight, shown at once.
+    let mut stream = tokio::net::TcpStream::connect(h.ar.addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    assert_eq!(inflight(&h.stats().await), json!({"now": 1, "max": 8}));
+    let rooms = h.get("/rooms").await;
+    assert_eq!(rooms["rooms"][0]["inflight"], json!({"now": 1, "max": 8}));
+    assert_eq!(rooms["rooms"][0]["max_waiting"], 10000);
+
+    // The client goes; so does its slot.
+    drop(stream);
+    h.stats_until("the slot is released", |s| s["inflight"]["now"] == 0)
+        .await;
     h.ar.shutdown().await.unwrap();
 }
 

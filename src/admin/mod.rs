@@ -381,6 +381,38 @@ pub struct AdminContext<'a> {
     pub live: &'a LiveHub,
     /// The configured rooms, in config order.
     pub rooms: &'a [String],
+    /// Each room's origin protections on this replica, in the order of `rooms` (read when
+    /// the context is made: the tile's in-flight count is live, not from the stats cache).
+    pub limits: Vec<RoomLimits>,
+}
+
+/// What the room tile shows of a room's origin protections (SPEC §10), besides its
+/// counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoomLimits {
+    /// `max_inflight` on this replica and how many requests are at the origin now;
+    /// `None`: no cap.
+    pub inflight: Option<InflightNow>,
+    /// The queue breaker `max_waiting`; 0: off.
+    pub max_waiting: u64,
+}
+
+/// A room's origin in-flight cap on this replica, as it stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InflightNow {
+    pub now: u64,
+    pub max: u64,
+}
+
+impl AdminContext<'_> {
+    /// `room`'s limits (none for a room not configured).
+    fn limits_of(&self, room: &str) -> RoomLimits {
+        self.rooms
+            .iter()
+            .position(|r| r == room)
+            .and_then(|i| self.limits.get(i).copied())
+            .unwrap_or_default()
+    }
 }
 
 /// The one entry point: every request whose path is `/__anteroom/admin` or below it.
@@ -456,12 +488,12 @@ pub async fn handle(
             let rooms: Vec<Value> = app
                 .rooms
                 .iter()
-                .map(|r| room_view(r, app.admission.cached_stats(r)))
+                .map(|r| room_view(r, app.admission.cached_stats(r), app.limits_of(r)))
                 .collect();
             ok(json!({ "rooms": rooms }))
         }
         (Op::RoomStats, Some(room)) => match app.admission.cached_stats(room) {
-            Some(cached) => ok(room_view(room, Some(cached))),
+            Some(cached) => ok(room_view(room, Some(cached), app.limits_of(room))),
             None => problem(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "No statistics yet",
@@ -515,8 +547,8 @@ fn status(app: &AdminContext<'_>) -> Response<Body> {
     }))
 }
 
-/// A room's counters as the API shows them.
-fn room_view(room: &str, cached: Option<CachedStats>) -> Value {
+/// A room's counters (and its origin protections) as the API shows them.
+fn room_view(room: &str, cached: Option<CachedStats>, limits: RoomLimits) -> Value {
     let Some(c) = cached else {
         return json!({ "room": room, "stats_available": false });
     };
@@ -541,6 +573,9 @@ fn room_view(room: &str, cached: Option<CachedStats>) -> Value {
         "stats_age_secs": c.read_at.elapsed().as_secs_f64(),
         // This replica's honest-ETA figures over the last hour (SPEC §14).
         "eta": c.eta,
+        // This replica's origin in-flight cap (null: none) and the queue breaker (0: off).
+        "inflight": limits.inflight.map(|i| json!({ "now": i.now, "max": i.max })),
+        "max_waiting": limits.max_waiting,
     })
 }
 

@@ -45,6 +45,8 @@ fn hold<G: Send + Sync + Unpin + 'static>(response: Response<Body>, guard: G) ->
 pub struct Inflight {
     /// `tokio`'s semaphore is fair: waiters are served first come, first served.
     permits: Arc<Semaphore>,
+    /// `max_inflight` as configured.
+    max: u64,
     wait: Duration,
     gauge: Gauge,
 }
@@ -57,9 +59,20 @@ impl Inflight {
                     .unwrap_or(usize::MAX)
                     .min(Semaphore::MAX_PERMITS),
             )),
+            max,
             wait,
             gauge,
         })
+    }
+
+    /// `max_inflight`: at most this many requests of the room at the origin at once.
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// How many of the room's requests are at the origin now (`anteroom_origin_inflight`).
+    pub fn in_flight(&self) -> u64 {
+        u64::try_from(self.gauge.get()).unwrap_or(0)
     }
 }
 

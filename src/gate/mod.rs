@@ -323,6 +323,17 @@ impl App {
             metrics: &self.metrics,
             live: &self.live,
             rooms: &self.room_names,
+            limits: self
+                .rooms
+                .iter()
+                .map(|room| admin::RoomLimits {
+                    inflight: room.inflight.as_ref().map(|i| admin::InflightNow {
+                        now: i.in_flight(),
+                        max: i.max(),
+                    }),
+                    max_waiting: room.config.max_waiting,
+                })
+                .collect(),
         }
     }
 

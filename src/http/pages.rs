@@ -721,6 +721,36 @@ mod tests {
         assert!(de.contains("2 Min. – 5 Min."));
     }
 
+    /// SPEC §10: the visitor's reference, small and labelled in the page's language, on the
+    /// plain page and on the board alike (with or without the board's script); nothing
+    /// without one.
+    #[tokio::test]
+    async fn the_plain_page_and_the_board_show_the_visitor_reference() {
+        let board = Pages::new(Some(Entry {
+            script: "/__anteroom/static/waiting-abc.js".into(),
+            styles: vec!["/__anteroom/static/waiting-def.css".into()],
+        }));
+        let mut with_ref = view(Some(3), 9, Phase::Queueing);
+        with_ref.reference = Some("K7QX2M9D".into());
+        for (pages, code) in [(Pages::plain(), "ref-code"), (board, "ar-ref-code")] {
+            for (lang, label) in [
+                (Lang::En, "Your reference"),
+                (Lang::De, "Ihre Referenz"),
+                (Lang::Es, "Tu referencia"),
+                (Lang::Fr, "Votre référence"),
+                (Lang::Ar, "رقمك المرجعي"),
+            ] {
+                let html = render(&pages, &with_ref, "Drop", lang).await;
+                let shown = format!(
+                    r#"id="ar-ref">{label}: <span class="{code}" dir="ltr">K7QX2M9D</span></p>"#
+                );
+                assert!(html.contains(&shown), "{lang:?}: {html}");
+            }
+            let html = render(&pages, &view(Some(3), 9, Phase::Queueing), "Drop", Lang::En).await;
+            assert!(!html.contains("ar-ref"), "{html}");
+        }
+    }
+
     /// The CSP allows the plain page's inline script by hash: the script as rendered (not
     /// only as written in the template) must hash to it, or browsers refuse to run it.
     #[tokio::test]

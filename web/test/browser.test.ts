@@ -6,6 +6,7 @@ import { gzipSync } from 'node:zlib';
 import type { Browser, BrowserContextOptions, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  ADMIN_TOKEN,
   ARTIFACTS,
   axeViolations,
   launchBrowser,
@@ -168,6 +169,67 @@ describe('the waiting page in Chromium', () => {
     expect(await axeViolations(page)).toEqual([]);
     await page.screenshot({ path: path.join(ARTIFACTS, 'waiting-ar-dark-phone.png'), fullPage: true });
     await page.context().close();
+  });
+
+  it("shows a waiting visitor their reference, the same as in the JSON answer and the admin's queue", async () => {
+    for (const javaScriptEnabled of [true, false]) {
+      const { page, errors } = await newPage({ ...PHONE, javaScriptEnabled });
+      await page.goto(`${ar.still}/`);
+      if (javaScriptEnabled) await page.waitForSelector('html.ar-js #ar-board .ar-flap');
+      const shown = (await page.textContent('#ar-ref .ar-ref-code'))?.trim() ?? '';
+      expect(shown).toMatch(/^[0-9A-Z]{8}$/);
+      expect(await page.textContent('#ar-ref')).toBe(`Your reference: ${shown}`);
+      // Small (under the body text's size), visible, and selectable as text for support.
+      const style = await page.$eval('#ar-ref', (el) => {
+        const code = el.querySelector('.ar-ref-code') as HTMLElement;
+        const css = getComputedStyle(code);
+        return {
+          size: parseFloat(getComputedStyle(el).fontSize),
+          body: parseFloat(getComputedStyle(document.body).fontSize),
+          select: css.userSelect,
+          visible: el.getBoundingClientRect().height > 0,
+        };
+      });
+      expect(style.visible).toBe(true);
+      expect(style.size).toBeLessThan(style.body);
+      expect(style.select).not.toBe('none');
+      if (javaScriptEnabled) {
+        await page.dblclick('#ar-ref .ar-ref-code');
+        expect(await page.evaluate(() => String(window.getSelection()).trim())).toBe(shown);
+        expect(await axeViolations(page)).toEqual([]);
+      }
+      // (Without JavaScript the meta refresh reloads the page every few seconds: the same
+      // reference again, so only what the page showed first is checked.)
+      await page.screenshot({
+        path: path.join(ARTIFACTS, `waiting-ref-${javaScriptEnabled ? 'js' : 'nojs'}-phone.png`),
+        fullPage: true,
+      });
+
+      // The same visitor (their cookie) asking for JSON gets the same `ref`.
+      const cookie = (await page.context().cookies()).find((c) => c.name === 'ar_visitor');
+      expect(cookie).toBeDefined();
+      const json = await visit(ar.port, 'localhost', '/', {
+        accept: 'application/json',
+        cookie: `ar_visitor=${cookie!.value}`,
+      });
+      expect(json.headers['x-anteroom-status']).toBe('waiting');
+      expect(JSON.parse(String(json.body)).ref).toBe(shown);
+
+      // Support finds them by it in the admin's queue, and in the head of the line.
+      const api = (q: string) =>
+        fetch(`${ar.moving}/__anteroom/admin/api/rooms/still/queue?${q}`, {
+          headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+        }).then(async (r) => {
+          expect(r.status).toBe(200);
+          return (await r.json()) as { entries: { ref: string; position: number | null }[] };
+        });
+      const found = await api(`ref=${shown}`);
+      expect(found.entries.map((e) => e.ref)).toEqual([shown]);
+      const head = await api('limit=1000');
+      expect(head.entries.map((e) => e.ref)).toContain(shown);
+      expect(errors).toEqual([]);
+      await page.context().close();
+    }
   });
 
   it('turns digits over without animation when reduced motion is asked for', async () => {

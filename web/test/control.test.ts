@@ -154,6 +154,12 @@ describe('the control room in Chromium', () => {
     );
     expect(await tile(page, STILL).locator('[data-stat="active"]').textContent()).toBe('1 / 1,000');
     expect(await tile(page, STILL).locator('.cr-sub').textContent()).toBe('limit 0.01/s');
+    // The origin in-flight cap and the queue breaker, where set (the moving room) only.
+    expect(await tile(page, MOVING).locator('[data-stat="inflight"]').textContent()).toBe(
+      'Origin: 0 of 8 in flight (this replica)',
+    );
+    expect(await tile(page, MOVING).locator('[data-stat="breaker"]').textContent()).toBe('Line capped at 10,000 (breaker)');
+    expect(await tile(page, STILL).locator('.cr-limits').count()).toBe(0);
     // The sparkline fills up as the page polls (one reading a second).
     await page.waitForFunction(
       () => Number(document.querySelector('section[data-room="still"] svg')?.getAttribute('data-samples')) >= 3,

@@ -73,7 +73,8 @@ export const ADMIN_TOKEN = 'browser-test-admin-token-0123456789';
 
 export interface Anteroom {
   port: number;
-  /** The room whose line moves (1 per second), on 127.0.0.1. */
+  /** The room whose line moves (1 per second), on 127.0.0.1; its origin in-flight cap is 8
+   * and its queue breaker 10,000. */
   moving: string;
   /** The room whose line stands still (one admitted, then 0.01 per second), on localhost. */
   still: string;
@@ -110,6 +111,8 @@ rooms:
     origin: ${origin}
     rate: 1
     max_active: 1000
+    max_inflight: 8
+    max_waiting: 10000
 `,
   );
   const logs: string[] = [];

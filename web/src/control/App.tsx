@@ -20,7 +20,17 @@ import {
   type Status,
 } from './api';
 import { BansView } from './Bans';
-import { formatAge, formatClock, formatCount, formatDuration, formatEta, formatRate, plural } from './format';
+import {
+  formatAge,
+  formatBreaker,
+  formatClock,
+  formatCount,
+  formatDuration,
+  formatEta,
+  formatInflight,
+  formatRate,
+  plural,
+} from './format';
 import { addSample, describeHistory, sparkline, WINDOW_MS, type Sample } from './sparkline';
 
 /** How often the rooms and the status are read. */
@@ -752,6 +762,8 @@ function RoomTile(props: {
   const active = r.active ?? 0;
   const fill = max > 0 ? Math.min(1, active / max) : 0;
   const eta = formatEta(r.eta);
+  const inflight = formatInflight(r.inflight);
+  const breaker = formatBreaker(r.max_waiting, r.waiting);
 
   return (
     <section
@@ -811,6 +823,26 @@ function RoomTile(props: {
         <p class={`cr-eta${eta.belowAim ? ' cr-eta-low' : ''}`} data-stat="eta">
           {eta.text}
         </p>
+      )}
+      {(inflight || breaker) && (
+        <ul class="cr-limits">
+          {inflight && (
+            <li class={inflight.near ? 'cr-limit-near' : undefined} data-stat="inflight">
+              {inflight.text}
+            </li>
+          )}
+          {breaker && (
+            <li class={breaker.near ? 'cr-limit-near' : undefined} data-stat="breaker">
+              {breaker.text}
+              {breaker.fill && (
+                <>
+                  {' · '}
+                  <strong data-stat="breaker-fill">{breaker.fill}</strong>
+                </>
+              )}
+            </li>
+          )}
+        </ul>
       )}
       <ConfigForm id={id} room={r} api={api} onUnauthorized={onUnauthorized} refresh={refresh} />
       <div class="cr-actions">

@@ -25,6 +25,11 @@ export interface RoomView {
   stats_age_secs?: number;
   /** Honest ETA over the last hour (SPEC §14); absent from servers that do not measure it. */
   eta?: EtaStats | null;
+  /** The origin in-flight cap (`max_inflight`) on the replica that answered, and how many of
+   * the room's requests are at the origin now; null when the room has no cap. */
+  inflight?: { now: number; max: number } | null;
+  /** The queue breaker (`max_waiting`): newcomers beyond it get 503 `full`; 0 when off. */
+  max_waiting?: number;
 }
 
 /** How well the waits shown matched the waits had, over the last hour (SPEC §14). */

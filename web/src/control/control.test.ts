@@ -13,7 +13,18 @@ import {
   TOKEN_KEY,
 } from './api';
 import { actionLabel, banDeadline, banKey, describeLength, formatTimeLeft, parseTime, sourceLabel } from './bans';
-import { formatAge, formatClock, formatCount, formatDuration, formatEta, formatRate, formatWhen, plural } from './format';
+import {
+  formatAge,
+  formatBreaker,
+  formatClock,
+  formatCount,
+  formatDuration,
+  formatEta,
+  formatInflight,
+  formatRate,
+  formatWhen,
+  plural,
+} from './format';
 import { addSample, describeHistory, niceCeiling, sparkline, WINDOW_MS, type Sample } from './sparkline';
 
 describe('format', () => {
@@ -62,6 +73,41 @@ describe('format', () => {
     expect(plural(1, 'visitor', 'visitors')).toBe('1 visitor');
     expect(plural(0, 'visitor', 'visitors')).toBe('0 visitors');
     expect(plural(1500, 'visitor', 'visitors')).toBe('1,500 visitors');
+  });
+});
+
+describe('the origin in-flight cap and the queue breaker on the room tile', () => {
+  it('says how many requests are at the origin of how many this replica allows', () => {
+    expect(formatInflight({ now: 3, max: 8 })).toEqual({ text: 'Origin: 3 of 8 in flight (this replica)', near: false });
+    expect(formatInflight({ now: 0, max: 1200 })?.text).toBe('Origin: 0 of 1,200 in flight (this replica)');
+    expect(formatInflight({ now: 7, max: 8 })?.near).toBe(false);
+    expect(formatInflight({ now: 9, max: 10 })?.near).toBe(true);
+    expect(formatInflight({ now: 8, max: 8 })).toEqual({ text: 'Origin: 8 of 8 in flight (this replica)', near: true });
+  });
+
+  it('shows nothing about the origin without a cap', () => {
+    expect(formatInflight(null)).toBeNull();
+    expect(formatInflight(undefined)).toBeNull();
+    expect(formatInflight({ now: 0, max: 0 })).toBeNull();
+  });
+
+  it('says where the line is capped, and how full it is near the cap', () => {
+    expect(formatBreaker(10_000, 12)).toEqual({ text: 'Line capped at 10,000 (breaker)', fill: null, near: false });
+    expect(formatBreaker(10_000, 8_999)?.fill).toBeNull();
+    expect(formatBreaker(10_000, 9_800)).toEqual({ text: 'Line capped at 10,000 (breaker)', fill: 'line 98 % full', near: true });
+    // Rounded down: not full until it is.
+    expect(formatBreaker(10_000, 9_999)?.fill).toBe('line 99 % full');
+    expect(formatBreaker(10_000, 10_000)).toEqual({
+      text: 'Line capped at 10,000 (breaker)',
+      fill: 'line full: newcomers are turned away',
+      near: true,
+    });
+    expect(formatBreaker(10, undefined)).toEqual({ text: 'Line capped at 10 (breaker)', fill: null, near: false });
+  });
+
+  it('shows nothing about a breaker that is off', () => {
+    expect(formatBreaker(0, 5)).toBeNull();
+    expect(formatBreaker(undefined, 5)).toBeNull();
   });
 });
 

@@ -101,3 +101,49 @@ export function formatEta(eta: Partial<EtaFigures> | null | undefined): { text: 
   if (belowAim) text += ` (below the ${Math.round(ETA_AIM * 100)} % aim)`;
   return { text, belowAim };
 }
+
+/** From this share of a cap used, the tile emphasises the line about it. */
+export const NEAR_CAP = 0.9;
+
+/** A share of a cap as the tile says it: rounded down, so 99.6 % is never shown as 100 %. */
+function percentOf(n: number, cap: number): number {
+  const share = Math.max(0, n) / cap;
+  return share >= 1 ? 100 : Math.floor(share * 100);
+}
+
+/**
+ * The room tile's line about the origin in-flight cap (`max_inflight`, SPEC §10):
+ * `Origin: 3 of 8 in flight (this replica)`, emphasised (`near`) from 90 % of the cap.
+ * `null` when the room has no cap (or the server does not report it), so the tile shows
+ * nothing.
+ */
+export function formatInflight(
+  inflight: { now: number; max: number } | null | undefined,
+): { text: string; near: boolean } | null {
+  if (!inflight || typeof inflight !== 'object') return null;
+  const { now, max } = inflight;
+  if (typeof max !== 'number' || !Number.isFinite(max) || max <= 0) return null;
+  const current = typeof now === 'number' && Number.isFinite(now) ? Math.max(0, now) : 0;
+  return {
+    text: `Origin: ${formatCount(current)} of ${formatCount(max)} in flight (this replica)`,
+    near: current / max >= NEAR_CAP,
+  };
+}
+
+/**
+ * The room tile's line about the queue breaker (`max_waiting`, SPEC §10):
+ * `Line capped at 10,000 (breaker)`, and from 90 % of the cap also how full the line is
+ * (`line 98 % full`, emphasised); at the cap, `line full: newcomers are turned away`.
+ * `null` when the breaker is off (0) or not reported.
+ */
+export function formatBreaker(
+  maxWaiting: number | null | undefined,
+  waiting: number | null | undefined,
+): { text: string; fill: string | null; near: boolean } | null {
+  if (typeof maxWaiting !== 'number' || !Number.isFinite(maxWaiting) || maxWaiting <= 0) return null;
+  const text = `Line capped at ${formatCount(maxWaiting)} (breaker)`;
+  if (typeof waiting !== 'number' || !Number.isFinite(waiting)) return { text, fill: null, near: false };
+  if (waiting >= maxWaiting) return { text, fill: 'line full: newcomers are turned away', near: true };
+  const near = waiting / maxWaiting >= NEAR_CAP;
+  return { text, fill: near ? `line ${percentOf(waiting, maxWaiting)} % full` : null, near };
+}

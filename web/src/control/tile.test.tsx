@@ -79,6 +79,38 @@ describe('the room tile', () => {
   });
 });
 
+describe('the room tile\'s origin protections', () => {
+  it('shows the in-flight requests and the breaker when set, emphasised near the cap', async () => {
+    const root = mount([room({ waiting: 9_800, inflight: { now: 3, max: 8 }, max_waiting: 10_000 })]);
+    await until(() => root.querySelector('[data-stat="inflight"]') !== null);
+    expect(root.querySelector('[data-stat="inflight"]')?.textContent).toBe('Origin: 3 of 8 in flight (this replica)');
+    expect(root.querySelector('[data-stat="inflight"]')?.classList.contains('cr-limit-near')).toBe(false);
+    const breaker = root.querySelector('[data-stat="breaker"]');
+    expect(breaker?.textContent).toBe('Line capped at 10,000 (breaker) · line 98 % full');
+    expect(breaker?.classList.contains('cr-limit-near')).toBe(true);
+    expect(root.querySelector('strong[data-stat="breaker-fill"]')?.textContent).toBe('line 98 % full');
+  });
+
+  it('shows the breaker without a fill far from the cap', async () => {
+    const root = mount([room({ waiting: 3, inflight: null, max_waiting: 10_000 })]);
+    await until(() => root.querySelector('[data-stat="breaker"]') !== null);
+    expect(root.querySelector('[data-stat="breaker"]')?.textContent).toBe('Line capped at 10,000 (breaker)');
+    expect(root.querySelector('[data-stat="inflight"]')).toBeNull();
+  });
+
+  it('shows neither when unset (or from an older server)', async () => {
+    for (const extra of [{ inflight: null, max_waiting: 0 }, {}]) {
+      const root = mount([room(extra)]);
+      await until(() => root.querySelector('[data-stat="waiting"]')?.textContent === '3');
+      expect(root.querySelector('.cr-limits')).toBeNull();
+      expect(root.textContent).not.toContain('in flight');
+      expect(root.textContent).not.toContain('breaker');
+      render(null, root);
+      root.remove();
+    }
+  });
+});
+
 describe('the Bans form', () => {
   it('says when a duration cannot be read, without asking the API, and sends null for permanent', async () => {
     const posts: string[] = [];

@@ -320,9 +320,9 @@ impl Admin {
     }
 
     /// One sample of a Prometheus metric (the sum of its series whose labels contain
-    /// `labels`), read from `/metrics` with the admin token.
+    /// `labels`), read from the admin API's metrics with the admin token.
     pub async fn metric(&self, name: &str, labels: &str) -> anyhow::Result<f64> {
-        let (status, body) = self.raw(&mut None, Method::GET, "/metrics", None).await?;
+        let (status, body) = self.raw(&mut None, Method::GET, anteroom::admin::METRICS_PATH, None).await?;
         if !status.is_success() {
             bail!("/metrics: {status}");
         }
@@ -340,7 +340,12 @@ impl Admin {
             }
         }
         if !seen {
-            bail!("no {name}{{{labels}}} in /metrics");
+            let near: Vec<&str> = text
+                .lines()
+                .filter(|l| l.contains(name.trim_end_matches("_total")))
+                .take(3)
+                .collect();
+            bail!("no {name}{{{labels}}} in /metrics (near: {near:?})");
         }
         Ok(sum)
     }

@@ -232,7 +232,10 @@ pub async fn costs(
         .await?
         .metric("anteroom_access_log_dropped_total", "")
         .await
-        .unwrap_or(f64::NAN);
+        .unwrap_or_else(|e| {
+            say(format!("costs: {e:#}"));
+            f64::NAN
+        });
     let mut rows = vec![load_row("costs", &start_load)];
     for (t, r) in targets.iter().zip(&runs) {
         rows.extend(target_rows("costs", &t.label, r));
@@ -312,7 +315,7 @@ async fn post_bans(addr: SocketAddr, n: usize, workers: usize) -> anyhow::Result
                     return anyhow::Ok(());
                 }
                 let body = format!(
-                    r#"{{"target":"{}","duration_secs":null,"reason":"benchmark"}}"#,
+                    r#"{{"target":"{}","duration_secs":86400,"reason":"benchmark"}}"#,
                     banned_addr(i)
                 );
                 let (status, reply) = admin

@@ -322,7 +322,9 @@ impl Admin {
     /// One sample of a Prometheus metric (the sum of its series whose labels contain
     /// `labels`), read from the admin API's metrics with the admin token.
     pub async fn metric(&self, name: &str, labels: &str) -> anyhow::Result<f64> {
-        let (status, body) = self.raw(&mut None, Method::GET, anteroom::admin::METRICS_PATH, None).await?;
+        let (status, body) = self
+            .raw(&mut None, Method::GET, anteroom::admin::METRICS_PATH, None)
+            .await?;
         if !status.is_success() {
             bail!("/metrics: {status}");
         }

@@ -215,9 +215,8 @@ pub async fn costs(
         });
     }
     targets[2].label = format!("max_inflight: {cap}");
-    let runs = tokio::task::block_in_place(|| {
-        alternate("costs", &targets, rounds, threads, conns, secs)
-    })?;
+    let runs =
+        tokio::task::block_in_place(|| alternate("costs", &targets, rounds, threads, conns, secs))?;
     for (t, r) in targets.iter().zip(&runs) {
         let bad: u64 = r.iter().map(|w| w.errors).sum();
         if bad > 0 {
@@ -373,8 +372,7 @@ pub async fn banned(
     // The banned client is refused before anything else.
     let mut conn = Conn::connect(banning.addr).await?;
     let refused = conn.get("/", &[("x-forwarded-for", bad.as_str())]).await?;
-    if refused.status != StatusCode::TOO_MANY_REQUESTS && refused.status != StatusCode::FORBIDDEN
-    {
+    if refused.status != StatusCode::TOO_MANY_REQUESTS && refused.status != StatusCode::FORBIDDEN {
         bail!("a banned client got {}", refused.status);
     }
     let mut targets = Vec::new();
@@ -553,7 +551,10 @@ pub async fn strikes(
                 match c
                     .get(
                         "/asset/a.css",
-                        &[("x-forwarded-for", ip.as_str()), ("cookie", forged.as_str())],
+                        &[
+                            ("x-forwarded-for", ip.as_str()),
+                            ("cookie", forged.as_str()),
+                        ],
                     )
                     .await
                 {
@@ -601,7 +602,10 @@ pub async fn strikes(
             for _ in 0..3 {
                 conn.get(
                     "/asset/a.css",
-                    &[("x-forwarded-for", ip.as_str()), ("cookie", forged.as_str())],
+                    &[
+                        ("x-forwarded-for", ip.as_str()),
+                        ("cookie", forged.as_str()),
+                    ],
                 )
                 .await?;
             }

@@ -423,7 +423,8 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Everything in the output file from this line on is copied into the regenerated file.
-const KEEP: &str = "<!-- `make bench` keeps everything from this line on: hand-written sections go below it. -->";
+const KEEP: &str =
+    "<!-- `make bench` keeps everything from this line on: hand-written sections go below it. -->";
 
 async fn all(smoke: bool, out: PathBuf) -> anyhow::Result<()> {
     let s = Sizes::get(smoke);
@@ -470,10 +471,7 @@ async fn all(smoke: bool, out: PathBuf) -> anyhow::Result<()> {
     for store in [Store::Memory, Store::Redis] {
         run!("pass", scenarios::pass(store, &s.pass_depths, s.passes));
     }
-    run!(
-        "costs",
-        costs::costs(s.costs_secs, 64, 2, s.costs_rounds)
-    );
+    run!("costs", costs::costs(s.costs_secs, 64, 2, s.costs_rounds));
     run!(
         "banned",
         costs::banned(s.costs_secs, 64, 2, s.costs_rounds, s.bans)

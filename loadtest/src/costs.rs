@@ -632,10 +632,23 @@ pub async fn strikes(
     let me = std::process::id();
     let (own0, _) = infra::rss(me)?;
     let registry = AbuseRegistry::in_memory(policy, Vec::new(), Clock::system());
-    for i in 0..sent {
-        registry
-            .strike(IpAddr::V4(struck(i)), StrikeReason::BadCookie)
-            .await;
+    // RSS at a few points on the way: flat once the table is full means bounded.
+    let marks = [sent / 10, sent / 4, sent / 2, sent];
+    let mut seen = Vec::new();
+    let mut done = 0;
+    for &mark in &marks {
+        for i in done..mark {
+            registry
+                .strike(IpAddr::V4(struck(i)), StrikeReason::BadCookie)
+                .await;
+        }
+        done = mark;
+        let (own, _) = infra::rss(me)?;
+        seen.push(format!(
+            "{}: +{:.1}",
+            fmt_value(mark as f64, ""),
+            own.saturating_sub(own0) as f64 / MIB
+        ));
     }
     let (own1, _) = infra::rss(me)?;
     let tracked = registry.tracked();
@@ -704,10 +717,11 @@ pub async fn strikes(
         .why("the least recently struck client was not the one forgotten"),
         Row {
             ours: format!(
-                "{} tracked; RSS +{:.1} MiB ({:.0} B per tracked client)",
+                "{} tracked; RSS +{:.1} MiB ({:.0} B per tracked client); RSS growth (MiB) after {}",
                 fmt_value(tracked as f64, ""),
                 own1.saturating_sub(own0) as f64 / MIB,
-                own1.saturating_sub(own0) as f64 / tracked.max(1) as f64
+                own1.saturating_sub(own0) as f64 / tracked.max(1) as f64,
+                seen.join(", ")
             ),
             ..Row::new(
                 "strikes",

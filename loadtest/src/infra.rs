@@ -302,6 +302,27 @@ http {{
     }
 }
 
+impl Drop for Nginx {
+    /// A SIGKILLed master leaves its workers running (orphaned, still listening): ask it
+    /// to stop fast (SIGTERM) and wait for it, bounded; `Proc` then kills whatever is left.
+    fn drop(&mut self) {
+        let pid = self._proc.child.id().to_string();
+        if Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self._proc.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
 fn nginx_binary() -> &'static str {
     if Path::new("/usr/sbin/nginx").exists() {
         "/usr/sbin/nginx"

@@ -285,6 +285,73 @@ impl Admin {
         Ok(serde_json::from_slice(&reply.body)?)
     }
 
+    /// Any admin path (`/__anteroom/admin/api/bans`, `/metrics`): status and body, not
+    /// checked. `conn` is reused when given (keep-alive), else a fresh connection is made.
+    pub async fn raw(
+        &self,
+        conn: &mut Option<Conn>,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+    ) -> anyhow::Result<(StatusCode, Bytes)> {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        if conn.is_none() {
+            *conn = Some(Conn::connect(self.addr).await?);
+        }
+        let c = conn.as_mut().expect("connected above");
+        let reply = c
+            .send(
+                method,
+                path,
+                &[
+                    ("authorization", &auth),
+                    ("content-type", "application/json"),
+                ],
+                body,
+            )
+            .await;
+        match reply {
+            Ok(r) => Ok((r.status, r.body)),
+            Err(e) => {
+                *conn = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// One sample of a Prometheus metric (the sum of its series whose labels contain
+    /// `labels`), read from the admin API's metrics with the admin token.
+    pub async fn metric(&self, name: &str, labels: &str) -> anyhow::Result<f64> {
+        let (status, body) = self
+            .raw(&mut None, Method::GET, anteroom::admin::METRICS_PATH, None)
+            .await?;
+        if !status.is_success() {
+            bail!("/metrics: {status}");
+        }
+        let text = String::from_utf8_lossy(&body);
+        let mut sum = 0.0;
+        let mut seen = false;
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let bare = series.split('{').next().unwrap_or(series);
+            if bare == name && series.contains(labels) {
+                sum += value.parse::<f64>().unwrap_or(0.0);
+                seen = true;
+            }
+        }
+        if !seen {
+            let near: Vec<&str> = text
+                .lines()
+                .filter(|l| l.contains(name.trim_end_matches("_total")))
+                .take(3)
+                .collect();
+            bail!("no {name}{{{labels}}} in /metrics (near: {near:?})");
+        }
+        Ok(sum)
+    }
+
     pub async fn pause(&mut self) -> anyhow::Result<()> {
         self.call(Method::POST, "pause", None).await.map(drop)
     }

@@ -96,6 +96,11 @@ pub struct AnteroomSpec {
     pub max_connections: usize,
     pub session_ttl: &'static str,
     pub abandon_after: &'static str,
+    /// Top-level YAML lines added as written (`access_log: …`, `trusted_proxies: …`,
+    /// `abuse: …`), each ending in a newline.
+    pub top_extra: String,
+    /// Lines added to room `main`, each indented four spaces and ending in a newline.
+    pub room_extra: String,
 }
 
 impl AnteroomSpec {
@@ -110,6 +115,8 @@ impl AnteroomSpec {
             max_connections: 10_000,
             session_ttl: "1h",
             abandon_after: "1h",
+            top_extra: String::new(),
+            room_extra: String::new(),
         }
     }
 }
@@ -158,7 +165,7 @@ admit_interval: {interval}
 cookie_secret: "{secret}"
 admin_token: "{ADMIN_TOKEN}"
 data_dir: "{data}"
-{redis}server:
+{top_extra}{redis}server:
   max_connections: {max_conns}
   idle_timeout: 300s
 rooms:
@@ -172,7 +179,7 @@ rooms:
     max_sessions_per_client: 0
     max_places_per_client: 0
     session_clients: 0
-"#,
+{room_extra}"#,
             interval = spec.admit_interval,
             secret = hex(&secret),
             data = dir.0.join("data").display(),
@@ -182,6 +189,8 @@ rooms:
             max_active = spec.max_active,
             session_ttl = spec.session_ttl,
             abandon_after = spec.abandon_after,
+            top_extra = spec.top_extra,
+            room_extra = spec.room_extra,
         );
         let path = dir.0.join("anteroom.yaml");
         std::fs::write(&path, config)?;
@@ -293,6 +302,27 @@ http {{
     }
 }
 
+impl Drop for Nginx {
+    /// A SIGKILLed master leaves its workers running (orphaned, still listening): ask it
+    /// to stop fast (SIGTERM) and wait for it, bounded; `Proc` then kills whatever is left.
+    fn drop(&mut self) {
+        let pid = self._proc.child.id().to_string();
+        if Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self._proc.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
 fn nginx_binary() -> &'static str {
     if Path::new("/usr/sbin/nginx").exists() {
         "/usr/sbin/nginx"
@@ -324,6 +354,14 @@ pub fn raise_nofile(want: u64) -> anyhow::Result<u64> {
     }
     rlimit::setrlimit(rlimit::Resource::NOFILE, want.min(hard), hard)?;
     Ok(want.min(hard))
+}
+
+/// The 1-, 5- and 15-minute load averages (`/proc/loadavg`), as written there.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "?".into())
 }
 
 /// The machine, for the report.

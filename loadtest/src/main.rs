@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod client;
+mod costs;
 mod infra;
 mod report;
 mod scenarios;
@@ -100,6 +101,48 @@ enum Cmd {
         #[arg(long)]
         smoke: bool,
     },
+    /// Issues 15 and 13: the admitted-visitor proxy with the access log off vs to a file,
+    /// and max_inflight unset vs above the connections; wrk alternating between them.
+    Costs {
+        #[arg(long)]
+        secs: Option<u64>,
+        #[arg(long, default_value_t = 64)]
+        conns: usize,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        #[arg(long)]
+        rounds: Option<usize>,
+        #[arg(long)]
+        smoke: bool,
+    },
+    /// Issue 12: a banned client's 429s vs an admitted visitor's proxied requests, with
+    /// BANS bans made through the admin API.
+    Banned {
+        #[arg(long)]
+        secs: Option<u64>,
+        #[arg(long, default_value_t = 64)]
+        conns: usize,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        #[arg(long)]
+        rounds: Option<usize>,
+        #[arg(long)]
+        bans: Option<usize>,
+        #[arg(long)]
+        smoke: bool,
+    },
+    /// Issue 12: RSS before and after N strikes from N distinct addresses.
+    Strikes {
+        #[arg(long)]
+        n: Option<u64>,
+        #[arg(long, default_value_t = 64)]
+        conns: usize,
+        /// abuse.max_tracked (default: the product's, 100,000; 10,000 with --smoke).
+        #[arg(long)]
+        max_tracked: Option<usize>,
+        #[arg(long)]
+        smoke: bool,
+    },
     /// admit_pass time at each depth (store called directly).
     Pass {
         #[arg(long, value_enum, default_value = "memory")]
@@ -154,6 +197,11 @@ struct Sizes {
     proxy_rounds: usize,
     pass_depths: Vec<u64>,
     passes: usize,
+    costs_secs: u64,
+    costs_rounds: usize,
+    bans: usize,
+    strikes: u64,
+    max_tracked: Option<usize>,
 }
 
 impl Sizes {
@@ -173,6 +221,11 @@ impl Sizes {
                 proxy_rounds: 1,
                 pass_depths: vec![1_000, 100_000],
                 passes: 100,
+                costs_secs: 3,
+                costs_rounds: 2,
+                bans: 1_000,
+                strikes: 30_000,
+                max_tracked: Some(10_000),
             }
         } else {
             Sizes {
@@ -189,6 +242,11 @@ impl Sizes {
                 proxy_rounds: 3,
                 pass_depths: vec![1_000, 1_000_000],
                 passes: 300,
+                costs_secs: 10,
+                costs_rounds: 3,
+                bans: 10_000,
+                strikes: 1_000_000,
+                max_tracked: None,
             }
         }
     }
@@ -199,6 +257,8 @@ impl Sizes {
 /// 250 ms).
 const DRAIN_INTERVAL: &str = "10ms";
 const REPLICAS_INTERVAL: &str = "50ms";
+/// The strikes scenario stops sending after this long, however many are left.
+const STRIKES_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -290,6 +350,55 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?
         }
+        Cmd::Costs {
+            secs,
+            conns,
+            threads,
+            rounds,
+            smoke,
+        } => {
+            let s = Sizes::get(smoke);
+            costs::costs(
+                secs.unwrap_or(s.costs_secs),
+                conns,
+                threads,
+                rounds.unwrap_or(s.costs_rounds),
+            )
+            .await?
+        }
+        Cmd::Banned {
+            secs,
+            conns,
+            threads,
+            rounds,
+            bans,
+            smoke,
+        } => {
+            let s = Sizes::get(smoke);
+            costs::banned(
+                secs.unwrap_or(s.costs_secs),
+                conns,
+                threads,
+                rounds.unwrap_or(s.costs_rounds),
+                bans.unwrap_or(s.bans),
+            )
+            .await?
+        }
+        Cmd::Strikes {
+            n,
+            conns,
+            max_tracked,
+            smoke,
+        } => {
+            let s = Sizes::get(smoke);
+            costs::strikes(
+                n.unwrap_or(s.strikes),
+                conns,
+                max_tracked.or(s.max_tracked),
+                STRIKES_LIMIT,
+            )
+            .await?
+        }
         Cmd::Soak {
             store,
             secs,
@@ -312,6 +421,10 @@ async fn main() -> anyhow::Result<()> {
     print!("{}", report::misses(&rows));
     Ok(())
 }
+
+/// Everything in the output file from this line on is copied into the regenerated file.
+const KEEP: &str =
+    "<!-- `make bench` keeps everything from this line on: hand-written sections go below it. -->";
 
 async fn all(smoke: bool, out: PathBuf) -> anyhow::Result<()> {
     let s = Sizes::get(smoke);
@@ -358,6 +471,15 @@ async fn all(smoke: bool, out: PathBuf) -> anyhow::Result<()> {
     for store in [Store::Memory, Store::Redis] {
         run!("pass", scenarios::pass(store, &s.pass_depths, s.passes));
     }
+    run!("costs", costs::costs(s.costs_secs, 64, 2, s.costs_rounds));
+    run!(
+        "banned",
+        costs::banned(s.costs_secs, 64, 2, s.costs_rounds, s.bans)
+    );
+    run!(
+        "strikes",
+        costs::strikes(s.strikes, 64, s.max_tracked, STRIKES_LIMIT)
+    );
     let table = report::table(&rows);
     println!("{table}");
     print!("{}", report::misses(&rows));
@@ -370,6 +492,14 @@ async fn all(smoke: bool, out: PathBuf) -> anyhow::Result<()> {
         &failures,
         started.elapsed(),
     );
+    // Hand-written sections below the marker survive a regeneration.
+    let kept = std::fs::read_to_string(&out)
+        .ok()
+        .and_then(|old| old.find(KEEP).map(|i| old[i..].to_owned()));
+    let doc = match kept {
+        Some(kept) => format!("{doc}\n{kept}"),
+        None => format!("{doc}\n{KEEP}\n"),
+    };
     std::fs::write(&out, doc)?;
     eprintln!("[loadtest] wrote {}", out.display());
     if !failures.is_empty() {
@@ -435,10 +565,13 @@ All traffic is on loopback. The harness starts everything itself and kills it at
 |---|---|---|
 | fill | `anteroom-loadtest fill --store memory\|redis`: cookieless `GET /` into a paused room (each request a new visitor, answered with the HTML waiting page) from keep-alive connections of the harness's own hyper client; joins/s over the run, p50/p99 from an HDR histogram. 2,000 untimed warm-up joins first. | {fill_n} joins, {conns} connections |
 | depth | `anteroom-loadtest depth`: the release binary runs as its own process and is filled over HTTP the same way (no test hooks), paused; after each depth the harness waits 6 s (one snapshot cycle of the embedded store) and reads VmRSS/VmHWM from `/proc/<pid>/status`, and in Redis mode `INFO memory` `used_memory` minus the empty-room baseline. | depths {depths:?} |
-| drain | `anteroom-loadtest drain`: fill, then resume for T s and pause, and again for 2T s; admitted = `total_admitted` delta from the admin stats API, drop = `waiting` delta; both read from a store read made after the pause. The steady rate is the slope between the two windows, which cancels the one-second burst a resume lets in. `admit_interval: {drain_interval}` so a pause cuts the count at a fine grain. | {drain_rate}/s, T = {drain_secs} s |
+| drain | `anteroom-loadtest drain`: fill, then resume for T s and pause, and again for 2T s; admitted = `total_admitted` delta from the admin stats API, drop = `waiting` delta; both read from a store read made after the pause. The steady rate is the slope between the two windows, which cancels whatever a resume or a pause adds once per window (a resume starts with an empty bucket, SPEC §3, so that is only the cut at a whole pass). `admit_interval: {drain_interval}` so a pause cuts the count at a fine grain. | {drain_rate}/s, T = {drain_secs} s |
 | replicas | `anteroom-loadtest replicas`: three anteroom processes on one `redis-server`, same config, same windows as drain, pause/resume through one of them; `admit_interval: {replicas_interval}`. | {replicas_rate}/s configured, T = {replicas_secs} s |
 | hold | `anteroom-loadtest hold`: S waiting visitors join (cookies kept), then S `GET /__anteroom/events` streams are opened and read from 127.0.0.2, .3, … (20,000 per source address, under the ephemeral-port range); RLIMIT_NOFILE raised with `setrlimit` (the `rlimit` crate; anteroom inherits it), `server.max_connections` S + 2,000. RSS per stream = (RSS 5 s after all are open − RSS before) / S. Fresh page loads (cookieless joins, 8 connections) are measured before and while holding. | {streams} streams, {loads} page loads |
 | proxy | `anteroom-loadtest proxy`: nginx (1 worker) as the origin returning a 22-byte body; nginx ({cores} workers, upstream keepalive) as a plain reverse proxy; anteroom (embedded store, an admitted visitor's cookie). `wrk -t2 -c64 -d{proxy_secs}s --latency` against each in turn, {rounds} round(s), the median round by req/s reported. | as stated |
+| costs | `anteroom-loadtest costs` (issues 15, 13): the proxy scenario's anteroom (embedded, an admitted visitor's cookie, the same nginx origin) three times side by side: `access_log: off` and `max_inflight` unset; `access_log: <file in a temp dir>`; `max_inflight: 256` (above the 64 connections, so nobody waits). `wrk -t2 -c64 -d{costs_secs}s --latency` visits them in turn, {costs_rounds} round(s); medians, and the ratio to the first. | as stated |
+| banned | `anteroom-loadtest banned` (issue 12): two anteroom processes behind `trusted_proxies: [127.0.0.1/32]` (wrk cannot choose its source address, so `X-Forwarded-For` names the client), {bans} one-day bans of distinct /32s in 10.0.0.0/8 posted to one through `POST /__anteroom/admin/api/bans`; wrk in turn: an admitted visitor (10.200.0.1) on the process without bans, the same on the one with them, and a banned address on it (429 before the cookie is read). Same wrk and rounds as costs. | {bans} bans |
+| strikes | `anteroom-loadtest strikes` (issue 12): behind `trusted_proxies: [127.0.0.1/32]`, N requests with a forged cookie (a strike of 5; `abuse.window: 1h` so only the table's bound forgets), each from a distinct `X-Forwarded-For` address, 64 keep-alive connections of the harness's client, to an asset path of a paused room (nobody joins the line); RSS before and after against max_tracked × 240 B + 8 MiB; then 3 more strikes for the first and the last address show who is still remembered; then the same strikes on an in-process registry, whose `tracked()` is read. | {strikes} strikes, max_tracked {max_tracked} |
 | pass | `anteroom-loadtest pass`: the store called in-process: fill to depth, then time `admit_pass` with each pass admitting 100 (rate 10,000/s, the store's clock advanced 10 ms per pass: tokio's paused clock for the embedded store, the test clock offset for Redis), topping the line back up between passes (untimed). | depths {pass_depths:?}, {passes} passes each |
 
 Run one scenario yourself, e.g. `cargo build --release --workspace && target/release/anteroom-loadtest fill --store redis --n 100000`. Every subcommand takes `--smoke`.
@@ -470,6 +603,11 @@ Run one scenario yourself, e.g. `cargo build --release --workspace && target/rel
         rounds = s.proxy_rounds,
         pass_depths = s.pass_depths,
         passes = s.passes,
+        costs_secs = s.costs_secs,
+        costs_rounds = s.costs_rounds,
+        bans = s.bans,
+        strikes = s.strikes,
+        max_tracked = s.max_tracked.unwrap_or(100_000),
         misses = report::misses(rows),
     )
 }

@@ -1267,6 +1267,105 @@ mod tests {
         assert_eq!(passes.eta_ledger().report("main").admitted, 0);
     }
 
+    /// SPEC §14 with replicas, under the paused clock: neither replica alone has enough
+    /// evidence, together they do; one decision a second is made for both, both show it,
+    /// passes follow it, and recovery climbs step by step back to exactly the configured
+    /// rate.
+    #[tokio::test(start_paused = true)]
+    async fn replicas_decide_once_on_everyones_observations() {
+        use crate::fairness::adaptive::AdaptiveConfig;
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(1_700_000_000_000)));
+        let mut seed = settings(20.0, 100_000);
+        seed.paused = true;
+        store
+            .open_room("main", &seed, &RoomPolicy::default(), false)
+            .await
+            .unwrap();
+        let config = AdaptiveConfig {
+            target_latency: Duration::from_millis(800),
+            max_error_ratio: 0.05,
+            min_rate: 1.0,
+        };
+        let (a, b) = (
+            Admission::new(store.clone(), None, EventSink::disabled()),
+            Admission::new(store.clone(), None, EventSink::disabled()),
+        );
+        for r in [&a, &b] {
+            r.configure_adaptive("main", Some(config.clone()))
+                .await
+                .unwrap();
+            assert_eq!(
+                r.rate_view("main", 20.0).unwrap().rate_reason,
+                "configured"
+            );
+        }
+        assert_eq!(a.rate_view("elsewhere", 20.0), None);
+        let slow = |r: &Admission, n: usize| {
+            for _ in 0..n {
+                r.observe_origin("main", Duration::from_secs(2), 200);
+            }
+        };
+        // 12 slow responses each: under MIN_SAMPLES (20) alone.
+        slow(&a, 12);
+        slow(&b, 12);
+        a.adapt().await;
+        b.adapt().await;
+        assert_eq!(a.rate_view("main", 20.0).unwrap().effective_rate, 20.0);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        a.adapt().await;
+        b.adapt().await;
+        for r in [&a, &b] {
+            let view = r.rate_view("main", 20.0).unwrap();
+            assert_eq!(view.effective_rate, 10.0, "halved once, for both: {view:?}");
+            assert_eq!(view.rate_reason, "latency");
+            assert_eq!(view.origin_samples, 24, "every replica's observations");
+            assert!(view.origin_p95_ms.unwrap() >= 2_000);
+            assert!(view.explanation.contains("over the 800 ms target"));
+        }
+
+        // The passes (of either replica) admit at the effective rate.
+        for _ in 0..500 {
+            a.decide("main", VisitorId::random(), anyone()).await;
+        }
+        a.update_settings("main", &crate::queue::SettingsPatch::resume())
+            .await
+            .unwrap();
+        let mut admitted = 0;
+        for i in 0..40 {
+            tokio::time::advance(Duration::from_millis(250)).await;
+            let replica = if i % 2 == 0 { &a } else { &b };
+            admitted += replica.admit_pass("main").await.unwrap().admitted.len();
+        }
+        assert!(admitted.abs_diff(100) <= 1, "{admitted} in 10 s at 10/s");
+
+        // The slow responses age out of the window; then the origin is fast again.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let mut rates = Vec::new();
+        for _ in 0..40 {
+            for r in [&a, &b] {
+                for _ in 0..10 {
+                    r.observe_origin("main", Duration::from_millis(30), 200);
+                }
+                r.adapt().await;
+            }
+            rates.push(b.rate_view("main", 20.0).unwrap().effective_rate);
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        for pair in rates.windows(2) {
+            assert!(pair[1] >= pair[0], "{rates:?}");
+            assert!(pair[1] - pair[0] <= 1.0 + 1e-9, "one step at a time: {rates:?}");
+        }
+        assert!(rates.iter().any(|&r| r > 10.0 && r < 20.0), "{rates:?}");
+        for r in [&a, &b] {
+            let view = r.rate_view("main", 20.0).unwrap();
+            assert_eq!(view.effective_rate, 20.0, "exactly the configured rate");
+            assert_eq!(view.rate_reason, "configured");
+        }
+        // Turned off: the store forgets the effective rate.
+        a.configure_adaptive("main", None).await.unwrap();
+        assert_eq!(a.rate_view("main", 20.0), None);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn fail_open_only_after_the_configured_outage() {
         let health = StoreHealth::new(Some(Duration::from_secs(30)));

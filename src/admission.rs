@@ -1274,7 +1274,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn replicas_decide_once_on_everyones_observations() {
         use crate::fairness::adaptive::AdaptiveConfig;
-        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(1_700_000_000_000)));
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(
+            1_700_000_000_000,
+        )));
         let mut seed = settings(20.0, 100_000);
         seed.paused = true;
         store
@@ -1294,10 +1296,7 @@ mod tests {
             r.configure_adaptive("main", Some(config.clone()))
                 .await
                 .unwrap();
-            assert_eq!(
-                r.rate_view("main", 20.0).unwrap().rate_reason,
-                "configured"
-            );
+            assert_eq!(r.rate_view("main", 20.0).unwrap().rate_reason, "configured");
         }
         assert_eq!(a.rate_view("elsewhere", 20.0), None);
         let slow = |r: &Admission, n: usize| {
@@ -1353,7 +1352,10 @@ mod tests {
         }
         for pair in rates.windows(2) {
             assert!(pair[1] >= pair[0], "{rates:?}");
-            assert!(pair[1] - pair[0] <= 1.0 + 1e-9, "one step at a time: {rates:?}");
+            assert!(
+                pair[1] - pair[0] <= 1.0 + 1e-9,
+                "one step at a time: {rates:?}"
+            );
         }
         assert!(rates.iter().any(|&r| r > 10.0 && r < 20.0), "{rates:?}");
         for r in [&a, &b] {

@@ -86,10 +86,13 @@ pub struct RateView {
     pub origin_p95_ms: Option<u64>,
     pub origin_error_ratio: f64,
     pub origin_samples: u64,
+    /// The room's `adaptive:` limits, to show what the observations are held against.
+    pub target_latency_ms: u64,
+    pub max_error_ratio: f64,
 }
 
 impl RateView {
-    fn of(state: &AdaptiveState, configured: f64) -> RateView {
+    fn of(state: &AdaptiveState, configured: f64, config: &AdaptiveConfig) -> RateView {
         let effective_rate = if state.effective_rate.is_finite() && state.effective_rate > 0.0 {
             state.effective_rate.min(configured)
         } else {
@@ -108,6 +111,8 @@ impl RateView {
             origin_p95_ms: state.p95_ms,
             origin_error_ratio: state.error_ratio,
             origin_samples: state.samples,
+            target_latency_ms: config.target_latency.as_millis() as u64,
+            max_error_ratio: config.max_error_ratio,
         }
     }
 }
@@ -295,7 +300,7 @@ impl Admission {
         let r = rooms.get(room)?;
         let last = r.last.lock().unwrap_or_else(|p| p.into_inner());
         Some(match last.as_ref() {
-            Some(state) => RateView::of(state, configured),
+            Some(state) => RateView::of(state, configured, &r.config),
             None => RateView {
                 effective_rate: configured,
                 rate_reason: "configured",
@@ -303,6 +308,8 @@ impl Admission {
                 origin_p95_ms: None,
                 origin_error_ratio: 0.0,
                 origin_samples: 0,
+                target_latency_ms: r.config.target_latency.as_millis() as u64,
+                max_error_ratio: r.config.max_error_ratio,
             },
         })
     }

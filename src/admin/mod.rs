@@ -536,6 +536,8 @@ fn room_view(room: &str, cached: Option<CachedStats>) -> Value {
             "origin_p95_ms": a.origin_p95_ms,
             "origin_error_ratio": a.origin_error_ratio,
             "origin_samples": a.origin_samples,
+            "target_latency_ms": a.target_latency_ms,
+            "max_error_ratio": a.max_error_ratio,
         })),
         "paused": s.settings.paused,
         "session_ttl_secs": s.settings.session_ttl.as_secs_f64(),

@@ -20,7 +20,7 @@ import {
   type Status,
 } from './api';
 import { BansView } from './Bans';
-import { formatAge, formatClock, formatCount, formatDuration, formatEta, formatRate, plural } from './format';
+import { formatAdaptive, formatAge, formatClock, formatCount, formatDuration, formatEta, formatRate, plural } from './format';
 import { addSample, describeHistory, sparkline, WINDOW_MS, type Sample } from './sparkline';
 
 /** How often the rooms and the status are read. */
@@ -792,6 +792,11 @@ function RoomTile(props: {
             {formatRate(r.observed_rate)}
           </dd>
           <dd class="cr-sub">limit {formatRate(r.rate)}/s</dd>
+          {formatAdaptive(r) && (
+            <dd class="cr-sub cr-adaptive" data-stat="effective_rate">
+              ({formatAdaptive(r)})
+            </dd>
+          )}
         </div>
         <div class="cr-stat">
           <dt>Refused</dt>

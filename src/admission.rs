@@ -175,24 +175,27 @@ impl Admission {
         room: &str,
         config: Option<AdaptiveConfig>,
     ) -> StoreResult<()> {
-        let mut rooms = self
-            .adaptive
-            .rooms
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(config) = config {
-            rooms.insert(
-                room.to_owned(),
-                Arc::new(AdaptiveRoom {
-                    config,
-                    recorder: OriginRecorder::default(),
-                    last: Mutex::new(None),
-                }),
-            );
-            return Ok(());
+        {
+            let mut rooms = self
+                .adaptive
+                .rooms
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            match config {
+                Some(config) => {
+                    rooms.insert(
+                        room.to_owned(),
+                        Arc::new(AdaptiveRoom {
+                            config,
+                            recorder: OriginRecorder::default(),
+                            last: Mutex::new(None),
+                        }),
+                    );
+                    return Ok(());
+                }
+                None => rooms.remove(room),
+            };
         }
-        rooms.remove(room);
-        drop(rooms);
         self.observe(self.store.set_adaptive(room, None).await)
     }
 

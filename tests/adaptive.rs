@@ -197,7 +197,7 @@ async fn a_slow_origin_lowers_the_rate_on_both_replicas_and_recovery_restores_it
         for (i, r) in replicas.iter().enumerate() {
             let (rate, effective, reason, stats) = rates(&http, r).await;
             assert_eq!(rate, RATE, "the configured rate is untouched");
-            assert!(effective <= RATE && effective >= MIN_RATE, "{stats}");
+            assert!((MIN_RATE..=RATE).contains(&effective), "{stats}");
             if effective < RATE && fell_after[i].is_none() {
                 fell_after[i] = Some(slow_since.elapsed());
                 assert_eq!(reason, "latency", "{stats}");

@@ -236,6 +236,32 @@ async fn a_slow_origin_lowers_the_rate_on_both_replicas_and_recovery_restores_it
     for r in replicas.iter() {
         assert_eq!(rates(&http, r).await.1, MIN_RATE, "still at the floor");
     }
+    // And the metrics say so.
+    let metrics = http
+        .get(format!(
+            "http://{}/__anteroom/admin/api/metrics",
+            replicas[1].addr
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let metric = |name: &str| -> f64 {
+        let prefix = format!("{name}{{room=\"main\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("{name} in {metrics}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(metric("anteroom_effective_rate"), MIN_RATE);
+    assert_eq!(metric("anteroom_rate"), RATE);
+    let p95 = metric("anteroom_origin_p95_seconds");
+    assert!(p95 > 0.3, "{p95}");
 
     // Fast again: once the slow responses leave the window, back up step by step to
     // exactly the configured rate, on both replicas.

@@ -12,6 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::events::{Event, EventKind, EventSink};
+use crate::fairness::adaptive::{
+    AdaptiveConfig, AdaptiveController, AdaptiveState, OriginRecorder, Tuning,
+};
 use crate::fairness::eta::{EtaLedger, EtaReport};
 use crate::queue::{
     ClientKey, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore, RefusedReason,
@@ -49,6 +52,69 @@ pub struct Admission {
     /// The store's clock when it has one in this process, else the system's: waits are
     /// timed on it.
     clock: Clock,
+    /// Closed-loop admission (SPEC §14): the rooms with `adaptive:`, their observations of
+    /// the origin and the shared state as last seen.
+    adaptive: AdaptiveRooms,
+}
+
+/// This replica's side of closed-loop admission; see [`crate::fairness::adaptive`].
+struct AdaptiveRooms {
+    /// This replica's name among the room's reports: random per start, so a restarted
+    /// replica's old report simply goes stale.
+    replica: String,
+    rooms: RwLock<HashMap<String, Arc<AdaptiveRoom>>>,
+    tuning: RwLock<Tuning>,
+}
+
+struct AdaptiveRoom {
+    config: AdaptiveConfig,
+    recorder: OriginRecorder,
+    /// The room's state as last read from (or written to) the store.
+    last: Mutex<Option<AdaptiveState>>,
+}
+
+/// Configured against effective rate, and why (room stats, metrics, the control room).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RateView {
+    /// What the pass uses now: the controller's rate, never above the configured one.
+    pub effective_rate: f64,
+    /// `configured`, `latency`, `errors` or `recovering` ([`crate::fairness::adaptive::Reason::code`]).
+    pub rate_reason: &'static str,
+    /// The reason as a sentence.
+    pub explanation: String,
+    /// What the last decision saw over its window, every replica's observations merged.
+    pub origin_p95_ms: Option<u64>,
+    pub origin_error_ratio: f64,
+    pub origin_samples: u64,
+    /// The room's `adaptive:` limits, to show what the observations are held against.
+    pub target_latency_ms: u64,
+    pub max_error_ratio: f64,
+}
+
+impl RateView {
+    fn of(state: &AdaptiveState, configured: f64, config: &AdaptiveConfig) -> RateView {
+        let effective_rate = if state.effective_rate.is_finite() && state.effective_rate > 0.0 {
+            state.effective_rate.min(configured)
+        } else {
+            configured
+        };
+        let below = effective_rate < configured;
+        let explanation = if below {
+            state.reason.to_string()
+        } else {
+            crate::fairness::adaptive::Reason::AtConfiguredRate.to_string()
+        };
+        RateView {
+            effective_rate,
+            rate_reason: state.reason.code(below),
+            explanation,
+            origin_p95_ms: state.p95_ms,
+            origin_error_ratio: state.error_ratio,
+            origin_samples: state.samples,
+            target_latency_ms: config.target_latency.as_millis() as u64,
+            max_error_ratio: config.max_error_ratio,
+        }
+    }
 }
 
 /// The outcome of deciding one request for the site.
@@ -94,7 +160,161 @@ impl Admission {
             health: StoreHealth::new(fail_open_after),
             eta: EtaLedger::default(),
             clock,
+            adaptive: AdaptiveRooms {
+                replica: VisitorId::random().to_hex(),
+                rooms: RwLock::default(),
+                tuning: RwLock::new(Tuning::default()),
+            },
         }
+    }
+
+    /// Turns closed-loop admission on (`Some`) or off for `room` (SPEC §14). Off clears
+    /// any effective rate a previous run left in the store, so the configured rate applies.
+    pub async fn configure_adaptive(
+        &self,
+        room: &str,
+        config: Option<AdaptiveConfig>,
+    ) -> StoreResult<()> {
+        {
+            let mut rooms = self
+                .adaptive
+                .rooms
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            match config {
+                Some(config) => {
+                    rooms.insert(
+                        room.to_owned(),
+                        Arc::new(AdaptiveRoom {
+                            config,
+                            recorder: OriginRecorder::default(),
+                            last: Mutex::new(None),
+                        }),
+                    );
+                    return Ok(());
+                }
+                None => rooms.remove(room),
+            };
+        }
+        self.observe(self.store.set_adaptive(room, None).await)
+    }
+
+    /// Shorter controller windows and steps, for end-to-end tests that must finish in
+    /// seconds. Not user-facing.
+    #[doc(hidden)]
+    pub fn set_adaptive_tuning_for_tests(&self, tuning: Tuning) {
+        *self
+            .adaptive
+            .tuning
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = tuning;
+    }
+
+    /// Records one proxied response of an admitted visitor: its time to response headers
+    /// and status, for closed-loop admission. A no-op in rooms without `adaptive:`.
+    pub fn observe_origin(&self, room: &str, took: Duration, status: u16) {
+        let rooms = self
+            .adaptive
+            .rooms
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = rooms.get(room) {
+            r.recorder.record(self.clock.now_ms(), took, status);
+        }
+    }
+
+    /// One closed-loop step per adaptive room (once a second, from the pass driver):
+    /// publish this replica's observations, and when this replica claimed the decision,
+    /// decide on every replica's and store the result.
+    pub async fn adapt(&self) {
+        let rooms: Vec<(String, Arc<AdaptiveRoom>)> = self
+            .adaptive
+            .rooms
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(name, r)| (name.clone(), r.clone()))
+            .collect();
+        let tuning = *self
+            .adaptive
+            .tuning
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        for (room, r) in rooms {
+            let report = r.recorder.report(self.clock.now_ms());
+            let exchange = match self.observe(
+                self.store
+                    .exchange_origin(&room, &self.adaptive.replica, &report)
+                    .await,
+            ) {
+                Ok(exchange) => exchange,
+                // Logged by the pass that fails alike; the stored rate stays as it was.
+                Err(_) => continue,
+            };
+            let mut state = exchange.state.clone();
+            if exchange.decide {
+                let before = state
+                    .as_ref()
+                    .map(|s| s.effective_rate.min(exchange.configured_rate));
+                let mut controller = AdaptiveController::restore(
+                    r.config.clone(),
+                    exchange.configured_rate,
+                    state.as_ref(),
+                )
+                .with_tuning(tuning);
+                let decision = controller.decide(&exchange.fleet_window(), exchange.now_ms);
+                let next = controller.state(exchange.now_ms);
+                if self
+                    .observe(self.store.set_adaptive(&room, Some(&next)).await)
+                    .is_err()
+                {
+                    continue;
+                }
+                let after = decision.effective_rate;
+                match before {
+                    Some(b) if after < b => tracing::warn!(
+                        room,
+                        configured = decision.configured_rate,
+                        effective = after,
+                        "closed-loop admission lowered the rate: {}",
+                        decision.explanation
+                    ),
+                    Some(b) if after > b && after >= decision.configured_rate => tracing::info!(
+                        room,
+                        rate = after,
+                        "closed-loop admission is back at the configured rate"
+                    ),
+                    _ => {}
+                }
+                state = Some(next);
+            }
+            *r.last.lock().unwrap_or_else(|p| p.into_inner()) = state;
+        }
+    }
+
+    /// The configured against effective rate of an adaptive room; `None` for a room
+    /// without `adaptive:` (its effective rate is the configured one).
+    pub fn rate_view(&self, room: &str, configured: f64) -> Option<RateView> {
+        let rooms = self
+            .adaptive
+            .rooms
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        let r = rooms.get(room)?;
+        let last = r.last.lock().unwrap_or_else(|p| p.into_inner());
+        Some(match last.as_ref() {
+            Some(state) => RateView::of(state, configured, &r.config),
+            None => RateView {
+                effective_rate: configured,
+                rate_reason: "configured",
+                explanation: crate::fairness::adaptive::Reason::AtConfiguredRate.to_string(),
+                origin_p95_ms: None,
+                origin_error_ratio: 0.0,
+                origin_samples: 0,
+                target_latency_ms: r.config.target_latency.as_millis() as u64,
+                max_error_ratio: r.config.max_error_ratio,
+            },
+        })
     }
 
     /// This replica's honest-ETA ledger (SPEC §14).
@@ -373,7 +593,7 @@ impl Admission {
         let rate = self
             .stats
             .get(room)
-            .map(|s| s.observed_rate.unwrap_or(s.stats.settings.rate))
+            .map(|s| s.observed_rate.unwrap_or(s.effective_rate()))
             .unwrap_or(0.0);
         Eta::for_position(position, rate)
     }
@@ -427,8 +647,14 @@ impl Admission {
         for room in rooms {
             match self.observe(self.store.stats(room).await) {
                 Ok(stats) => {
-                    self.stats
-                        .record(room, stats, self.eta.report(room), self.eta.forgotten(room))
+                    let adaptive = self.rate_view(room, stats.settings.rate);
+                    self.stats.record(
+                        room,
+                        stats,
+                        self.eta.report(room),
+                        self.eta.forgotten(room),
+                        adaptive,
+                    )
                 }
                 Err(StoreError::Unavailable(_)) => {}
                 Err(other) => tracing::error!(room, error = %other, "cannot read room stats"),
@@ -463,7 +689,11 @@ impl Admission {
                         }
                     }
                 }
-                _ = stats.tick() => self.refresh_stats(&rooms).await,
+                _ = stats.tick() => {
+                    // Closed-loop admission decides once a second (SPEC §14).
+                    self.adapt().await;
+                    self.refresh_stats(&rooms).await;
+                }
             }
         }
     }
@@ -569,6 +799,19 @@ pub struct CachedStats {
     /// ETA ledger entries this replica forgot before their visitor was admitted (the cap,
     /// or too old), since start.
     pub eta_forgotten: u64,
+    /// Closed-loop admission's effective rate and why (SPEC §14); `None` without
+    /// `adaptive:`.
+    pub adaptive: Option<RateView>,
+}
+
+impl CachedStats {
+    /// The rate admissions actually run at: the configured one, or closed-loop
+    /// admission's lower one.
+    pub fn effective_rate(&self) -> f64 {
+        self.adaptive
+            .as_ref()
+            .map_or(self.stats.settings.rate, |a| a.effective_rate)
+    }
 }
 
 #[derive(Default)]
@@ -590,7 +833,14 @@ impl StatsCache {
         rooms.get(room).and_then(|r| r.latest.clone())
     }
 
-    fn record(&self, room: &str, stats: RoomStats, eta: EtaReport, eta_forgotten: u64) {
+    fn record(
+        &self,
+        room: &str,
+        stats: RoomStats,
+        eta: EtaReport,
+        eta_forgotten: u64,
+        adaptive: Option<RateView>,
+    ) {
         let now = Instant::now();
         let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
         let samples = rooms.entry(room.to_owned()).or_default();
@@ -612,6 +862,7 @@ impl StatsCache {
             read_at: now,
             eta,
             eta_forgotten,
+            adaptive,
         });
     }
 
@@ -1030,6 +1281,107 @@ mod tests {
             }
         );
         assert_eq!(passes.eta_ledger().report("main").admitted, 0);
+    }
+
+    /// SPEC §14 with replicas, under the paused clock: neither replica alone has enough
+    /// evidence, together they do; one decision a second is made for both, both show it,
+    /// passes follow it, and recovery climbs step by step back to exactly the configured
+    /// rate.
+    #[tokio::test(start_paused = true)]
+    async fn replicas_decide_once_on_everyones_observations() {
+        use crate::fairness::adaptive::AdaptiveConfig;
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(
+            1_700_000_000_000,
+        )));
+        let mut seed = settings(20.0, 100_000);
+        seed.paused = true;
+        store
+            .open_room("main", &seed, &RoomPolicy::default(), false)
+            .await
+            .unwrap();
+        let config = AdaptiveConfig {
+            target_latency: Duration::from_millis(800),
+            max_error_ratio: 0.05,
+            min_rate: 1.0,
+        };
+        let (a, b) = (
+            Admission::new(store.clone(), None, EventSink::disabled()),
+            Admission::new(store.clone(), None, EventSink::disabled()),
+        );
+        for r in [&a, &b] {
+            r.configure_adaptive("main", Some(config.clone()))
+                .await
+                .unwrap();
+            assert_eq!(r.rate_view("main", 20.0).unwrap().rate_reason, "configured");
+        }
+        assert_eq!(a.rate_view("elsewhere", 20.0), None);
+        let slow = |r: &Admission, n: usize| {
+            for _ in 0..n {
+                r.observe_origin("main", Duration::from_secs(2), 200);
+            }
+        };
+        // 12 slow responses each: under MIN_SAMPLES (20) alone.
+        slow(&a, 12);
+        slow(&b, 12);
+        a.adapt().await;
+        b.adapt().await;
+        assert_eq!(a.rate_view("main", 20.0).unwrap().effective_rate, 20.0);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        a.adapt().await;
+        b.adapt().await;
+        for r in [&a, &b] {
+            let view = r.rate_view("main", 20.0).unwrap();
+            assert_eq!(view.effective_rate, 10.0, "halved once, for both: {view:?}");
+            assert_eq!(view.rate_reason, "latency");
+            assert_eq!(view.origin_samples, 24, "every replica's observations");
+            assert!(view.origin_p95_ms.unwrap() >= 2_000);
+            assert!(view.explanation.contains("over the 800 ms target"));
+        }
+
+        // The passes (of either replica) admit at the effective rate.
+        for _ in 0..500 {
+            a.decide("main", VisitorId::random(), anyone()).await;
+        }
+        a.update_settings("main", &crate::queue::SettingsPatch::resume())
+            .await
+            .unwrap();
+        let mut admitted = 0;
+        for i in 0..40 {
+            tokio::time::advance(Duration::from_millis(250)).await;
+            let replica = if i % 2 == 0 { &a } else { &b };
+            admitted += replica.admit_pass("main").await.unwrap().admitted.len();
+        }
+        assert!(admitted.abs_diff(100) <= 1, "{admitted} in 10 s at 10/s");
+
+        // The slow responses age out of the window; then the origin is fast again.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let mut rates = Vec::new();
+        for _ in 0..40 {
+            for r in [&a, &b] {
+                for _ in 0..10 {
+                    r.observe_origin("main", Duration::from_millis(30), 200);
+                }
+                r.adapt().await;
+            }
+            rates.push(b.rate_view("main", 20.0).unwrap().effective_rate);
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        for pair in rates.windows(2) {
+            assert!(pair[1] >= pair[0], "{rates:?}");
+            assert!(
+                pair[1] - pair[0] <= 1.0 + 1e-9,
+                "one step at a time: {rates:?}"
+            );
+        }
+        assert!(rates.iter().any(|&r| r > 10.0 && r < 20.0), "{rates:?}");
+        for r in [&a, &b] {
+            let view = r.rate_view("main", 20.0).unwrap();
+            assert_eq!(view.effective_rate, 20.0, "exactly the configured rate");
+            assert_eq!(view.rate_reason, "configured");
+        }
+        // Turned off: the store forgets the effective rate.
+        a.configure_adaptive("main", None).await.unwrap();
+        assert_eq!(a.rate_view("main", 20.0), None);
     }
 
     #[tokio::test(start_paused = true)]

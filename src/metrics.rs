@@ -324,7 +324,7 @@ impl Collector for CacheCollector {
             .filter_map(|room| Some((room.as_str(), self.admission.cached_stats(room)?)))
             .collect();
         type Extract = fn(&crate::admission::CachedStats) -> Option<Value>;
-        let families: [(&str, &str, Extract); 19] = [
+        let families: [(&str, &str, Extract); 21] = [
             ("anteroom_waiting", "Visitors in line", |c| {
                 int(c.stats.waiting)
             }),
@@ -339,6 +339,23 @@ impl Collector for CacheCollector {
             ("anteroom_rate", "Configured admissions per second", |c| {
                 Some(Value::Float(c.stats.settings.rate))
             }),
+            // Closed-loop admission (SPEC §14): the rate passes actually use (the configured
+            // one without `adaptive:`), and the origin's p95 the last decision saw.
+            (
+                "anteroom_effective_rate",
+                "Admissions per second actually used: the configured rate, or lower while closed-loop admission holds it down",
+                |c| Some(Value::Float(c.effective_rate())),
+            ),
+            (
+                "anteroom_origin_p95_seconds",
+                "Origin p95 time to response headers over the closed-loop window, every replica's observations merged",
+                |c| {
+                    c.adaptive
+                        .as_ref()
+                        .and_then(|a| a.origin_p95_ms)
+                        .map(|ms| Value::Float(ms as f64 / 1000.0))
+                },
+            ),
             ("anteroom_paused", "1 while the room is paused", |c| {
                 int(u64::from(c.stats.settings.paused))
             }),

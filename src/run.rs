@@ -143,6 +143,15 @@ pub async fn start(
     let fail_open_after = config.fail_open.then_some(config.fail_open_after);
     let events = crate::events::start(&config.kafka)?;
     let admission = Arc::new(Admission::new(store.clone(), fail_open_after, events));
+    for room in &config.rooms {
+        admission
+            .configure_adaptive(&room.name, room.adaptive.clone())
+            .await
+            .map_err(|source| RunError::OpenRoom {
+                room: room.name.clone(),
+                source,
+            })?;
+    }
     let abuse = Arc::new(open_abuse(config).await?);
     let abuse_events = abuse.take_events();
     let app = Arc::new(App::new(config, admission.clone(), abuse.clone())?);

@@ -560,6 +560,17 @@ fn room_view(room: &str, cached: Option<CachedStats>, limits: RoomLimits) -> Val
         "active": s.active,
         "max_active": s.settings.max_active,
         "rate": s.settings.rate,
+        // Closed-loop admission (SPEC §14): the rate passes use, and why it differs.
+        "effective_rate": c.effective_rate(),
+        "rate_reason": c.adaptive.as_ref().map_or("configured", |a| a.rate_reason),
+        "adaptive": c.adaptive.as_ref().map(|a| json!({
+            "explanation": a.explanation,
+            "origin_p95_ms": a.origin_p95_ms,
+            "origin_error_ratio": a.origin_error_ratio,
+            "origin_samples": a.origin_samples,
+            "target_latency_ms": a.target_latency_ms,
+            "max_error_ratio": a.max_error_ratio,
+        })),
         "paused": s.settings.paused,
         "session_ttl_secs": s.settings.session_ttl.as_secs_f64(),
         "abandon_after_secs": s.settings.abandon_after.as_secs_f64(),

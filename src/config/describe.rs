@@ -296,6 +296,15 @@ impl Config {
                 cap(r.stream_cap),
                 cap(r.max_waiting)
             );
+            if let Some(a) = &r.adaptive {
+                let _ = writeln!(
+                    o,
+                    "    adaptive:     lowered while origin p95 > {} or 5xx > {}%; at least {}/s",
+                    dur(a.target_latency),
+                    a.max_error_ratio * 100.0,
+                    a.min_rate
+                );
+            }
             let sched = &r.schedule;
             if !sched.is_empty() {
                 let t = |t: Option<std::time::SystemTime>| {

@@ -149,6 +149,18 @@ pub(super) struct RawRoom {
     pub max_inflight: Option<V>,
     pub inflight_wait: Option<V>,
     pub max_waiting: Option<V>,
+    /// `adaptive:` (SPEC §14, closed-loop admission); absent or empty: off.
+    pub adaptive: Option<RawAdaptive>,
+}
+
+/// `rooms.<name>.adaptive`, each scalar with its line; `validate.rs` hands it to
+/// [`crate::fairness::adaptive::AdaptiveConfig::validate`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdaptive {
+    pub target_latency: Option<V>,
+    pub max_error_ratio: Option<V>,
+    pub min_rate: Option<V>,
 }
 
 #[derive(Debug, Default, Deserialize)]

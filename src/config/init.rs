@@ -174,6 +174,11 @@ rooms:
     # inflight_wait: 5s
     # The queue breaker: at most this many in line, newcomers get 503 "full" (0: no limit).
     # max_waiting: 0
+    # Closed-loop admission: lower the rate actually used while the origin's p95 time to
+    # response headers (last 10 s, every replica) is over target_latency or its share of
+    # 5xx over max_error_ratio; raised again step by step, never above `rate` nor below
+    # min_rate (visitors per second).
+    # adaptive: {{target_latency: 800ms, max_error_ratio: 0.05, min_rate: 1}}
     # Scheduled drop, RFC 3339 times: queue_opens_at, admits_at, closes_at.
     schedule: {{}}
 "#,

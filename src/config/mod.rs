@@ -234,6 +234,8 @@ pub struct RoomConfig {
     /// The queue breaker: at most this many in line; 0: no limit.
     pub max_waiting: u64,
     pub schedule: Schedule,
+    /// `adaptive:` (SPEC §14): lower the rate actually used while the origin struggles.
+    pub adaptive: Option<crate::fairness::adaptive::AdaptiveConfig>,
 }
 
 impl RoomConfig {

@@ -1231,3 +1231,64 @@ fn access_log_is_off_stdout_or_a_file_that_opens() {
         "{e}"
     );
 }
+
+#[test]
+fn adaptive_block_parses_in_both_styles_and_errors_name_key_and_line() {
+    // Absent: off.
+    assert_eq!(parse(&minimal("")).unwrap().rooms[0].adaptive, None);
+    let flow = parse(&minimal(
+        "    rate: 20\n    adaptive: {target_latency: 800ms, max_error_ratio: 0.1, min_rate: 2}\n",
+    ))
+    .unwrap();
+    let a = flow.rooms[0].adaptive.clone().unwrap();
+    assert_eq!(a.target_latency, Duration::from_millis(800));
+    assert_eq!((a.max_error_ratio, a.min_rate), (0.1, 2.0));
+    let block = parse(&minimal("    adaptive:\n      target_latency: 1.5s\n")).unwrap();
+    let a = block.rooms[0].adaptive.clone().unwrap();
+    assert_eq!(a.target_latency, Duration::from_millis(1_500));
+    assert_eq!((a.max_error_ratio, a.min_rate), (0.05, 1.0), "defaults");
+    assert!(
+        block.describe().contains(
+            "adaptive:     lowered while origin p95 > 1s 500ms or 5xx > 5%; at least 1/s"
+        ),
+        "{}",
+        block.describe()
+    );
+
+    assert_eq!(
+        err(&minimal("    adaptive:\n      target_latency: soon\n")),
+        "anteroom.yaml:7: rooms.main.adaptive.target_latency: must be a duration like 800ms \
+         or 1.5s (got \"soon\")"
+    );
+    assert_eq!(
+        err(&minimal(
+            "    adaptive:\n      target_latency: 1s\n      max_error_ratio: 2\n"
+        )),
+        "anteroom.yaml:8: rooms.main.adaptive.max_error_ratio: must be between 0 and 1"
+    );
+    assert_eq!(
+        err(&minimal(
+            "    rate: 5\n    adaptive:\n      target_latency: 1s\n      min_rate: 10\n"
+        )),
+        "anteroom.yaml:9: rooms.main.adaptive.min_rate: must not exceed the room's rate (5)"
+    );
+    assert_eq!(
+        err(&minimal("    adaptive:\n      min_rate: 1\n")),
+        "anteroom.yaml:6: rooms.main.adaptive: target_latency is required: the origin's p95 \
+         time to response headers above which the rate is lowered, e.g. `adaptive: \
+         {target_latency: 800ms}`"
+    );
+    let unknown = err(&minimal(
+        "    adaptive:\n      target_latency: 1s\n      p99: 2s\n",
+    ));
+    assert!(
+        unknown.starts_with("anteroom.yaml:8: rooms.main.adaptive.p99: unknown key"),
+        "{unknown}"
+    );
+    // `anteroom init` writes it, commented, and its file still loads.
+    let init = init_yaml();
+    assert!(
+        init.contains("# adaptive: {target_latency: 800ms"),
+        "{init}"
+    );
+}

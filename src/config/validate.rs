@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::file::{RawAbuse, RawFile, RawRoom, line_of_key};
+use super::file::{RawAbuse, RawAdaptive, RawFile, RawRoom, line_of_key};
 use super::{
     Config, ConfigError, KafkaConfig, PageFile, RedisConfig, RoomConfig, Schedule, Secret,
     ServerConfig, WaitingPageConfig,
@@ -825,6 +825,11 @@ fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, ConfigError> {
         }
     }
 
+    let adaptive = match &r.adaptive {
+        None => None,
+        Some(a) => Some(validate_adaptive(cx, &name, a, rate)?),
+    };
+
     Ok(RoomConfig {
         name,
         match_host,
@@ -854,7 +859,66 @@ fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, ConfigError> {
             admits_at: admits.map(|(t, _)| t),
             closes_at: closes.map(|(t, _)| t),
         },
+        adaptive,
     })
+}
+
+/// `rooms.<name>.adaptive` through [`crate::fairness::adaptive::AdaptiveConfig::validate`]
+/// (the controller's own rules), each error pointed at its key's line.
+fn validate_adaptive(
+    cx: &Ctx<'_>,
+    room: &str,
+    a: &RawAdaptive,
+    rate: f64,
+) -> Result<crate::fairness::adaptive::AdaptiveConfig, ConfigError> {
+    let k = |field: &str| format!("rooms.{room}.adaptive.{field}");
+    let Some(target) = &a.target_latency else {
+        return Err(cx.fail_key(
+            &["rooms", room, "adaptive"],
+            "target_latency is required: the origin's p95 time to response headers above \
+             which the rate is lowered, e.g. `adaptive: {target_latency: 800ms}`",
+        ));
+    };
+    let target_latency = humantime::parse_duration(target.text.trim()).map_err(|_| {
+        cx.fail(
+            &k("target_latency"),
+            target,
+            format!(
+                "must be a duration like 800ms or 1.5s (got {:?})",
+                target.text.trim()
+            ),
+        )
+    })?;
+    let number = |field: &str, v: &Option<V>, default: f64| -> Result<f64, ConfigError> {
+        let Some(v) = v else { return Ok(default) };
+        v.text.trim().parse::<f64>().map_err(|_| {
+            cx.fail(
+                &k(field),
+                v,
+                format!("must be a number (got {:?})", v.text.trim()),
+            )
+        })
+    };
+    let config = crate::fairness::adaptive::AdaptiveConfig {
+        target_latency,
+        max_error_ratio: number("max_error_ratio", &a.max_error_ratio, 0.05)?,
+        min_rate: number("min_rate", &a.min_rate, 1.0)?,
+    };
+    config.validate(rate).map_err(|e| {
+        let at = match e.field {
+            "target_latency" => Some(target),
+            "max_error_ratio" => a.max_error_ratio.as_ref(),
+            _ => a.min_rate.as_ref(),
+        };
+        match at {
+            Some(v) => cx.fail(&k(e.field), v, e.reason),
+            None => cx.fail_key(
+                &["rooms", room, "adaptive"],
+                format!("{}: {}", e.field, e.reason),
+            ),
+        }
+    })?;
+    Ok(config)
 }
 
 /// Every duration in the config is at most this long, so no `Instant + Duration` (timers,

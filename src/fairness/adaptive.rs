@@ -7,6 +7,28 @@
 //!
 //! Time is unix milliseconds from the caller ([`crate::clock::Clock`] in production, so
 //! paused tokio time drives it in tests), because slots must line up across replicas.
+//!
+//! Wiring (`admission.rs`, the stores): each replica records every admitted request's time
+//! to response headers and status into an [`OriginRecorder`] per room (a fixed ring of
+//! one-second slots under a short mutex: no allocation per request). Once a second, from
+//! the pass driver, it publishes the ring as an [`OriginReport`] through
+//! [`crate::queue::QueueStore::exchange_origin`] and gets back every live replica's report
+//! and the room's shared [`AdaptiveState`]; the one replica that claimed that second's
+//! decision merges the reports, runs the controller and stores the new state with
+//! [`crate::queue::QueueStore::set_adaptive`]. The store's bucket then refills at
+//! `min(rate, effective_rate)`, so the configured `rate` is never changed and every
+//! replica's passes (and the fast path) use the same effective rate.
+//!
+//! Where this departs from DESIGN.md's sketch of per-replica controllers:
+//! - Only one decision per second is made for the whole fleet (a claim in the store), and
+//!   the controller's memory (last cut, last raise) lives in the store with the effective
+//!   rate: several replicas deciding on the same merged input would each halve the rate.
+//! - A report's slots are ages ("n seconds before I published"), stamped with the store's
+//!   clock when written, not the replica's clock: with Redis the replicas' clocks need not
+//!   agree with `TIME`. Slots of different replicas can therefore be up to a second apart.
+//! - The reports of one room share one hash (`ar:{room}:origin`, a field per replica)
+//!   rather than a key each: a report older than [`REPORT_STALE_MS`] is dropped on read and
+//!   the hash expires with its last writer, so no key scan is ever needed (Cluster-safe).
 
 use std::time::Duration;
 
@@ -25,6 +47,54 @@ pub const DECREASE_EVERY_MS: u64 = 2_000;
 /// recovery from the floor takes about 20 s of a healthy origin).
 pub const INCREASE_EVERY_MS: u64 = 1_000;
 pub const INCREASE_STEPS: f64 = 20.0;
+/// Decisions come once a second from the pass driver, whose ticks jitter by a few ms (and
+/// with replicas, whichever claims first decides): intervals this much short still count.
+const SLACK_MS: u64 = 150;
+/// A replica whose report is older than this has stopped (or lost the store): its
+/// observations no longer count.
+pub const REPORT_STALE_MS: u64 = 3_000;
+/// At most one decision per room in this long, whichever replica claims it.
+pub const CLAIM_EVERY_MS: u64 = 900;
+
+/// The controller's time constants. [`Tuning::default`] is the product's (SPEC §14: a 10 s
+/// window); end-to-end tests shorten them to stay within seconds. Not user-facing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tuning {
+    /// The window the decision looks at, 1 to [`WINDOW_SECS`] seconds.
+    pub window_secs: u64,
+    /// Fewer observations than this in the window hold the rate.
+    pub min_samples: u64,
+    /// A full recovery from the floor takes this many one-second steps.
+    pub increase_steps: f64,
+    /// After a cut, the next one waits at least this long.
+    pub decrease_every_ms: u64,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            window_secs: WINDOW_SECS,
+            min_samples: MIN_SAMPLES,
+            increase_steps: INCREASE_STEPS,
+            decrease_every_ms: DECREASE_EVERY_MS,
+        }
+    }
+}
+
+impl Tuning {
+    fn sane(self) -> Tuning {
+        Tuning {
+            window_secs: self.window_secs.clamp(1, WINDOW_SECS),
+            min_samples: self.min_samples.max(1),
+            increase_steps: if self.increase_steps.is_finite() && self.increase_steps >= 1.0 {
+                self.increase_steps
+            } else {
+                INCREASE_STEPS
+            },
+            decrease_every_ms: self.decrease_every_ms.max(INCREASE_EVERY_MS),
+        }
+    }
+}
 
 /// Latency histogram: bucket `i` holds latencies up to `BOUNDS_MS[i]` ms; one more bucket
 /// holds everything slower. Roughly ×1.5 apart, so p95 is known to within a third.
@@ -195,8 +265,13 @@ impl OriginWindow {
 
     /// Drops slots older than the window (and any from the future, a clock step back).
     pub fn expire(&mut self, now_ms: u64) {
+        self.expire_within(now_ms, WINDOW_SECS);
+    }
+
+    /// [`OriginWindow::expire`] for a window of `secs` seconds.
+    pub fn expire_within(&mut self, now_ms: u64, secs: u64) {
         let sec = now_ms / 1000;
-        let oldest = sec.saturating_sub(WINDOW_SECS - 1);
+        let oldest = sec.saturating_sub(secs.max(1) - 1);
         self.slots.retain(|(s, _)| *s >= oldest && *s <= sec);
     }
 
@@ -213,8 +288,13 @@ impl OriginWindow {
     /// Everything observed from `since_ms` (rounded down to its second) to `now_ms`,
     /// within the window.
     pub fn summary_since(&self, since_ms: u64, now_ms: u64) -> OriginSummary {
+        self.summary_within(since_ms, now_ms, WINDOW_SECS)
+    }
+
+    /// [`OriginWindow::summary_since`] for a window of `secs` seconds.
+    pub fn summary_within(&self, since_ms: u64, now_ms: u64, secs: u64) -> OriginSummary {
         let (from, to) = (since_ms / 1000, now_ms / 1000);
-        let oldest = to.saturating_sub(WINDOW_SECS - 1).max(from);
+        let oldest = to.saturating_sub(secs.max(1) - 1).max(from);
         let mut total = OriginSummary::default();
         for (sec, summary) in &self.slots {
             if *sec >= oldest && *sec <= to {
@@ -225,8 +305,122 @@ impl OriginWindow {
     }
 }
 
+/// One replica's observations as it publishes them: per-second summaries keyed by how
+/// many whole seconds before the publish they were recorded (the store stamps the publish
+/// with its own clock; see the module doc).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginReport {
+    /// (seconds before the publish, that second's summary); at most [`WINDOW_SECS`].
+    pub slots: Vec<(u64, OriginSummary)>,
+}
+
+impl OriginReport {
+    /// The report as a window in store time, given when the store received it.
+    pub fn window_at(&self, published_ms: u64) -> OriginWindow {
+        let sec = published_ms / 1000;
+        OriginWindow {
+            slots: self
+                .slots
+                .iter()
+                .filter(|(age, _)| *age < WINDOW_SECS && *age <= sec)
+                .map(|(age, summary)| (sec - age, summary.clone()))
+                .collect(),
+        }
+    }
+}
+
+/// What [`crate::queue::QueueStore::exchange_origin`] hands back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OriginExchange {
+    /// The store's time of the exchange (unix ms): decisions are made at it.
+    pub now_ms: u64,
+    /// The room's configured `rate`, as the store has it now.
+    pub configured_rate: f64,
+    /// Whether this caller claimed this second's decision (at most one caller per
+    /// [`CLAIM_EVERY_MS`]).
+    pub decide: bool,
+    /// The room's adaptive state as last stored, if any.
+    pub state: Option<AdaptiveState>,
+    /// Every live replica's report (this caller's included), with the store time it was
+    /// received.
+    pub reports: Vec<(u64, OriginReport)>,
+}
+
+impl OriginExchange {
+    /// Every replica's reports merged into one window in store time.
+    pub fn fleet_window(&self) -> OriginWindow {
+        let mut window = OriginWindow::default();
+        for (at, report) in &self.reports {
+            window.merge(&report.window_at(*at));
+        }
+        window.expire(self.now_ms);
+        window
+    }
+}
+
+/// One room's observations on this replica: a ring of [`WINDOW_SECS`] one-second slots of
+/// fixed size, so recording a response is a short critical section with no allocation.
+#[derive(Default)]
+pub struct OriginRecorder {
+    ring: std::sync::Mutex<[Slot; WINDOW_SECS as usize]>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    sec: u64,
+    count: u64,
+    server_errors: u64,
+    buckets: [u64; HIST],
+}
+
+impl OriginRecorder {
+    /// Records one response's time to headers and status at `now_ms` (this replica's
+    /// clock).
+    pub fn record(&self, now_ms: u64, latency: Duration, status: u16) {
+        let sec = now_ms / 1000;
+        let ms = latency.as_millis().min(u128::from(u32::MAX)) as u32;
+        let bucket = BOUNDS_MS.partition_point(|&b| b < ms);
+        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = &mut ring[(sec % WINDOW_SECS) as usize];
+        if slot.sec != sec {
+            // A slot from a second ago by a whole window (or never used): reuse it.
+            *slot = Slot {
+                sec,
+                ..Slot::default()
+            };
+        }
+        slot.count = slot.count.saturating_add(1);
+        if (500..600).contains(&status) {
+            slot.server_errors = slot.server_errors.saturating_add(1);
+        }
+        slot.buckets[bucket] = slot.buckets[bucket].saturating_add(1);
+    }
+
+    /// The last [`WINDOW_SECS`] seconds as of `now_ms`, to publish.
+    pub fn report(&self, now_ms: u64) -> OriginReport {
+        let sec = now_ms / 1000;
+        let ring = *self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slots: Vec<(u64, OriginSummary)> = ring
+            .iter()
+            .filter(|s| s.count > 0 && s.sec <= sec && sec - s.sec < WINDOW_SECS)
+            .map(|s| {
+                (
+                    sec - s.sec,
+                    OriginSummary {
+                        count: s.count,
+                        server_errors: s.server_errors,
+                        latency_buckets: s.buckets.to_vec(),
+                    },
+                )
+            })
+            .collect();
+        slots.sort_by_key(|(age, _)| *age);
+        OriginReport { slots }
+    }
+}
+
 /// Why the effective rate is what it is, for stats and the control room.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Reason {
     /// Healthy and at the configured rate.
@@ -241,6 +435,20 @@ pub enum Reason {
     NotEnoughData { samples: u64 },
     /// Waiting for the last cut to show its effect (or stale slow responses to age out).
     Holding,
+}
+
+impl Reason {
+    /// The room stats' `rate_reason`: `configured` at the configured rate, `latency` or
+    /// `errors` when that lowered it, `recovering` while it is below it for any other
+    /// reason (raising, holding for evidence, waiting for stale responses to age out).
+    pub fn code(&self, below_configured: bool) -> &'static str {
+        match self {
+            Reason::SlowOrigin { .. } => "latency",
+            Reason::OriginErrors { .. } => "errors",
+            _ if below_configured => "recovering",
+            _ => "configured",
+        }
+    }
 }
 
 impl std::fmt::Display for Reason {
@@ -290,6 +498,32 @@ pub struct AdaptiveController {
     reason: Reason,
     last_decrease_ms: Option<u64>,
     last_increase_ms: Option<u64>,
+    tuning: Tuning,
+    /// What the last decision saw over the whole window.
+    observed: Observed,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Observed {
+    p95_ms: Option<u64>,
+    error_ratio: f64,
+    samples: u64,
+}
+
+/// A controller's memory, kept in the store next to the effective rate so whichever
+/// replica decides next carries on from it, and shown in the room stats.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdaptiveState {
+    pub effective_rate: f64,
+    pub reason: Reason,
+    pub last_decrease_ms: Option<u64>,
+    pub last_increase_ms: Option<u64>,
+    /// Over the last decision's whole window, every replica's observations merged.
+    pub p95_ms: Option<u64>,
+    pub error_ratio: f64,
+    pub samples: u64,
+    /// Store time of the decision.
+    pub decided_ms: u64,
 }
 
 impl AdaptiveController {
@@ -304,6 +538,58 @@ impl AdaptiveController {
             reason: Reason::AtConfiguredRate,
             last_decrease_ms: None,
             last_increase_ms: None,
+            tuning: Tuning::default(),
+            observed: Observed::default(),
+        }
+    }
+
+    /// The controller with other time constants (tests).
+    pub fn with_tuning(mut self, tuning: Tuning) -> Self {
+        self.tuning = tuning.sane();
+        self
+    }
+
+    /// Carries on from `state` (the store's, written by whichever replica decided last)
+    /// with the room's current configured rate. A state at the configured rate follows the
+    /// configured rate up when the operator raises it; a lowered one stays lowered (capped
+    /// by it) and recovers step by step.
+    pub fn restore(
+        config: AdaptiveConfig,
+        configured_rate: f64,
+        state: Option<&AdaptiveState>,
+    ) -> Self {
+        let mut c = AdaptiveController::new(config, configured_rate);
+        if let Some(s) = state
+            && s.effective_rate.is_finite()
+            && s.effective_rate > 0.0
+        {
+            if s.reason != Reason::AtConfiguredRate {
+                c.effective_rate = s.effective_rate;
+            }
+            c.reason = s.reason.clone();
+            c.last_decrease_ms = s.last_decrease_ms;
+            c.last_increase_ms = s.last_increase_ms;
+            c.observed = Observed {
+                p95_ms: s.p95_ms,
+                error_ratio: s.error_ratio,
+                samples: s.samples,
+            };
+            c.set_configured_rate(c.configured_rate);
+        }
+        c
+    }
+
+    /// The memory to store after a decision at `now_ms`.
+    pub fn state(&self, now_ms: u64) -> AdaptiveState {
+        AdaptiveState {
+            effective_rate: self.effective_rate,
+            reason: self.reason.clone(),
+            last_decrease_ms: self.last_decrease_ms,
+            last_increase_ms: self.last_increase_ms,
+            p95_ms: self.observed.p95_ms,
+            error_ratio: self.observed.error_ratio,
+            samples: self.observed.samples,
+            decided_ms: now_ms,
         }
     }
 
@@ -336,15 +622,21 @@ impl AdaptiveController {
     /// Decides from `window` (this replica's, or every replica's merged) at `now_ms`. Call
     /// it as often as convenient (every pass): it changes the rate at most once per second.
     pub fn decide(&mut self, window: &OriginWindow, now_ms: u64) -> RateDecision {
-        let whole = window.summary_since(0, now_ms);
+        let t = self.tuning;
+        let whole = window.summary_within(0, now_ms, t.window_secs);
+        self.observed = Observed {
+            p95_ms: whole.p95().map(|d| d.as_millis() as u64),
+            error_ratio: whole.error_ratio(),
+            samples: whole.count,
+        };
         // Judge a cut only on what came after the previous one.
         let fresh = match self.last_decrease_ms {
-            Some(at) => window.summary_since(at, now_ms),
+            Some(at) => window.summary_within(at, now_ms, t.window_secs),
             None => whole.clone(),
         };
         let target_ms = self.config.target_latency.as_millis() as u64;
         let over = |s: &OriginSummary| -> Option<Reason> {
-            if s.count < MIN_SAMPLES {
+            if s.count < t.min_samples {
                 return None;
             }
             let ratio = s.error_ratio();
@@ -360,22 +652,19 @@ impl AdaptiveController {
                 target_ms,
             })
         };
-        let may_decrease = self
-            .last_decrease_ms
-            .is_none_or(|at| now_ms.saturating_sub(at) >= DECREASE_EVERY_MS);
-        let may_increase = self
-            .last_increase_ms
-            .is_none_or(|at| now_ms.saturating_sub(at) >= INCREASE_EVERY_MS)
-            && self
-                .last_decrease_ms
-                .is_none_or(|at| now_ms.saturating_sub(at) >= INCREASE_EVERY_MS);
+        let since = |at: Option<u64>, every: u64| {
+            at.is_none_or(|at| now_ms.saturating_sub(at) + SLACK_MS >= every)
+        };
+        let may_decrease = since(self.last_decrease_ms, t.decrease_every_ms);
+        let may_increase = since(self.last_increase_ms, INCREASE_EVERY_MS)
+            && since(self.last_decrease_ms, INCREASE_EVERY_MS);
         if let Some(reason) = over(&fresh) {
             if may_decrease {
                 self.effective_rate = (self.effective_rate * DECREASE_FACTOR).max(self.floor());
                 self.last_decrease_ms = Some(now_ms);
                 self.reason = reason;
             }
-        } else if whole.count < MIN_SAMPLES {
+        } else if whole.count < t.min_samples {
             // Too little traffic to judge (or none at all): keep what we have.
             if self.effective_rate < self.configured_rate {
                 self.reason = Reason::NotEnoughData {
@@ -390,7 +679,7 @@ impl AdaptiveController {
             }
         } else if self.effective_rate < self.configured_rate {
             if may_increase {
-                let step = self.configured_rate / INCREASE_STEPS;
+                let step = self.configured_rate / t.increase_steps;
                 self.effective_rate = (self.effective_rate + step).min(self.configured_rate);
                 self.last_increase_ms = Some(now_ms);
                 self.reason = if self.effective_rate >= self.configured_rate {

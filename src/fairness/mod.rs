@@ -1,8 +1,10 @@
 //! SPEC §14, "fairness you can verify": the self-contained pieces that let visitors,
 //! operators and origins check anteroom's claims. Each piece is a pure component with its
 //! own tests; the request path uses the admission token (`gate::respond`) and the draw
-//! (`gate::draw`: the public document and receipts), and admission keeps the honest-ETA
-//! ledger (`admission.rs`: room stats, metrics); the adaptive controller is not wired in yet.
+//! (`gate::draw`: the public document and receipts); admission keeps the honest-ETA ledger
+//! (`admission.rs`: room stats, metrics) and drives the adaptive controller
+//! (`Admission::adapt`, fed by `gate::classes`'s admitted requests, its effective rate
+//! applied by the store).
 //!
 //! - [`admission_token`] — the Ed25519-signed `X-Anteroom-Admission` header and its key.
 //! - [`draw`] — the auditable lottery: commitment, draw hashes, places, the published

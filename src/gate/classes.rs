@@ -249,7 +249,7 @@ impl App {
     ) -> Response<Body> {
         let Some(inflight) = &room.inflight else {
             let proxied = self.proxy(room, req, identity, admitted, None);
-            return self.metrics.time_proxy(&room.config.name, proxied).await;
+            return self.time_origin(&room.config.name, proxied).await;
         };
         let name = &room.config.name;
         let permit =
@@ -269,8 +269,25 @@ impl App {
             gauge: inflight.gauge.clone(),
         };
         let proxied = self.proxy(room, req, identity, admitted, None);
-        let response = self.metrics.time_proxy(name, proxied).await;
+        let response = self.time_origin(name, proxied).await;
         hold(response, slot)
+    }
+
+    /// [`crate::metrics::Metrics::time_proxy`] for an admitted request, whose time to
+    /// response headers and status also feed closed-loop admission (SPEC §14). The wait
+    /// for an in-flight slot is not the origin's and is not counted.
+    async fn time_origin(
+        &self,
+        room: &str,
+        proxy: impl Future<Output = Response<Body>>,
+    ) -> Response<Body> {
+        let started = tokio::time::Instant::now();
+        let response = proxy.await;
+        let took = started.elapsed();
+        self.metrics.observe_proxy(room, response.status(), took);
+        self.admission
+            .observe_origin(room, took, response.status().as_u16());
+        response
     }
 
     /// Where this request's visitor stands: on the site, in line, or nobody the store

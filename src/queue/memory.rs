@@ -13,10 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use super::fenwick::RankIndex;
 use super::{
-    ClientKey, DrawRecord, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore,
-    REAP_BUDGET, RefusedReason, Resolution, RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER,
-    Seeded, SettingsPatch, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState,
-    WaitingEntry,
+    AdaptiveState, ClientKey, DrawRecord, GrantUse, Join, OriginExchange, OriginReport, PassReport,
+    Phase, Place, QueueQuery, QueueStore, REAP_BUDGET, RefusedReason, Resolution, RoomPolicy,
+    RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded, SettingsPatch, StoreError, StoreResult,
+    VisitorId, VisitorRef, VisitorState, WaitingEntry,
 };
 use crate::clock::{Clock, ms};
 use crate::fairness::draw::DrawHash;
@@ -283,7 +283,7 @@ impl QueueStore for MemoryStore {
             room.refill(now);
             let resuming = room.settings.paused && !next.paused;
             room.settings = next.clone();
-            room.tokens = room.tokens.min(next.burst());
+            room.tokens = room.tokens.min(room.burst());
             if resuming {
                 // SPEC §3: a resume starts with an empty bucket; paused time earns nothing.
                 room.tokens = 0.0;
@@ -294,6 +294,48 @@ impl QueueStore for MemoryStore {
 
     async fn flush(&self, room: &str) -> StoreResult<u64> {
         self.with_room(room, |room, _| room.flush())
+    }
+
+    async fn exchange_origin(
+        &self,
+        room: &str,
+        replica: &str,
+        report: &OriginReport,
+    ) -> StoreResult<OriginExchange> {
+        use crate::fairness::adaptive::{CLAIM_EVERY_MS, REPORT_STALE_MS};
+        self.with_room(room, |room, now| {
+            room.origin_reports
+                .insert(replica.to_owned(), (now, report.clone()));
+            room.origin_reports
+                .retain(|_, (at, _)| now.saturating_sub(*at) <= REPORT_STALE_MS);
+            // A claim from the future (a clock stepped back) is void too.
+            let decide = room
+                .adaptive_claim_ms
+                .is_none_or(|at| at > now || now - at >= CLAIM_EVERY_MS);
+            if decide {
+                room.adaptive_claim_ms = Some(now);
+            }
+            OriginExchange {
+                now_ms: now,
+                configured_rate: room.settings.rate,
+                decide,
+                state: room.adaptive.clone(),
+                reports: room.origin_reports.values().cloned().collect(),
+            }
+        })
+    }
+
+    async fn set_adaptive(&self, room: &str, state: Option<&AdaptiveState>) -> StoreResult<()> {
+        self.with_room(room, |room, now| {
+            // Tokens earned so far at the old rate are kept; the new one applies from now.
+            room.refill(now);
+            room.adaptive = state.cloned();
+            if state.is_none() {
+                room.adaptive_claim_ms = None;
+                room.origin_reports.clear();
+            }
+            room.tokens = room.tokens.min(room.burst());
+        })
     }
 
     async fn ping(&self) -> StoreResult<()> {
@@ -438,6 +480,14 @@ struct Room {
     session_counts: ClientCounts,
     joins: JoinWindows,
     counters: Counters,
+    /// Closed-loop admission (SPEC §14): the controller's state, whose effective rate caps
+    /// the bucket. Not snapshotted: after a restart the controller starts afresh at the
+    /// configured rate, with a new window of observations.
+    adaptive: Option<AdaptiveState>,
+    adaptive_claim_ms: Option<u64>,
+    /// Each replica's latest report and when it came (several replicas share this store
+    /// only in tests, but the rules are the Redis store's).
+    origin_reports: HashMap<String, (u64, OriginReport)>,
 }
 
 impl Room {
@@ -467,6 +517,9 @@ impl Room {
             session_counts: ClientCounts::default(),
             joins: JoinWindows::default(),
             counters: Counters::default(),
+            adaptive: None,
+            adaptive_claim_ms: None,
+            origin_reports: HashMap::new(),
         }
     }
 
@@ -485,7 +538,7 @@ impl Room {
                     paused: self.settings.paused,
                     ..seed.clone()
                 };
-                self.tokens = self.tokens.min(self.settings.burst());
+                self.tokens = self.tokens.min(self.burst());
                 Seeded::Reseeded
             }
         }
@@ -493,9 +546,24 @@ impl Room {
 
     fn refill(&mut self, now: u64) {
         let elapsed = now.saturating_sub(self.refilled_ms);
-        self.tokens =
-            (self.tokens + elapsed as f64 * self.settings.rate / 1000.0).min(self.settings.burst());
+        self.tokens = (self.tokens + elapsed as f64 * self.rate() / 1000.0).min(self.burst());
         self.refilled_ms = self.refilled_ms.max(now);
+    }
+
+    /// The rate the bucket refills at: the configured one, capped by the closed-loop
+    /// controller's effective rate when it has one (SPEC §14).
+    fn rate(&self) -> f64 {
+        match &self.adaptive {
+            Some(a) if a.effective_rate.is_finite() && a.effective_rate > 0.0 => {
+                self.settings.rate.min(a.effective_rate)
+            }
+            _ => self.settings.rate,
+        }
+    }
+
+    /// One second's worth of [`Room::rate`], at least one (as [`RoomSettings::burst`]).
+    fn burst(&self) -> f64 {
+        self.rate().max(1.0)
     }
 
     fn can_admit(&self) -> bool {

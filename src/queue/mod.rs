@@ -21,6 +21,7 @@ pub mod redis_client;
 pub mod conformance;
 
 pub use crate::config::Schedule;
+pub use crate::fairness::adaptive::{AdaptiveState, OriginExchange, OriginReport};
 pub use crate::identity::ClientKey;
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
@@ -704,6 +705,39 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// Empties the line; sessions on the site are untouched. Returns how many were removed.
     async fn flush(&self, room: &str) -> StoreResult<u64>;
+
+    /// Closed-loop admission (SPEC §14), once a second per replica: stores `report` as
+    /// `replica`'s latest observations of the room's origin (replacing its previous one)
+    /// and returns every report received within [`crate::fairness::adaptive::REPORT_STALE_MS`]
+    /// (stale ones are dropped), the room's stored [`AdaptiveState`], and whether this call
+    /// claimed the decision: at most one claim per room per
+    /// [`crate::fairness::adaptive::CLAIM_EVERY_MS`], shared by every replica.
+    async fn exchange_origin(
+        &self,
+        room: &str,
+        replica: &str,
+        report: &OriginReport,
+    ) -> StoreResult<OriginExchange> {
+        let _ = (replica, report);
+        Err(StoreError::Invalid {
+            field: "adaptive",
+            reason: format!("this store does not support closed-loop admission ({room})"),
+        })
+    }
+
+    /// Stores the room's [`AdaptiveState`] (`None` clears it). From now on the bucket
+    /// refills at `min(rate, effective_rate)` (the configured `rate` is unchanged, and
+    /// tokens earned so far keep the rate they were earned at), for passes and the fast
+    /// path alike, on every replica.
+    async fn set_adaptive(&self, room: &str, state: Option<&AdaptiveState>) -> StoreResult<()> {
+        match state {
+            None => Ok(()),
+            Some(_) => Err(StoreError::Invalid {
+                field: "adaptive",
+                reason: format!("this store does not support closed-loop admission ({room})"),
+            }),
+        }
+    }
 
     /// Whether the store answers.
     async fn ping(&self) -> StoreResult<()>;

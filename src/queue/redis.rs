@@ -16,7 +16,9 @@
 //! entrants, fixed from the doors on, SPEC §14), `ar:{main}:places` (client → its visitors' ids, while
 //! `max_places_per_client` is set), `ar:{main}:sess` (session → the clients it was used
 //! from) and `ar:{main}:scount` (client → sessions), while a session cap is set,
-//! `ar:{main}:joins:<client>` (one client's join-limit window, expiring with it). Members are
+//! `ar:{main}:joins:<client>` (one client's join-limit window, expiring with it),
+//! `ar:{main}:origin` (closed-loop admission: each replica's latest report of the origin's
+//! latency and errors, SPEC §14, expiring with its last writer). Members are
 //! the raw 16-byte visitor ids; clients are [`ClientKey::to_bytes`].
 //!
 //! Outages: every connection, I/O or timeout error is [`StoreError::Unavailable`] (admission
@@ -34,9 +36,10 @@ use redis::{Script, Value};
 
 use super::redis_client::{RedisConn, Timeouts};
 use super::{
-    ClientKey, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore, RefusedReason,
-    Resolution, RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded, SettingsPatch,
-    StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
+    AdaptiveState, ClientKey, GrantUse, Join, OriginExchange, OriginReport, PassReport, Phase,
+    Place, QueueQuery, QueueStore, RefusedReason, Resolution, RoomPolicy, RoomSettings, RoomStats,
+    SHARE_RETRY_AFTER, Seeded, SettingsPatch, StoreError, StoreResult, VisitorId, VisitorRef,
+    VisitorState, WaitingEntry,
 };
 use crate::clock::ms;
 use crate::fairness::draw::DrawHash;
@@ -81,6 +84,8 @@ static DRAW: LazyLock<Script> = script!("draw.lua");
 /// How many fields of a draw's record one `HSCAN` step asks for: a draw of any size is
 /// read in steps of well under a millisecond of Redis time each.
 const DRAW_SCAN_STEP: usize = 1_000;
+
+static ADAPTIVE: LazyLock<Script> = script!("adaptive.lua");
 
 /// How many of the line one step of a search by reference reads: a few milliseconds of
 /// Redis time, so an admin's search never blocks the room's admissions for long.
@@ -197,6 +202,11 @@ impl RedisStore {
     /// a key.
     fn grant_key(room: &str, nonce: &str) -> String {
         format!("ar:{{{room}}}:grant:{nonce}")
+    }
+
+    /// The key of the origin reports of `room`'s replicas (same slot as the room).
+    fn origin_key(room: &str) -> String {
+        format!("ar:{{{room}}}:origin")
     }
 
     /// The key of one client's join-limit window in `room` (same slot as the room).
@@ -765,6 +775,70 @@ impl QueueStore for RedisStore {
         match ints("flush", reply)?.as_slice() {
             &[n] if n >= 0 => Ok(n as u64),
             other => Err(bad_reply("flush", other)),
+        }
+    }
+
+    async fn exchange_origin(
+        &self,
+        room: &str,
+        replica: &str,
+        report: &OriginReport,
+    ) -> StoreResult<OriginExchange> {
+        use crate::fairness::adaptive::{CLAIM_EVERY_MS, REPORT_STALE_MS};
+        let json = serde_json::to_string(report)
+            .map_err(|e| StoreError::Unavailable(format!("cannot encode a report: {e}")))?;
+        let reply = self
+            .call_with(&ADAPTIVE, room, Some(Self::origin_key(room)), |inv| {
+                inv.arg("x")
+                    .arg(replica)
+                    .arg(json)
+                    .arg(REPORT_STALE_MS)
+                    .arg(CLAIM_EVERY_MS);
+            })
+            .await?;
+        let fields: Vec<String> = redis::from_redis_value(reply.clone())
+            .map_err(|_| bad_reply("exchange_origin", &reply))?;
+        let [now, rate, claimed, state, reports @ ..] = fields.as_slice() else {
+            return Err(bad_reply("exchange_origin", &fields));
+        };
+        // Another replica's bad JSON (a different version, say) is skipped, not fatal:
+        // the decision is made on what can be read.
+        let state = (!state.is_empty())
+            .then(|| serde_json::from_str::<AdaptiveState>(state).ok())
+            .flatten();
+        let reports = reports
+            .iter()
+            .filter_map(|v| {
+                let (at, json) = v.split_once(' ')?;
+                Some((at.parse().ok()?, serde_json::from_str(json).ok()?))
+            })
+            .collect();
+        Ok(OriginExchange {
+            now_ms: parse("now", now)?,
+            configured_rate: parse("rate", rate)?,
+            decide: claimed == "1",
+            state,
+            reports,
+        })
+    }
+
+    async fn set_adaptive(&self, room: &str, state: Option<&AdaptiveState>) -> StoreResult<()> {
+        let (rate, json) = match state {
+            Some(s) => (
+                format!("{:.17}", s.effective_rate.max(0.0)),
+                serde_json::to_string(s)
+                    .map_err(|e| StoreError::Unavailable(format!("cannot encode a state: {e}")))?,
+            ),
+            None => (String::new(), String::new()),
+        };
+        let reply = self
+            .call_with(&ADAPTIVE, room, Some(Self::origin_key(room)), |inv| {
+                inv.arg("s").arg(rate).arg(json);
+            })
+            .await?;
+        match ints("set_adaptive", reply)?.as_slice() {
+            [1] => Ok(()),
+            other => Err(bad_reply("set_adaptive", other)),
         }
     }
 

@@ -9,7 +9,10 @@
 --                       pass), gap_ms (store/fleet downtime forgiven so far), counters,
 --                       salt (lottery, set once), draw_next/draw_end (tickets reserved for
 --                       a draw at the doors: the next one issued is draw_next + 1)
---                       front_seq (the front lane's counter)
+--                       front_seq (the front lane's counter); eff_rate (closed-loop
+--                       admission's effective rate: the bucket refills at min(rate,
+--                       eff_rate)), adaptive (the controller's state, JSON) and
+--                       adaptive_claim_ms (the last claimed decision), SPEC §14
 -- KEYS[3] line    ZSET  16-byte visitor id -> ticket; position is ZRANK + 1. A ticket is
 --                       max(last + 1, join time in ms * 1024), so it still orders strictly
 --                       and also tells when the place was taken (no per-visitor field: the
@@ -38,6 +41,7 @@
 --                       moved to the front, flushed) is removed; from the doors on it
 --                       never changes: it is the draw's published record (SPEC §14)
 -- KEYS[11] joins  HASH  (resolve only) this client's join-limit window: s start, n count
+-- KEYS[11] origin HASH  (adaptive only) replica id -> '<store ms> <its report, JSON>'
 -- ARGV[1]         clock offset in ms: always 0 in production; tests move it, or freeze the
 --                 clock with '@<unix ms>'
 --
@@ -78,7 +82,7 @@ local function load_room()
   if not c[1] then
     return nil
   end
-  local s = redis.call('HMGET', K_STATE, 'tokens', 'refilled_ms', 'gap_ms')
+  local s = redis.call('HMGET', K_STATE, 'tokens', 'refilled_ms', 'gap_ms', 'eff_rate')
   local r = {
     rate = tonumber(c[1]),
     max_active = tonumber(c[2]),
@@ -98,6 +102,7 @@ local function load_room()
     max_sessions = tonumber(c[13]) or 0,
     session_clients = tonumber(c[14]) or 0,
     max_waiting = tonumber(c[15]) or 0,
+    eff_rate = tonumber(s[4]),
   }
   if not (r.rate and r.max_active and r.ttl and r.abandon) then
     error('anteroom: bad data in ' .. K_CONF)
@@ -109,8 +114,17 @@ local function load_room()
   return r
 end
 
+-- The rate the bucket refills at: the configured one, capped by closed-loop admission's
+-- effective rate when it has one (r.rate stays the configured rate).
+local function rate_of(r)
+  if r.eff_rate and r.eff_rate > 0 and r.eff_rate < r.rate then
+    return r.eff_rate
+  end
+  return r.rate
+end
+
 local function burst(r)
-  return math.max(r.rate, 1)
+  return math.max(rate_of(r), 1)
 end
 
 -- Credits the bucket for the time since the last refill, capped at one second's worth.
@@ -119,7 +133,7 @@ local function refill(r)
   if elapsed < 0 then
     elapsed = 0
   end
-  r.tokens = math.min(r.tokens + elapsed * r.rate / 1000.0, burst(r))
+  r.tokens = math.min(r.tokens + elapsed * rate_of(r) / 1000.0, burst(r))
   if NOW > r.refilled then
     r.refilled = NOW
   end

@@ -21,6 +21,7 @@ import {
 } from './api';
 import { BansView } from './Bans';
 import {
+  formatAdaptive,
   formatAge,
   formatBreaker,
   formatClock,
@@ -804,6 +805,11 @@ function RoomTile(props: {
             {formatRate(r.observed_rate)}
           </dd>
           <dd class="cr-sub">limit {formatRate(r.rate)}/s</dd>
+          {formatAdaptive(r) && (
+            <dd class="cr-sub cr-adaptive" data-stat="effective_rate">
+              ({formatAdaptive(r)})
+            </dd>
+          )}
         </div>
         <div class="cr-stat">
           <dt>Refused</dt>

@@ -21,6 +21,11 @@ export interface RoomView {
   total_abandoned?: number;
   total_refused?: number;
   observed_rate?: number;
+  /** The rate admissions actually use (SPEC §14 closed-loop admission); at most `rate`. */
+  effective_rate?: number;
+  rate_reason?: 'configured' | 'latency' | 'errors' | 'recovering';
+  /** The last closed-loop decision; null for a room without `adaptive:`. */
+  adaptive?: AdaptiveStats | null;
   last_pass_ms?: number | null;
   stats_age_secs?: number;
   /** Honest ETA over the last hour (SPEC §14); absent from servers that do not measure it. */
@@ -30,6 +35,16 @@ export interface RoomView {
   inflight?: { now: number; max: number } | null;
   /** The queue breaker (`max_waiting`): newcomers beyond it get 503 `full`; 0 when off. */
   max_waiting?: number;
+}
+
+/** What closed-loop admission's last decision saw (SPEC §14). */
+export interface AdaptiveStats {
+  explanation: string;
+  origin_p95_ms: number | null;
+  origin_error_ratio: number;
+  origin_samples: number;
+  target_latency_ms: number;
+  max_error_ratio: number;
 }
 
 /** How well the waits shown matched the waits had, over the last hour (SPEC §14). */

@@ -14,6 +14,7 @@ import {
 } from './api';
 import { actionLabel, banDeadline, banKey, describeLength, formatTimeLeft, parseTime, sourceLabel } from './bans';
 import {
+  formatAdaptive,
   formatAge,
   formatBreaker,
   formatClock,
@@ -562,5 +563,30 @@ describe('token storage', () => {
     expect(loadToken(broken)).toBeNull();
     expect(() => saveToken(broken, 't')).not.toThrow();
     expect(() => clearToken(broken)).not.toThrow();
+  });
+});
+
+describe('closed-loop admission on the tile', () => {
+  const adaptive = {
+    origin_p95_ms: 1_200,
+    origin_error_ratio: 0.12,
+    target_latency_ms: 800,
+    max_error_ratio: 0.05,
+  };
+  it('says why the effective rate is below the configured one', () => {
+    expect(formatAdaptive({ rate: 50, effective_rate: 20, rate_reason: 'latency', adaptive })).toBe(
+      'adaptive: 20/s — origin p95 1.2 s > 800 ms',
+    );
+    expect(formatAdaptive({ rate: 50, effective_rate: 25, rate_reason: 'errors', adaptive })).toBe(
+      'adaptive: 25/s — origin 5xx 12 % > 5 %',
+    );
+    expect(formatAdaptive({ rate: 50, effective_rate: 40, rate_reason: 'recovering', adaptive })).toBe(
+      'adaptive: 40/s — recovering',
+    );
+  });
+  it('says nothing at the configured rate or without adaptive', () => {
+    expect(formatAdaptive({ rate: 50, effective_rate: 50, rate_reason: 'configured', adaptive })).toBeNull();
+    expect(formatAdaptive({ rate: 50, effective_rate: 50, adaptive: null })).toBeNull();
+    expect(formatAdaptive({ rate: 50 })).toBeNull();
   });
 });

@@ -147,3 +147,39 @@ export function formatBreaker(
   const near = waiting / maxWaiting >= NEAR_CAP;
   return { text, fill: near ? `line ${percentOf(waiting, maxWaiting)} % full` : null, near };
 }
+
+/** A latency in ms as the tile shows it: `800 ms`, `1.2 s`. */
+export function formatLatency(ms: number): string {
+  return ms < 1000 ? `${Math.round(ms)} ms` : `${Number((ms / 1000).toPrecision(2))} s`;
+}
+
+/**
+ * Why closed-loop admission holds the rate below the configured one (SPEC §14), e.g.
+ * `adaptive: 20/s — origin p95 1.2 s > 800 ms`; null at the configured rate or without it.
+ */
+export function formatAdaptive(r: {
+  rate?: number;
+  effective_rate?: number;
+  rate_reason?: string;
+  adaptive?: {
+    origin_p95_ms: number | null;
+    origin_error_ratio: number;
+    target_latency_ms: number;
+    max_error_ratio: number;
+  } | null;
+}): string | null {
+  const a = r.adaptive;
+  if (!a || r.effective_rate === undefined || r.rate === undefined || r.effective_rate >= r.rate) return null;
+  const head = `adaptive: ${formatRate(r.effective_rate)}/s`;
+  const pct = (x: number) => `${Number((x * 100).toPrecision(2))} %`;
+  switch (r.rate_reason) {
+    case 'latency':
+      return a.origin_p95_ms === null
+        ? `${head} — origin slow`
+        : `${head} — origin p95 ${formatLatency(a.origin_p95_ms)} > ${formatLatency(a.target_latency_ms)}`;
+    case 'errors':
+      return `${head} — origin 5xx ${pct(a.origin_error_ratio)} > ${pct(a.max_error_ratio)}`;
+    default:
+      return `${head} — recovering`;
+  }
+}

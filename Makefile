@@ -55,7 +55,7 @@ bench:
 	$(CARGO) build --release --locked --workspace
 	target/release/anteroom-loadtest all
 
-## bench-smoke: every scenario at small scale (under three minutes); prints the table and
+## bench-smoke: every scenario at small scale (a few minutes); prints the table and
 ## writes BENCHMARKS-smoke.md
 bench-smoke:
 	$(CARGO) build --release --locked --workspace

@@ -138,22 +138,7 @@ impl RawFile {
         };
         let admin_token = match &d.admin_token {
             Some(v) => {
-                let n = v.text.chars().count();
-                if n < 16 {
-                    return Err(cx.fail(
-                        "admin_token",
-                        v,
-                        format!("must be at least 16 characters (got {n})"),
-                    ));
-                }
-                if v.text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                    return Err(cx.fail(
-                        "admin_token",
-                        v,
-                        "must not contain spaces or control characters (it is sent in an \
-                         Authorization header)",
-                    ));
-                }
+                bearer_token(&cx, "admin_token", v)?;
                 Secret::from_text(v.text.clone())
             }
             None => {
@@ -260,22 +245,7 @@ impl RawFile {
         }
         let metrics_token = match &d.metrics_token {
             Some(v) if !v.text.is_empty() => {
-                let n = v.text.chars().count();
-                if n < 16 {
-                    return Err(cx.fail(
-                        "metrics_token",
-                        v,
-                        format!("must be at least 16 characters (got {n})"),
-                    ));
-                }
-                if v.text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                    return Err(cx.fail(
-                        "metrics_token",
-                        v,
-                        "must not contain spaces or control characters (it is sent in an \
-                         Authorization header)",
-                    ));
-                }
+                bearer_token(&cx, "metrics_token", v)?;
                 if admin_token.ct_eq(v.text.as_bytes()) {
                     return Err(cx.fail(
                         "metrics_token",
@@ -1038,6 +1008,24 @@ fn parse_listen(text: &str) -> Result<SocketAddr, String> {
 }
 
 /// A CIDR, or a bare address meaning /32 or /128.
+/// The rules every bearer token shares (`admin_token`, `metrics_token`): long enough not
+/// to be guessed, and nothing an `Authorization` header cannot carry.
+fn bearer_token(cx: &Ctx<'_>, key: &str, v: &V) -> Result<(), ConfigError> {
+    let n = v.text.chars().count();
+    if n < 16 {
+        return Err(cx.fail(key, v, format!("must be at least 16 characters (got {n})")));
+    }
+    if v.text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(cx.fail(
+            key,
+            v,
+            "must not contain spaces or control characters (it is sent in an Authorization \
+             header)",
+        ));
+    }
+    Ok(())
+}
+
 fn parse_net(text: &str) -> Result<ipnet::IpNet, String> {
     let t = text.trim();
     if let Ok(net) = t.parse::<ipnet::IpNet>() {

@@ -207,6 +207,7 @@ pub async fn start(
         shutdown_grace: config.server.shutdown_grace,
     };
     let drain_delay = config.server.drain_delay;
+    let workers = config.server.workers;
     let done = {
         let app = app.clone();
         let stop = stop.clone();
@@ -251,16 +252,20 @@ pub async fn start(
                     server::serve(admin_listener, limits, handler, closing.cancelled_owned()).await
                 })
             });
-            let shutdown = {
+            let shutdown = CancellationToken::new();
+            {
                 let app = app.clone();
-                async move {
+                let shutdown = shutdown.clone();
+                tokio::spawn(async move {
                     closing.cancelled().await;
                     // Streams would hold the drain open; end them so pages reload on
                     // their jittered timers.
                     app.live.close_all();
-                }
-            };
-            let served = server::serve(listener, limits, handler, shutdown).await;
+                    shutdown.cancel();
+                });
+            }
+            let served =
+                server::serve_on_workers(listener, workers, limits, handler, shutdown).await;
             let admin_served = match admin_served {
                 Some(task) => task.await?,
                 None => Ok(()),

@@ -56,6 +56,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::http::body::{Body, BoxError, Watch, Watched};
 use crate::identity::TrustedProxies;
@@ -169,13 +170,144 @@ where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
+    let caps = Caps::new(&limits);
+    accept_loop(listener, limits, caps, handler, shutdown).await
+}
+
+/// [`serve`] on `workers` threads, each running its own current-thread runtime and its own
+/// accept loop on a duplicate of `listener`'s socket; with `workers <= 1`, [`serve`] on the
+/// caller's runtime.
+///
+/// Why: on a multi-thread runtime every request crosses threads several times (the
+/// connection task, the pooled origin connection's task, the timer wheel), and on the
+/// two-core boxes we measure on those wake-ups cost about a quarter of a bare proxy's
+/// throughput (`notes/proxy-profile.md`). A worker keeps a connection, its requests and
+/// (through [`PerWorker`]) its origin connections on one thread, as nginx's workers do.
+/// `max_connections` and the per-client cap stay process-wide: the workers share one
+/// semaphore and one count. Whichever worker's `accept` wins takes a connection, so a busy
+/// worker takes fewer.
+///
+/// Returns once every worker has drained (after `shutdown` is cancelled), with the first
+/// error any of them met.
+pub async fn serve_on_workers<H, F>(
+    listener: TcpListener,
+    workers: usize,
+    limits: ServerLimits,
+    handler: H,
+    shutdown: CancellationToken,
+) -> io::Result<()>
+where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    if workers <= 1 {
+        return serve(listener, limits, handler, shutdown.cancelled_owned()).await;
+    }
+    let listener = listener.into_std()?;
+    let caps = Caps::new(&limits);
+    let mut finished = Vec::with_capacity(workers);
+    for index in 0..workers {
+        let socket = listener.try_clone()?;
+        let (limits, caps, handler, shutdown) = (
+            limits.clone(),
+            caps.clone(),
+            handler.clone(),
+            shutdown.clone(),
+        );
+        let (done, result) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name(format!("anteroom-worker-{index}"))
+            .spawn(move || {
+                let served = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .and_then(|runtime| {
+                        WORKER.set(index);
+                        runtime.block_on(async move {
+                            let listener = TcpListener::from_std(socket)?;
+                            accept_loop(listener, limits, caps, handler, shutdown.cancelled()).await
+                        })
+                    });
+                let _ = done.send(served);
+            })?;
+        finished.push(result);
+    }
+    drop(listener);
+    let mut first_error = None;
+    for result in finished {
+        let served = result
+            .await
+            .unwrap_or_else(|_| Err(io::Error::other("a worker thread panicked")));
+        if let Err(error) = served {
+            first_error.get_or_insert(error);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+thread_local! {
+    /// Which serving worker this thread is (0 off the workers: background loops, tests).
+    static WORKER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// One `T` per serving worker (see [`serve_on_workers`]), so what a request uses — the
+/// origin connection pool above all — lives on the thread that serves it.
+#[derive(Debug)]
+pub struct PerWorker<T>(Box<[T]>);
+
+impl<T> PerWorker<T> {
+    /// `workers` values (at least one) made by `make`.
+    pub fn new(workers: usize, make: impl FnMut() -> T) -> Self {
+        PerWorker(std::iter::repeat_with(make).take(workers.max(1)).collect())
+    }
+
+    /// This thread's worker's value (worker 0's off the workers).
+    pub fn get(&self) -> &T {
+        &self.0[WORKER.get() % self.0.len()]
+    }
+
+    /// Every worker's value.
+    pub fn all(&self) -> &[T] {
+        &self.0
+    }
+}
+
+/// The process-wide caps every accept loop takes from.
+#[derive(Debug, Clone)]
+struct Caps {
+    permits: Arc<Semaphore>,
+    peer_counts: PeerCounts,
+}
+
+impl Caps {
+    fn new(limits: &ServerLimits) -> Self {
+        Caps {
+            permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            peer_counts: Arc::default(),
+        }
+    }
+}
+
+async fn accept_loop<H, F>(
+    listener: TcpListener,
+    limits: ServerLimits,
+    caps: Caps,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()>
+where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
     let mut shutdown = pin!(shutdown);
     let builder = Arc::new(builder(&limits));
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let Caps {
+        permits,
+        peer_counts,
+    } = caps;
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let accept_errors = LogLimiter::new(ACCEPT_ERROR_LOG_INTERVAL);
-    let peer_counts: PeerCounts = Arc::default();
     let over_peer_cap = LogLimiter::new(ACCEPT_ERROR_LOG_INTERVAL);
 
     loop {

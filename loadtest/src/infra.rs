@@ -73,6 +73,38 @@ pub fn rss(pid: u32) -> anyhow::Result<(u64, u64)> {
     Ok((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// CPU time (user + system, in seconds) used so far by process `pid` and its direct
+/// children (nginx's workers), from `/proc/<pid>/stat`; clock ticks assumed 100 Hz, which
+/// is what Linux reports to user space on every architecture we run on.
+pub fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
+    fn fields(stat: &str) -> Option<(u32, u64)> {
+        // After the `(comm)` field: state, ppid, … utime is field 14, stime 15 (1-based).
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ppid = f.get(1)?.parse().ok()?;
+        let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+        Some((ppid, ticks))
+    }
+    let own = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let (_, mut ticks) = fields(&own).context("malformed /proc stat")?;
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat"))
+            && let Some((ppid, t)) = fields(&stat)
+            && ppid == pid
+        {
+            ticks += t;
+        }
+    }
+    Ok(ticks as f64 / 100.0)
+}
+
 /// A child process killed (SIGKILL) and reaped on drop.
 pub struct Proc {
     pub child: Child,
@@ -99,6 +131,8 @@ pub struct AnteroomSpec {
     /// Top-level YAML lines added as written (`access_log: …`, `trusted_proxies: …`,
     /// `abuse: …`), each ending in a newline.
     pub top_extra: String,
+    /// `server.workers`; `None` leaves anteroom's default (one per CPU).
+    pub workers: Option<usize>,
     /// Lines added to room `main`, each indented four spaces and ending in a newline.
     pub room_extra: String,
 }
@@ -117,6 +151,7 @@ impl AnteroomSpec {
             abandon_after: "1h",
             top_extra: String::new(),
             room_extra: String::new(),
+            workers: None,
         }
     }
 }
@@ -168,7 +203,7 @@ data_dir: "{data}"
 {top_extra}{redis}server:
   max_connections: {max_conns}
   idle_timeout: 300s
-rooms:
+{workers}rooms:
   main:
     origin: {origin}
     rate: {rate}
@@ -184,6 +219,10 @@ rooms:
             secret = hex(&secret),
             data = dir.0.join("data").display(),
             max_conns = spec.max_connections,
+            workers = spec
+                .workers
+                .map(|n| format!("  workers: {n}\n"))
+                .unwrap_or_default(),
             origin = spec.origin,
             rate = spec.rate,
             max_active = spec.max_active,
@@ -299,6 +338,11 @@ http {{
             _proc: proc,
             _dir: dir,
         })
+    }
+
+    /// The master's pid (its workers are its children).
+    pub fn pid(&self) -> u32 {
+        self._proc.child.id()
     }
 }
 

@@ -17,7 +17,7 @@ use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{self, Admin, Conn};
-use crate::infra::{self, Anteroom, AnteroomSpec, Nginx};
+use crate::infra::{self, Anteroom, AnteroomSpec, Nginx, cpu_secs};
 use crate::report::{Row, fmt_value};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -609,29 +609,60 @@ pub async fn proxy(
         );
     }
     let header = format!("Cookie: {cookie}");
+    // The same anteroom on one shared multi-thread runtime: what the per-CPU workers buy.
+    let mut shared_spec = AnteroomSpec::new(None);
+    shared_spec.origin = spec.origin.clone();
+    shared_spec.rate = spec.rate;
+    shared_spec.max_active = spec.max_active;
+    shared_spec.workers = Some(1);
+    let shared = Anteroom::start(&shared_spec)?;
+    let shared_cookie = Conn::connect(shared.addr)
+        .await?
+        .get("/", &[])
+        .await?
+        .set_cookie
+        .context("anteroom (workers: 1) set no cookie")?;
+    let shared_header = format!("Cookie: {shared_cookie}");
     let targets = [
         (
             "origin direct (nginx)",
             format!("http://{}/", origin.addr),
+            None,
             None,
         ),
         (
             "nginx reverse proxy",
             format!("http://{}/", nginx.addr),
             None,
+            Some(nginx.pid()),
         ),
         (
             "anteroom, admitted visitor",
             format!("http://{}/", ant.addr),
             Some(header.as_str()),
+            Some(ant.pid()),
+        ),
+        (
+            "anteroom, workers: 1",
+            format!("http://{}/", shared.addr),
+            Some(shared_header.as_str()),
+            Some(shared.pid()),
         ),
     ];
     let mut runs: Vec<Vec<Wrk>> = vec![Vec::new(); targets.len()];
+    // The proxy's own CPU time per request, summed over the rounds: unlike req/s it hardly
+    // moves when other work shares the cores, so it is the figure to compare changes by.
+    let mut cpu: Vec<(f64, u64)> = vec![(0.0, 0); targets.len()];
     for round in 0..rounds {
-        for (i, (label, url, h)) in targets.iter().enumerate() {
+        for (i, (label, url, h, pid)) in targets.iter().enumerate() {
             say(format!("proxy: round {} of {rounds}: {label}", round + 1));
             let headers: Vec<&str> = h.iter().copied().collect();
+            let before = pid.map(cpu_secs).transpose()?;
             let r = tokio::task::block_in_place(|| wrk(url, threads, conns, secs, &headers))?;
+            if let (Some(pid), Some(before)) = (pid, before) {
+                cpu[i].0 += cpu_secs(*pid)? - before;
+                cpu[i].1 += r.requests;
+            }
             if r.errors > 0 {
                 say(format!("proxy: {label}: {} non-2xx", r.errors));
             }
@@ -647,13 +678,45 @@ pub async fn proxy(
         })
         .collect();
     let mut rows = Vec::new();
-    for ((label, _, _), r) in targets.iter().zip(&median) {
+    for ((label, _, _, _), r) in targets.iter().zip(&median) {
         rows.push(Row::new("proxy", format!("{label}: req/s"), r.rps, "/s"));
         rows.push(Row {
             ours: format!("{:.2} / {:.2} ms", r.p50_ms, r.p99_ms),
             ..Row::new("proxy", format!("{label}: p50 / p99"), r.p99_ms, "")
         });
     }
+    let per_request = |(secs, requests): (f64, u64)| secs * 1e6 / requests.max(1) as f64;
+    let (nginx_cpu, ant_cpu) = (per_request(cpu[1]), per_request(cpu[2]));
+    rows.push(Row::new(
+        "proxy",
+        "nginx reverse proxy: CPU per request",
+        nginx_cpu,
+        "µs",
+    ));
+    rows.push(Row::new(
+        "proxy",
+        "anteroom, admitted visitor: CPU per request",
+        ant_cpu,
+        "µs",
+    ));
+    rows.push(Row::new(
+        "proxy",
+        "anteroom ÷ nginx, CPU per request",
+        ant_cpu / nginx_cpu,
+        "",
+    ));
+    rows.push(Row::new(
+        "proxy",
+        "anteroom, workers: 1: CPU per request",
+        per_request(cpu[3]),
+        "µs",
+    ));
+    rows.push(Row::new(
+        "proxy",
+        "anteroom ÷ anteroom with workers: 1, req/s",
+        median[2].rps / median[3].rps,
+        "",
+    ));
     let (origin_r, nginx_r, ant_r) = (&median[0], &median[1], &median[2]);
     let tput = ant_r.rps / nginx_r.rps;
     let p99 = ant_r.p99_ms / nginx_r.p99_ms;

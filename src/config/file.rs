@@ -96,6 +96,7 @@ pub(super) struct RawServer {
     pub max_streams: Option<V>,
     pub max_streams_per_client: Option<V>,
     pub http2_max_streams: Option<V>,
+    pub workers: Option<V>,
     pub body_timeout: Option<V>,
     pub shutdown_grace: Option<V>,
     pub drain_delay: Option<V>,

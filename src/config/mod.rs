@@ -163,6 +163,9 @@ pub struct ServerConfig {
     pub max_streams_per_client: usize,
     /// Concurrent streams one HTTP/2 connection may carry.
     pub http2_max_streams: u32,
+    /// Threads serving the public listener, each its own runtime and origin pool
+    /// (default: one per CPU the process may use).
+    pub workers: usize,
     /// A request body must have arrived in full within this long of its head.
     pub body_timeout: Duration,
     /// How long in-flight requests may finish at shutdown.
@@ -184,11 +187,18 @@ impl Default for ServerConfig {
             max_streams: 5_000,
             max_streams_per_client: 64,
             http2_max_streams: 100,
+            workers: default_workers(),
             body_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(30),
             drain_delay: Duration::ZERO,
         }
     }
+}
+
+/// One serving worker per CPU this process may run on (its affinity mask and cgroup
+/// quota, as the standard library reads them); one if that cannot be told.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// One room (§7): a host, the origin behind it, and its admission limits.

@@ -389,6 +389,20 @@ impl RawFile {
                     cx.fail("server.http2_max_streams", &v, "must be at most 4294967295")
                 })?
             },
+            workers: match &d.server.workers {
+                None => super::default_workers(),
+                Some(v) => {
+                    let n = count(&cx, "server.workers", v, 1)?;
+                    if n > MAX_WORKERS {
+                        return Err(cx.fail(
+                            "server.workers",
+                            v,
+                            format!("must be at most {MAX_WORKERS}"),
+                        ));
+                    }
+                    n
+                }
+            },
             body_timeout: positive_duration(
                 &cx,
                 "server.body_timeout",
@@ -896,6 +910,8 @@ fn validate_adaptive(
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// Longest `server.drain_delay` accepted.
+/// More serving threads than this is a typo, not a machine.
+const MAX_WORKERS: usize = 1024;
 const MAX_DRAIN_DELAY: Duration = Duration::from_secs(300);
 
 fn duration(cx: &Ctx<'_>, key: &str, v: &V) -> Result<Duration, ConfigError> {

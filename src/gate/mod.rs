@@ -46,6 +46,7 @@ use crate::log_limiter::LogLimiter;
 use crate::metrics::Metrics;
 use crate::proxy::{Origin, OriginClient, ProxyError, ProxyTimeouts};
 use crate::queue::VisitorId;
+use crate::server::PerWorker;
 use crate::token::CookieKeys;
 pub use classify::{Class, RESERVED_PREFIX, RoomPaths, classify};
 pub use error::{GateError, Kind};
@@ -106,7 +107,9 @@ pub struct App {
     trusted: TrustedProxies,
     /// `X-Forwarded-Proto` when no trusted proxy sent one.
     public_scheme: &'static str,
-    origin_client: OriginClient,
+    /// One pool per serving worker, so an origin connection lives on the thread that
+    /// uses it.
+    origin_clients: PerWorker<OriginClient>,
     pages: Pages,
     origin_errors: LogLimiter,
     admin: Admin,
@@ -275,15 +278,18 @@ impl App {
             secure_cookies: config.secure_cookies,
             trusted: TrustedProxies::new(config.trusted_proxies.clone()),
             public_scheme: config.public_scheme,
-            origin_client: OriginClient::with_tls(
-                ProxyTimeouts {
+            origin_clients: {
+                let timeouts = ProxyTimeouts {
                     connect: config.server.origin_connect_timeout,
                     response: config.server.origin_timeout,
                     idle: config.server.idle_timeout,
                     body: config.server.body_timeout,
-                },
-                crate::tls::origins_tls_config(config).map_err(AppError::OriginTls)?,
-            ),
+                };
+                let tls = crate::tls::origins_tls_config(config).map_err(AppError::OriginTls)?;
+                PerWorker::new(config.server.workers, || {
+                    OriginClient::with_tls(timeouts, tls.clone())
+                })
+            },
             pages: Pages::default().with_operator_page(&config.waiting_page),
             origin_errors: LogLimiter::new(Duration::from_secs(10)),
             admin: Admin::new(config, abuse.clone()),

@@ -81,7 +81,8 @@ impl App {
             admission,
         };
         match self
-            .origin_client
+            .origin_clients
+            .get()
             .forward_holding(&room.origin, req, &ctx, tunnel_guard)
             .await
         {

@@ -568,22 +568,20 @@ mod tests {
         );
     }
 
+    /// Patterns a backtracking matcher takes exponential time on: the answers must be
+    /// right (how fast they come is `anteroom-loadtest micro`'s business).
     #[test]
-    fn pathological_patterns_stay_fast() {
+    fn pathological_patterns_answer_correctly() {
         let glob = Glob::parse(&format!("/{}b", "*a".repeat(30))).unwrap();
-        let path = format!("/{}", "a".repeat(1000));
-        let start = std::time::Instant::now();
-        assert!(!glob.matches(&path));
+        assert!(!glob.matches(&format!("/{}", "a".repeat(1000))));
+        assert!(glob.matches(&format!("/{}b", "a".repeat(40))));
         let deep = Glob::parse("/**/a/**/a/**/a/**/b").unwrap();
-        let path = "/a".repeat(500);
-        assert!(!deep.matches(&path));
-        assert!(start.elapsed() < std::time::Duration::from_secs(2));
+        assert!(!deep.matches(&"/a".repeat(500)));
+        assert!(deep.matches(&format!("{}/b", "/a".repeat(500))));
     }
 
-    /// The cost of matching one path against a realistic `ban_paths` list. Prints ns per
-    /// match; the figure worth quoting comes from `--release`.
     #[test]
-    fn match_cost() {
+    fn a_ban_list_matches_what_it_names_and_nothing_else() {
         let set = GlobSet::new(&[
             "/.env",
             "/.git/**",
@@ -597,20 +595,7 @@ mod tests {
             "/phpmyadmin*",
         ])
         .unwrap();
-        let n: u32 = if cfg!(debug_assertions) {
-            20_000
-        } else {
-            2_000_000
-        };
-        for path in ["/shop/products/sneaker-42?color=red", "/.git/config"] {
-            let start = std::time::Instant::now();
-            let mut hits = 0u32;
-            for _ in 0..n {
-                hits += u32::from(std::hint::black_box(&set).is_match(std::hint::black_box(path)));
-            }
-            let per = start.elapsed().as_nanos() / u128::from(n);
-            eprintln!("GlobSet::is_match({path}): {per} ns (10 patterns)");
-            assert_eq!(hits > 0, path.contains(".git"));
-        }
+        assert!(!set.is_match("/shop/products/sneaker-42?color=red"));
+        assert!(set.is_match("/.git/config"));
     }
 }

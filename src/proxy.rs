@@ -167,6 +167,8 @@ pub struct Origin {
     authority: Authority,
     /// Empty, or starts with `/` and has no trailing `/`.
     prefix: String,
+    /// `authority` as the `Host` header sent (made once, not per request).
+    host_header: HeaderValue,
 }
 
 impl Origin {
@@ -201,10 +203,13 @@ impl Origin {
             )));
         }
         let prefix = uri.path().trim_end_matches('/').to_owned();
+        let host_header = HeaderValue::from_str(authority.as_str())
+            .map_err(|e| ProxyError::InvalidOrigin(format!("{uri}: {e}")))?;
         Ok(Origin {
             scheme,
             authority,
             prefix,
+            host_header,
         })
     }
 
@@ -532,8 +537,7 @@ impl OriginClient {
         };
         let host = match (&visitor_host, ctx.preserve_host) {
             (Some(host), true) => host.clone(),
-            _ => HeaderValue::from_str(origin.authority().as_str())
-                .map_err(|e| ProxyError::InvalidOrigin(e.to_string()))?,
+            _ => origin.host_header.clone(),
         };
         headers.insert(header::HOST, host);
         if let (true, Some(protocol)) = (upgrade, upgrade_protocol) {

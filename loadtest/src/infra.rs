@@ -131,8 +131,9 @@ pub struct AnteroomSpec {
     /// Top-level YAML lines added as written (`access_log: …`, `trusted_proxies: …`,
     /// `abuse: …`), each ending in a newline.
     pub top_extra: String,
-    /// `server.workers`; `None` leaves anteroom's default (one per CPU).
-    pub workers: Option<usize>,
+    /// Lines added to the `server:` section, each indented two spaces and ending in a
+    /// newline.
+    pub server_extra: String,
     /// Lines added to room `main`, each indented four spaces and ending in a newline.
     pub room_extra: String,
 }
@@ -151,7 +152,7 @@ impl AnteroomSpec {
             abandon_after: "1h",
             top_extra: String::new(),
             room_extra: String::new(),
-            workers: None,
+            server_extra: String::new(),
         }
     }
 }
@@ -203,7 +204,7 @@ data_dir: "{data}"
 {top_extra}{redis}server:
   max_connections: {max_conns}
   idle_timeout: 300s
-{workers}rooms:
+{server_extra}rooms:
   main:
     origin: {origin}
     rate: {rate}
@@ -219,10 +220,7 @@ data_dir: "{data}"
             secret = hex(&secret),
             data = dir.0.join("data").display(),
             max_conns = spec.max_connections,
-            workers = spec
-                .workers
-                .map(|n| format!("  workers: {n}\n"))
-                .unwrap_or_default(),
+            server_extra = spec.server_extra,
             origin = spec.origin,
             rate = spec.rate,
             max_active = spec.max_active,

@@ -11,6 +11,7 @@
 mod client;
 mod costs;
 mod infra;
+mod micro;
 mod report;
 mod scenarios;
 mod soak;
@@ -170,6 +171,11 @@ enum Cmd {
         /// Waiting pages held open on the events stream.
         #[arg(long, default_value_t = 500)]
         held: usize,
+    },
+    /// Single-thread costs of the admission token and the ban-path globs, called directly.
+    Micro {
+        #[arg(long)]
+        smoke: bool,
     },
     /// Every scenario, both stores; prints the table and writes BENCHMARKS.md
     /// (BENCHMARKS-smoke.md with --smoke).
@@ -366,6 +372,7 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?
         }
+        Cmd::Micro { smoke } => micro::micro(smoke)?,
         Cmd::Banned {
             secs,
             conns,
@@ -471,6 +478,7 @@ async fn all(smoke: bool, out: PathBuf) -> anyhow::Result<()> {
     for store in [Store::Memory, Store::Redis] {
         run!("pass", scenarios::pass(store, &s.pass_depths, s.passes));
     }
+    run!("micro", async { micro::micro(smoke) });
     run!("costs", costs::costs(s.costs_secs, 64, 2, s.costs_rounds));
     run!(
         "banned",

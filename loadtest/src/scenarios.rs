@@ -373,6 +373,14 @@ pub async fn hold(store: Store, streams: usize, loads: u64) -> anyhow::Result<Ve
     let redis = store.start();
     let mut spec = AnteroomSpec::new(redis.as_ref().map(RedisServer::url));
     spec.max_connections = streams + 2_000;
+    // Every stream comes from 127.0.0.1: lift the per-client caps (SPEC §10) that would
+    // otherwise stop one address at 512 connections and 64 streams.
+    spec.server_extra = format!(
+        "  max_streams: {}\n  max_streams_per_client: {}\n  max_connections_per_client: {}\n",
+        streams + 1_000,
+        streams + 1_000,
+        streams + 2_000
+    );
     let ant = Anteroom::start(&spec)?;
     Admin::connect(ant.addr).await?.pause().await?;
     say(format!(
@@ -614,7 +622,7 @@ pub async fn proxy(
     shared_spec.origin = spec.origin.clone();
     shared_spec.rate = spec.rate;
     shared_spec.max_active = spec.max_active;
-    shared_spec.workers = Some(1);
+    shared_spec.server_extra = "  workers: 1\n".into();
     let shared = Anteroom::start(&shared_spec)?;
     let shared_cookie = Conn::connect(shared.addr)
         .await?

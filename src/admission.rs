@@ -727,7 +727,9 @@ impl Eta {
 /// token), shared by all their clients so one session has one `admitted_at`.
 #[derive(Default)]
 struct SessionCache {
-    confirmed: Mutex<HashMap<(String, VisitorId), ConfirmedSession>>,
+    /// By room, then visitor: a lookup borrows the room's name (no key to allocate), and
+    /// readers (every admitted request) share the lock.
+    confirmed: RwLock<HashMap<String, HashMap<VisitorId, ConfirmedSession>>>,
 }
 
 struct ConfirmedSession {
@@ -746,8 +748,8 @@ impl SessionCache {
         client: ClientKey,
         window: Duration,
     ) -> Option<u64> {
-        let confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
-        let session = confirmed.get(&(room.to_owned(), visitor))?;
+        let confirmed = self.confirmed.read().unwrap_or_else(|p| p.into_inner());
+        let session = confirmed.get(room)?.get(&visitor)?;
         session
             .clients
             .get(&client)
@@ -758,9 +760,14 @@ impl SessionCache {
     /// Records a confirmation from the store for `client`; returns since when the visitor
     /// has been on the site (kept from the first confirmation, from any client).
     fn confirm(&self, room: &str, visitor: VisitorId, client: ClientKey) -> u64 {
-        let mut confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut confirmed = self.confirmed.write().unwrap_or_else(|p| p.into_inner());
+        if !confirmed.contains_key(room) {
+            confirmed.insert(room.to_owned(), HashMap::new());
+        }
         let session = confirmed
-            .entry((room.to_owned(), visitor))
+            .get_mut(room)
+            .expect("inserted above")
+            .entry(visitor)
             .or_insert_with(|| ConfirmedSession {
                 since: crate::queue::unix_ms(SystemTime::now()) / 1000,
                 clients: HashMap::new(),
@@ -771,16 +778,20 @@ impl SessionCache {
 
     /// Stops trusting `visitor`'s session in `room` from every client.
     fn forget(&self, room: &str, visitor: VisitorId) {
-        let mut confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
-        confirmed.remove(&(room.to_owned(), visitor));
+        let mut confirmed = self.confirmed.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(sessions) = confirmed.get_mut(room) {
+            sessions.remove(&visitor);
+        }
     }
 
     fn prune(&self, window: Duration) {
-        let mut confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
-        confirmed.retain(|_, session| {
-            session.clients.retain(|_, at| at.elapsed() < window);
-            !session.clients.is_empty()
-        });
+        let mut confirmed = self.confirmed.write().unwrap_or_else(|p| p.into_inner());
+        for sessions in confirmed.values_mut() {
+            sessions.retain(|_, session| {
+                session.clients.retain(|_, at| at.elapsed() < window);
+                !session.clients.is_empty()
+            });
+        }
     }
 }
 

@@ -7,8 +7,9 @@
 //! they are). What only this replica sees (proxied request durations, open streams) is
 //! recorded here as it happens.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::{Response, StatusCode};
@@ -35,6 +36,9 @@ struct ProxyLabels {
     class: &'static str,
 }
 
+/// The status classes of `anteroom_proxy_request_duration_seconds`, by `status / 100 − 1`.
+const STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
+
 type HistogramFamily = Family<ProxyLabels, Histogram, fn() -> Histogram>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -46,6 +50,10 @@ struct RoomLabel {
 pub struct Metrics {
     registry: Registry,
     proxied: HistogramFamily,
+    /// Each configured room's histograms by status class, looked up without building a
+    /// label (a `String`) or taking the family's lock on every proxied request; a series
+    /// still appears only once it has an observation.
+    proxied_by_room: HashMap<String, [OnceLock<Histogram>; STATUS_CLASSES.len()]>,
     open_streams: Gauge,
     bypass: Family<RoomLabel, prometheus_client::metrics::counter::Counter>,
     inflight: Family<RoomLabel, Gauge>,
@@ -93,6 +101,10 @@ impl Metrics {
             "Requests answered 503 after waiting inflight_wait for an in-flight slot, by room",
             inflight_rejected.clone(),
         );
+        let proxied_by_room = rooms
+            .iter()
+            .map(|room| (room.clone(), std::array::from_fn(|_| OnceLock::new())))
+            .collect();
         registry.register_collector(Box::new(CacheCollector {
             admission,
             rooms,
@@ -104,6 +116,7 @@ impl Metrics {
         Metrics {
             registry,
             proxied,
+            proxied_by_room,
             open_streams,
             bypass,
             inflight,
@@ -152,19 +165,22 @@ impl Metrics {
 
     pub fn observe_proxy(&self, room: &str, status: StatusCode, took: Duration) {
         let class = match status.as_u16() / 100 {
-            2 => "2xx",
-            3 => "3xx",
-            4 => "4xx",
-            5 => "5xx",
-            1 => "1xx",
-            _ => "other",
+            n @ 1..=5 => usize::from(n) - 1,
+            _ => STATUS_CLASSES.len() - 1,
         };
-        self.proxied
-            .get_or_create(&ProxyLabels {
-                room: room.to_owned(),
-                class,
-            })
-            .observe(took.as_secs_f64());
+        let series = || {
+            self.proxied
+                .get_or_create(&ProxyLabels {
+                    room: room.to_owned(),
+                    class: STATUS_CLASSES[class],
+                })
+                .clone()
+        };
+        let took = took.as_secs_f64();
+        match self.proxied_by_room.get(room) {
+            Some(classes) => classes[class].get_or_init(series).observe(took),
+            None => series().observe(took),
+        }
     }
 
     /// The whole registry in the Prometheus text format.

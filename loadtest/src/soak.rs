@@ -57,6 +57,13 @@ pub async fn soak(
     spec.session_ttl = "10s";
     spec.abandon_after = "10s";
     spec.max_connections = held + 2_000;
+    // Every page comes from 127.0.0.1: lift the per-client caps (SPEC §10) past `held`.
+    spec.server_extra = format!(
+        "  max_streams: {}\n  max_streams_per_client: {}\n  max_connections_per_client: {}\n",
+        held + 1_000,
+        held + 1_000,
+        held + 2_000
+    );
     let ant = Anteroom::start(&spec)?;
     let pid = ant.pid();
     let mut admin = Admin::connect(ant.addr).await?;

@@ -190,9 +190,10 @@ impl RedisStore {
         &self.describe
     }
 
-    fn keys(room: &str) -> [String; 10] {
+    fn keys(room: &str) -> [String; 12] {
         [
-            "conf", "state", "line", "seen", "active", "draw", "places", "sess", "scount", "drawh",
+            "conf", "state", "chunks", "dseen", "active", "draw", "places", "sess", "scount",
+            "drawh", "cseen", "fen",
         ]
         .map(|k| format!("ar:{{{room}}}:{k}"))
     }
@@ -396,7 +397,7 @@ impl RedisStore {
     async fn find(&self, room: &str, reference: VisitorRef) -> StoreResult<WaitingEntry> {
         let prefix = reference.prefix();
         for key in ["line", "draw"] {
-            let mut first = 0usize;
+            let mut first = 0i64;
             loop {
                 let reply = self
                     .call(&QUEUE, room, |inv| {
@@ -412,7 +413,7 @@ impl RedisStore {
                 };
                 match items.split_first() {
                     Some((Value::Int(1), entry)) => return waiting_entry(entry),
-                    Some((Value::Int(0), [])) => first += FIND_STEP,
+                    Some((Value::Int(0), [Value::Int(next)])) if *next > first => first = *next,
                     Some((Value::Int(2), [])) => break,
                     _ => return Err(bad_reply("queue", items)),
                 }

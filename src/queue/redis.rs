@@ -1170,7 +1170,10 @@ mod tests {
             store.stats("main").await,
             Err(StoreError::Unavailable(_))
         ));
-        server.cli(&["ZADD", "ar:{main}:line", "1", "short"]);
+        // A member that is not a 16-byte id at the head of the line (chunk 0, slot 1).
+        server.cli(&["ZADD", "ar:{main}:c:0", "4294967296", "short"]);
+        server.cli(&["ZADD", "ar:{main}:chunks", "0", "0"]);
+        server.cli(&["HSET", "ar:{main}:state", "n", "1", "ord", "1"]);
         server.cli(&["HSET", "ar:{main}:conf", "max_active", "10"]);
         let err = store.admit_pass("main").await.unwrap_err();
         assert!(err.to_string().contains("16"), "{err}");

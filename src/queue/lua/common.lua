@@ -95,6 +95,10 @@ end
 
 local NOW = clock_now()
 
+-- The line's bookkeeping (see ls()) and the draw's reserved ordinals (see draw_tickets()),
+-- read with the room.
+local LS, DT = nil, nil
+
 -- The room, or nil when it was never opened.
 local function load_room()
   local c = redis.call('HMGET', K_CONF, 'rate', 'max_active', 'session_ttl_ms', 'abandon_after_ms', 'paused',
@@ -103,7 +107,16 @@ local function load_room()
   if not c[1] then
     return nil
   end
-  local s = redis.call('HMGET', K_STATE, 'tokens', 'refilled_ms', 'gap_ms', 'eff_rate')
+  local s = redis.call('HMGET', K_STATE, 'tokens', 'refilled_ms', 'gap_ms', 'eff_rate',
+    'n', 'ord', 'ford', 'ix_l', 'ix_s', 'draw_next', 'draw_end')
+  LS = {
+    n = tonumber(s[5]) or 0,
+    ord = tonumber(s[6]) or 0,
+    ford = tonumber(s[7]) or 0,
+    l = tonumber(s[8]) or 0,
+    s = tonumber(s[9]) or 0,
+  }
+  DT = { tonumber(s[10]) or 0, tonumber(s[11]) or 0 }
   local r = {
     rate = tonumber(c[1]),
     max_active = tonumber(c[2]),
@@ -207,8 +220,21 @@ end
 -- Tickets reserved for the draw: {next issued - 1, last reserved}. A reservation is active
 -- while next < last.
 local function draw_tickets()
-  local d = redis.call('HMGET', K_STATE, 'draw_next', 'draw_end')
-  return tonumber(d[1]) or 0, tonumber(d[2]) or 0
+  if not DT then
+    local d = redis.call('HMGET', K_STATE, 'draw_next', 'draw_end')
+    DT = { tonumber(d[1]) or 0, tonumber(d[2]) or 0 }
+  end
+  return DT[1], DT[2]
+end
+
+-- Sets the reserved ordinals (last: nil to leave it).
+local function set_draw(nxt, last)
+  if last then
+    redis.call('HSET', K_STATE, 'draw_next', string.format('%d', nxt), 'draw_end', string.format('%d', last))
+  else
+    redis.call('HSET', K_STATE, 'draw_next', string.format('%d', nxt))
+  end
+  DT = nil
 end
 
 -- Whether byte string a sorts before b (plain bytes, whatever the server's locale).
@@ -296,7 +322,6 @@ local function secs(live)
   return math.ceil(live / 1000)
 end
 
-local LS = nil -- the line's bookkeeping, read once per script
 local function ls()
   if not LS then
     local v = redis.call('HMGET', K_STATE, 'n', 'ord', 'ford', 'ix_l', 'ix_s')
@@ -467,7 +492,7 @@ local function line_left(k)
     st.n, st.l, st.s = 0, 0, 0
     if nxt >= last then
       st.ord, st.ford = 0, 0
-      redis.call('HSET', K_STATE, 'draw_next', '0', 'draw_end', '0')
+      set_draw(0, 0)
       redis.call('UNLINK', K_FEN)
       FEN_MEMO = {}
     end
@@ -624,8 +649,8 @@ local function open_doors(ph)
   end
   local first = issue(pending)
   save_ls()
-  redis.call('HSET', K_STATE, 'draw_next', fmt(first - 1), 'draw_end', fmt(first - 1 + pending),
-    'doors_ms', fmt(NOW))
+  set_draw(first - 1, first - 1 + pending)
+  redis.call('HSET', K_STATE, 'doors_ms', fmt(NOW))
 end
 
 -- Moves up to `budget` draw entrants, lowest draw hash first, into the line on their
@@ -657,7 +682,7 @@ local function drain_draw(budget)
     -- Entrants who left during the drain leave their ordinals unused.
     nxt = last
   end
-  redis.call('HSET', K_STATE, 'draw_next', fmt(nxt))
+  set_draw(nxt)
   if nxt >= last and ls().n == 0 then
     line_left(0)
   end

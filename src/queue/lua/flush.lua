@@ -36,5 +36,5 @@ if before_doors(ph) then
 end
 st.n, st.ord, st.ford, st.l, st.s = 0, 0, 0, 0, 0
 save_ls()
-redis.call('HSET', K_STATE, 'draw_next', '0', 'draw_end', '0')
+set_draw(0, 0)
 return {n}

@@ -64,9 +64,9 @@ local function upgrade(r)
     if not dnxt then
       reserve()
     end
-    redis.call('HSET', K_STATE, 'draw_next', fmt(dnxt), 'draw_end', fmt(dnxt + pending))
+    set_draw(dnxt, dnxt + pending)
   else
-    redis.call('HSET', K_STATE, 'draw_next', '0', 'draw_end', '0')
+    set_draw(0, 0)
   end
   i = 0
   while true do

@@ -465,19 +465,32 @@ local function line_get(id)
   return o, joined
 end
 
--- Puts id in line on ordinal o, last heard at `live`, joined at `joined` (unix ms).
-local function line_put(id, o, live, joined)
+-- Puts id in line on ordinal o, last heard at `live`, joined at `joined` (unix ms). With
+-- `batch` (many puts in one script), the tree's counts are gathered there (chunk -> count)
+-- and the bookkeeping is not saved: the caller does both once (see put_done).
+local function line_put(id, o, live, joined, batch)
   local c = chunk_of(o)
   local s = secs(live)
   local cs = fmt(c)
   redis.call('ZADD', chunk_key(c), fmt(slot_of(o) * SLOT + s), id)
   redis.call('ZADD', K_CHUNKS, cs, cs)
   redis.call('ZADD', K_CSEEN, 'LT', fmt(s), cs)
-  touch(c, 1)
   local st = ls()
   st.n = st.n + 1
   redis.call('HSET', ix_key(id), id, struct.pack('>i4I6', o, joined))
   ix_grow()
+  if batch then
+    batch[c] = (batch[c] or 0) + 1
+  else
+    touch(c, 1)
+    save_ls()
+  end
+end
+
+local function put_done(batch)
+  for c, d in pairs(batch) do
+    touch(c, d)
+  end
   save_ls()
 end
 
@@ -672,12 +685,14 @@ local function drain_draw(budget)
     end
   end
   local doors = tonumber(redis.call('HGET', K_STATE, 'doors_ms')) or NOW
+  local batch = {}
   for _, id in ipairs(draw_order(popped)) do
     nxt = nxt + 1
     local seen = tonumber(redis.call('ZSCORE', K_DSEEN, id)) or (NOW - (tonumber(redis.call('HGET', K_STATE, 'gap_ms')) or 0))
     redis.call('ZREM', K_DSEEN, id)
-    line_put(id, nxt, seen, doors)
+    line_put(id, nxt, seen, doors, batch)
   end
+  put_done(batch)
   if redis.call('ZCARD', K_DRAW) == 0 then
     -- Entrants who left during the drain leave their ordinals unused.
     nxt = last

@@ -1188,7 +1188,10 @@ mod tests {
         let store = frozen(&[server.url()], None).await;
         let seed = conformance::settings(1.0, 100);
         let policy = RoomPolicy::default();
-        store.open_room("main", &seed, &policy, false).await.unwrap();
+        store
+            .open_room("main", &seed, &policy, false)
+            .await
+            .unwrap();
         store
             .update_settings(
                 "main",
@@ -1221,7 +1224,10 @@ mod tests {
                 .await
                 .unwrap();
         }
-        store.open_room("main", &seed, &policy, false).await.unwrap();
+        store
+            .open_room("main", &seed, &policy, false)
+            .await
+            .unwrap();
         assert_eq!(server.cli(&["EXISTS", "ar:{main}:line"]).trim(), "0");
         assert_eq!(server.cli(&["EXISTS", "ar:{main}:seen"]).trim(), "0");
         let states = store.heartbeat("main", &line).await.unwrap();

@@ -9,17 +9,45 @@
 //! Cluster slot; rooms spread over the shards.
 //!
 //! Keys of room `main` (see `lua/common.lua` for the fields):
-//! `ar:{main}:conf` (runtime settings), `ar:{main}:state` (bucket, ticket counter, counters,
-//! downtime bookkeeping), `ar:{main}:line` (ZSET id → ticket), `ar:{main}:seen` (ZSET id →
-//! last heartbeat), `ar:{main}:active` (ZSET id → last activity), `ar:{main}:draw` (ZSET
-//! id → lottery score, during a draw), `ar:{main}:drawh` (id → draw hash: the draw's
-//! entrants, fixed from the doors on, SPEC §14), `ar:{main}:places` (client → its visitors' ids, while
-//! `max_places_per_client` is set), `ar:{main}:sess` (session → the clients it was used
-//! from) and `ar:{main}:scount` (client → sessions), while a session cap is set,
-//! `ar:{main}:joins:<client>` (one client's join-limit window, expiring with it),
-//! `ar:{main}:origin` (closed-loop admission: each replica's latest report of the origin's
-//! latency and errors, SPEC §14, expiring with its last writer). Members are
-//! the raw 16-byte visitor ids; clients are [`ClientKey::to_bytes`].
+//! `ar:{main}:conf` (runtime settings), `ar:{main}:state` (bucket, counters, the line's
+//! bookkeeping, downtime bookkeeping), the line (below), `ar:{main}:active` (ZSET id → last
+//! activity), `ar:{main}:draw` (ZSET id → lottery score, during a draw) and
+//! `ar:{main}:dseen` (ZSET id → last heartbeat of a draw entrant), `ar:{main}:drawh` (id →
+//! draw hash: the draw's entrants, fixed from the doors on, SPEC §14), `ar:{main}:places`
+//! (client → its visitors' ids, while `max_places_per_client` is set), `ar:{main}:sess`
+//! (session → the clients it was used from) and `ar:{main}:scount` (client → sessions),
+//! while a session cap is set, `ar:{main}:joins:<client>` (one client's join-limit window,
+//! expiring with it), `ar:{main}:origin` (closed-loop admission: each replica's latest
+//! report of the origin's latency and errors, SPEC §14, expiring with its last writer).
+//! Members are the raw 16-byte visitor ids; clients are [`ClientKey::to_bytes`].
+//!
+//! The line, and why: the goal is ≤ 120 B of Redis memory per waiting visitor. The first
+//! layout kept each waiter in two big sorted sets (`line`: id → ticket, `seen`: id → last
+//! heartbeat), ~257 B a waiter: a big ZSET costs ~130 B a member (dict entry, key string,
+//! skiplist node, bucket), whatever the member. Small hashes and sorted sets are stored as
+//! listpacks (a flat array, ~20–30 B an entry) below `*-max-listpack-entries` (128), so the
+//! line is many small structures instead (~70 B a waiter, measured at 100,000):
+//! - every waiter has an ordinal (1, 2, 3, … at the back; −1, −2, … in the front lane, the
+//!   newest first), and ordinals are grouped in chunks of 128: `ar:{main}:c:<chunk>` is a
+//!   ZSET id → `slot · 2³² + last heartbeat in seconds`. The slot orders the chunk; the
+//!   heartbeat rides in the same score (rewritten in place, nobody moves), so abandonment
+//!   needs no second structure per waiter;
+//! - `ar:{main}:i:<bucket>` (HASH id → ordinal and join time, 10 bytes) finds a waiter's
+//!   chunk; buckets are a linear-hashing table on the id's first 4 bytes, split one at a time
+//!   as the line grows so each stays a listpack;
+//! - position is O(log n): a Fenwick tree of the chunks' counts (`ar:{main}:fen`) gives how
+//!   many wait in the chunks before, plus the rank inside the chunk. The chunk at the back
+//!   enters the tree when the back moves past it, so a join writes no tree;
+//! - `ar:{main}:chunks` lists the non-empty chunks in order (admission pops the first), and
+//!   `ar:{main}:cseen` holds a lower bound of each chunk's oldest heartbeat: a pass reads only
+//!   chunks that may hold someone not heard for `abandon_after`, drops exactly those (at most
+//!   a second late: heartbeats are kept in whole seconds, rounded up), and tightens the bound.
+//!   Bounded per pass ([`REAP_BUDGET`] waiters, twice that over 128 chunks read), catching up.
+//!
+//! Upgrade from the first layout: `open_room` finds `ar:{room}:line` / `ar:{room}:seen`
+//! and moves them into this layout in one script, in order, with heartbeats and join times
+//! (about 5 µs of Redis time a waiter). Old and new replicas must not share a room: stop
+//! the old ones first.
 //!
 //! Outages: every connection, I/O or timeout error is [`StoreError::Unavailable`] (admission
 //! fails closed). The single-node connection is a [`ConnectionManager`] with short timeouts
@@ -190,9 +218,10 @@ impl RedisStore {
         &self.describe
     }
 
-    fn keys(room: &str) -> [String; 10] {
+    fn keys(room: &str) -> [String; 12] {
         [
-            "conf", "state", "line", "seen", "active", "draw", "places", "sess", "scount", "drawh",
+            "conf", "state", "chunks", "dseen", "active", "draw", "places", "sess", "scount",
+            "drawh", "cseen", "fen",
         ]
         .map(|k| format!("ar:{{{room}}}:{k}"))
     }
@@ -396,7 +425,7 @@ impl RedisStore {
     async fn find(&self, room: &str, reference: VisitorRef) -> StoreResult<WaitingEntry> {
         let prefix = reference.prefix();
         for key in ["line", "draw"] {
-            let mut first = 0usize;
+            let mut first = 0i64;
             loop {
                 let reply = self
                     .call(&QUEUE, room, |inv| {
@@ -412,7 +441,7 @@ impl RedisStore {
                 };
                 match items.split_first() {
                     Some((Value::Int(1), entry)) => return waiting_entry(entry),
-                    Some((Value::Int(0), [])) => first += FIND_STEP,
+                    Some((Value::Int(0), [Value::Int(next)])) if *next > first => first = *next,
                     Some((Value::Int(2), [])) => break,
                     _ => return Err(bad_reply("queue", items)),
                 }
@@ -1151,6 +1180,76 @@ mod tests {
         ));
     }
 
+    /// A room left by a version that kept the line in `line` (id → ticket) and `seen` (id →
+    /// last heartbeat) is moved into the chunked layout by the next `open_room`, in order.
+    #[tokio::test]
+    async fn the_first_layout_is_upgraded_on_open() {
+        let server = RedisServer::start();
+        let store = frozen(&[server.url()], None).await;
+        let seed = conformance::settings(1.0, 100);
+        let policy = RoomPolicy::default();
+        store
+            .open_room("main", &seed, &policy, false)
+            .await
+            .unwrap();
+        store
+            .update_settings(
+                "main",
+                &SettingsPatch {
+                    paused: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let line: Vec<VisitorId> = (0..300).map(|_| VisitorId::random()).collect();
+        let mut conn = store.conn.clone();
+        for (i, v) in line.iter().enumerate() {
+            // Old tickets: a priority join (negative) first, then join time ms × 1024.
+            let ticket = if i == 0 {
+                -((conformance::START_MS as i64) * 1024)
+            } else {
+                (conformance::START_MS as i64 + i as i64) * 1024
+            };
+            let _: () = redis::pipe()
+                .cmd("ZADD")
+                .arg("ar:{main}:line")
+                .arg(ticket)
+                .arg(&v.0[..])
+                .cmd("ZADD")
+                .arg("ar:{main}:seen")
+                .arg(conformance::START_MS)
+                .arg(&v.0[..])
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        store
+            .open_room("main", &seed, &policy, false)
+            .await
+            .unwrap();
+        assert_eq!(server.cli(&["EXISTS", "ar:{main}:line"]).trim(), "0");
+        assert_eq!(server.cli(&["EXISTS", "ar:{main}:seen"]).trim(), "0");
+        let states = store.heartbeat("main", &line).await.unwrap();
+        for (i, state) in states.iter().enumerate() {
+            assert!(
+                matches!(state, VisitorState::Waiting(p) if p.position == Some(i as u64 + 1)),
+                "visitor {i}: {state:?}"
+            );
+        }
+        assert_eq!(store.stats("main").await.unwrap().waiting, 300);
+        let head = store
+            .queue("main", QueueQuery::Head { limit: 2 })
+            .await
+            .unwrap();
+        assert_eq!(head[1].joined_at_ms, Some(conformance::START_MS + 1));
+        let late = VisitorId::random();
+        match store.resolve("main", late, anyone()).await.unwrap() {
+            Resolution::Waiting { place, .. } => assert_eq!(place.position, Some(301)),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn bad_data_is_an_error_not_a_panic() {
         let server = RedisServer::start();
@@ -1169,7 +1268,10 @@ mod tests {
             store.stats("main").await,
             Err(StoreError::Unavailable(_))
         ));
-        server.cli(&["ZADD", "ar:{main}:line", "1", "short"]);
+        // A member that is not a 16-byte id at the head of the line (chunk 0, slot 1).
+        server.cli(&["ZADD", "ar:{main}:c:0", "4294967296", "short"]);
+        server.cli(&["ZADD", "ar:{main}:chunks", "0", "0"]);
+        server.cli(&["HSET", "ar:{main}:state", "n", "1", "ord", "1"]);
         server.cli(&["HSET", "ar:{main}:conf", "max_active", "10"]);
         let err = store.admit_pass("main").await.unwrap_err();
         assert!(err.to_string().contains("16"), "{err}");

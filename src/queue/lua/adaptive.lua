@@ -1,4 +1,4 @@
--- adaptive (SPEC §14, closed-loop admission). KEYS[11] = the room's origin reports.
+-- adaptive (SPEC §14, closed-loop admission). KEYS[13] = the room's origin reports.
 -- ARGV[2] = 'x': exchange. ARGV[3] replica id, ARGV[4] its report (JSON), ARGV[5] how old a
 --   report may be (ms), ARGV[6] how long a decision claim lasts (ms). Stores the report,
 --   drops stale ones, claims the decision when the last claim is over.
@@ -10,7 +10,7 @@ local r = load_room()
 if not r then
   return {-1}
 end
-local K_ORIGIN = KEYS[11]
+local K_ORIGIN = KEYS[13]
 if ARGV[2] == 'x' then
   local stale, claim_every = tonumber(ARGV[5]), tonumber(ARGV[6])
   redis.call('HSET', K_ORIGIN, ARGV[3], string.format('%d', NOW) .. ' ' .. ARGV[4])

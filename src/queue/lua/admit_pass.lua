@@ -25,16 +25,25 @@ if #expired > 0 then
   drop_sessions(expired)
 end
 
--- Abandoned waiters, least recently heard first, bounded.
-local abandoned = redis.call('ZRANGEBYSCORE', K_SEEN, '-inf', r.live - r.abandon, 'LIMIT', 0, budget)
-if #abandoned > 0 then
-  redis.call('ZREMRANGEBYRANK', K_SEEN, 0, #abandoned - 1)
-  chunked('ZREM', K_LINE, abandoned)
-  chunked('ZREM', K_DRAW, abandoned)
-  if before_doors(ph) then
-    -- Left the lot before the doors: not entrants of the draw (see KEYS[10]).
-    chunked('HDEL', K_DRAWH, abandoned)
+-- Abandoned waiters, bounded: in line (by chunk, see line_reap), then in a draw (least
+-- recently heard first).
+local abandoned = {}
+line_reap(math.floor((r.live - r.abandon) / 1000), budget, abandoned)
+if #abandoned < budget then
+  local left = redis.call('ZRANGEBYSCORE', K_DSEEN, '-inf', r.live - r.abandon, 'LIMIT', 0, budget - #abandoned)
+  if #left > 0 then
+    redis.call('ZREMRANGEBYRANK', K_DSEEN, 0, #left - 1)
+    chunked('ZREM', K_DRAW, left)
+    if before_doors(ph) then
+      -- Left the lot before the doors: not entrants of the draw (see KEYS[10]).
+      chunked('HDEL', K_DRAWH, left)
+    end
+    for _, id in ipairs(left) do
+      abandoned[#abandoned + 1] = id
+    end
   end
+end
+if #abandoned > 0 then
   redis.call('HINCRBY', K_STATE, 'total_abandoned', #abandoned)
 end
 
@@ -61,16 +70,12 @@ if ph == QUEUEING and not r.paused and r.tokens >= 1 then
   local nxt, last = draw_tickets()
   if nxt < last and redis.call('ZCARD', K_DRAW) > 0 then
     -- Part of the draw is still to be moved: nobody behind it goes first.
-    n = math.min(n, redis.call('ZCOUNT', K_LINE, '-inf', nxt))
+    n = math.min(n, line_upto(nxt))
   end
   if n > 0 then
-    local popped = redis.call('ZPOPMIN', K_LINE, n)
-    for i = 1, #popped, 2 do
-      admitted[#admitted + 1] = popped[i]
-    end
+    admitted = line_pop(n)
     if #admitted > 0 then
       r.tokens = r.tokens - #admitted
-      chunked('ZREM', K_SEEN, admitted)
       chunked('ZADD', K_ACTIVE, admitted, r.live)
       redis.call('HINCRBY', K_STATE, 'total_admitted', #admitted)
     end

@@ -5,20 +5,21 @@
 --                       settings); jl_limit, jl_window_ms, opens_ms, admits_ms, closes_ms,
 --                       lottery, max_places, max_sessions, session_clients, max_waiting
 --                       (the room's policy, rewritten by every open_room)
--- KEYS[2] state   HASH  tokens, refilled_ms (the bucket), seq (last ticket), pass_ms (last
---                       pass), gap_ms (store/fleet downtime forgiven so far), counters,
---                       salt (lottery, set once), draw_next/draw_end (tickets reserved for
---                       a draw at the doors: the next one issued is draw_next + 1)
---                       front_seq (the front lane's counter); eff_rate (closed-loop
---                       admission's effective rate: the bucket refills at min(rate,
---                       eff_rate)), adaptive (the controller's state, JSON) and
---                       adaptive_claim_ms (the last claimed decision), SPEC §14
--- KEYS[3] line    ZSET  16-byte visitor id -> ticket; position is ZRANK + 1. A ticket is
---                       max(last + 1, join time in ms * 1024), so it still orders strictly
---                       and also tells when the place was taken (no per-visitor field: the
---                       memory goal). The front lane (moved to the front, priority joins)
---                       has negative tickets, the newest lowest: -(same scheme).
--- KEYS[4] seen    ZSET  visitor id -> last heartbeat (liveness time), for abandonment
+-- KEYS[2] state   HASH  tokens, refilled_ms (the bucket), pass_ms (last pass), gap_ms
+--                       (store/fleet downtime forgiven so far), counters, salt (lottery,
+--                       set once), draw_next/draw_end (ordinals reserved for a draw at the
+--                       doors: the next one issued is draw_next + 1) and doors_ms (when
+--                       they opened); eff_rate (closed-loop admission's effective rate:
+--                       the bucket refills at min(rate, eff_rate)), adaptive (the
+--                       controller's state, JSON) and adaptive_claim_ms (the last claimed
+--                       decision), SPEC §14. The line's bookkeeping: n (how many in it),
+--                       ord (last ordinal issued at the back), ford (last one issued to the
+--                       front lane), ix_l/ix_s (the index's level and split pointer),
+--                       layout (2: this layout; see open_room.lua for the upgrade)
+-- KEYS[3] chunks  ZSET  chunk number -> itself: the line's non-empty chunks, in order (see
+--                       "The line" below)
+-- KEYS[4] dseen   ZSET  draw entrant id -> last heartbeat (liveness time), for abandonment of
+--                       lottery entrants before the doors have moved them into the line
 -- KEYS[5] active  ZSET  visitor id -> last activity (liveness time), for reclaim
 -- KEYS[6] draw    ZSET  visitor id -> lottery score, while a draw is collected and until
 --                       the doors have moved it all into the line. The score is the first
@@ -40,8 +41,29 @@
 --                       lottery draw. One who leaves the draw before the doors (abandoned,
 --                       moved to the front, flushed) is removed; from the doors on it
 --                       never changes: it is the draw's published record (SPEC §14)
--- KEYS[11] joins  HASH  (resolve only) this client's join-limit window: s start, n count
--- KEYS[11] origin HASH  (adaptive only) replica id -> '<store ms> <its report, JSON>'
+-- KEYS[11] cseen  ZSET  chunk number -> a lower bound of the oldest heartbeat (liveness
+--                       seconds) of its waiters: where abandonment looks
+-- KEYS[12] fen    HASH  Fenwick tree over chunk numbers: how many wait in each chunk
+-- KEYS[13] joins  HASH  (resolve only) this client's join-limit window: s start, n count
+-- KEYS[13] origin HASH  (adaptive only) replica id -> '<store ms> <its report, JSON>'
+--
+-- The line (the memory goal: <= 120 B of used_memory per waiting visitor; one big ZSET of
+-- 16-byte ids alone costs ~130 B a member, in hashtable + skiplist encoding). Each waiter
+-- has an ordinal: 1, 2, 3, ... at the back (`ord`), -1, -2, ... in the front lane (`ford`,
+-- moved to the front and priority joins, the newest first). Ordinals are grouped in chunks
+-- of CHUNK; every one is a small ZSET, so it stays in listpack encoding (~28 B a member):
+--   ar:{room}:c:<chunk>  ZSET  id -> slot * 2^32 + last heartbeat (liveness seconds,
+--                              rounded up): the slot orders the chunk, the rest is the
+--                              heartbeat, rewritten in place without moving anyone
+--   ar:{room}:i:<bucket> HASH  id -> 10 bytes: ordinal (i4) and join time ms (u6); a
+--                              linear-hashing index (first 4 id bytes), split one bucket
+--                              at a time as the line grows, so buckets stay small
+--                              listpacks (~30 B a member)
+-- Position is the Fenwick sum over the chunks before one's own (KEYS[12]; the chunk at the
+-- back is added when the back moves past it, so a join writes no tree) plus the rank in
+-- the chunk: O(log n). Admission pops the first chunk (KEYS[3]); abandonment reads the
+-- chunks whose oldest heartbeat may be too old (KEYS[11]) and drops exactly those not heard
+-- for abandon_after, at most one second late (heartbeats are kept in whole seconds).
 -- ARGV[1]         clock offset in ms: always 0 in production; tests move it, or freeze the
 --                 clock with '@<unix ms>'
 --
@@ -49,13 +71,12 @@
 -- runs in "liveness time" = wall time minus the downtime forgiven so far, so an outage of
 -- the store or of every replica never abandons the line or reclaims the site.
 
-local K_CONF, K_STATE, K_LINE, K_SEEN, K_ACTIVE, K_DRAW = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local K_CONF, K_STATE, K_CHUNKS, K_DSEEN, K_ACTIVE, K_DRAW = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local K_PLACES, K_SESS, K_SCOUNT, K_DRAWH = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local K_JOINS = KEYS[11]
-
--- Tickets are join times in ms times this, so up to 1024 joins a millisecond keep exact
--- times; below 2^53 until the year 2248.
-local TICKET_SCALE = 1024
+local K_CSEEN, K_FEN = KEYS[11], KEYS[12]
+local K_JOINS = KEYS[13]
+-- The room's other keys: 'ar:{room}:' and a suffix.
+local PREFIX = string.sub(K_CONF, 1, #K_CONF - 4)
 
 -- Phases (also the reply codes).
 local QUEUEING, BEFORE_OPEN, DRAW, CLOSED = 0, 1, 2, 3
@@ -74,6 +95,10 @@ end
 
 local NOW = clock_now()
 
+-- The line's bookkeeping (see ls()) and the draw's reserved ordinals (see draw_tickets()),
+-- read with the room.
+local LS, DT = nil, nil
+
 -- The room, or nil when it was never opened.
 local function load_room()
   local c = redis.call('HMGET', K_CONF, 'rate', 'max_active', 'session_ttl_ms', 'abandon_after_ms', 'paused',
@@ -82,7 +107,16 @@ local function load_room()
   if not c[1] then
     return nil
   end
-  local s = redis.call('HMGET', K_STATE, 'tokens', 'refilled_ms', 'gap_ms', 'eff_rate')
+  local s = redis.call('HMGET', K_STATE, 'tokens', 'refilled_ms', 'gap_ms', 'eff_rate',
+    'n', 'ord', 'ford', 'ix_l', 'ix_s', 'draw_next', 'draw_end')
+  LS = {
+    n = tonumber(s[5]) or 0,
+    ord = tonumber(s[6]) or 0,
+    ford = tonumber(s[7]) or 0,
+    l = tonumber(s[8]) or 0,
+    s = tonumber(s[9]) or 0,
+  }
+  DT = { tonumber(s[10]) or 0, tonumber(s[11]) or 0 }
   local r = {
     rate = tonumber(c[1]),
     max_active = tonumber(c[2]),
@@ -147,14 +181,6 @@ local function can_admit(r)
   return (not r.paused) and r.tokens >= 1 and redis.call('ZCARD', K_ACTIVE) < r.max_active
 end
 
--- Records a waiting visitor's heartbeat (at most one write a second).
-local function heard(r, id)
-  local seen = tonumber(redis.call('ZSCORE', K_SEEN, id))
-  if seen == nil or r.live >= seen + TOUCH_MS then
-    redis.call('ZADD', K_SEEN, r.live, id)
-  end
-end
-
 local function paused_flag(r)
   if r.paused then
     return 1
@@ -194,31 +220,21 @@ end
 -- Tickets reserved for the draw: {next issued - 1, last reserved}. A reservation is active
 -- while next < last.
 local function draw_tickets()
-  local d = redis.call('HMGET', K_STATE, 'draw_next', 'draw_end')
-  return tonumber(d[1]) or 0, tonumber(d[2]) or 0
+  if not DT then
+    local d = redis.call('HMGET', K_STATE, 'draw_next', 'draw_end')
+    DT = { tonumber(d[1]) or 0, tonumber(d[2]) or 0 }
+  end
+  return DT[1], DT[2]
 end
 
--- The doors: once the draw is over, reserve one ticket per entrant right after the last
--- issued one (O(1)), so everyone who comes later gets a ticket behind the whole draw.
--- The entrants are then moved into the line in score order by admission passes, in bounded
--- chunks (see drain_draw): moving a million at once would block Redis for seconds. Until
--- they all are, positions count the entrants still in the draw (see position_of) and no
--- one behind the reservation is admitted, so the order is the same as moving all at once.
-local function open_doors(ph)
-  if ph ~= QUEUEING and ph ~= CLOSED then
-    return
+-- Sets the reserved ordinals (last: nil to leave it).
+local function set_draw(nxt, last)
+  if last then
+    redis.call('HSET', K_STATE, 'draw_next', string.format('%d', nxt), 'draw_end', string.format('%d', last))
+  else
+    redis.call('HSET', K_STATE, 'draw_next', string.format('%d', nxt))
   end
-  local pending = redis.call('ZCARD', K_DRAW)
-  if pending == 0 then
-    return
-  end
-  local nxt, last = draw_tickets()
-  if nxt < last then
-    return
-  end
-  local seq = tonumber(redis.call('HGET', K_STATE, 'seq')) or 0
-  redis.call('HSET', K_STATE, 'draw_next', string.format('%d', seq), 'draw_end', string.format('%d', seq + pending),
-    'seq', string.format('%d', seq + pending))
+  DT = nil
 end
 
 -- Whether byte string a sorts before b (plain bytes, whatever the server's locale).
@@ -260,8 +276,398 @@ local function draw_order(popped)
   return ids
 end
 
+-- Whether the doors are still to open (the draw's record may still change).
+local function before_doors(ph)
+  return ph == DRAW or ph == BEFORE_OPEN
+end
+
+---------------------------------------------------------------------------------------------
+-- The line (see "The line" above).
+
+local CHUNK = 128
+local SLOT = 4294967296 -- 2^32: a chunk score is slot * SLOT + heartbeat seconds
+-- The Fenwick tree's index of chunk c is c + FEN_OFF (front-lane chunks are negative), in
+-- 1..FEN_N: 2^31 ordinals each side.
+local FEN_OFF = 16777216 -- 2^24
+local FEN_N = 67108864 -- 2^26
+-- The index splits a bucket when the line holds more than this many per bucket on average
+-- (linear hashing keeps the fullest near twice that, below a listpack's 128 entries).
+local IX_LOAD = 40
+
+local function fmt(n)
+  return string.format('%d', n)
+end
+
+local function chunk_of(o)
+  if o >= 0 then
+    return math.floor(o / CHUNK)
+  end
+  return -1 - math.floor(-o / CHUNK)
+end
+
+-- The order within a chunk; the front lane counts down, so its newest come first.
+local function slot_of(o)
+  if o >= 0 then
+    return o % CHUNK
+  end
+  return CHUNK - 1 - (-o % CHUNK)
+end
+
+local function chunk_key(c)
+  return PREFIX .. 'c:' .. fmt(c)
+end
+
+-- Liveness ms -> the whole second stored, rounded up (never reaped early).
+local function secs(live)
+  return math.ceil(live / 1000)
+end
+
+local function ls()
+  if not LS then
+    local v = redis.call('HMGET', K_STATE, 'n', 'ord', 'ford', 'ix_l', 'ix_s')
+    LS = {
+      n = tonumber(v[1]) or 0,
+      ord = tonumber(v[2]) or 0,
+      ford = tonumber(v[3]) or 0,
+      l = tonumber(v[4]) or 0,
+      s = tonumber(v[5]) or 0,
+    }
+  end
+  return LS
+end
+
+local function save_ls()
+  local st = ls()
+  redis.call('HSET', K_STATE, 'n', fmt(st.n), 'ord', fmt(st.ord), 'ford', fmt(st.ford),
+    'ix_l', fmt(st.l), 'ix_s', fmt(st.s))
+end
+
+local function lowbit(i)
+  local b = 1
+  while i % (b * 2) == 0 do
+    b = b * 2
+  end
+  return b
+end
+
+local FEN_MEMO = {}
+
+local function fen_add(c, d)
+  if d == 0 then
+    return
+  end
+  FEN_MEMO = {}
+  local i = c + FEN_OFF
+  while i <= FEN_N do
+    local f = fmt(i)
+    if redis.call('HINCRBY', K_FEN, f, d) == 0 then
+      redis.call('HDEL', K_FEN, f)
+    end
+    i = i + lowbit(i)
+  end
+end
+
+-- How many wait in chunks up to c (every chunk below the back one is in the tree).
+local function fen_prefix(c)
+  local m = FEN_MEMO[c]
+  if m then
+    return m
+  end
+  local idx = {}
+  local i = c + FEN_OFF
+  while i > 0 do
+    idx[#idx + 1] = fmt(i)
+    i = i - lowbit(i)
+  end
+  local sum = 0
+  if #idx > 0 then
+    for _, v in ipairs(redis.call('HMGET', K_FEN, unpack(idx))) do
+      if v then
+        sum = sum + tonumber(v)
+      end
+    end
+  end
+  FEN_MEMO[c] = sum
+  return sum
+end
+
+-- d waiters came into (or, negative, left) chunk c.
+local function touch(c, d)
+  if c < chunk_of(ls().ord) then
+    fen_add(c, d)
+  end
+end
+
+-- Issues k ordinals at the back; returns the first. When the back moves to a later chunk,
+-- the one it leaves goes into the tree.
+local function issue(k)
+  local st = ls()
+  local old = chunk_of(st.ord)
+  st.ord = st.ord + k
+  if chunk_of(st.ord) > old then
+    fen_add(old, redis.call('ZCARD', chunk_key(old)))
+  end
+  return st.ord - k + 1
+end
+
+local function ix_hash(id)
+  local h = struct.unpack('>I4', id .. '\0\0\0\0')
+  return h
+end
+
+local function ix_bucket(h)
+  local st = ls()
+  local m = 2 ^ st.l
+  local a = h % m
+  if a < st.s then
+    a = h % (2 * m)
+  end
+  return a
+end
+
+local function ix_key(id)
+  return PREFIX .. 'i:' .. fmt(ix_bucket(ix_hash(id)))
+end
+
+-- Linear hashing: while the line outgrows the buckets, split the next one in turn.
+local function ix_grow()
+  local st = ls()
+  while st.n > IX_LOAD * (2 ^ st.l + st.s) do
+    local m = 2 ^ st.l
+    local from, to = PREFIX .. 'i:' .. fmt(st.s), PREFIX .. 'i:' .. fmt(st.s + m)
+    local all = redis.call('HGETALL', from)
+    local move, gone = {}, {}
+    for i = 1, #all, 2 do
+      if ix_hash(all[i]) % (2 * m) ~= st.s then
+        move[#move + 1] = all[i]
+        move[#move + 1] = all[i + 1]
+        gone[#gone + 1] = all[i]
+      end
+    end
+    if #gone > 0 then
+      redis.call('HSET', to, unpack(move))
+      redis.call('HDEL', from, unpack(gone))
+    end
+    st.s = st.s + 1
+    if st.s == m then
+      st.l, st.s = st.l + 1, 0
+    end
+  end
+end
+
+-- Where id waits in line: its ordinal and join time (unix ms), or nil.
+local function line_get(id)
+  local v = redis.call('HGET', ix_key(id), id)
+  if not v then
+    return nil
+  end
+  local o, joined = struct.unpack('>i4I6', v)
+  return o, joined
+end
+
+-- Puts id in line on ordinal o, last heard at `live`, joined at `joined` (unix ms). With
+-- `batch` (many puts in one script), the tree's counts are gathered there (chunk -> count)
+-- and the bookkeeping is not saved: the caller does both once (see put_done).
+local function line_put(id, o, live, joined, batch)
+  local c = chunk_of(o)
+  local s = secs(live)
+  local cs = fmt(c)
+  redis.call('ZADD', chunk_key(c), fmt(slot_of(o) * SLOT + s), id)
+  redis.call('ZADD', K_CHUNKS, cs, cs)
+  redis.call('ZADD', K_CSEEN, 'LT', fmt(s), cs)
+  local st = ls()
+  st.n = st.n + 1
+  redis.call('HSET', ix_key(id), id, struct.pack('>i4I6', o, joined))
+  ix_grow()
+  if batch then
+    batch[c] = (batch[c] or 0) + 1
+  else
+    touch(c, 1)
+    save_ls()
+  end
+end
+
+local function put_done(batch)
+  for c, d in pairs(batch) do
+    touch(c, d)
+  end
+  save_ls()
+end
+
+-- After waiters left: an empty line starts over from ordinal 0 and one index bucket (no
+-- key is left behind: every chunk and bucket is empty), unless a draw's tickets are
+-- reserved.
+local function line_left(k)
+  local st = ls()
+  st.n = st.n - k
+  if st.n <= 0 then
+    local nxt, last = draw_tickets()
+    st.n, st.l, st.s = 0, 0, 0
+    if nxt >= last then
+      st.ord, st.ford = 0, 0
+      set_draw(0, 0)
+      redis.call('UNLINK', K_FEN)
+      FEN_MEMO = {}
+    end
+  end
+  save_ls()
+end
+
+-- Removes ids (all in chunk c) from the index and the chunk; the chunk is already rid of
+-- them when `popped`.
+local function chunk_drop(c, ids, popped)
+  local ck = chunk_key(c)
+  if #ids == 0 then
+    return
+  end
+  if not popped then
+    chunked('ZREM', ck, ids)
+  end
+  for _, id in ipairs(ids) do
+    redis.call('HDEL', ix_key(id), id)
+  end
+  touch(c, -#ids)
+  if redis.call('EXISTS', ck) == 0 then
+    local cs = fmt(c)
+    redis.call('ZREM', K_CHUNKS, cs)
+    redis.call('ZREM', K_CSEEN, cs)
+  end
+end
+
+local function line_del(id, o)
+  chunk_drop(chunk_of(o), {id}, false)
+  line_left(1)
+end
+
+-- Pops up to k from the head of the line.
+local function line_pop(k)
+  local out = {}
+  while #out < k do
+    local head = redis.call('ZRANGE', K_CHUNKS, 0, 0)[1]
+    if not head then
+      break
+    end
+    local c = tonumber(head)
+    local popped = redis.call('ZPOPMIN', chunk_key(c), k - #out)
+    local ids = {}
+    for i = 1, #popped, 2 do
+      ids[#ids + 1] = popped[i]
+      out[#out + 1] = popped[i]
+    end
+    chunk_drop(c, ids, true)
+    if #ids == 0 then
+      -- A chunk listed but empty (cannot happen; never loop on it).
+      redis.call('ZREM', K_CHUNKS, head)
+      redis.call('ZREM', K_CSEEN, head)
+    end
+  end
+  if #out > 0 then
+    line_left(#out)
+  end
+  return out
+end
+
+-- How many in line (front lane included) have an ordinal up to o >= 0.
+local function line_upto(o)
+  local c = chunk_of(o)
+  return fen_prefix(c - 1) + redis.call('ZCOUNT', chunk_key(c), '-inf', '(' .. fmt((slot_of(o) + 1) * SLOT))
+end
+
+-- 1-based place in line of id on ordinal o, not counting draw entrants not moved yet.
+local function line_rank(id, o)
+  local c = chunk_of(o)
+  local rank = redis.call('ZRANK', chunk_key(c), id)
+  if not rank then
+    error('anteroom: bad data: ' .. PREFIX .. 'i: lists a visitor missing from chunk ' .. fmt(c))
+  end
+  return fen_prefix(c - 1) + rank + 1
+end
+
+-- Records a heartbeat of id on ordinal o (at most one write a second).
+local function line_heard(r, id, o)
+  local ck = chunk_key(chunk_of(o))
+  local score = tonumber(redis.call('ZSCORE', ck, id))
+  if not score then
+    return
+  end
+  local old = score % SLOT
+  local s = secs(r.live)
+  if s > old then
+    redis.call('ZADD', ck, 'XX', fmt(score - old + s), id)
+  end
+end
+
+-- Drops from the line those not heard since `cutoff` (liveness seconds), at most `budget`,
+-- reading only the chunks whose oldest heartbeat may be that old (and tightening the
+-- bound of those that turn out to have none).
+local function line_reap(cutoff, budget, out)
+  local scans = math.max(1, math.floor(budget / CHUNK) * 2)
+  local due = redis.call('ZRANGEBYSCORE', K_CSEEN, '-inf', fmt(cutoff), 'LIMIT', 0, scans)
+  local n = 0
+  for _, cs in ipairs(due) do
+    if #out + CHUNK > budget then
+      break
+    end
+    local c = tonumber(cs)
+    local all = redis.call('ZRANGE', chunk_key(c), 0, -1, 'WITHSCORES')
+    local gone, oldest = {}, nil
+    for i = 1, #all, 2 do
+      local s = tonumber(all[i + 1]) % SLOT
+      if s <= cutoff then
+        gone[#gone + 1] = all[i]
+        out[#out + 1] = all[i]
+      elseif not oldest or s < oldest then
+        oldest = s
+      end
+    end
+    chunk_drop(c, gone, false)
+    n = n + #gone
+    if oldest then
+      redis.call('ZADD', K_CSEEN, 'XX', fmt(oldest), cs)
+    elseif #all == 0 then
+      redis.call('ZREM', K_CSEEN, cs)
+      redis.call('ZREM', K_CHUNKS, cs)
+    end
+  end
+  if n > 0 then
+    line_left(n)
+  end
+end
+
+-- Draw entrants' heartbeats.
+local function draw_heard(r, id)
+  local seen = tonumber(redis.call('ZSCORE', K_DSEEN, id))
+  if seen == nil or r.live >= seen + TOUCH_MS then
+    redis.call('ZADD', K_DSEEN, r.live, id)
+  end
+end
+
+-- The doors: once the draw is over, reserve one ordinal per entrant right after the last
+-- issued one (O(1)), so everyone who comes later gets a place behind the whole draw.
+-- The entrants are then moved into the line in score order by admission passes, in bounded
+-- chunks (see drain_draw): moving a million at once would block Redis for seconds. Until
+-- they all are, positions count the entrants still in the draw (see position_of) and no
+-- one behind the reservation is admitted, so the order is the same as moving all at once.
+local function open_doors(ph)
+  if ph ~= QUEUEING and ph ~= CLOSED then
+    return
+  end
+  local pending = redis.call('ZCARD', K_DRAW)
+  if pending == 0 then
+    return
+  end
+  local nxt, last = draw_tickets()
+  if nxt < last then
+    return
+  end
+  local first = issue(pending)
+  save_ls()
+  set_draw(first - 1, first - 1 + pending)
+  redis.call('HSET', K_STATE, 'doors_ms', fmt(NOW))
+end
+
 -- Moves up to `budget` draw entrants, lowest draw hash first, into the line on their
--- reserved tickets. Their last heartbeat stays in `seen`.
+-- reserved ordinals, with their last heartbeat.
 local function drain_draw(budget)
   local nxt, last = draw_tickets()
   if nxt >= last then
@@ -278,76 +684,67 @@ local function drain_draw(budget)
       popped[#popped + 1] = s
     end
   end
-  local args = {}
+  local doors = tonumber(redis.call('HGET', K_STATE, 'doors_ms')) or NOW
+  local batch = {}
   for _, id in ipairs(draw_order(popped)) do
     nxt = nxt + 1
-    args[#args + 1] = nxt
-    args[#args + 1] = id
-    if #args >= 2000 then
-      redis.call('ZADD', K_LINE, unpack(args))
-      args = {}
-    end
+    local seen = tonumber(redis.call('ZSCORE', K_DSEEN, id)) or (NOW - (tonumber(redis.call('HGET', K_STATE, 'gap_ms')) or 0))
+    redis.call('ZREM', K_DSEEN, id)
+    line_put(id, nxt, seen, doors, batch)
   end
-  if #args > 0 then
-    redis.call('ZADD', K_LINE, unpack(args))
-  end
+  put_done(batch)
   if redis.call('ZCARD', K_DRAW) == 0 then
-    -- Entrants who left during the drain leave their tickets unused.
+    -- Entrants who left during the drain leave their ordinals unused.
     nxt = last
   end
-  redis.call('HSET', K_STATE, 'draw_next', string.format('%d', nxt))
+  set_draw(nxt)
+  if nxt >= last and ls().n == 0 then
+    line_left(0)
+  end
+end
+
+local function waiting_count()
+  return ls().n + redis.call('ZCARD', K_DRAW)
 end
 
 -- A waiting visitor's position: a number, 0 for a draw entrant before the doors (no
--- place yet), or nil when not waiting.
+-- place yet), or nil when not waiting. Also their ordinal when in line.
 local function position_of(id)
   local nxt, last = draw_tickets()
   local reserved = nxt < last
-  local rank = redis.call('ZRANK', K_LINE, id)
-  if rank then
-    if reserved and tonumber(redis.call('ZSCORE', K_LINE, id)) > last then
+  local o = line_get(id)
+  if o then
+    local rank = line_rank(id, o)
+    if reserved and o > last then
       -- Behind the whole draw, including the entrants not yet moved.
-      return rank + 1 + redis.call('ZCARD', K_DRAW)
+      return rank + redis.call('ZCARD', K_DRAW), o
     end
-    return rank + 1
+    return rank, o
   end
   local drank = redis.call('ZRANK', K_DRAW, id)
   if drank then
     if reserved then
-      -- Ahead: everyone in line on a ticket up to the last one issued to the draw.
-      return redis.call('ZCOUNT', K_LINE, '-inf', nxt) + drank + 1
+      -- Ahead: everyone in line up to the last ordinal issued to the draw.
+      return line_upto(nxt) + drank + 1
     end
     return 0
   end
   return nil
 end
 
-local function waiting_count()
-  return redis.call('ZCARD', K_LINE) + redis.call('ZCARD', K_DRAW)
+-- Records a heartbeat of a waiting visitor (o: their ordinal, from position_of, or nil
+-- for a draw entrant).
+local function heard(r, id, o)
+  if o then
+    line_heard(r, id, o)
+  else
+    draw_heard(r, id)
+  end
 end
 
--- Whether the doors are still to open (the draw's record may still change).
-local function before_doors(ph)
-  return ph == DRAW or ph == BEFORE_OPEN
-end
-
--- The next ticket at the back of the line (see KEYS[3]).
-local function next_ticket()
-  local seq = tonumber(redis.call('HGET', K_STATE, 'seq')) or 0
-  local t = math.max(seq + 1, NOW * TICKET_SCALE)
-  redis.call('HSET', K_STATE, 'seq', string.format('%d', t))
-  return t
-end
-
--- The next ticket of the front lane: below every ticket issued so far.
-local function next_front()
-  local f = tonumber(redis.call('HGET', K_STATE, 'front_seq')) or 0
-  f = math.max(f + 1, NOW * TICKET_SCALE)
-  redis.call('HSET', K_STATE, 'front_seq', string.format('%d', f))
-  return -f
-end
-
--- When a ticket's place was taken (unix ms), or 0 for a ticket from before the scheme.
+-- When an old-layout ticket's place was taken (unix ms), or 0 for a ticket from before
+-- tickets told it (open_room's upgrade only).
+local TICKET_SCALE = 1024
 local function joined_ms(ticket)
   local t = math.abs(ticket)
   if t < 2 ^ 40 then
@@ -357,7 +754,7 @@ local function joined_ms(ticket)
 end
 
 local function is_waiting(id)
-  return redis.call('ZSCORE', K_LINE, id) or redis.call('ZSCORE', K_DRAW, id)
+  return line_get(id) or redis.call('ZSCORE', K_DRAW, id)
 end
 
 -- How many of `client`'s places are still in line (draw included), dropping from its
@@ -431,17 +828,24 @@ local function drop_sessions(ids)
   end
 end
 
+
 -- Moves a waiting visitor (line, front lane or draw) to position 1, recording a heartbeat.
 -- False when they are not waiting.
 local function to_front(r, id)
-  if not is_waiting(id) then
+  local o = line_get(id)
+  if o then
+    line_del(id, o)
+  elseif redis.call('ZREM', K_DRAW, id) == 1 then
+    redis.call('ZREM', K_DSEEN, id)
+    if before_doors(phase_of(r)) then
+      -- Out of the lot before the doors: not an entrant of the draw.
+      redis.call('HDEL', K_DRAWH, id)
+    end
+  else
     return false
   end
-  if redis.call('ZREM', K_DRAW, id) == 1 and before_doors(phase_of(r)) then
-    -- Out of the lot before the doors: not an entrant of the draw.
-    redis.call('HDEL', K_DRAWH, id)
-  end
-  redis.call('ZADD', K_LINE, string.format('%d', next_front()), id)
-  redis.call('ZADD', K_SEEN, r.live, id)
+  local st = ls()
+  st.ford = st.ford + 1
+  line_put(id, -st.ford, r.live, NOW)
   return true
 end

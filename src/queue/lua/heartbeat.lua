@@ -14,9 +14,9 @@ for i = 2, #ARGV do
     out[#out + 1] = 1
     out[#out + 1] = 0
   else
-    local position = position_of(id)
+    local position, o = position_of(id)
     if position then
-      heard(r, id)
+      heard(r, id, o)
       out[#out + 1] = 2
       out[#out + 1] = position
     else

@@ -25,8 +25,67 @@ if redis.call('EXISTS', K_CONF) == 0 then
   write_policy()
   return {0}
 end
+-- The upgrade from the first layout, where the line was one ZSET `line` (id -> ticket) and
+-- every waiter's heartbeat another, `seen` (~255 B a waiter against the 120 B goal): the
+-- line moves into chunks and the index in its order, with its heartbeats and join times,
+-- here in one step (about 5 us of Redis time a waiter, so some seconds for a million);
+-- draw entrants' heartbeats move to `dseen`. Replicas of both versions must not run on
+-- one room at once: stop the old ones, then start the new.
+local function upgrade(r)
+  local old_line, old_seen = PREFIX .. 'line', PREFIX .. 'seen'
+  if redis.call('EXISTS', old_line) == 0 and redis.call('EXISTS', old_seen) == 0 then
+    return
+  end
+  -- A draw's reservation was in tickets; it becomes ordinals at the same place.
+  local tnxt, tlast = draw_tickets()
+  local pending = tlast - tnxt
+  local dnxt = nil
+  local function reserve()
+    dnxt = issue(pending) - 1
+  end
+  local STEP = 10000
+  local i = 0
+  while true do
+    local batch = redis.call('ZRANGE', old_line, i, i + STEP - 1, 'WITHSCORES')
+    if #batch == 0 then
+      break
+    end
+    for j = 1, #batch, 2 do
+      local id, ticket = batch[j], tonumber(batch[j + 1])
+      if pending > 0 and not dnxt and ticket > tlast then
+        reserve()
+      end
+      local seen = tonumber(redis.call('ZSCORE', old_seen, id)) or r.live
+      line_put(id, issue(1), seen, joined_ms(ticket))
+    end
+    i = i + STEP
+  end
+  if pending > 0 then
+    if not dnxt then
+      reserve()
+    end
+    set_draw(dnxt, dnxt + pending)
+  else
+    set_draw(0, 0)
+  end
+  i = 0
+  while true do
+    local batch = redis.call('ZRANGE', K_DRAW, i, i + STEP - 1)
+    if #batch == 0 then
+      break
+    end
+    for _, id in ipairs(batch) do
+      redis.call('ZADD', K_DSEEN, tonumber(redis.call('ZSCORE', old_seen, id)) or r.live, id)
+    end
+    i = i + STEP
+  end
+  save_ls()
+  redis.call('UNLINK', old_line, old_seen)
+end
+
 write_policy()
 local r = load_room()
+upgrade(r)
 local last_pass = tonumber(redis.call('HGET', K_STATE, 'pass_ms'))
 if last_pass and NOW > last_pass then
   r.gap = r.gap + (NOW - last_pass)

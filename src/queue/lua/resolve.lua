@@ -1,7 +1,7 @@
 -- resolve(id, client, front): ARGV[2] = visitor id, ARGV[3] = client (16 bytes), ARGV[4] =
 -- '1' for a priority join (position 1), ARGV[5] = the visitor's lottery score and ARGV[6]
 -- their 32-byte draw hash (see KEYS[6] and KEYS[10]), used only to enter a draw.
--- KEYS[11] = this client's join-limit window.
+-- KEYS[13] = this client's join-limit window.
 -- Returns {-1} unknown room, {1, newly} admitted (newly = 1 when this call admitted them),
 -- {2, position, waiting, paused, joined, phase} waiting (joined = 1 when this call added
 -- them; position 0 = none yet, in a lottery draw), {3, retry_after_ms, reason} refused
@@ -50,12 +50,12 @@ if front and ph ~= CLOSED then
     return {2, position_of(id), waiting_count(), paused_flag(r), 0, ph}
   end
 else
-  local position = position_of(id)
+  local position, o = position_of(id)
   if position then
     if ph == CLOSED then
       return {5}
     end
-    heard(r, id)
+    heard(r, id, o)
     return {2, position, waiting_count(), paused_flag(r), 0, ph}
   end
 end
@@ -117,9 +117,10 @@ end
 
 redis.call('HINCRBY', K_STATE, 'total_joined', 1)
 add_place(r, client, id)
-redis.call('ZADD', K_SEEN, r.live, id)
 if front then
-  redis.call('ZADD', K_LINE, string.format('%d', next_front()), id)
+  local st = ls()
+  st.ford = st.ford + 1
+  line_put(id, -st.ford, r.live, NOW)
   return {2, 1, waiting_count(), paused_flag(r), 1, ph}
 end
 if ph == DRAW and r.lottery then
@@ -131,10 +132,11 @@ if ph == DRAW and r.lottery then
     redis.call('HSET', K_STATE, 'drawh_doors', doors)
   end
   redis.call('ZADD', K_DRAW, ARGV[5], id)
+  redis.call('ZADD', K_DSEEN, r.live, id)
   redis.call('HSET', K_DRAWH, id, ARGV[6])
   return {2, 0, waiting_count(), paused_flag(r), 1, ph}
 end
-redis.call('ZADD', K_LINE, string.format('%d', next_ticket()), id)
--- Tickets only grow, so a newcomer is last.
+line_put(id, issue(1), r.live, NOW)
+-- Ordinals only grow, so a newcomer is last.
 local waiting = waiting_count()
 return {2, waiting, waiting, paused_flag(r), 1, ph}

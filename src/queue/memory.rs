@@ -4,14 +4,13 @@
 //! One mutex per room (not a single-writer task) because every operation is a few
 //! microseconds of map work with no await inside; a task would add a channel hop to each.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::fenwick::RankIndex;
 use super::{
     AdaptiveState, ClientKey, DrawRecord, GrantUse, Join, OriginExchange, OriginReport, PassReport,
     Phase, Place, QueueQuery, QueueStore, REAP_BUDGET, RefusedReason, Resolution, RoomPolicy,
@@ -20,11 +19,14 @@ use super::{
 };
 use crate::clock::{Clock, ms};
 use crate::fairness::draw::DrawHash;
+use line::{LaneKind, NewPlace, WaitingLine};
 
 /// Heartbeats and session activity closer together than this do not move the visitor in
 /// the time indexes: abandonment and reclaim are measured in seconds, and skipping the
 /// re-index keeps a crowd of impatient clients cheap.
 const TOUCH_GRANULARITY_MS: u64 = 1_000;
+
+mod line;
 
 const SNAPSHOT_FILE: &str = "queue.snapshot";
 
@@ -370,22 +372,12 @@ fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> StoreResult<()> {
     Ok(())
 }
 
-/// A waiting visitor: their ticket, when the store last heard from them, when they took
-/// their place, and the client they joined from (for `max_places_per_client`; `None` when
-/// restored from a snapshot, which does not keep clients).
-#[derive(Clone, Copy, Debug)]
-struct Waiter {
-    ticket: u64,
-    seen_ms: u64,
-    joined_ms: u64,
-    client: Option<ClientKey>,
-}
-
-/// A lottery draw entrant (no ticket until the doors open).
+/// A lottery draw entrant (no ticket until the doors open), and the client whose place
+/// they hold.
 #[derive(Clone, Copy, Debug)]
 struct Entrant {
     seen_ms: u64,
-    client: Option<ClientKey>,
+    client: ClientRef,
 }
 
 /// An admitted session: last activity and the distinct clients it has been used from, the
@@ -410,31 +402,90 @@ struct Counters {
     total_refused: u64,
 }
 
-/// Per-client counts (places in line, sessions on the site); an entry is removed when its
-/// count drops to zero, so the map holds only clients that hold something.
+/// A client as a place in line holds it: 4 bytes instead of an address, numbered by the
+/// room's [`ClientCounts`]. `NONE` for places with no client (restored from a snapshot,
+/// which does not keep clients).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientRef(u32);
+
+impl ClientRef {
+    pub const NONE: ClientRef = ClientRef(0);
+}
+
+/// Per-client counts (places in line, sessions on the site), each client numbered while it
+/// holds something; an entry is removed when its count drops to zero (and its number is
+/// reused), so the map holds only clients that hold something.
 #[derive(Default)]
-struct ClientCounts(HashMap<ClientKey, u32>);
+struct ClientCounts {
+    numbers: HashMap<ClientKey, ClientRef>,
+    /// By number − 1: the client and its count (0: a free number).
+    entries: Vec<(ClientKey, u32)>,
+    free: Vec<ClientRef>,
+}
 
 impl ClientCounts {
     fn get(&self, client: ClientKey) -> u32 {
-        self.0.get(&client).copied().unwrap_or(0)
+        self.numbers
+            .get(&client)
+            .map_or(0, |r| self.entries[r.0 as usize - 1].1)
     }
 
-    fn add(&mut self, client: Option<ClientKey>) {
-        if let Some(client) = client {
-            *self.0.entry(client).or_insert(0) += 1;
+    /// Clients holding something.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.numbers.len()
+    }
+
+    /// Counts one more for `client` and returns its number.
+    fn add(&mut self, client: Option<ClientKey>) -> ClientRef {
+        let Some(client) = client else {
+            return ClientRef::NONE;
+        };
+        if let Some(&r) = self.numbers.get(&client) {
+            self.entries[r.0 as usize - 1].1 += 1;
+            return r;
+        }
+        let r = match self.free.pop() {
+            Some(r) => {
+                self.entries[r.0 as usize - 1] = (client, 1);
+                r
+            }
+            None => {
+                self.entries.push((client, 1));
+                ClientRef(self.entries.len() as u32)
+            }
+        };
+        self.numbers.insert(client, r);
+        r
+    }
+
+    /// Counts one less for the client numbered `r`.
+    fn release(&mut self, r: ClientRef) {
+        let Some(entry) = (r.0 as usize)
+            .checked_sub(1)
+            .and_then(|i| self.entries.get_mut(i))
+        else {
+            return;
+        };
+        if entry.1 == 0 {
+            return;
+        }
+        entry.1 -= 1;
+        if entry.1 == 0 {
+            let client = entry.0;
+            self.numbers.remove(&client);
+            self.free.push(r);
         }
     }
 
     fn remove(&mut self, client: Option<ClientKey>) {
-        if let Some(client) = client
-            && let Some(n) = self.0.get_mut(&client)
-        {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.0.remove(&client);
-            }
+        if let Some(&r) = client.as_ref().and_then(|c| self.numbers.get(c)) {
+            self.release(r);
         }
+    }
+
+    fn clear(&mut self) {
+        *self = ClientCounts::default();
     }
 }
 
@@ -446,20 +497,9 @@ struct Room {
     salt: [u8; 16],
     tokens: f64,
     refilled_ms: u64,
-    next_ticket: u64,
-    waiters: HashMap<VisitorId, Waiter>,
-    /// The line in ticket order; the head is the first entry (after the front lane).
-    line: BTreeMap<u64, VisitorId>,
-    /// The front lane, ahead of the whole line: lane counter → visitor. The newest move is
-    /// position 1, so the lane's head is its *last* entry. Its own rank index keeps
-    /// positions O(log n) (ranks count from the oldest; a position is counted from the
-    /// newest).
-    front: BTreeMap<u64, VisitorId>,
-    front_ranks: RankIndex,
-    next_front: u64,
-    /// Waiters by last heartbeat, oldest first, for abandonment.
-    by_seen: BTreeSet<(u64, u64)>,
-    ranks: RankIndex,
+    /// The line and the front lane ahead of it (the newest move is position 1), with
+    /// their index and seen order: see [`line`].
+    line: WaitingLine,
     /// A lottery draw being collected. Entrants have no ticket until the doors open; then
     /// the whole draw is issued tickets in the order of its [`DrawHash`]es, in one go (the
     /// permutation is O(draw) once, and afterwards the line is ordered by ticket alone, so
@@ -500,14 +540,7 @@ impl Room {
             policy: RoomPolicy::default(),
             salt,
             refilled_ms: now,
-            next_ticket: 0,
-            waiters: HashMap::new(),
-            line: BTreeMap::new(),
-            front: BTreeMap::new(),
-            front_ranks: RankIndex::default(),
-            next_front: 0,
-            by_seen: BTreeSet::new(),
-            ranks: RankIndex::default(),
+            line: WaitingLine::new(),
             draw: HashMap::new(),
             draw_by_seen: BTreeSet::new(),
             drawn: Vec::new(),
@@ -594,13 +627,17 @@ impl Room {
         self.draw_by_seen.clear();
         entrants.sort_unstable_by_key(|&(hash, v, _)| (hash, v));
         self.drawn = entrants.iter().map(|&(hash, _, _)| hash).collect();
-        for (_, visitor, e) in entrants {
-            let ticket = self.next_ticket;
-            self.next_ticket += 1;
-            // The draw's places move to the line: uncount, then count again.
-            self.places.remove(e.client);
-            self.enter_line(visitor, ticket, e.seen_ms, now, e.client);
-        }
+        // The draw's places move to the line with their clients' counts.
+        let places = entrants
+            .into_iter()
+            .map(|(_, visitor, e)| NewPlace {
+                visitor,
+                seen_ms: e.seen_ms,
+                joined_ms: now,
+                client: e.client,
+            })
+            .collect();
+        self.line.join_all(LaneKind::Line, places);
     }
 
     /// Why a newcomer from `client` is refused a share, if they are.
@@ -715,36 +752,39 @@ impl Room {
             return Resolution::Full;
         }
         self.counters.total_joined += 1;
-        if join == Join::Front {
-            let ticket = FRONT | self.next_front;
-            self.next_front += 1;
-            self.enter_line(visitor, ticket, now, now, Some(client));
-            return Resolution::Waiting {
-                place: self.place_of(ticket, phase),
-                joined: true,
-            };
-        }
-        if phase == Phase::Draw && self.policy.lottery {
+        if phase == Phase::Draw && self.policy.lottery && join != Join::Front {
             // Collected, never admitted on the spot.
+            let client = self.places.add(Some(client));
             self.draw.insert(
                 visitor,
                 Entrant {
                     seen_ms: now,
-                    client: Some(client),
+                    client,
                 },
             );
             self.draw_by_seen.insert((now, visitor));
-            self.places.add(Some(client));
             return Resolution::Waiting {
                 place: self.draw_place(phase),
                 joined: true,
             };
         }
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
-        self.enter_line(visitor, ticket, now, now, Some(client));
+        let lane = if join == Join::Front {
+            LaneKind::Front
+        } else {
+            LaneKind::Line
+        };
+        let client = self.places.add(Some(client));
+        let place = self.line.join(
+            lane,
+            NewPlace {
+                visitor,
+                seen_ms: now,
+                joined_ms: now,
+                client,
+            },
+        );
         Resolution::Waiting {
-            place: self.place_of(ticket, phase),
+            place: self.place_of(place, phase),
             joined: true,
         }
     }
@@ -752,19 +792,25 @@ impl Room {
     /// Moves a waiting visitor (in line, in the front lane, or in a lottery draw) to
     /// position 1. `None` when they are not waiting.
     fn move_front(&mut self, visitor: VisitorId, now: u64, phase: Phase) -> Option<Place> {
-        let (seen_ms, client) = if let Some(w) = self.leave_line(visitor) {
-            (now.max(w.seen_ms), w.client)
+        // The place moves with its client's count.
+        let (seen_ms, client) = if let Some(w) = self.line.leave(visitor) {
+            (now.max(w.seen_ms()), w.client)
         } else if let Some(e) = self.draw.remove(&visitor) {
             self.draw_by_seen.remove(&(e.seen_ms, visitor));
-            self.places.remove(e.client);
             (now.max(e.seen_ms), e.client)
         } else {
             return None;
         };
-        let ticket = FRONT | self.next_front;
-        self.next_front += 1;
-        self.enter_line(visitor, ticket, seen_ms, now, client);
-        Some(self.place_of(ticket, phase))
+        let place = self.line.join(
+            LaneKind::Front,
+            NewPlace {
+                visitor,
+                seen_ms,
+                joined_ms: now,
+                client,
+            },
+        );
+        Some(self.place_of(place, phase))
     }
 
     fn heartbeat(&mut self, visitor: VisitorId, now: u64) -> VisitorState {
@@ -789,33 +835,17 @@ impl Room {
             }
             return Some(self.draw_place(phase));
         }
-        let waiter = self.waiters.get_mut(&visitor)?;
-        if now >= waiter.seen_ms + TOUCH_GRANULARITY_MS {
-            self.by_seen.remove(&(waiter.seen_ms, waiter.ticket));
-            waiter.seen_ms = now;
-            self.by_seen.insert((now, waiter.ticket));
-        }
-        let ticket = waiter.ticket;
-        Some(self.place_of(ticket, phase))
+        let place = self.line.touch(visitor, now, TOUCH_GRANULARITY_MS)?;
+        Some(self.place_of(place, phase))
     }
 
     fn waiting(&self) -> u64 {
-        (self.line.len() + self.front.len() + self.draw.len()) as u64
+        (self.line.len() + self.draw.len()) as u64
     }
 
-    /// A ticket's position: the front lane (newest first), then the line.
-    fn position_of(&self, ticket: u64) -> u64 {
-        let front = self.front.len() as u64;
-        if ticket & FRONT != 0 {
-            (front + 1).saturating_sub(self.front_ranks.rank(ticket & !FRONT))
-        } else {
-            front + self.ranks.rank(ticket)
-        }
-    }
-
-    fn place_of(&self, ticket: u64, phase: Phase) -> Place {
+    fn place_of(&self, place: line::Handle, phase: Phase) -> Place {
         Place {
-            position: Some(self.position_of(ticket)),
+            position: Some(self.line.position(place)),
             waiting: self.waiting(),
             paused: self.settings.paused,
             phase,
@@ -830,68 +860,6 @@ impl Room {
             paused: self.settings.paused,
             phase,
         }
-    }
-
-    /// Puts a waiter into every index of the line (or of the front lane) and counts their
-    /// place against their client.
-    fn enter_line(
-        &mut self,
-        visitor: VisitorId,
-        ticket: u64,
-        seen_ms: u64,
-        joined_ms: u64,
-        client: Option<ClientKey>,
-    ) {
-        self.waiters.insert(
-            visitor,
-            Waiter {
-                ticket,
-                seen_ms,
-                joined_ms,
-                client,
-            },
-        );
-        if ticket & FRONT != 0 {
-            self.front.insert(ticket & !FRONT, visitor);
-            self.front_ranks.insert(ticket & !FRONT);
-        } else {
-            self.line.insert(ticket, visitor);
-            self.ranks.insert(ticket);
-        }
-        self.by_seen.insert((seen_ms, ticket));
-        self.places.add(client);
-    }
-
-    /// Takes a waiter out of every index of the line, freeing their client's place.
-    fn leave_line(&mut self, visitor: VisitorId) -> Option<Waiter> {
-        let waiter = self.waiters.remove(&visitor)?;
-        if waiter.ticket & FRONT != 0 {
-            self.front.remove(&(waiter.ticket & !FRONT));
-            self.front_ranks.remove(waiter.ticket & !FRONT);
-        } else {
-            self.line.remove(&waiter.ticket);
-            self.ranks.remove(waiter.ticket);
-        }
-        self.by_seen.remove(&(waiter.seen_ms, waiter.ticket));
-        self.places.remove(waiter.client);
-        Some(waiter)
-    }
-
-    /// The visitor holding `ticket` (line or front lane).
-    fn at_ticket(&self, ticket: u64) -> Option<VisitorId> {
-        if ticket & FRONT != 0 {
-            self.front.get(&(ticket & !FRONT)).copied()
-        } else {
-            self.line.get(&ticket).copied()
-        }
-    }
-
-    /// The head of the line: the newest of the front lane, else the first ticket.
-    fn head(&self) -> Option<VisitorId> {
-        self.front
-            .last_key_value()
-            .or_else(|| self.line.first_key_value())
-            .map(|(_, &v)| v)
     }
 
     fn start_session(&mut self, visitor: VisitorId, now: u64, client: Option<ClientKey>) {
@@ -943,18 +911,22 @@ impl Room {
         self.counters.total_expired += report.expired.len() as u64;
 
         let abandon_after = ms(self.settings.abandon_after);
-        for (seen, ticket) in due(&self.by_seen, abandon_after, now, REAP_BUDGET) {
-            self.by_seen.remove(&(seen, ticket));
-            if let Some(visitor) = self.at_ticket(ticket) {
-                self.leave_line(visitor);
-                report.abandoned.push(visitor);
+        while report.abandoned.len() < REAP_BUDGET {
+            let Some((place, w)) = self.line.oldest_seen() else {
+                break;
+            };
+            if w.seen_ms().saturating_add(abandon_after) > now {
+                break;
             }
+            let w = self.line.remove(place);
+            self.places.release(w.client);
+            report.abandoned.push(w.visitor);
         }
         let budget = REAP_BUDGET - report.abandoned.len();
         for (seen, visitor) in due(&self.draw_by_seen, abandon_after, now, budget) {
             self.draw_by_seen.remove(&(seen, visitor));
             if let Some(e) = self.draw.remove(&visitor) {
-                self.places.remove(e.client);
+                self.places.release(e.client);
             }
             report.abandoned.push(visitor);
         }
@@ -965,10 +937,12 @@ impl Room {
         self.refill(now);
         // Before the doors and after closing, nobody is admitted.
         while phase == Phase::Queueing && self.can_admit() {
-            let Some(visitor) = self.head() else {
+            let Some(head) = self.line.head() else {
                 break;
             };
-            self.leave_line(visitor);
+            let w = self.line.remove(head);
+            self.places.release(w.client);
+            let visitor = w.visitor;
             self.tokens -= 1.0;
             // Charged to the client it is first used from (see `session_request`).
             self.start_session(visitor, now, None);
@@ -977,25 +951,24 @@ impl Room {
         report
     }
 
-    fn entry(&self, visitor: VisitorId, w: &Waiter) -> WaitingEntry {
+    fn entry(&self, place: line::Handle, w: &line::Slot, position: Option<u64>) -> WaitingEntry {
         WaitingEntry {
-            visitor,
-            reference: visitor.reference(),
-            position: Some(self.position_of(w.ticket)),
-            joined_at_ms: Some(w.joined_ms),
-            last_seen_ms: w.seen_ms,
+            visitor: w.visitor,
+            reference: w.visitor.reference(),
+            position: Some(position.unwrap_or_else(|| self.line.position(place))),
+            joined_at_ms: Some(w.joined_ms()),
+            last_seen_ms: w.seen_ms(),
         }
     }
 
     fn queue(&self, query: QueueQuery) -> StoreResult<Vec<WaitingEntry>> {
         match query {
             QueueQuery::Head { limit } => Ok(self
-                .front
-                .values()
-                .rev()
-                .chain(self.line.values())
+                .line
+                .in_order()
                 .take(limit.min(QueueQuery::MAX_LIMIT))
-                .filter_map(|v| self.waiters.get(v).map(|w| self.entry(*v, w)))
+                .enumerate()
+                .map(|(i, (place, w))| self.entry(place, w, Some(i as u64 + 1)))
                 .collect()),
             QueueQuery::Ref(reference) => self.find(reference).map(|e| vec![e]),
         }
@@ -1005,11 +978,10 @@ impl Room {
     /// O(waiting), admin-only.
     fn find(&self, reference: VisitorRef) -> StoreResult<WaitingEntry> {
         let in_line = self
-            .waiters
-            .iter()
-            .filter(|(v, _)| reference.matches(v))
-            .map(|(&v, w)| self.entry(v, w))
-            .min_by_key(|e| e.position);
+            .line
+            .in_order()
+            .find(|(_, w)| reference.matches(&w.visitor))
+            .map(|(place, w)| self.entry(place, w, None));
         if let Some(entry) = in_line {
             return Ok(entry);
         }
@@ -1058,15 +1030,10 @@ impl Room {
 
     fn flush(&mut self) -> u64 {
         let removed = self.waiting();
-        self.waiters.clear();
         self.line.clear();
-        self.front.clear();
-        self.front_ranks.clear(self.next_front);
-        self.by_seen.clear();
-        self.ranks.clear(self.next_ticket);
         self.draw.clear();
         self.draw_by_seen.clear();
-        self.places = ClientCounts::default();
+        self.places.clear();
         removed
     }
 
@@ -1074,13 +1041,15 @@ impl Room {
         RoomSnapshot {
             settings: self.settings.clone(),
             tokens: self.tokens,
-            next_ticket: self.next_ticket,
+            next_ticket: self.line.next_ticket(),
             // The front lane rides in the line with its marker bit, so the layout stays.
             line: self
-                .front
-                .iter()
-                .map(|(&c, &v)| (FRONT | c, v))
-                .chain(self.line.iter().map(|(&t, &v)| (t, v)))
+                .line
+                .by_ticket()
+                .map(|(lane, t, w)| match lane {
+                    LaneKind::Front => (FRONT | t, w.visitor),
+                    LaneKind::Line => (t, w.visitor),
+                })
                 .collect(),
             sessions: self.sessions.keys().copied().collect(),
             counters: self.counters,
@@ -1100,20 +1069,32 @@ impl Room {
         room.drawn = snapshot.drawn.into_iter().map(DrawHash).collect();
         room.tokens = snapshot.tokens.min(room.settings.burst());
         room.counters = snapshot.counters;
-        let first_ticket = snapshot
+        // Each lane in ticket order (stable sorts: already sorted input costs O(n)); the
+        // tickets are numbered afresh, consecutively, which keeps every order.
+        let (mut front, mut line): (Vec<_>, Vec<_>) = snapshot
             .line
-            .iter()
-            .find(|&&(t, _)| t & FRONT == 0)
-            .map_or(snapshot.next_ticket, |&(t, _)| t);
-        room.ranks = RankIndex::starting_at(first_ticket);
-        let front = snapshot.line.iter().filter(|&&(t, _)| t & FRONT != 0);
-        let first_front = front.clone().map(|&(t, _)| t & !FRONT).min().unwrap_or(0);
-        room.next_front = front.map(|&(t, _)| (t & !FRONT) + 1).max().unwrap_or(0);
-        room.front_ranks = RankIndex::starting_at(first_front);
-        for (ticket, visitor) in snapshot.line {
-            room.enter_line(visitor, ticket, now, now, None);
+            .into_iter()
+            .partition(|&(t, _)| t & FRONT != 0);
+        front.sort_by_key(|&(t, _)| t);
+        line.sort_by_key(|&(t, _)| t);
+        room.line
+            .start_at(line.first().map_or(snapshot.next_ticket, |&(t, _)| t));
+        for (lane, places) in [(LaneKind::Front, front), (LaneKind::Line, line)] {
+            for (_, visitor) in places {
+                // A visitor listed twice (never written so) keeps their first place.
+                if room.line.find(visitor).is_none() {
+                    room.line.join(
+                        lane,
+                        NewPlace {
+                            visitor,
+                            seen_ms: now,
+                            joined_ms: now,
+                            client: ClientRef::NONE,
+                        },
+                    );
+                }
+            }
         }
-        room.next_ticket = snapshot.next_ticket;
         for visitor in snapshot.sessions {
             room.sessions.insert(
                 visitor,
@@ -1129,7 +1110,7 @@ impl Room {
                 visitor,
                 Entrant {
                     seen_ms: now,
-                    client: None,
+                    client: ClientRef::NONE,
                 },
             );
             room.draw_by_seen.insert((now, visitor));
@@ -1392,7 +1373,7 @@ mod tests {
         let sizes = || {
             let room = h.store.room("main").unwrap();
             let room = room.lock().unwrap();
-            (room.places.0.len(), room.session_counts.0.len())
+            (room.places.len(), room.session_counts.len())
         };
         assert_eq!(sizes(), (300, 20));
         tokio::time::advance(Duration::from_secs(61)).await;

@@ -936,17 +936,26 @@ impl Room {
 
         self.refill(now);
         // Before the doors and after closing, nobody is admitted.
-        while phase == Phase::Queueing && self.can_admit() {
-            let Some(head) = self.line.head() else {
-                break;
-            };
-            let w = self.line.remove(head);
-            self.places.release(w.client);
-            let visitor = w.visitor;
-            self.tokens -= 1.0;
-            // Charged to the client it is first used from (see `session_request`).
-            self.start_session(visitor, now, None);
-            report.admitted.push(visitor);
+        if phase == Phase::Queueing {
+            // How many `can_admit` lets in, counted the way admitting them spends it, so
+            // the line gives them up in one batch (see `WaitingLine::take_heads`).
+            let (mut tokens, mut active, mut n) = (self.tokens, self.sessions.len() as u64, 0);
+            while n < self.line.len()
+                && !self.settings.paused
+                && tokens >= 1.0
+                && active < self.settings.max_active
+            {
+                tokens -= 1.0;
+                active += 1;
+                n += 1;
+            }
+            for w in self.line.take_heads(n) {
+                self.places.release(w.client);
+                self.tokens -= 1.0;
+                // Charged to the client it is first used from (see `session_request`).
+                self.start_session(w.visitor, now, None);
+                report.admitted.push(w.visitor);
+            }
         }
         report
     }

@@ -63,9 +63,18 @@ pub fn fresh_private_dir(parent: &Path, prefix: &str) -> io::Result<PathBuf> {
 /// `O_CREAT|O_EXCL|O_NOFOLLOW` (mode 0600), written, synced, renamed over `name`, and the
 /// directory synced. A rename replaces a link planted at `name` rather than following it.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_with(dir, name, |file| file.write_all(bytes))
+}
+
+/// As [`write_atomic`], with the contents written by `write` into the temporary file, so a
+/// large file can be streamed rather than built in memory first.
+pub fn write_atomic_with(
+    dir: &Path,
+    name: &str,
+    write: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
     let (tmp, mut file) = create_temp(dir, name)?;
-    let written = file
-        .write_all(bytes)
+    let written = write(&mut file)
         .and_then(|()| file.sync_all())
         .and_then(|()| std::fs::rename(&tmp, dir.join(name)));
     if let Err(e) = written {

@@ -5,6 +5,10 @@
 //! ticket falls past the window, the tree is rebuilt in O(len) starting from the first live
 //! ticket with room for twice the live span; that happens after at least as many joins as
 //! the rebuild costs, so joins stay O(log n) amortized and admission passes never rebuild.
+//!
+//! The keys need not be single tickets: the embedded line counts live tickets per chunk of
+//! tickets ([`RankIndex::add`] with the chunk number), which keeps this tree a few KiB
+//! even for a line of millions.
 
 #[derive(Clone, Debug)]
 pub struct RankIndex {
@@ -36,25 +40,31 @@ impl RankIndex {
 
     /// Adds a ticket. Tickets below the window's base are a caller bug and are ignored.
     pub fn insert(&mut self, ticket: u64) {
-        if ticket < self.base {
-            debug_assert!(false, "ticket {ticket} below base {}", self.base);
-            return;
-        }
-        if ticket - self.base >= self.slots() as u64 {
-            self.regrow(ticket);
-        }
-        self.add((ticket - self.base) as usize + 1, 1);
+        self.add(ticket, 1);
     }
 
     /// Removes a ticket that was inserted.
     pub fn remove(&mut self, ticket: u64) {
-        if ticket < self.base || ticket - self.base >= self.slots() as u64 {
-            return;
-        }
-        self.add((ticket - self.base) as usize + 1, -1);
+        self.add(ticket, -1);
     }
 
-    /// How many live tickets are `<= ticket`.
+    /// Adds `delta` to the count at `key`. Growing a key below the window's base is a
+    /// caller bug and is ignored; so is shrinking one the window no longer covers.
+    pub fn add(&mut self, key: u64, delta: i32) {
+        if key < self.base {
+            debug_assert!(delta < 0, "key {key} below base {}", self.base);
+            return;
+        }
+        if key - self.base >= self.slots() as u64 {
+            if delta < 0 {
+                return;
+            }
+            self.regrow(key);
+        }
+        self.add_slot((key - self.base) as usize + 1, delta);
+    }
+
+    /// How many live tickets are `<= ticket` (the sum of the counts at keys `<= ticket`).
     pub fn rank(&self, ticket: u64) -> u64 {
         if ticket < self.base {
             return 0;
@@ -77,7 +87,7 @@ impl RankIndex {
         self.tree.capacity() * std::mem::size_of::<u32>()
     }
 
-    fn add(&mut self, mut i: usize, delta: i32) {
+    fn add_slot(&mut self, mut i: usize, delta: i32) {
         while i < self.tree.len() {
             self.tree[i] = self.tree[i].wrapping_add_signed(delta);
             i += i & i.wrapping_neg();

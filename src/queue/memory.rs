@@ -3,15 +3,49 @@
 //!
 //! One mutex per room (not a single-writer task) because every operation is a few
 //! microseconds of map work with no await inside; a task would add a channel hop to each.
+//!
+//! # The line's layout (issue 14: a line that fits in cache)
+//!
+//! A line of a million must stay small and must not make a pass slower than at a thousand.
+//! Ordered maps do both badly: every waiter was a hash map entry, a `BTreeMap` entry by
+//! ticket, a `BTreeSet` entry by last seen and a Fenwick slot (~220 bytes, and each
+//! admission walked three trees). Tickets only grow, so the line is an array instead
+//! (`line::WaitingLine`, in `memory/line.rs`):
+//!
+//! - **Slots by ticket.** Each lane (the line, and the front lane ahead of it) is its
+//!   consecutive tickets in chunks of 1024 fixed 40-byte slots: visitor id (16), last seen
+//!   and joined as 48-bit unix ms (6 + 6), the client as a 4-byte number (`ClientCounts`
+//!   numbers the clients that hold places) and two 4-byte links. A live bitmap per chunk
+//!   marks who is still there; leaving is a tombstone, a chunk whose tickets have all left
+//!   frees its slots, dead chunks at the head are dropped. Memory follows the live line
+//!   plus the holes in partly emptied chunks.
+//! - **Positions.** A Fenwick tree of live counts per *chunk* (a few KiB at a million) plus
+//!   a popcount inside the chunk: O(log n), as DESIGN asks, with a tree that stays in L1.
+//! - **Visitor → place.** A `hashbrown::HashTable` of 4-byte handles (lane bit + ticket
+//!   bits), hashed by a keyed multiply of the random id; equality is checked against the
+//!   slot, so the id is not stored twice. About 5–10 bytes a waiter.
+//! - **Abandonment.** One doubly linked list in last-seen order threaded through the slots.
+//!   Joins and heartbeats happen at the store's now, which never goes back, so they append
+//!   at the newest end (a heartbeat unlinks and appends: O(1)); only the draw's entrants,
+//!   moving to the line when the doors open, are merged in by their own times, in one walk.
+//!   A pass pops the oldest end while it is due, bounded by [`REAP_BUDGET`]: exactly the
+//!   visitors the old by-seen index gave, with no tree.
+//! - **A pass** takes the heads in one batch (the head chunk is warm) and removes their
+//!   index entries in one tight loop, so the unavoidable cache misses of a big hash table
+//!   overlap rather than queue up.
+//!
+//! About 50 bytes a waiter in all (40 slot, 5–10 index, under 1 of chunk bookkeeping).
+//! The snapshot is written straight from this state (no copy of the line) in the same
+//! layout as before; a restore numbers each lane's tickets afresh, which keeps every order.
+//! Sessions and draw entrants are fewer and keep plain maps.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::fenwick::RankIndex;
 use super::{
     AdaptiveState, ClientKey, DrawRecord, GrantUse, Join, OriginExchange, OriginReport, PassReport,
     Phase, Place, QueueQuery, QueueStore, REAP_BUDGET, RefusedReason, Resolution, RoomPolicy,
@@ -20,11 +54,14 @@ use super::{
 };
 use crate::clock::{Clock, ms};
 use crate::fairness::draw::DrawHash;
+use line::{LaneKind, NewPlace, WaitingLine};
 
 /// Heartbeats and session activity closer together than this do not move the visitor in
 /// the time indexes: abandonment and reclaim are measured in seconds, and skipping the
 /// re-index keeps a crowd of impatient clients cheap.
 const TOUCH_GRANULARITY_MS: u64 = 1_000;
+
+mod line;
 
 const SNAPSHOT_FILE: &str = "queue.snapshot";
 
@@ -146,23 +183,13 @@ impl MemoryStore {
         Ok(f(&mut room, self.clock.now_ms()))
     }
 
-    fn snapshot(&self) -> Snapshot {
-        let rooms = self
-            .rooms
+    fn rooms(&self) -> Vec<(String, Arc<Mutex<Room>>)> {
+        self.rooms
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .iter()
             .map(|(name, room)| (name.clone(), room.clone()))
-            .collect::<Vec<_>>();
-        Snapshot {
-            rooms: rooms
-                .into_iter()
-                .map(|(name, room)| {
-                    let room = room.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                    (name, room.snapshot())
-                })
-                .collect(),
-        }
+            .collect()
     }
 }
 
@@ -346,8 +373,8 @@ impl QueueStore for MemoryStore {
         let Some(dir) = self.data_dir.clone() else {
             return Ok(());
         };
-        let snapshot = self.snapshot();
-        tokio::task::spawn_blocking(move || write_snapshot(&dir, &snapshot))
+        let rooms = self.rooms();
+        tokio::task::spawn_blocking(move || write_snapshot(&dir, &rooms))
             .await
             .map_err(|e| StoreError::Unavailable(format!("snapshot task failed: {e}")))?
     }
@@ -358,34 +385,110 @@ impl QueueStore for MemoryStore {
 }
 
 /// Writes the snapshot atomically (exclusive no-follow temporary file, fsync, rename) with
-/// mode 0600, through [`crate::fsutil::write_atomic`].
-fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> StoreResult<()> {
-    let fail = |what: &str, e: std::io::Error| {
-        StoreError::Unavailable(format!("snapshot {what} in {}: {e}", dir.display()))
-    };
-    let mut bytes = SNAPSHOT_MAGIC.to_vec();
-    postcard::to_io(snapshot, &mut bytes)
-        .map_err(|e| StoreError::Unavailable(format!("snapshot encoding failed: {e}")))?;
-    crate::fsutil::write_atomic(dir, SNAPSHOT_FILE, &bytes).map_err(|e| fail("write", e))?;
-    Ok(())
+/// mode 0600, through [`crate::fsutil::write_atomic_with`]. Each room is encoded straight
+/// from its live state into the file under its lock in turn (see [`LiveSnapshot`]): no
+/// copy of a line of millions is made, so a snapshot costs no memory beyond a buffer. The
+/// fsync and rename come after every lock is released.
+fn write_snapshot(dir: &Path, rooms: &[(String, Arc<Mutex<Room>>)]) -> StoreResult<()> {
+    use std::io::Write;
+    crate::fsutil::write_atomic_with(dir, SNAPSHOT_FILE, |file| {
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
+        out.write_all(SNAPSHOT_MAGIC)?;
+        postcard::to_io(&LiveSnapshot(rooms), &mut out).map_err(std::io::Error::other)?;
+        out.flush()
+    })
+    .map_err(|e| StoreError::Unavailable(format!("snapshot write in {}: {e}", dir.display())))
 }
 
-/// A waiting visitor: their ticket, when the store last heard from them, when they took
-/// their place, and the client they joined from (for `max_places_per_client`; `None` when
-/// restored from a snapshot, which does not keep clients).
-#[derive(Clone, Copy, Debug)]
-struct Waiter {
-    ticket: u64,
-    seen_ms: u64,
-    joined_ms: u64,
-    client: Option<ClientKey>,
+/// The current layout ([`Snapshot`]) serialized from the live rooms, field for field what
+/// the derived form of `Snapshot` writes (a test holds the two byte for byte).
+struct LiveSnapshot<'a>(&'a [(String, Arc<Mutex<Room>>)]);
+
+impl Serialize for LiveSnapshot<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Snapshot", 1)?;
+        st.serialize_field("rooms", &LiveRooms(self.0))?;
+        st.end()
+    }
 }
 
-/// A lottery draw entrant (no ticket until the doors open).
+struct LiveRooms<'a>(&'a [(String, Arc<Mutex<Room>>)]);
+
+impl Serialize for LiveRooms<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for (name, room) in self.0 {
+            let room = room.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            seq.serialize_element(&(name, LiveRoom(&room)))?;
+        }
+        seq.end()
+    }
+}
+
+/// One room as a [`RoomSnapshot`].
+struct LiveRoom<'a>(&'a Room);
+
+impl Serialize for LiveRoom<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let room = self.0;
+        let mut st = s.serialize_struct("RoomSnapshot", 9)?;
+        st.serialize_field("settings", &room.settings)?;
+        st.serialize_field("tokens", &room.tokens)?;
+        st.serialize_field("next_ticket", &room.line.next_ticket())?;
+        st.serialize_field("line", &LiveLine(&room.line))?;
+        st.serialize_field("sessions", &Ids(room.sessions.keys()))?;
+        st.serialize_field("counters", &room.counters)?;
+        st.serialize_field("salt", &room.salt)?;
+        st.serialize_field("draw", &Ids(room.draw.keys()))?;
+        st.serialize_field("drawn", &Drawn(&room.drawn))?;
+        st.end()
+    }
+}
+
+/// The line as `(ticket, visitor)` in line order; the front lane rides in it with its
+/// marker bit, so the layout stays.
+struct LiveLine<'a>(&'a WaitingLine);
+
+impl Serialize for LiveLine<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for (lane, t, w) in self.0.by_ticket() {
+            let ticket = match lane {
+                LaneKind::Front => FRONT | t,
+                LaneKind::Line => t,
+            };
+            seq.serialize_element(&(ticket, w.visitor))?;
+        }
+        seq.end()
+    }
+}
+
+struct Ids<I>(I);
+
+impl<'a, I: Iterator<Item = &'a VisitorId> + ExactSizeIterator + Clone> Serialize for Ids<I> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.clone())
+    }
+}
+
+struct Drawn<'a>(&'a [DrawHash]);
+
+impl Serialize for Drawn<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|h| h.0))
+    }
+}
+
+/// A lottery draw entrant (no ticket until the doors open), and the client whose place
+/// they hold.
 #[derive(Clone, Copy, Debug)]
 struct Entrant {
     seen_ms: u64,
-    client: Option<ClientKey>,
+    client: ClientRef,
 }
 
 /// An admitted session: last activity and the distinct clients it has been used from, the
@@ -410,31 +513,90 @@ struct Counters {
     total_refused: u64,
 }
 
-/// Per-client counts (places in line, sessions on the site); an entry is removed when its
-/// count drops to zero, so the map holds only clients that hold something.
+/// A client as a place in line holds it: 4 bytes instead of an address, numbered by the
+/// room's `ClientCounts`. `NONE` for places with no client (restored from a snapshot,
+/// which does not keep clients).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ClientRef(u32);
+
+impl ClientRef {
+    pub(crate) const NONE: ClientRef = ClientRef(0);
+}
+
+/// Per-client counts (places in line, sessions on the site), each client numbered while it
+/// holds something; an entry is removed when its count drops to zero (and its number is
+/// reused), so the map holds only clients that hold something.
 #[derive(Default)]
-struct ClientCounts(HashMap<ClientKey, u32>);
+struct ClientCounts {
+    numbers: HashMap<ClientKey, ClientRef>,
+    /// By number − 1: the client and its count (0: a free number).
+    entries: Vec<(ClientKey, u32)>,
+    free: Vec<ClientRef>,
+}
 
 impl ClientCounts {
     fn get(&self, client: ClientKey) -> u32 {
-        self.0.get(&client).copied().unwrap_or(0)
+        self.numbers
+            .get(&client)
+            .map_or(0, |r| self.entries[r.0 as usize - 1].1)
     }
 
-    fn add(&mut self, client: Option<ClientKey>) {
-        if let Some(client) = client {
-            *self.0.entry(client).or_insert(0) += 1;
+    /// Clients holding something.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.numbers.len()
+    }
+
+    /// Counts one more for `client` and returns its number.
+    fn add(&mut self, client: Option<ClientKey>) -> ClientRef {
+        let Some(client) = client else {
+            return ClientRef::NONE;
+        };
+        if let Some(&r) = self.numbers.get(&client) {
+            self.entries[r.0 as usize - 1].1 += 1;
+            return r;
+        }
+        let r = match self.free.pop() {
+            Some(r) => {
+                self.entries[r.0 as usize - 1] = (client, 1);
+                r
+            }
+            None => {
+                self.entries.push((client, 1));
+                ClientRef(self.entries.len() as u32)
+            }
+        };
+        self.numbers.insert(client, r);
+        r
+    }
+
+    /// Counts one less for the client numbered `r`.
+    fn release(&mut self, r: ClientRef) {
+        let Some(entry) = (r.0 as usize)
+            .checked_sub(1)
+            .and_then(|i| self.entries.get_mut(i))
+        else {
+            return;
+        };
+        if entry.1 == 0 {
+            return;
+        }
+        entry.1 -= 1;
+        if entry.1 == 0 {
+            let client = entry.0;
+            self.numbers.remove(&client);
+            self.free.push(r);
         }
     }
 
     fn remove(&mut self, client: Option<ClientKey>) {
-        if let Some(client) = client
-            && let Some(n) = self.0.get_mut(&client)
-        {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.0.remove(&client);
-            }
+        if let Some(&r) = client.as_ref().and_then(|c| self.numbers.get(c)) {
+            self.release(r);
         }
+    }
+
+    fn clear(&mut self) {
+        *self = ClientCounts::default();
     }
 }
 
@@ -446,20 +608,9 @@ struct Room {
     salt: [u8; 16],
     tokens: f64,
     refilled_ms: u64,
-    next_ticket: u64,
-    waiters: HashMap<VisitorId, Waiter>,
-    /// The line in ticket order; the head is the first entry (after the front lane).
-    line: BTreeMap<u64, VisitorId>,
-    /// The front lane, ahead of the whole line: lane counter → visitor. The newest move is
-    /// position 1, so the lane's head is its *last* entry. Its own rank index keeps
-    /// positions O(log n) (ranks count from the oldest; a position is counted from the
-    /// newest).
-    front: BTreeMap<u64, VisitorId>,
-    front_ranks: RankIndex,
-    next_front: u64,
-    /// Waiters by last heartbeat, oldest first, for abandonment.
-    by_seen: BTreeSet<(u64, u64)>,
-    ranks: RankIndex,
+    /// The line and the front lane ahead of it (the newest move is position 1), with
+    /// their index and seen order: see [`line`].
+    line: WaitingLine,
     /// A lottery draw being collected. Entrants have no ticket until the doors open; then
     /// the whole draw is issued tickets in the order of its [`DrawHash`]es, in one go (the
     /// permutation is O(draw) once, and afterwards the line is ordered by ticket alone, so
@@ -500,14 +651,7 @@ impl Room {
             policy: RoomPolicy::default(),
             salt,
             refilled_ms: now,
-            next_ticket: 0,
-            waiters: HashMap::new(),
-            line: BTreeMap::new(),
-            front: BTreeMap::new(),
-            front_ranks: RankIndex::default(),
-            next_front: 0,
-            by_seen: BTreeSet::new(),
-            ranks: RankIndex::default(),
+            line: WaitingLine::new(),
             draw: HashMap::new(),
             draw_by_seen: BTreeSet::new(),
             drawn: Vec::new(),
@@ -594,13 +738,17 @@ impl Room {
         self.draw_by_seen.clear();
         entrants.sort_unstable_by_key(|&(hash, v, _)| (hash, v));
         self.drawn = entrants.iter().map(|&(hash, _, _)| hash).collect();
-        for (_, visitor, e) in entrants {
-            let ticket = self.next_ticket;
-            self.next_ticket += 1;
-            // The draw's places move to the line: uncount, then count again.
-            self.places.remove(e.client);
-            self.enter_line(visitor, ticket, e.seen_ms, now, e.client);
-        }
+        // The draw's places move to the line with their clients' counts.
+        let places = entrants
+            .into_iter()
+            .map(|(_, visitor, e)| NewPlace {
+                visitor,
+                seen_ms: e.seen_ms,
+                joined_ms: now,
+                client: e.client,
+            })
+            .collect();
+        self.line.join_all(LaneKind::Line, places);
     }
 
     /// Why a newcomer from `client` is refused a share, if they are.
@@ -715,36 +863,39 @@ impl Room {
             return Resolution::Full;
         }
         self.counters.total_joined += 1;
-        if join == Join::Front {
-            let ticket = FRONT | self.next_front;
-            self.next_front += 1;
-            self.enter_line(visitor, ticket, now, now, Some(client));
-            return Resolution::Waiting {
-                place: self.place_of(ticket, phase),
-                joined: true,
-            };
-        }
-        if phase == Phase::Draw && self.policy.lottery {
+        if phase == Phase::Draw && self.policy.lottery && join != Join::Front {
             // Collected, never admitted on the spot.
+            let client = self.places.add(Some(client));
             self.draw.insert(
                 visitor,
                 Entrant {
                     seen_ms: now,
-                    client: Some(client),
+                    client,
                 },
             );
             self.draw_by_seen.insert((now, visitor));
-            self.places.add(Some(client));
             return Resolution::Waiting {
                 place: self.draw_place(phase),
                 joined: true,
             };
         }
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
-        self.enter_line(visitor, ticket, now, now, Some(client));
+        let lane = if join == Join::Front {
+            LaneKind::Front
+        } else {
+            LaneKind::Line
+        };
+        let client = self.places.add(Some(client));
+        let place = self.line.join(
+            lane,
+            NewPlace {
+                visitor,
+                seen_ms: now,
+                joined_ms: now,
+                client,
+            },
+        );
         Resolution::Waiting {
-            place: self.place_of(ticket, phase),
+            place: self.place_of(place, phase),
             joined: true,
         }
     }
@@ -752,19 +903,25 @@ impl Room {
     /// Moves a waiting visitor (in line, in the front lane, or in a lottery draw) to
     /// position 1. `None` when they are not waiting.
     fn move_front(&mut self, visitor: VisitorId, now: u64, phase: Phase) -> Option<Place> {
-        let (seen_ms, client) = if let Some(w) = self.leave_line(visitor) {
-            (now.max(w.seen_ms), w.client)
+        // The place moves with its client's count.
+        let (seen_ms, client) = if let Some(w) = self.line.leave(visitor) {
+            (now.max(w.seen_ms()), w.client)
         } else if let Some(e) = self.draw.remove(&visitor) {
             self.draw_by_seen.remove(&(e.seen_ms, visitor));
-            self.places.remove(e.client);
             (now.max(e.seen_ms), e.client)
         } else {
             return None;
         };
-        let ticket = FRONT | self.next_front;
-        self.next_front += 1;
-        self.enter_line(visitor, ticket, seen_ms, now, client);
-        Some(self.place_of(ticket, phase))
+        let place = self.line.join(
+            LaneKind::Front,
+            NewPlace {
+                visitor,
+                seen_ms,
+                joined_ms: now,
+                client,
+            },
+        );
+        Some(self.place_of(place, phase))
     }
 
     fn heartbeat(&mut self, visitor: VisitorId, now: u64) -> VisitorState {
@@ -789,33 +946,17 @@ impl Room {
             }
             return Some(self.draw_place(phase));
         }
-        let waiter = self.waiters.get_mut(&visitor)?;
-        if now >= waiter.seen_ms + TOUCH_GRANULARITY_MS {
-            self.by_seen.remove(&(waiter.seen_ms, waiter.ticket));
-            waiter.seen_ms = now;
-            self.by_seen.insert((now, waiter.ticket));
-        }
-        let ticket = waiter.ticket;
-        Some(self.place_of(ticket, phase))
+        let place = self.line.touch(visitor, now, TOUCH_GRANULARITY_MS)?;
+        Some(self.place_of(place, phase))
     }
 
     fn waiting(&self) -> u64 {
-        (self.line.len() + self.front.len() + self.draw.len()) as u64
+        (self.line.len() + self.draw.len()) as u64
     }
 
-    /// A ticket's position: the front lane (newest first), then the line.
-    fn position_of(&self, ticket: u64) -> u64 {
-        let front = self.front.len() as u64;
-        if ticket & FRONT != 0 {
-            (front + 1).saturating_sub(self.front_ranks.rank(ticket & !FRONT))
-        } else {
-            front + self.ranks.rank(ticket)
-        }
-    }
-
-    fn place_of(&self, ticket: u64, phase: Phase) -> Place {
+    fn place_of(&self, place: line::Handle, phase: Phase) -> Place {
         Place {
-            position: Some(self.position_of(ticket)),
+            position: Some(self.line.position(place)),
             waiting: self.waiting(),
             paused: self.settings.paused,
             phase,
@@ -830,68 +971,6 @@ impl Room {
             paused: self.settings.paused,
             phase,
         }
-    }
-
-    /// Puts a waiter into every index of the line (or of the front lane) and counts their
-    /// place against their client.
-    fn enter_line(
-        &mut self,
-        visitor: VisitorId,
-        ticket: u64,
-        seen_ms: u64,
-        joined_ms: u64,
-        client: Option<ClientKey>,
-    ) {
-        self.waiters.insert(
-            visitor,
-            Waiter {
-                ticket,
-                seen_ms,
-                joined_ms,
-                client,
-            },
-        );
-        if ticket & FRONT != 0 {
-            self.front.insert(ticket & !FRONT, visitor);
-            self.front_ranks.insert(ticket & !FRONT);
-        } else {
-            self.line.insert(ticket, visitor);
-            self.ranks.insert(ticket);
-        }
-        self.by_seen.insert((seen_ms, ticket));
-        self.places.add(client);
-    }
-
-    /// Takes a waiter out of every index of the line, freeing their client's place.
-    fn leave_line(&mut self, visitor: VisitorId) -> Option<Waiter> {
-        let waiter = self.waiters.remove(&visitor)?;
-        if waiter.ticket & FRONT != 0 {
-            self.front.remove(&(waiter.ticket & !FRONT));
-            self.front_ranks.remove(waiter.ticket & !FRONT);
-        } else {
-            self.line.remove(&waiter.ticket);
-            self.ranks.remove(waiter.ticket);
-        }
-        self.by_seen.remove(&(waiter.seen_ms, waiter.ticket));
-        self.places.remove(waiter.client);
-        Some(waiter)
-    }
-
-    /// The visitor holding `ticket` (line or front lane).
-    fn at_ticket(&self, ticket: u64) -> Option<VisitorId> {
-        if ticket & FRONT != 0 {
-            self.front.get(&(ticket & !FRONT)).copied()
-        } else {
-            self.line.get(&ticket).copied()
-        }
-    }
-
-    /// The head of the line: the newest of the front lane, else the first ticket.
-    fn head(&self) -> Option<VisitorId> {
-        self.front
-            .last_key_value()
-            .or_else(|| self.line.first_key_value())
-            .map(|(_, &v)| v)
     }
 
     fn start_session(&mut self, visitor: VisitorId, now: u64, client: Option<ClientKey>) {
@@ -943,18 +1022,22 @@ impl Room {
         self.counters.total_expired += report.expired.len() as u64;
 
         let abandon_after = ms(self.settings.abandon_after);
-        for (seen, ticket) in due(&self.by_seen, abandon_after, now, REAP_BUDGET) {
-            self.by_seen.remove(&(seen, ticket));
-            if let Some(visitor) = self.at_ticket(ticket) {
-                self.leave_line(visitor);
-                report.abandoned.push(visitor);
+        while report.abandoned.len() < REAP_BUDGET {
+            let Some((place, w)) = self.line.oldest_seen() else {
+                break;
+            };
+            if w.seen_ms().saturating_add(abandon_after) > now {
+                break;
             }
+            let w = self.line.remove(place);
+            self.places.release(w.client);
+            report.abandoned.push(w.visitor);
         }
         let budget = REAP_BUDGET - report.abandoned.len();
         for (seen, visitor) in due(&self.draw_by_seen, abandon_after, now, budget) {
             self.draw_by_seen.remove(&(seen, visitor));
             if let Some(e) = self.draw.remove(&visitor) {
-                self.places.remove(e.client);
+                self.places.release(e.client);
             }
             report.abandoned.push(visitor);
         }
@@ -964,38 +1047,48 @@ impl Room {
 
         self.refill(now);
         // Before the doors and after closing, nobody is admitted.
-        while phase == Phase::Queueing && self.can_admit() {
-            let Some(visitor) = self.head() else {
-                break;
-            };
-            self.leave_line(visitor);
-            self.tokens -= 1.0;
-            // Charged to the client it is first used from (see `session_request`).
-            self.start_session(visitor, now, None);
-            report.admitted.push(visitor);
+        if phase == Phase::Queueing {
+            // How many `can_admit` lets in, counted the way admitting them spends it, so
+            // the line gives them up in one batch (see `WaitingLine::take_heads`).
+            let (mut tokens, mut active, mut n) = (self.tokens, self.sessions.len() as u64, 0);
+            while n < self.line.len()
+                && !self.settings.paused
+                && tokens >= 1.0
+                && active < self.settings.max_active
+            {
+                tokens -= 1.0;
+                active += 1;
+                n += 1;
+            }
+            for w in self.line.take_heads(n) {
+                self.places.release(w.client);
+                self.tokens -= 1.0;
+                // Charged to the client it is first used from (see `session_request`).
+                self.start_session(w.visitor, now, None);
+                report.admitted.push(w.visitor);
+            }
         }
         report
     }
 
-    fn entry(&self, visitor: VisitorId, w: &Waiter) -> WaitingEntry {
+    fn entry(&self, place: line::Handle, w: &line::Slot, position: Option<u64>) -> WaitingEntry {
         WaitingEntry {
-            visitor,
-            reference: visitor.reference(),
-            position: Some(self.position_of(w.ticket)),
-            joined_at_ms: Some(w.joined_ms),
-            last_seen_ms: w.seen_ms,
+            visitor: w.visitor,
+            reference: w.visitor.reference(),
+            position: Some(position.unwrap_or_else(|| self.line.position(place))),
+            joined_at_ms: Some(w.joined_ms()),
+            last_seen_ms: w.seen_ms(),
         }
     }
 
     fn queue(&self, query: QueueQuery) -> StoreResult<Vec<WaitingEntry>> {
         match query {
             QueueQuery::Head { limit } => Ok(self
-                .front
-                .values()
-                .rev()
-                .chain(self.line.values())
+                .line
+                .in_order()
                 .take(limit.min(QueueQuery::MAX_LIMIT))
-                .filter_map(|v| self.waiters.get(v).map(|w| self.entry(*v, w)))
+                .enumerate()
+                .map(|(i, (place, w))| self.entry(place, w, Some(i as u64 + 1)))
                 .collect()),
             QueueQuery::Ref(reference) => self.find(reference).map(|e| vec![e]),
         }
@@ -1005,11 +1098,10 @@ impl Room {
     /// O(waiting), admin-only.
     fn find(&self, reference: VisitorRef) -> StoreResult<WaitingEntry> {
         let in_line = self
-            .waiters
-            .iter()
-            .filter(|(v, _)| reference.matches(v))
-            .map(|(&v, w)| self.entry(v, w))
-            .min_by_key(|e| e.position);
+            .line
+            .in_order()
+            .find(|(_, w)| reference.matches(&w.visitor))
+            .map(|(place, w)| self.entry(place, w, None));
         if let Some(entry) = in_line {
             return Ok(entry);
         }
@@ -1058,29 +1150,28 @@ impl Room {
 
     fn flush(&mut self) -> u64 {
         let removed = self.waiting();
-        self.waiters.clear();
         self.line.clear();
-        self.front.clear();
-        self.front_ranks.clear(self.next_front);
-        self.by_seen.clear();
-        self.ranks.clear(self.next_ticket);
         self.draw.clear();
         self.draw_by_seen.clear();
-        self.places = ClientCounts::default();
+        self.places.clear();
         removed
     }
 
+    /// The room in the snapshot layout, owned: what [`LiveRoom`] writes without the copy.
+    #[cfg(test)]
     fn snapshot(&self) -> RoomSnapshot {
         RoomSnapshot {
             settings: self.settings.clone(),
             tokens: self.tokens,
-            next_ticket: self.next_ticket,
+            next_ticket: self.line.next_ticket(),
             // The front lane rides in the line with its marker bit, so the layout stays.
             line: self
-                .front
-                .iter()
-                .map(|(&c, &v)| (FRONT | c, v))
-                .chain(self.line.iter().map(|(&t, &v)| (t, v)))
+                .line
+                .by_ticket()
+                .map(|(lane, t, w)| match lane {
+                    LaneKind::Front => (FRONT | t, w.visitor),
+                    LaneKind::Line => (t, w.visitor),
+                })
                 .collect(),
             sessions: self.sessions.keys().copied().collect(),
             counters: self.counters,
@@ -1100,20 +1191,32 @@ impl Room {
         room.drawn = snapshot.drawn.into_iter().map(DrawHash).collect();
         room.tokens = snapshot.tokens.min(room.settings.burst());
         room.counters = snapshot.counters;
-        let first_ticket = snapshot
+        // Each lane in ticket order (stable sorts: already sorted input costs O(n)); the
+        // tickets are numbered afresh, consecutively, which keeps every order.
+        let (mut front, mut line): (Vec<_>, Vec<_>) = snapshot
             .line
-            .iter()
-            .find(|&&(t, _)| t & FRONT == 0)
-            .map_or(snapshot.next_ticket, |&(t, _)| t);
-        room.ranks = RankIndex::starting_at(first_ticket);
-        let front = snapshot.line.iter().filter(|&&(t, _)| t & FRONT != 0);
-        let first_front = front.clone().map(|&(t, _)| t & !FRONT).min().unwrap_or(0);
-        room.next_front = front.map(|&(t, _)| (t & !FRONT) + 1).max().unwrap_or(0);
-        room.front_ranks = RankIndex::starting_at(first_front);
-        for (ticket, visitor) in snapshot.line {
-            room.enter_line(visitor, ticket, now, now, None);
+            .into_iter()
+            .partition(|&(t, _)| t & FRONT != 0);
+        front.sort_by_key(|&(t, _)| t);
+        line.sort_by_key(|&(t, _)| t);
+        room.line
+            .start_at(line.first().map_or(snapshot.next_ticket, |&(t, _)| t));
+        for (lane, places) in [(LaneKind::Front, front), (LaneKind::Line, line)] {
+            for (_, visitor) in places {
+                // A visitor listed twice (never written so) keeps their first place.
+                if room.line.find(visitor).is_none() {
+                    room.line.join(
+                        lane,
+                        NewPlace {
+                            visitor,
+                            seen_ms: now,
+                            joined_ms: now,
+                            client: ClientRef::NONE,
+                        },
+                    );
+                }
+            }
         }
-        room.next_ticket = snapshot.next_ticket;
         for visitor in snapshot.sessions {
             room.sessions.insert(
                 visitor,
@@ -1129,7 +1232,7 @@ impl Room {
                 visitor,
                 Entrant {
                     seen_ms: now,
-                    client: None,
+                    client: ClientRef::NONE,
                 },
             );
             room.draw_by_seen.insert((now, visitor));
@@ -1392,12 +1495,61 @@ mod tests {
         let sizes = || {
             let room = h.store.room("main").unwrap();
             let room = room.lock().unwrap();
-            (room.places.0.len(), room.session_counts.0.len())
+            (room.places.len(), room.session_counts.len())
         };
         assert_eq!(sizes(), (300, 20));
         tokio::time::advance(Duration::from_secs(61)).await;
         h.store.admit_pass("main").await.unwrap();
         assert_eq!(sizes(), (0, 0));
+    }
+
+    /// The snapshot streamed from the live rooms is byte for byte the derived encoding of
+    /// the owned layout, with both lanes, sessions, a draw and drawn hashes in it.
+    #[tokio::test(start_paused = true)]
+    async fn live_snapshot_is_the_derived_layout() {
+        let h = MemoryHarness::new();
+        let store = h.store.clone();
+        let mut seed = conformance::settings(1.0, 2);
+        seed.abandon_after = Duration::from_secs(60);
+        store
+            .open_room("main", &seed, &RoomPolicy::default(), false)
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            store
+                .resolve("main", VisitorId::random(), conformance::anyone())
+                .await
+                .unwrap();
+        }
+        for i in 0..3 * line::CHUNK {
+            let join = if i % 7 == 0 { Join::Front } else { Join::Back };
+            store
+                .resolve_with("main", VisitorId::random(), conformance::anyone(), join)
+                .await
+                .unwrap();
+        }
+        {
+            let room = store.room("main").unwrap();
+            let mut room = room.lock().unwrap();
+            let v = VisitorId::random();
+            room.draw.insert(
+                v,
+                Entrant {
+                    seen_ms: 0,
+                    client: ClientRef::NONE,
+                },
+            );
+            room.drawn = vec![DrawHash([7; 32]), DrawHash([9; 32])];
+        }
+        let rooms = store.rooms();
+        let live = postcard::to_stdvec(&LiveSnapshot(&rooms)).unwrap();
+        let owned = Snapshot {
+            rooms: rooms
+                .iter()
+                .map(|(name, room)| (name.clone(), room.lock().unwrap().snapshot()))
+                .collect(),
+        };
+        assert_eq!(live, postcard::to_stdvec(&owned).unwrap());
     }
 
     #[tokio::test(start_paused = true)]

@@ -144,9 +144,9 @@ pub async fn depth(store: Store, sizes: &[u64], conns: usize) -> anyhow::Result<
                 );
                 if size == max && size >= 1_000_000 {
                     row = row.target("≤ 150 MiB at 1M", mib <= 150.0).why(
-                        "the embedded line keeps each visitor in several ordered maps \
-                              (line, by-seen index, waiters, Fenwick ranks); a flat array \
-                              keyed by ticket would close it",
+                        "the embedded line is a 40-byte slot per ticket in chunks of 1,024, \
+                              a handle index and per-chunk Fenwick counts (memory/line.rs); \
+                              what is above that is the allocator's and the runtime's",
                     );
                 }
                 rows.push(row);
@@ -168,10 +168,9 @@ pub async fn depth(store: Store, sizes: &[u64], conns: usize) -> anyhow::Result<
                 )
                 .seed("240 B (229 MiB / 1M)", 240.0);
                 row = row.target("≤ 120 B", per <= 120.0).why(
-                    "a waiting visitor is a member of two sorted sets (line by ticket and \
-                     last-seen); each sorted-set entry in a skiplist costs ~50–60 B plus the \
-                     16-byte member twice. One sorted set with the heartbeat kept elsewhere \
-                     (a bitmap or a coarse per-second bucket list) would close it.",
+                    "a waiting visitor is one entry of a 128-member chunk (a listpack \
+                     ZSET whose score packs slot and heartbeat) and one of an id-index \
+                     hash bucket; at small depths the fixed per-room keys dominate",
                 );
                 rows.push(row);
                 rows.push(
@@ -830,8 +829,9 @@ pub async fn pass(store: Store, depths: &[u64], passes: usize) -> anyhow::Result
             )
             .target("flat (≤ 1.5)", ratio <= 1.5)
             .why(
-                "the pass is O(admitted × log depth): ordered-map and sorted-set operations \
-                  deepen with the line, and at 1M the working set no longer fits the caches",
+                "embedded: the heads are taken in one batch from the slot chunks and their \
+                  index entries removed afterwards, so the cache misses overlap; Redis: the \
+                  pass reads the first chunk and the Fenwick tree of chunk counts",
             ),
         );
     }

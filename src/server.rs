@@ -393,7 +393,9 @@ where
                 service_fn(move |mut req: Request<Incoming>| {
                     req.extensions_mut().insert(slot.clone());
                     let guard = activity.begin();
-                    let response = handler(req, peer);
+                    // Boxed at once: the handler's future is kilobytes, and hyper moves what
+                    // this returns into its connection state; moving a pointer is free.
+                    let response = Box::pin(handler(req, peer));
                     async move {
                         let response = response.await;
                         Ok::<_, Infallible>(response.map(|body| Watched::new(body, guard).boxed()))

@@ -24,7 +24,8 @@ fn thread_cpu_ns() -> anyhow::Result<u128> {
         .parse()?)
 }
 
-/// ns of thread CPU time per call of `f`, over `n` calls.
+/// ns of thread CPU time per call of `f`, over `n` calls (choose `n` so they take at least
+/// a few hundred milliseconds).
 fn per_call(n: u32, mut f: impl FnMut(u32)) -> anyhow::Result<f64> {
     let started = thread_cpu_ns()?;
     for i in 0..n {
@@ -107,7 +108,9 @@ pub fn micro(smoke: bool) -> anyhow::Result<Vec<Row>> {
     let long = format!("/{}", "a".repeat(1000));
     let deep = Glob::parse("/**/a/**/a/**/a/**/b")?;
     let nested = "/a".repeat(500);
-    let pathological = per_call(100 / scale.min(10), |_| {
+    // Enough calls to span many scheduler ticks: schedstat's CPU time advances at ticks
+    // and switches, so a few milliseconds' worth can read as nothing.
+    let pathological = per_call(5_000 / scale, |_| {
         black_box(stars.matches(black_box(&long)));
         black_box(deep.matches(black_box(&nested)));
     })?;

@@ -99,6 +99,17 @@ local NOW = clock_now()
 -- read with the room.
 local LS, DT = nil, nil
 
+-- The line's bookkeeping from an HMGET of n, ord, ford, ix_l, ix_s starting at v[i].
+local function line_state(v, i)
+  return {
+    n = tonumber(v[i]) or 0,
+    ord = tonumber(v[i + 1]) or 0,
+    ford = tonumber(v[i + 2]) or 0,
+    l = tonumber(v[i + 3]) or 0,
+    s = tonumber(v[i + 4]) or 0,
+  }
+end
+
 -- The room, or nil when it was never opened.
 local function load_room()
   local c = redis.call('HMGET', K_CONF, 'rate', 'max_active', 'session_ttl_ms', 'abandon_after_ms', 'paused',
@@ -109,13 +120,7 @@ local function load_room()
   end
   local s = redis.call('HMGET', K_STATE, 'tokens', 'refilled_ms', 'gap_ms', 'eff_rate',
     'n', 'ord', 'ford', 'ix_l', 'ix_s', 'draw_next', 'draw_end')
-  LS = {
-    n = tonumber(s[5]) or 0,
-    ord = tonumber(s[6]) or 0,
-    ford = tonumber(s[7]) or 0,
-    l = tonumber(s[8]) or 0,
-    s = tonumber(s[9]) or 0,
-  }
+  LS = line_state(s, 5)
   DT = { tonumber(s[10]) or 0, tonumber(s[11]) or 0 }
   local r = {
     rate = tonumber(c[1]),
@@ -324,14 +329,7 @@ end
 
 local function ls()
   if not LS then
-    local v = redis.call('HMGET', K_STATE, 'n', 'ord', 'ford', 'ix_l', 'ix_s')
-    LS = {
-      n = tonumber(v[1]) or 0,
-      ord = tonumber(v[2]) or 0,
-      ford = tonumber(v[3]) or 0,
-      l = tonumber(v[4]) or 0,
-      s = tonumber(v[5]) or 0,
-    }
+    LS = line_state(redis.call('HMGET', K_STATE, 'n', 'ord', 'ford', 'ix_l', 'ix_s'), 1)
   end
   return LS
 end

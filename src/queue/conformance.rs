@@ -50,6 +50,7 @@ macro_rules! suite {
             max_active_is_held,
             idle_sessions_are_reclaimed,
             abandoned_visitors_drop_and_rejoin_at_the_back,
+            abandonment_is_exact_to_the_millisecond,
             pause_holds_even_the_fast_path,
             flush_empties_the_line_and_leaves_sessions,
             settings_survive_a_reopen,
@@ -425,6 +426,28 @@ pub async fn abandoned_visitors_drop_and_rejoin_at_the_back<H: Harness>(h: &mut 
     // Coming back puts them at the end of the line.
     let back = place(store.resolve(ROOM, line[0], anyone()).await.unwrap());
     assert_eq!((back.position, back.waiting), (Some(3), 3));
+}
+
+/// SPEC §3: a waiter is abandoned once `abandon_after` has passed since their last
+/// heartbeat, not a rounding later (the model test found a store keeping heartbeats in
+/// whole seconds, rounded up, which kept this waiter a second too long).
+pub async fn abandonment_is_exact_to_the_millisecond<H: Harness>(h: &mut H) {
+    let mut seed = settings(10.0, 100);
+    seed.abandon_after = Duration::from_secs(1);
+    let store = open(h, seed).await;
+    pause(&*store).await;
+    h.advance(Duration::from_millis(1)).await;
+    let waiter = VisitorId::random();
+    join_all(&*store, &[waiter]).await;
+    h.advance(Duration::from_millis(999)).await;
+    let early = store.admit_pass(ROOM).await.unwrap();
+    assert!(
+        early.abandoned.is_empty(),
+        "999 ms after the heartbeat: still waiting"
+    );
+    h.advance(Duration::from_millis(1)).await;
+    let due = store.admit_pass(ROOM).await.unwrap();
+    assert_eq!(due.abandoned, vec![waiter], "1,000 ms after it: abandoned");
 }
 
 pub async fn pause_holds_even_the_fast_path<H: Harness>(h: &mut H) {

@@ -29,9 +29,10 @@
 //! line is many small structures instead (~70 B a waiter, measured at 100,000):
 //! - every waiter has an ordinal (1, 2, 3, … at the back; −1, −2, … in the front lane, the
 //!   newest first), and ordinals are grouped in chunks of 128: `ar:{main}:c:<chunk>` is a
-//!   ZSET id → `slot · 2³² + last heartbeat in seconds`. The slot orders the chunk; the
-//!   heartbeat rides in the same score (rewritten in place, nobody moves), so abandonment
-//!   needs no second structure per waiter;
+//!   ZSET id → `slot · 2⁴⁴ + last heartbeat in ms` (exact in a double). The slot orders
+//!   the chunk; the heartbeat rides in the same score (rewritten in place at most once a
+//!   second, as the heartbeat always was; nobody moves), so abandonment needs no second
+//!   structure per waiter;
 //! - `ar:{main}:i:<bucket>` (HASH id → ordinal and join time, 10 bytes) finds a waiter's
 //!   chunk; buckets are a linear-hashing table on the id's first 4 bytes, split one at a time
 //!   as the line grows so each stays a listpack;
@@ -40,8 +41,9 @@
 //!   enters the tree when the back moves past it, so a join writes no tree;
 //! - `ar:{main}:chunks` lists the non-empty chunks in order (admission pops the first), and
 //!   `ar:{main}:cseen` holds a lower bound of each chunk's oldest heartbeat: a pass reads only
-//!   chunks that may hold someone not heard for `abandon_after`, drops exactly those (at most
-//!   a second late: heartbeats are kept in whole seconds, rounded up), and tightens the bound.
+//!   chunks that may hold someone not heard for `abandon_after`, drops exactly those, when
+//!   they are due (the model test of SPEC §3 holds it to the millisecond), and tightens the
+//!   bound.
 //!   Bounded per pass ([`REAP_BUDGET`] waiters, twice that over 128 chunks read), catching up.
 //!
 //! Upgrade from the first layout: `open_room` finds `ar:{room}:line` / `ar:{room}:seen`

@@ -28,7 +28,7 @@ end
 -- Abandoned waiters, bounded: in line (by chunk, see line_reap), then in a draw (least
 -- recently heard first).
 local abandoned = {}
-line_reap(math.floor((r.live - r.abandon) / 1000), budget, abandoned)
+line_reap(r.live - r.abandon, budget, abandoned)
 if #abandoned < budget then
   local left = redis.call('ZRANGEBYSCORE', K_DSEEN, '-inf', r.live - r.abandon, 'LIMIT', 0, budget - #abandoned)
   if #left > 0 then

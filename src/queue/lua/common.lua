@@ -52,9 +52,10 @@
 -- has an ordinal: 1, 2, 3, ... at the back (`ord`), -1, -2, ... in the front lane (`ford`,
 -- moved to the front and priority joins, the newest first). Ordinals are grouped in chunks
 -- of CHUNK; every one is a small ZSET, so it stays in listpack encoding (~28 B a member):
---   ar:{room}:c:<chunk>  ZSET  id -> slot * 2^32 + last heartbeat (liveness seconds,
---                              rounded up): the slot orders the chunk, the rest is the
---                              heartbeat, rewritten in place without moving anyone
+--   ar:{room}:c:<chunk>  ZSET  id -> slot * 2^44 + last heartbeat (liveness ms, exact
+--                              in a double up to 2^53): the slot orders the chunk, the
+--                              rest is the heartbeat, rewritten in place (at most once a
+--                              TOUCH_MS, as the heartbeat always was) without moving anyone
 --   ar:{room}:i:<bucket> HASH  id -> 10 bytes: ordinal (i4) and join time ms (u6); a
 --                              linear-hashing index (first 4 id bytes), split one bucket
 --                              at a time as the line grows, so buckets stay small
@@ -63,7 +64,7 @@
 -- back is added when the back moves past it, so a join writes no tree) plus the rank in
 -- the chunk: O(log n). Admission pops the first chunk (KEYS[3]); abandonment reads the
 -- chunks whose oldest heartbeat may be too old (KEYS[11]) and drops exactly those not heard
--- for abandon_after, at most one second late (heartbeats are kept in whole seconds).
+-- for abandon_after, exactly when they are due (heartbeats are kept in ms).
 -- ARGV[1]         clock offset in ms: always 0 in production; tests move it, or freeze the
 --                 clock with '@<unix ms>'
 --
@@ -290,7 +291,7 @@ end
 -- The line (see "The line" above).
 
 local CHUNK = 128
-local SLOT = 4294967296 -- 2^32: a chunk score is slot * SLOT + heartbeat seconds
+local SLOT = 17592186044416 -- 2^44: a chunk score is slot * SLOT + heartbeat ms
 -- The Fenwick tree's index of chunk c is c + FEN_OFF (front-lane chunks are negative), in
 -- 1..FEN_N: 2^31 ordinals each side.
 local FEN_OFF = 16777216 -- 2^24
@@ -320,11 +321,6 @@ end
 
 local function chunk_key(c)
   return PREFIX .. 'c:' .. fmt(c)
-end
-
--- Liveness ms -> the whole second stored, rounded up (never reaped early).
-local function secs(live)
-  return math.ceil(live / 1000)
 end
 
 local function ls()
@@ -468,11 +464,10 @@ end
 -- and the bookkeeping is not saved: the caller does both once (see put_done).
 local function line_put(id, o, live, joined, batch)
   local c = chunk_of(o)
-  local s = secs(live)
   local cs = fmt(c)
-  redis.call('ZADD', chunk_key(c), fmt(slot_of(o) * SLOT + s), id)
+  redis.call('ZADD', chunk_key(c), fmt(slot_of(o) * SLOT + live), id)
   redis.call('ZADD', K_CHUNKS, cs, cs)
-  redis.call('ZADD', K_CSEEN, 'LT', fmt(s), cs)
+  redis.call('ZADD', K_CSEEN, 'LT', fmt(live), cs)
   local st = ls()
   st.n = st.n + 1
   redis.call('HSET', ix_key(id), id, struct.pack('>i4I6', o, joined))
@@ -581,7 +576,7 @@ local function line_rank(id, o)
   return fen_prefix(c - 1) + rank + 1
 end
 
--- Records a heartbeat of id on ordinal o (at most one write a second).
+-- Records a heartbeat of id on ordinal o (at most one write a TOUCH_MS).
 local function line_heard(r, id, o)
   local ck = chunk_key(chunk_of(o))
   local score = tonumber(redis.call('ZSCORE', ck, id))
@@ -589,13 +584,12 @@ local function line_heard(r, id, o)
     return
   end
   local old = score % SLOT
-  local s = secs(r.live)
-  if s > old then
-    redis.call('ZADD', ck, 'XX', fmt(score - old + s), id)
+  if r.live >= old + TOUCH_MS then
+    redis.call('ZADD', ck, 'XX', fmt(score - old + r.live), id)
   end
 end
 
--- Drops from the line those not heard since `cutoff` (liveness seconds), at most `budget`,
+-- Drops from the line those not heard since `cutoff` (liveness ms), at most `budget`,
 -- reading only the chunks whose oldest heartbeat may be that old (and tightening the
 -- bound of those that turn out to have none).
 local function line_reap(cutoff, budget, out)

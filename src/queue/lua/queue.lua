@@ -19,7 +19,7 @@ local function entry(out, id, score)
   if o then
     local _
     _, joined = line_get(id)
-    seen = (score % SLOT) * 1000
+    seen = score % SLOT
   else
     seen = tonumber(redis.call('ZSCORE', K_DSEEN, id)) or r.live
   end

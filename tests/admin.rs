@@ -1340,6 +1340,8 @@ async fn a_streamed_body_over_the_cap_is_refused() {
     let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
     let response = h.put_config(body).await;
     assert_eq!(response.status(), 413);
+    // The rest of the body is not read: the connection is not offered for reuse.
+    assert_eq!(response.headers()["connection"], "close");
     assert_eq!(problem(response).await["field"], "body");
     assert_eq!(h.store_settings().await, before);
     h.ar.shutdown().await.unwrap();

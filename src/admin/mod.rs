@@ -1074,12 +1074,19 @@ async fn read_body(
     deadline: Duration,
 ) -> Result<bytes::Bytes, Response<Body>> {
     let too_large = || {
-        problem(
+        let mut response = problem(
             StatusCode::PAYLOAD_TOO_LARGE,
             "Body too large",
             &format!("The request body may be at most {MAX_BODY_BYTES} bytes."),
             Some("body"),
-        )
+        );
+        // The body is left unread, so the server closes the connection after this answer;
+        // said up front, a client does not reuse it for its next request and fail on the
+        // close (tests/admin.rs's OpenAPI walk did, now and then, with workers).
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+        response
     };
     let declared = req
         .headers()

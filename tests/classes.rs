@@ -577,7 +577,11 @@ async fn streams_beyond_stream_cap_are_refused_and_an_open_one_keeps_its_session
     // Closed: the slot is reclaimed after session_ttl like any other.
     socket.close(None).await.unwrap();
     drop(socket);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The tunnel ends on its worker's thread: wait for it, bounded.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while ar.app.origin_streams() > 0 && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(ar.app.origin_streams(), 0);
     clock.advance_for_tests(Duration::from_secs(11));
     store_pass(&ar).await;

@@ -265,11 +265,6 @@ impl<T> PerWorker<T> {
     pub fn get(&self) -> &T {
         &self.0[WORKER.get() % self.0.len()]
     }
-
-    /// Every worker's value.
-    pub fn all(&self) -> &[T] {
-        &self.0
-    }
 }
 
 /// The process-wide caps every accept loop takes from.

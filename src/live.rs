@@ -13,33 +13,31 @@
 //! tunnels per [`ClientKey`], and one stream per visitor (a new one ends the old). A page
 //! refused a stream keeps its jittered refresh.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::CancellationToken;
-
-use std::sync::Arc;
+use tokio::sync::watch;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::admission::Admission;
-use crate::http::body::{Body, BoxError, Watch, Watched};
+use crate::http::body::{Body, BoxError};
 use crate::identity::ClientKey;
 use crate::queue::{Phase, StoreError, VisitorId, VisitorState};
+use crate::server::LongLived;
 
 /// At most one store read per waiting visitor this often (SPEC §5).
 pub const TICK: Duration = Duration::from_secs(2);
 
-/// Events queued per stream before a slow client starts missing (stale) updates.
-const STREAM_BUFFER: usize = 4;
+/// `retry:` asks a reconnecting EventSource to wait, and a comment opens the stream at once
+/// so proxies and browsers see it is alive.
+const PREAMBLE: &[u8] = b"retry: 5000\n: anteroom\n\n";
 
 /// One event on the wire.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,12 +58,63 @@ impl LiveEvent {
     }
 }
 
+/// One open stream, as the ticker sees it (keyed by room and visitor: one each).
 struct Listener {
+    /// Which stream of this visitor it is: a newer one replaces it.
+    id: u64,
     /// The client address that opened it (a ban closes it).
     client_ip: IpAddr,
-    room: String,
-    visitor: VisitorId,
-    tx: mpsc::Sender<LiveEvent>,
+    /// The latest event, encoded: a client that reads slowly skips to the newest rather
+    /// than queueing stale positions. Dropping it ends the stream.
+    events: watch::Sender<Bytes>,
+    /// Held here rather than by the stream, so ending a stream (a newer one for the same
+    /// visitor, a ban) gives its share back at once, on whichever thread ends it.
+    _ticket: StreamTicket,
+}
+
+type ListenerKey = (Arc<str>, VisitorId);
+type Listeners = Arc<Mutex<HashMap<ListenerKey, Listener>>>;
+
+fn lock(listeners: &Listeners) -> std::sync::MutexGuard<'_, HashMap<ListenerKey, Listener>> {
+    listeners.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The stream's end of a [`Listener`]: the next event to send, until the hub drops the
+/// listener or closes.
+struct Subscription {
+    events: watch::Receiver<Bytes>,
+    closing: std::pin::Pin<Box<WaitForCancellationFutureOwned>>,
+    /// Removes the listener (and its ticket) when the stream ends, however it ends.
+    _registered: Registered,
+}
+
+impl Subscription {
+    async fn next(&mut self) -> Option<Bytes> {
+        tokio::select! {
+            biased;
+            () = &mut self.closing => None,
+            changed = self.events.changed() => match changed {
+                Ok(()) => Some(self.events.borrow_and_update().clone()),
+                Err(_) => None,
+            },
+        }
+    }
+}
+
+struct Registered {
+    listeners: Listeners,
+    key: ListenerKey,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut listeners = lock(&self.listeners);
+        // Unless a newer stream of the same visitor has taken the place.
+        if listeners.get(&self.key).is_some_and(|l| l.id == self.id) {
+            listeners.remove(&self.key);
+        }
+    }
 }
 
 /// Why a stream or tunnel was refused.
@@ -174,18 +223,10 @@ impl Drop for StreamTicket {
     }
 }
 
-/// Held by the stream's body: the ticket is returned when the body is dropped (the
-/// visitor went away, or the stream ended).
-impl Watch for StreamTicket {
-    fn polled(&mut self, _: bool, _: &mut std::task::Context<'_>) -> Option<BoxError> {
-        None
-    }
-}
-
 /// Every open stream of this replica.
 #[derive(Default)]
 pub struct LiveHub {
-    listeners: Mutex<HashMap<u64, Listener>>,
+    listeners: Listeners,
     next_id: AtomicU64,
     /// Closed at shutdown: every stream ends and the page reloads on its jittered timer.
     closing: CancellationToken,
@@ -205,6 +246,9 @@ impl LiveHub {
     /// Opens a stream for `visitor` in `room` from `client_ip`, held by `ticket` (from
     /// [`StreamBudget`]). The visitor's previous stream, if any, is ended: one live stream
     /// per visitor. The first update arrives on the next tick.
+    ///
+    /// The response is [`LongLived`]: on HTTP/1.1 the server writes it from a small task of
+    /// its own rather than keeping a hyper connection for it.
     pub fn subscribe(
         &self,
         room: &str,
@@ -212,40 +256,41 @@ impl LiveHub {
         client_ip: IpAddr,
         ticket: StreamTicket,
     ) -> Response<Body> {
-        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let (events, receiver) = watch::channel(Bytes::new());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        {
-            let mut listeners = self.lock();
-            // Dropping the old sender ends the old stream's body (and returns its ticket).
-            listeners.retain(|_, l| !(l.visitor == visitor && l.room == room));
-            listeners.insert(
+        let key: ListenerKey = (room.into(), visitor);
+        // Replacing the visitor's old listener ends the old stream and returns its ticket.
+        lock(&self.listeners).insert(
+            key.clone(),
+            Listener {
                 id,
-                Listener {
-                    client_ip,
-                    room: room.to_owned(),
-                    visitor,
-                    tx,
-                },
-            );
-        }
-        let closing = self.closing.clone();
-        // `retry:` asks a reconnecting EventSource to wait, and a comment opens the stream
-        // at once so proxies and browsers see it is alive.
+                client_ip,
+                events,
+                _ticket: ticket,
+            },
+        );
+        let subscription = Subscription {
+            events: receiver,
+            closing: Box::pin(self.closing.clone().cancelled_owned()),
+            _registered: Registered {
+                listeners: self.listeners.clone(),
+                key,
+                id,
+            },
+        };
         let preamble = futures_util::stream::once(async {
-            Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from_static(
-                b"retry: 5000\n: anteroom\n\n",
-            )))
+            Ok::<_, BoxError>(Frame::data(Bytes::from_static(PREAMBLE)))
         });
-        let events = ReceiverStream::new(rx)
-            .map(|event| Ok(Frame::data(event.encode())))
-            .take_until(closing.cancelled_owned());
-        let body = StreamBody::new(preamble.chain(events))
-            .map_err(|never: std::convert::Infallible| -> BoxError { match never {} })
-            .boxed();
-        // The ticket lives as long as the body: dropped when the visitor goes away.
-        let body = Watched::new(body, ticket).boxed();
+        let events = futures_util::stream::unfold(subscription, |mut subscription| async move {
+            let event = subscription.next().await?;
+            Some((Ok::<_, BoxError>(Frame::data(event)), subscription))
+        });
+        let body = BodyExt::boxed(StreamBody::new(futures_util::StreamExt::chain(
+            preamble, events,
+        )));
         let mut response = Response::new(body);
         *response.status_mut() = StatusCode::OK;
+        response.extensions_mut().insert(LongLived);
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
@@ -257,14 +302,14 @@ impl LiveHub {
     }
 
     pub fn open_streams(&self) -> usize {
-        self.lock().len()
+        lock(&self.listeners).len()
     }
 
     /// Ends the streams of clients for which `banned` is true (SPEC §10): dropping the
-    /// sender ends the response body, so their heartbeats stop and a waiting visitor is
+    /// listener ends the stream, so their heartbeats stop and a waiting visitor is
     /// abandoned after `abandon_after`. Returns how many were closed.
     pub fn close_where(&self, banned: impl Fn(IpAddr) -> bool) -> usize {
-        let mut listeners = self.lock();
+        let mut listeners = lock(&self.listeners);
         let before = listeners.len();
         listeners.retain(|_, l| !banned(l.client_ip));
         before - listeners.len()
@@ -273,55 +318,54 @@ impl LiveHub {
     /// Ends every stream (graceful shutdown).
     pub fn close_all(&self) {
         self.closing.cancel();
-        self.lock().clear();
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Listener>> {
-        self.listeners.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.listeners).clear();
     }
 
     /// One tick: a batched read per room, fanned out to every stream.
     pub async fn tick(&self, admission: &Admission) {
-        let mut by_room: HashMap<String, HashSet<VisitorId>> = HashMap::new();
+        let mut by_room: HashMap<Arc<str>, Vec<VisitorId>> = HashMap::new();
         {
-            let mut listeners = self.lock();
-            listeners.retain(|_, l| !l.tx.is_closed());
-            for l in listeners.values() {
-                by_room.entry(l.room.clone()).or_default().insert(l.visitor);
+            let mut listeners = lock(&self.listeners);
+            listeners.retain(|_, l| !l.events.is_closed());
+            for (room, visitor) in listeners.keys() {
+                by_room.entry(room.clone()).or_default().push(*visitor);
             }
         }
         for (room, visitors) in by_room {
-            let visitors: Vec<VisitorId> = visitors.into_iter().collect();
             let states = admission.heartbeat(&room, &visitors).await;
-            let events: HashMap<VisitorId, Option<LiveEvent>> = match states {
+            // Each visitor's event, encoded once, and whether it is the last.
+            let events: HashMap<VisitorId, Option<(Bytes, bool)>> = match states {
                 Ok(states) => visitors
                     .iter()
                     .zip(states)
-                    .map(|(&v, state)| (v, self.event_for(admission, &room, v, state)))
+                    .map(|(&v, state)| {
+                        let event = self.event_for(admission, &room, v, state);
+                        (v, event.map(|e| (e.encode(), e == LiveEvent::Admitted)))
+                    })
                     .collect(),
-                Err(StoreError::Unavailable(_)) => visitors
-                    .iter()
-                    .map(|&v| (v, Some(LiveEvent::Stalled)))
-                    .collect(),
+                Err(StoreError::Unavailable(_)) => {
+                    let stalled = LiveEvent::Stalled.encode();
+                    visitors
+                        .iter()
+                        .map(|&v| (v, Some((stalled.clone(), false))))
+                        .collect()
+                }
                 Err(e) => {
-                    tracing::warn!(room, error = %e, "live stream tick failed");
+                    tracing::warn!(room = &*room, error = %e, "live stream tick failed");
                     continue;
                 }
             };
-            let mut listeners = self.lock();
-            listeners.retain(|_, l| {
-                if l.room != room {
+            let mut listeners = lock(&self.listeners);
+            listeners.retain(|(listener_room, visitor), l| {
+                if *listener_room != room {
                     return true;
                 }
-                match events.get(&l.visitor) {
+                match events.get(visitor) {
                     // Gone from the line (abandoned or flushed): end the stream so the
                     // page reloads and rejoins at the back.
                     Some(None) => false,
-                    Some(Some(event)) => match l.tx.try_send(event.clone()) {
-                        Ok(()) => *event != LiveEvent::Admitted,
-                        Err(mpsc::error::TrySendError::Full(_)) => true,
-                        Err(mpsc::error::TrySendError::Closed(_)) => false,
-                    },
+                    // Admitted is the last event: the stream sends it, then ends.
+                    Some(Some((event, last))) => l.events.send(event.clone()).is_ok() && !last,
                     // Subscribed after this tick's read: served next tick.
                     None => true,
                 }
@@ -372,5 +416,71 @@ impl LiveHub {
                 _ = ticks.tick() => self.tick(admission).await,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([192, 0, 2, last])
+    }
+
+    #[tokio::test]
+    async fn a_newer_stream_or_a_ban_gives_the_share_back_at_once() {
+        let hub = LiveHub::new(StreamBudget::new(10, 2));
+        let visitor = VisitorId([7; 16]);
+        let client = ClientKey::from(ip(1));
+        let first = hub.subscribe("main", visitor, ip(1), hub.budget.stream(client).unwrap());
+        let second = hub.subscribe("main", visitor, ip(1), hub.budget.stream(client).unwrap());
+        // The first stream's share came back when the second replaced it, not when its
+        // body next runs.
+        assert_eq!(hub.budget.streams(), 1);
+        assert_eq!(hub.open_streams(), 1);
+        assert!(
+            hub.budget.stream(client).is_ok(),
+            "one share of two is free"
+        );
+
+        // The replaced stream ends after its preamble; the live one waits for events.
+        let mut first = first.into_body();
+        assert!(first.frame().await.unwrap().unwrap().is_data());
+        assert!(first.frame().await.is_none());
+        // Dropping the replaced body does not unregister its successor.
+        drop(first);
+        assert_eq!(hub.open_streams(), 1);
+
+        assert_eq!(hub.close_where(|a| a == ip(1)), 1);
+        assert_eq!(hub.budget.streams(), 0);
+        let mut second = second.into_body();
+        assert!(second.frame().await.unwrap().unwrap().is_data());
+        assert!(
+            second.frame().await.is_none(),
+            "a banned client's stream ends"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_slow_reader_gets_the_latest_event() {
+        let hub = LiveHub::new(StreamBudget::new(10, 10));
+        let visitor = VisitorId([9; 16]);
+        let ticket = hub.budget.stream(ClientKey::from(ip(2))).unwrap();
+        let mut body = hub.subscribe("main", visitor, ip(2), ticket).into_body();
+        assert_eq!(
+            body.frame().await.unwrap().unwrap().into_data().unwrap(),
+            PREAMBLE
+        );
+        let key: ListenerKey = ("main".into(), visitor);
+        for n in 1..=3 {
+            let event = LiveEvent::Position(serde_json::json!({ "position": n })).encode();
+            lock(&hub.listeners)[&key].events.send(event).unwrap();
+        }
+        let next = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(next, "event: position\ndata: {\"position\":3}\n\n");
+        // Dropping the body unregisters the stream and returns its share.
+        drop(body);
+        assert_eq!(hub.open_streams(), 0);
+        assert_eq!(hub.budget.streams(), 0);
     }
 }

@@ -32,6 +32,9 @@
 //!   [`ConnectionSlot`] (the `max_connections` permit and the per-client count) travels in
 //!   the request's extensions to the proxy's tunnel, so a tunnel keeps counting against both
 //!   caps until it closes.
+//! - **Handoff** ([`handoff`]): an HTTP/1.1 response marked [`LongLived`] (the waiting
+//!   page's live stream) is written from outside hyper once its head is out, so a held
+//!   stream does not keep hyper's buffers; its slot goes with it.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -57,6 +60,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+mod handoff;
+
+pub use handoff::LongLived;
 
 use crate::http::body::{Body, BoxError, Watch, Watched};
 use crate::identity::TrustedProxies;
@@ -108,12 +115,13 @@ impl Default for ServerLimits {
 
 /// One accepted connection's share of the listener's caps: the `max_connections` permit
 /// and the per-peer count. Shared (`Arc`) between the connection task and, through the
-/// request's extensions, a WebSocket tunnel the connection turns into; released when the
-/// last of them ends.
+/// request's extensions, a WebSocket tunnel the connection turns into (or a stream it was
+/// handed to); released when the last of them ends.
 #[derive(Debug)]
 pub struct ConnectionSlot {
     _permit: OwnedSemaphorePermit,
     _peer: Option<PeerCount>,
+    handoff: handoff::Handoff,
 }
 
 /// Open connections per direct peer.
@@ -370,6 +378,7 @@ where
         let slot = Arc::new(ConnectionSlot {
             _permit: permit,
             _peer: peer_count,
+            handoff: handoff::Handoff::default(),
         });
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
@@ -387,17 +396,21 @@ where
                 let slot = slot.clone();
                 service_fn(move |mut req: Request<Incoming>| {
                     req.extensions_mut().insert(slot.clone());
+                    let version = req.version();
                     let guard = activity.begin();
                     // Boxed at once: the handler's future is kilobytes, and hyper moves what
                     // this returns into its connection state; moving a pointer is free.
                     let response = Box::pin(handler(req, peer));
+                    let slot = slot.clone();
                     async move {
                         let response = response.await;
-                        Ok::<_, Infallible>(response.map(|body| Watched::new(body, guard).boxed()))
+                        let response = response.map(|body| Watched::new(body, guard).boxed());
+                        Ok::<_, Infallible>(handoff::prepare(&slot, version, response))
                     }
                 })
             };
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            let io = TokioIo::new(handoff::HandoffIo::new(stream, slot.clone()));
+            let conn = builder.serve_connection_with_upgrades(io, service);
             let conn = watcher.watch(conn);
             tokio::select! {
                 result = conn => {
@@ -830,6 +843,199 @@ mod tests {
         assert_eq!(response.version(), http::Version::HTTP_2);
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"hello 127.0.0.1");
+        drop(sender);
+        server.stop().await.unwrap();
+    }
+
+    /// A long-lived handler whose body is `frames`, then ends when `end` fires (or never);
+    /// `dropped` fires when the body is dropped.
+    fn long_lived(
+        frames: Vec<&'static str>,
+        end: Option<oneshot::Receiver<()>>,
+        dropped: Arc<std::sync::Mutex<Option<oneshot::Sender<()>>>>,
+    ) -> impl Fn(Request<Incoming>, SocketAddr) -> std::future::Ready<Response<Body>>
+    + Clone
+    + Send
+    + Sync
+    + 'static {
+        let end = Arc::new(std::sync::Mutex::new(end));
+        move |_req, _peer| {
+            struct Dropped(Option<oneshot::Sender<()>>);
+            impl Drop for Dropped {
+                fn drop(&mut self) {
+                    if let Some(tx) = self.0.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+            let guard = Dropped(dropped.lock().unwrap().take());
+            let end = end.lock().unwrap().take();
+            let frames = futures_util::stream::iter(frames.clone().into_iter().map(|f| {
+                Ok::<_, BoxError>(hyper::body::Frame::data(bytes::Bytes::from_static(
+                    f.as_bytes(),
+                )))
+            }));
+            let tail = futures_util::stream::once(async move {
+                let _guard = guard;
+                match end {
+                    Some(end) => {
+                        let _ = end.await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+                Ok::<_, BoxError>(hyper::body::Frame::data(bytes::Bytes::new()))
+            });
+            let body =
+                http_body_util::StreamBody::new(futures_util::StreamExt::chain(frames, tail));
+            let mut response = Response::new(BodyExt::boxed(body));
+            response.extensions_mut().insert(LongLived);
+            std::future::ready(response)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_long_lived_response_leaves_hyper_and_keeps_its_chunks() {
+        let (end_tx, end_rx) = oneshot::channel();
+        let dropped = Arc::new(std::sync::Mutex::new(None));
+        let server = start(
+            ServerLimits {
+                max_connections: 1,
+                ..limits()
+            },
+            long_lived(vec!["hello", "world!"], Some(end_rx), dropped),
+        )
+        .await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream
+            .write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        // The head and both frames arrive while the body is still open.
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !seen.ends_with(b"6\r\nworld!\r\n") {
+            let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+                .await
+                .expect("frames arrive")
+                .unwrap();
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&seen).to_lowercase();
+        assert!(text.starts_with("http/1.1 200"), "{text}");
+        assert!(
+            text.contains("\r\ntransfer-encoding: chunked\r\n"),
+            "{text}"
+        );
+        assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
+        assert!(
+            text.ends_with("\r\n\r\n5\r\nhello\r\n6\r\nworld!\r\n"),
+            "{text}"
+        );
+
+        // The stream still holds the only connection slot.
+        let mut second = TcpStream::connect(server.addr).await.unwrap();
+        second
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let waited = tokio::time::timeout(Duration::from_millis(150), second.read(&mut buf)).await;
+        assert!(
+            waited.is_err(),
+            "second connection served while the stream holds the slot"
+        );
+
+        // The body's end is the last chunk, then the connection closes.
+        end_tx.send(()).unwrap();
+        let (rest, eof) = read_to_eof(&mut stream, Duration::from_secs(5)).await;
+        assert!(eof);
+        assert_eq!(rest, "0\r\n\r\n");
+        // Its slot is free: the second connection is served now.
+        let n = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf))
+            .await
+            .expect("served once the stream ended")
+            .unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_handed_over_body_is_dropped_when_its_client_goes_away() {
+        let (dropped_tx, dropped_rx) = oneshot::channel();
+        let dropped = Arc::new(std::sync::Mutex::new(Some(dropped_tx)));
+        let server = start(limits(), long_lived(vec!["hello"], None, dropped)).await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream
+            .write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !seen.ends_with(b"5\r\nhello\r\n") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            seen.extend_from_slice(&buf[..n]);
+        }
+        drop(stream);
+        tokio::time::timeout(Duration::from_secs(5), dropped_rx)
+            .await
+            .expect("the body is dropped once its client has gone")
+            .unwrap();
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_long_lived_response_to_http_1_0_stays_with_hyper() {
+        let (end_tx, end_rx) = oneshot::channel();
+        let dropped = Arc::new(std::sync::Mutex::new(None));
+        let server = start(limits(), long_lived(vec!["hello"], Some(end_rx), dropped)).await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream
+            .write_all(b"GET /events HTTP/1.0\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !seen.ends_with(b"hello") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            seen.extend_from_slice(&buf[..n]);
+        }
+        end_tx.send(()).unwrap();
+        let (rest, eof) = read_to_eof(&mut stream, Duration::from_secs(5)).await;
+        assert!(eof);
+        let text = String::from_utf8_lossy(&seen).to_lowercase() + &rest;
+        // Close-delimited, as hyper writes any unsized body to HTTP/1.0: no chunks.
+        assert!(!text.contains("transfer-encoding"), "{text}");
+        assert!(text.ends_with("\r\n\r\nhello"), "{text}");
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_long_lived_response_over_h2_stays_with_hyper() {
+        let (end_tx, end_rx) = oneshot::channel();
+        let dropped = Arc::new(std::sync::Mutex::new(None));
+        let server = start(
+            limits(),
+            long_lived(vec!["hello", "world"], Some(end_rx), dropped),
+        )
+        .await;
+        let stream = TcpStream::connect(server.addr).await.unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let req = Request::builder()
+            .uri(format!("http://{}/events", server.addr))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = sender.send_request(req).await.unwrap();
+        assert_eq!(response.version(), http::Version::HTTP_2);
+        assert!(response.headers().get(http::header::CONNECTION).is_none());
+        end_tx.send(()).unwrap();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"helloworld");
         drop(sender);
         server.stop().await.unwrap();
     }

@@ -490,8 +490,8 @@ pub async fn hold(store: Store, streams: usize, loads: u64) -> anyhow::Result<Ve
         .seed("~28 KB", 28.0)
         .target("≤ 8 KB", per <= 8.0)
         .why(
-            "each stream is a hyper connection (read and write buffers), a channel and \
-                  a map entry; smaller connection buffers for the events route would close it",
+            "an HTTP/1.1 stream leaves hyper once its head is written (src/server/handoff.rs): \
+             what is left is the socket, a small task, a watch channel and a map entry",
         ),
         Row::new(
             "hold",

@@ -567,10 +567,13 @@ impl Admission {
     }
 
     /// Keeps the sessions of `visitors` alive past `session_ttl` (open streams, SPEC §10),
-    /// in one store call.
-    pub async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<()> {
+    /// in one store call; answers, for each, whether the store still has them on the site.
+    pub async fn touch_sessions(
+        &self,
+        room: &str,
+        visitors: &[VisitorId],
+    ) -> StoreResult<Vec<bool>> {
         self.observe(self.store.touch_sessions(room, visitors).await)
-            .map(|_| ())
     }
 
     /// Flushes the requests the session cache answered since the last flush: one

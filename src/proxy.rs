@@ -483,7 +483,7 @@ impl OriginClient {
         origin: &Origin,
         mut req: Request<Incoming>,
         ctx: &ForwardContext,
-        tunnel_guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+        tunnel_guard: Option<TunnelHold>,
     ) -> Result<Response<Body>, ProxyError> {
         if req.method() == Method::CONNECT {
             return Err(ProxyError::BadRequest("CONNECT is not proxied".into()));
@@ -494,6 +494,7 @@ impl OriginClient {
         // What the tunnel keeps counted while it lives: the connection's slot (so it stays
         // under `max_connections` and the per-peer cap) and the client's stream ticket.
         // And whatever the caller asked to hold (a stream's slot under `stream_cap`).
+        let ended = tunnel_guard.as_ref().map(|hold| hold.ended.clone());
         let tunnel_guards = (
             req.extensions_mut()
                 .remove::<Arc<crate::server::ConnectionSlot>>(),
@@ -573,6 +574,7 @@ impl OriginClient {
                 visitor_upgrade,
                 origin_upgrade,
                 self.timeouts.idle,
+                ended,
                 tunnel_guards,
             ));
             let (mut parts, _) = response.into_parts();
@@ -667,13 +669,22 @@ fn ip_header(ip: IpAddr) -> HeaderValue {
     HeaderValue::from_str(&ip.to_string()).expect("an ip address is a valid header value")
 }
 
-/// Joins the bytes of two upgraded connections until either side closes or neither sends
-/// a byte for `idle`. `guards` (the connection slot, the stream ticket, the caller's guard)
-/// are held until then.
+/// What the caller of [`OriginClient::forward_holding`] has an upgraded tunnel hold: a
+/// guard kept alive as long as the tunnel, and a token that ends it.
+pub struct TunnelHold {
+    pub guard: Box<dyn std::any::Any + Send + Sync>,
+    /// Cancelled when the tunnel must close (its session ended, its client was banned).
+    pub ended: tokio_util::sync::CancellationToken,
+}
+
+/// Joins the bytes of two upgraded connections until either side closes, neither sends
+/// a byte for `idle`, or `ended` is cancelled. `guards` (the connection slot, the stream
+/// ticket, the caller's hold) are held until then.
 async fn tunnel<G: Send>(
     visitor: hyper::upgrade::OnUpgrade,
     origin: hyper::upgrade::OnUpgrade,
     idle: Duration,
+    ended: Option<tokio_util::sync::CancellationToken>,
     guards: G,
 ) {
     let _guards = guards;
@@ -709,6 +720,12 @@ async fn tunnel<G: Send>(
             Err(error) => tracing::debug!(%error, "upgraded connection ended with an error"),
         },
         () = watchdog => tracing::debug!(?idle, "idle upgraded connection closed"),
+        () = async {
+            match &ended {
+                Some(ended) => ended.cancelled().await,
+                None => std::future::pending().await,
+            }
+        } => tracing::debug!("upgraded connection closed: its session ended"),
     }
 }
 

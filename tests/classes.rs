@@ -610,3 +610,158 @@ async fn store_pass(ar: &anteroom::run::Running) {
         .await
         .unwrap();
 }
+
+/// A WebSocket echo origin whose `GET /logout` ends the visitor's session (SPEC §14's
+/// `X-Anteroom-End-Session: 1`).
+async fn ws_origin_with_logout() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = [0u8; 16];
+                let Ok(n) = stream.peek(&mut head).await else {
+                    return;
+                };
+                if head[..n].starts_with(b"GET /logout") {
+                    let mut request = vec![0u8; 4096];
+                    let _ = stream.read(&mut request).await;
+                    let _ = stream
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\nx-anteroom-end-session: 1\r\n\
+                              content-length: 3\r\nconnection: close\r\n\r\nbye",
+                        )
+                        .await;
+                    return;
+                }
+                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                while let Some(Ok(msg)) = ws.next().await {
+                    if (msg.is_text() || msg.is_binary()) && ws.send(msg).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A WebSocket through anteroom from loopback address `source`.
+async fn ws_from(
+    source: [u8; 4],
+    addr: std::net::SocketAddr,
+    cookie: &str,
+) -> tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::from((source, 0)))
+        .unwrap();
+    let stream = socket.connect(addr).await.unwrap();
+    let (ws, response) = tokio_tungstenite::client_async(ws_request(addr, cookie), stream)
+        .await
+        .expect("an admitted visitor's WebSocket");
+    assert_eq!(response.status(), 101);
+    ws
+}
+
+/// The next message, `None` once the tunnel is closed; bounded.
+async fn next_message(
+    ws: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+) -> Option<Message> {
+    match tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("the tunnel answers or closes in time")
+    {
+        Some(Ok(Message::Close(_))) | Some(Err(_)) | None => None,
+        Some(Ok(message)) => Some(message),
+    }
+}
+
+fn from_source(source: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(source))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_tunnel_closes_when_its_session_ends_or_its_client_is_banned() {
+    let origin = ws_origin_with_logout().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ar = start(&config(
+        &format!("http://{origin}"),
+        dir.path(),
+        "    rate: 100\n    max_active: 100\n    session_ttl: 60s",
+    ))
+    .await;
+    let url = format!("http://{}/", ar.addr);
+    let (a, b) = ([127, 0, 0, 4], [127, 0, 0, 5]);
+    let cookie_a = visitor_cookie(&from_source(a).get(&url).send().await.unwrap()).unwrap();
+    let cookie_b = visitor_cookie(&from_source(b).get(&url).send().await.unwrap()).unwrap();
+    let mut ws_a = ws_from(a, ar.addr, &cookie_a).await;
+    let mut ws_b = ws_from(b, ar.addr, &cookie_b).await;
+    assert_eq!(ar.app.origin_streams(), 2);
+
+    // A logs out in another tab: the origin ends the session; A's tunnel goes with it at
+    // the next touch, B's stays.
+    let bye = from_source(a)
+        .get(format!("{url}logout"))
+        .visitor(&cookie_a)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bye.text().await.unwrap(), "bye");
+    ar.app.touch_streams().await;
+    assert_eq!(next_message(&mut ws_a).await, None, "A's tunnel closed");
+    ws_b.send(Message::text("still here")).await.unwrap();
+    assert_eq!(
+        next_message(&mut ws_b).await,
+        Some(Message::text("still here"))
+    );
+
+    // B's address is banned: the sweep closes B's tunnel too.
+    ar.app
+        .abuse
+        .ban("127.0.0.5", Some(Duration::from_secs(600)), "test")
+        .await
+        .unwrap();
+    ar.app.sweep_banned().await;
+    assert_eq!(next_message(&mut ws_b).await, None, "B's tunnel closed");
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while ar.app.origin_streams() > 0 && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ar.app.origin_streams(), 0);
+    ar.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_event_stream_to_the_origin_counts_against_the_client_share() {
+    let origin = ws_origin_with_logout().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ar = start(&config_with(
+        &format!("http://{origin}"),
+        dir.path(),
+        "server:\n  max_streams_per_client: 1\n",
+        "    rate: 100\n    max_active: 100",
+    ))
+    .await;
+    let url = format!("http://{}/", ar.addr);
+    let c = [127, 0, 0, 6];
+    let cookie = visitor_cookie(&from_source(c).get(&url).send().await.unwrap()).unwrap();
+    let _ws = ws_from(c, ar.addr, &cookie).await;
+    // The client's one share is the tunnel's: an event stream to the origin is refused
+    // before it reaches the origin.
+    let events = from_source(c)
+        .get(format!("{url}feed"))
+        .visitor(&cookie)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 429);
+    ar.shutdown().await.unwrap();
+}

@@ -12,7 +12,10 @@ use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use prometheus_client::metrics::gauge::Gauge;
+use std::future::Future;
+use std::net::IpAddr;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::identify::Identity;
 use super::{App, Room};
@@ -88,45 +91,82 @@ impl Drop for InflightSlot {
     }
 }
 
-/// A room's open streams to the origin on this replica: how many, and whose sessions to
-/// keep alive.
+/// A room's open streams to the origin on this replica: how many, whose sessions to keep
+/// alive, and how to end them (a session that ended, a banned client; SPEC §10).
 #[derive(Default)]
 pub struct Streams {
-    open: Mutex<HashMap<VisitorId, usize>>,
+    open: Mutex<HashMap<VisitorId, VisitorStreams>>,
+}
+
+/// One visitor's open streams.
+struct VisitorStreams {
+    /// The client of each open stream, one entry per stream.
+    clients: Vec<IpAddr>,
+    /// Cancelled to end them all.
+    ended: CancellationToken,
 }
 
 impl Streams {
-    /// Opens a stream for `visitor` unless `cap` (0: none) are open already.
-    fn open(self: &Arc<Self>, visitor: VisitorId, cap: u64) -> Option<StreamSlot> {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let total: usize = open.values().sum();
+    /// Opens a stream for `visitor` from `client` unless `cap` (0: none) are open already.
+    fn open(self: &Arc<Self>, visitor: VisitorId, client: IpAddr, cap: u64) -> Option<StreamSlot> {
+        let mut open = self.lock();
+        let total: usize = open.values().map(|v| v.clients.len()).sum();
         if cap > 0 && total as u64 >= cap {
             return None;
         }
-        *open.entry(visitor).or_default() += 1;
+        let streams = open.entry(visitor).or_insert_with(|| VisitorStreams {
+            clients: Vec::new(),
+            ended: CancellationToken::new(),
+        });
+        // Ended streams still closing must not end one opened after (a new session).
+        if streams.ended.is_cancelled() {
+            streams.ended = CancellationToken::new();
+        }
+        streams.clients.push(client);
         Some(StreamSlot {
             streams: self.clone(),
             visitor,
+            client,
+            ended: streams.ended.clone(),
         })
     }
 
     /// How many streams are open.
     pub fn count(&self) -> usize {
-        self.open
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .sum()
+        self.lock().values().map(|v| v.clients.len()).sum()
     }
 
-    /// The visitors with at least one open stream.
+    /// The visitors with at least one open stream that has not been ended.
     pub fn visitors(&self) -> Vec<VisitorId> {
-        self.open
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .copied()
+        self.lock()
+            .iter()
+            .filter(|(_, v)| !v.ended.is_cancelled())
+            .map(|(visitor, _)| *visitor)
             .collect()
+    }
+
+    /// Ends every open stream of `visitor`.
+    fn end(&self, visitor: VisitorId) {
+        if let Some(streams) = self.lock().get(&visitor) {
+            streams.ended.cancel();
+        }
+    }
+
+    /// Ends every open stream of each visitor with a stream from a client for which
+    /// `banned` is true. Returns how many visitors' streams were ended.
+    pub fn end_where(&self, banned: impl Fn(IpAddr) -> bool) -> usize {
+        let mut ended = 0;
+        for streams in self.lock().values() {
+            if !streams.ended.is_cancelled() && streams.clients.iter().any(|&ip| banned(ip)) {
+                streams.ended.cancel();
+                ended += 1;
+            }
+        }
+        ended
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<VisitorId, VisitorStreams>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -134,17 +174,41 @@ impl Streams {
 pub struct StreamSlot {
     streams: Arc<Streams>,
     visitor: VisitorId,
+    client: IpAddr,
+    /// Cancelled when the stream must end (see [`Streams::end`]).
+    ended: CancellationToken,
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        let mut open = self.streams.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = open.get_mut(&self.visitor) {
-            *n -= 1;
-            if *n == 0 {
+        let mut open = self.streams.lock();
+        if let Some(streams) = open.get_mut(&self.visitor) {
+            if let Some(at) = streams.clients.iter().position(|&ip| ip == self.client) {
+                streams.clients.swap_remove(at);
+            }
+            if streams.clients.is_empty() {
                 open.remove(&self.visitor);
             }
         }
+    }
+}
+
+/// A proxied stream's body held open by its [`StreamSlot`], cut short (an error, so the
+/// client sees it did not complete) when the slot is ended.
+struct Ending {
+    _slot: Arc<StreamSlot>,
+    /// And the client's share of streams (SPEC §10), for a stream that is not a tunnel.
+    _ticket: Option<crate::live::StreamTicket>,
+    ended: std::pin::Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+impl Watch for Ending {
+    fn polled(&mut self, _ready: bool, cx: &mut Context<'_>) -> Option<BoxError> {
+        self.ended
+            .as_mut()
+            .poll(cx)
+            .is_ready()
+            .then(|| "the stream's session ended, or its client was banned".into())
     }
 }
 
@@ -220,11 +284,28 @@ impl App {
                 }
                 _ => return not_admitted(),
             };
-        let Some(slot) = room.streams.open(visitor, room.config.stream_cap) else {
+        // A tunnel's share of the client's streams is taken (and held) by the proxy; an
+        // event stream's is held by its body.
+        let ticket = if crate::proxy::is_upgrade(&req) {
+            None
+        } else {
+            match self.live.budget.tunnel(identity.client) {
+                Ok(ticket) => Some(ticket),
+                Err(refused) => return self.stream_refused(refused, identity),
+            }
+        };
+        let Some(slot) = room
+            .streams
+            .open(visitor, identity.client_ip, room.config.stream_cap)
+        else {
             return busy();
         };
         let slot = Arc::new(slot);
-        let proxied = self.proxy(room, req, identity, admitted, Some(Box::new(slot.clone())));
+        let held = crate::proxy::TunnelHold {
+            guard: Box::new(slot.clone()),
+            ended: slot.ended.clone(),
+        };
+        let proxied = self.proxy(room, req, identity, admitted, Some(held));
         let mut response = self.metrics.time_proxy(&room.config.name, proxied).await;
         if new_cookie {
             let value = self
@@ -235,7 +316,14 @@ impl App {
                 crate::token::set_cookie(&value, self.secure_cookies),
             );
         }
-        hold(response, slot)
+        let ended = Box::pin(slot.ended.clone().cancelled_owned());
+        let (parts, body) = response.into_parts();
+        let ending = Ending {
+            _slot: slot,
+            _ticket: ticket,
+            ended,
+        };
+        Response::from_parts(parts, Watched::new(body, ending).boxed())
     }
 
     /// An admitted request to the origin, through the room's in-flight cap if it has one.
@@ -339,20 +427,31 @@ impl App {
         self.rooms.iter().map(|r| r.streams.count()).sum()
     }
 
-    /// Keeps the sessions of every visitor with an open stream alive: one batched store
-    /// call per room with streams. Run every few seconds by `run`.
+    /// Keeps the sessions of every visitor with an open stream alive, and ends the streams
+    /// of those the store no longer has on the site (flushed, ended by the origin or an
+    /// operator, banned elsewhere): one batched store call per room with streams. Run every
+    /// half second by `run`.
     pub async fn touch_streams(&self) {
         for room in &self.rooms {
             let visitors = room.streams.visitors();
             if visitors.is_empty() {
                 continue;
             }
-            if let Err(e) = self
+            match self
                 .admission
                 .touch_sessions(&room.config.name, &visitors)
                 .await
             {
-                tracing::debug!(room = %room.config.name, error = %e, "touching streams' sessions failed");
+                Ok(on_site) => {
+                    for (&visitor, on_site) in visitors.iter().zip(on_site) {
+                        if !on_site {
+                            room.streams.end(visitor);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(room = %room.config.name, error = %e, "touching streams' sessions failed");
+                }
             }
         }
     }

@@ -510,15 +510,18 @@ impl App {
     }
 
     /// A banned client's visitors stop holding anything (SPEC §10): their live streams
-    /// close (so heartbeats stop and waiting visitors are abandoned after `abandon_after`)
-    /// and the sessions this replica admitted them to end now. Runs every second; costs
-    /// nothing while no ban is active.
+    /// close (so heartbeats stop and waiting visitors are abandoned after `abandon_after`),
+    /// their streams and tunnels to the origin close, and the sessions this replica
+    /// admitted them to end now. Runs every second; costs nothing while no ban is active.
     pub async fn sweep_banned(&self) {
         if self.abuse.bans_active() == 0 {
             return;
         }
         let abuse = &self.abuse;
         let closed = self.live.close_where(|ip| abuse.is_banned(ip));
+        let origin_streams: usize = (self.rooms.iter())
+            .map(|room| room.streams.end_where(|ip| abuse.is_banned(ip)))
+            .sum();
         let ended = self
             .recent
             .lock()
@@ -534,9 +537,10 @@ impl App {
                 sessions += 1;
             }
         }
-        if closed > 0 || sessions > 0 {
+        if closed > 0 || sessions > 0 || origin_streams > 0 {
             tracing::info!(
                 streams = closed,
+                origin_streams,
                 sessions,
                 "banned clients' streams closed and sessions ended"
             );

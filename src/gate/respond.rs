@@ -42,7 +42,7 @@ impl App {
         mut req: Request<Incoming>,
         identity: &Identity,
         admitted: Option<(VisitorId, u64)>,
-        tunnel_guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+        tunnel_guard: Option<crate::proxy::TunnelHold>,
     ) -> Response<Body> {
         token::strip_cookie(req.headers_mut());
         // Whatever class took it there (a grant on a bypass path or an asset is not spent),

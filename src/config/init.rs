@@ -103,7 +103,7 @@ kafka:
 #   max_connections: 10000       # connections served at once
 #   max_connections_per_client: 512  # open connections from one direct peer (trusted proxies exempt)
 #   max_streams: 5000            # open waiting-page streams; below max_connections (default: half)
-#   max_streams_per_client: 64   # waiting-page streams + WebSocket tunnels of one client
+#   max_streams_per_client: 64   # waiting-page streams + tunnels + origin event streams, one client
 #   http2_max_streams: 100       # concurrent requests on one HTTP/2 connection
 #   workers: 2                   # serving threads (default: one per CPU)
 #   body_timeout: 60s            # a request body must arrive in full within this

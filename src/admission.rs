@@ -585,7 +585,10 @@ impl Admission {
     pub async fn flush_sessions(&self) {
         for (room, visitors) in self.sessions.take_seen() {
             match self.observe(self.store.touch_sessions(&room, &visitors).await) {
-                Ok(on_site) => self.sessions.renew(&room, &visitors, &on_site),
+                Ok(on_site) => {
+                    let window = self.confirm_window(&room);
+                    self.sessions.renew(&room, &visitors, &on_site, window)
+                }
                 Err(e) => tracing::debug!(room, error = %e, "session flush failed"),
             }
         }
@@ -823,9 +826,10 @@ impl SessionCache {
     }
 
     /// The store's answer to a flush: `visitors[i]` is still on the site if `on_site[i]`.
-    /// Those still on it are trusted afresh from every client that was still trusted (a
-    /// client whose trust ran out must reach the store itself); the others are forgotten.
-    fn renew(&self, room: &str, visitors: &[VisitorId], on_site: &[bool]) {
+    /// Those still on it are trusted afresh from every client still trusted within the
+    /// room's `window` (a client whose trust ran out must reach the store itself); the
+    /// others are forgotten.
+    fn renew(&self, room: &str, visitors: &[VisitorId], on_site: &[bool], window: Duration) {
         let mut confirmed = self.confirmed.write().unwrap_or_else(|p| p.into_inner());
         let Some(sessions) = confirmed.get_mut(room) else {
             return;
@@ -836,7 +840,7 @@ impl SessionCache {
                 sessions.remove(visitor);
             } else if let Some(session) = sessions.get_mut(visitor) {
                 for at in session.clients.values_mut() {
-                    if now.duration_since(*at) < SESSION_CONFIRM_WINDOW {
+                    if now.duration_since(*at) < window {
                         *at = now;
                     }
                 }
@@ -1225,6 +1229,33 @@ mod tests {
         assert!(
             !admitted(&admission, visitor).await,
             "the store decides again"
+        );
+    }
+
+    /// A flush renews only the trust still inside the room's own window (half a short
+    /// `session_ttl`), not the default one: a client whose trust ran out asks the store.
+    #[tokio::test(start_paused = true)]
+    async fn a_flush_renews_only_trust_inside_the_rooms_window() {
+        let (store, admission) = room_with(1, Duration::from_secs(1)).await;
+        // The room's settings, as the stats tick keeps them.
+        admission.refresh_stats(&["main".to_owned()]).await;
+        let visitor = VisitorId::random();
+        assert!(admitted(&admission, visitor).await);
+        tokio::time::advance(Duration::from_millis(400)).await;
+        assert!(admitted(&admission, visitor).await, "answered by the cache");
+        // 700 ms after its confirmation: past the room's 500 ms window, inside the
+        // default 2 s one.
+        tokio::time::advance(Duration::from_millis(300)).await;
+        admission.flush_sessions().await;
+        assert!(store.end_session("main", visitor).await.unwrap());
+        assert!(
+            admitted(&admission, VisitorId::random()).await,
+            "the slot is taken"
+        );
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(
+            !admitted(&admission, visitor).await,
+            "the store decides, and the session has ended"
         );
     }
 

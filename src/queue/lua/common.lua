@@ -1,5 +1,13 @@
--- Shared by every anteroom script (prepended at build time). One script is one atomic step
--- on one room; every key carries the room's hash tag, so a room lives in one Cluster slot.
+-- Shared by every anteroom script. One script is one atomic step on one room; every key
+-- carries the room's hash tag, so a room lives in one Cluster slot.
+--
+-- How they run (see redis.rs): as one Redis Functions library, this file and every script
+-- as a function of it, loaded once and called with FCALL; or, where Functions are not
+-- available, each script prefixed with this file as its own EVAL script. Either way a call
+-- first runs begin(KEYS, ARGV) (at the end of this file), which sets every per-call value
+-- below. Nothing else here may depend on the call: in the library these definitions run
+-- once, at load, which is what makes FCALL cheaper (no closures made per call: about 8 us
+-- of Redis time a join).
 --
 -- KEYS[1] conf    HASH  rate, max_active, session_ttl_ms, abandon_after_ms, paused (runtime
 --                       settings); jl_limit, jl_window_ms, opens_ms, admits_ms, closes_ms,
@@ -72,12 +80,12 @@
 -- runs in "liveness time" = wall time minus the downtime forgiven so far, so an outage of
 -- the store or of every replica never abandons the line or reclaims the site.
 
-local K_CONF, K_STATE, K_CHUNKS, K_DSEEN, K_ACTIVE, K_DRAW = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local K_PLACES, K_SESS, K_SCOUNT, K_DRAWH = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local K_CSEEN, K_FEN = KEYS[11], KEYS[12]
-local K_JOINS = KEYS[13]
--- The room's other keys: 'ar:{room}:' and a suffix.
-local PREFIX = string.sub(K_CONF, 1, #K_CONF - 4)
+-- Per call (set by begin()): the keys, and the room's other keys' prefix, 'ar:{room}:'.
+local K_CONF, K_STATE, K_CHUNKS, K_DSEEN, K_ACTIVE, K_DRAW
+local K_PLACES, K_SESS, K_SCOUNT, K_DRAWH
+local K_CSEEN, K_FEN
+local K_JOINS
+local PREFIX
 
 -- Phases (also the reply codes).
 local QUEUEING, BEFORE_OPEN, DRAW, CLOSED = 0, 1, 2, 3
@@ -85,24 +93,26 @@ local QUEUEING, BEFORE_OPEN, DRAW, CLOSED = 0, 1, 2, 3
 -- Heartbeats and activity closer together than this do not rewrite a score.
 local TOUCH_MS = 1000
 
-local function clock_now()
+-- offset: ARGV[1].
+local function clock_now(offset)
   -- Tests only: '@<ms>' is a frozen clock they advance themselves.
-  if string.sub(ARGV[1], 1, 1) == '@' then
-    return tonumber(string.sub(ARGV[1], 2))
+  if string.sub(offset, 1, 1) == '@' then
+    return tonumber(string.sub(offset, 2))
   end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(offset)
 end
 
-local NOW = clock_now()
+-- Per call: the store's time.
+local NOW
 
--- The line's bookkeeping (see ls()) and the draw's reserved ordinals (see draw_tickets()),
--- read with the room.
-local LS, DT = nil, nil
+-- Per call: the line's bookkeeping (see ls()) and the draw's reserved ordinals (see
+-- draw_tickets()), read with the room.
+local LS, DT
 
--- total_joined as read with the room, and whether this script added one: a join then writes
--- it with the line's bookkeeping (save_ls), one HSET instead of an HINCRBY more.
-local JOINED, JOINED_ADD = nil, false
+-- Per call: total_joined as read with the room, and whether this call added one: a join
+-- then writes it with the line's bookkeeping (save_ls), one HSET instead of an HINCRBY more.
+local JOINED, JOINED_ADD
 
 -- The line's bookkeeping from an HMGET of n, ord, ford, ix_l, ix_s starting at v[i].
 local function line_state(v, i)
@@ -361,12 +371,13 @@ local function lowbit(i)
   return b
 end
 
-local FEN_MEMO = {}
+-- Per call: prefix sums of the tree already read (emptied by every change to it).
+local FEN_MEMO
 
--- How many are in the draw, read at most once between writes to it: a join asks up to four
--- times (the doors, the place, the fast path, the reply). Every write to K_DRAW is followed
--- by draw_changed().
-local DRAW_N = nil
+-- Per call: how many are in the draw, read at most once between writes to it: a join asks
+-- up to four times (the doors, the place, the fast path, the reply). Every write to K_DRAW
+-- is followed by draw_changed().
+local DRAW_N
 local function draw_size()
   if not DRAW_N then
     DRAW_N = redis.call('ZCARD', K_DRAW)
@@ -883,4 +894,18 @@ local function to_front(r, id)
   st.ford = st.ford + 1
   line_put(id, -st.ford, r.live, NOW, nil, true)
   return true
+end
+
+-- Every call's first step: sets the per-call values above from its keys and arguments.
+local function begin(keys, args)
+  K_CONF, K_STATE, K_CHUNKS, K_DSEEN, K_ACTIVE, K_DRAW = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  K_PLACES, K_SESS, K_SCOUNT, K_DRAWH = keys[7], keys[8], keys[9], keys[10]
+  K_CSEEN, K_FEN = keys[11], keys[12]
+  K_JOINS = keys[13]
+  PREFIX = string.sub(K_CONF, 1, #K_CONF - 4)
+  NOW = clock_now(args[1])
+  LS, DT = nil, nil
+  JOINED, JOINED_ADD = nil, false
+  FEN_MEMO = {}
+  DRAW_N = nil
 end

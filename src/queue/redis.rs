@@ -68,7 +68,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{Script, Value};
 
-use super::redis_client::{RedisConn, Timeouts};
+use super::redis_client::{Connector, RedisConn, Timeouts};
 use super::{
     AdaptiveState, ClientKey, GrantUse, Join, OriginExchange, OriginReport, PassReport, Phase,
     Place, QueueQuery, QueueStore, RefusedReason, Resolution, RoomPolicy, RoomSettings, RoomStats,
@@ -221,7 +221,13 @@ const DRAW_SCAN_STEP: usize = 1_000;
 const FIND_STEP: usize = 20_000;
 
 pub struct RedisStore {
+    /// The shared connection (on the runtime that connected): background loops, tests, and
+    /// a serving worker until its own is ready (see [`RedisStore::conn`]).
     conn: RedisConn,
+    /// Makes each serving worker's own connection.
+    connector: Connector,
+    /// The serving workers' own connections, by runtime.
+    local: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<tokio::runtime::Id, Local>>>,
     /// Added to the server's `TIME` in every script. Always 0 in production; tests move it
     /// forward because Redis time cannot be paused.
     offset_ms: AtomicU64,
@@ -240,6 +246,13 @@ pub struct RedisStore {
     /// never changes, and every entrant's draw hash is computed here from it (Redis Lua
     /// has no SHA-256).
     salts: std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>,
+}
+
+/// A serving worker's own connection (see [`RedisStore::conn`]).
+enum Local {
+    /// Being made; calls use the shared one meanwhile.
+    Connecting,
+    Ready(RedisConn),
 }
 
 fn unavailable(e: redis::RedisError) -> StoreError {
@@ -277,9 +290,12 @@ impl RedisStore {
         let fail = |e: redis::RedisError| {
             StoreError::Unavailable(format!("redis: cannot connect to {describe}: {e}"))
         };
-        let conn = client.connect(TIMEOUTS).await.map_err(fail)?;
+        let connector = client.connector(TIMEOUTS).map_err(fail)?;
+        let conn = connector.connect().await.map_err(fail)?;
         Ok(RedisStore {
             conn,
+            connector,
+            local: Default::default(),
             offset_ms: AtomicU64::new(0),
             frozen: AtomicBool::new(false),
             recovering: AtomicBool::new(false),
@@ -431,6 +447,60 @@ impl RedisStore {
         self.eval_only.load(Ordering::SeqCst)
     }
 
+    /// The connection for a call. On a serving worker, its own, made on its runtime: the
+    /// shared one's task runs on the main runtime's threads, so each call through it woke a
+    /// thread there to send, and was woken back with the reply, two thread switches a call
+    /// on a box where the load, Redis and anteroom share two cores. Elsewhere (background
+    /// loops, tests), and while a worker's own is being made (in the background, so no
+    /// request waits on a connect, even with Redis down), the shared one. Returns the
+    /// worker's runtime when the connection is its own, for [`RedisStore::failed`].
+    fn conn(&self) -> (RedisConn, Option<tokio::runtime::Id>) {
+        if !crate::server::on_serving_worker() {
+            return (self.conn.clone(), None);
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return (self.conn.clone(), None);
+        };
+        let id = runtime.id();
+        let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        match local.get(&id) {
+            Some(Local::Ready(conn)) => return (conn.clone(), Some(id)),
+            Some(Local::Connecting) => return (self.conn.clone(), None),
+            None => {}
+        }
+        local.insert(id, Local::Connecting);
+        drop(local);
+        let (connector, local) = (self.connector.clone(), self.local.clone());
+        runtime.spawn(async move {
+            let made = connector.connect().await;
+            let mut local = local.lock().unwrap_or_else(|p| p.into_inner());
+            match made {
+                Ok(conn) => {
+                    local.insert(id, Local::Ready(conn));
+                }
+                // The next call on this worker tries again; the shared one serves meanwhile.
+                Err(_) => {
+                    local.remove(&id);
+                }
+            }
+        });
+        (self.conn.clone(), None)
+    }
+
+    /// A call failed as unavailable. A worker's own connection is dropped: its next calls
+    /// go through the shared one (which the admission passes keep trying, so it is the
+    /// first to be back after an outage) while a new one is made. Otherwise the first call
+    /// on each worker after an outage would fail once more, on a connection only it uses.
+    fn failed(&self, own: Option<tokio::runtime::Id>) {
+        self.recovering.store(true, Ordering::SeqCst);
+        if let Some(id) = own {
+            self.local
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+        }
+    }
+
     /// Runs one script on `room` with `args` after the clock offset.
     async fn call(&self, op: &Op, room: &str, args: impl FnOnce(&mut Args)) -> StoreResult<Value> {
         self.call_with(op, room, None, args).await
@@ -448,7 +518,7 @@ impl RedisStore {
         let mut rest = Args::default();
         rest.arg(self.clock_arg());
         args(&mut rest);
-        let mut conn = self.conn.clone();
+        let (mut conn, own) = self.conn();
         let result = if self.eval_only.load(Ordering::Relaxed) {
             Self::eval(op, &keys, rest, &mut conn).await
         } else {
@@ -464,7 +534,7 @@ impl RedisStore {
                 Ok(value)
             }
             Err(e) => {
-                self.recovering.store(true, Ordering::SeqCst);
+                self.failed(own);
                 Err(unavailable(e))
             }
         }
@@ -1050,11 +1120,11 @@ impl QueueStore for RedisStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
-        let mut conn = self.conn.clone();
+        let (mut conn, own) = self.conn();
         match redis::cmd("PING").query_async::<String>(&mut conn).await {
             Ok(_) => Ok(()),
             Err(e) => {
-                self.recovering.store(true, Ordering::SeqCst);
+                self.failed(own);
                 Err(unavailable(e))
             }
         }
@@ -1233,6 +1303,52 @@ mod tests {
     mod single_eval {
         use super::*;
         conformance::suite!(unpaused: RedisHarness::single_eval().await);
+    }
+
+    /// A serving worker's calls go through a connection of its own, made in the background
+    /// on its runtime while the shared one serves.
+    #[test]
+    fn a_serving_worker_gets_its_own_connection() {
+        let server = RedisServer::start();
+        let urls = vec![server.url()];
+        std::thread::spawn(move || {
+            crate::server::serve_here_for_tests();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let store = connect(&urls).await;
+                let seed = conformance::settings(1.0, 100);
+                store
+                    .open_room("main", &seed, &RoomPolicy::default(), false)
+                    .await
+                    .unwrap();
+                let ready = |store: &RedisStore| {
+                    let local = store.local.lock().unwrap();
+                    matches!(local.values().collect::<Vec<_>>()[..], [Local::Ready(_)])
+                };
+                for _ in 0..500 {
+                    if ready(&store) {
+                        break;
+                    }
+                    store.stats("main").await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                assert!(ready(&store), "no connection of the worker's own");
+                let joined = store
+                    .resolve("main", VisitorId::random(), anyone())
+                    .await
+                    .unwrap();
+                assert!(
+                    matches!(joined, Resolution::Admitted { newly: true }),
+                    "{joined:?}"
+                );
+                assert_eq!(store.stats("main").await.unwrap().active, 1);
+            });
+        })
+        .join()
+        .unwrap();
     }
 
     /// On Redis 7 the operations run as the Functions library, not the fallback; a library

@@ -101,6 +101,8 @@ struct Op {
     /// Redis is out of memory, as a read-only `EVAL` script does.
     read_only: bool,
     eval: LazyLock<Script>,
+    /// Its function's name in the [`Library`].
+    function: LazyLock<String>,
 }
 
 macro_rules! op {
@@ -119,6 +121,7 @@ macro_rules! op {
                     include_str!(concat!("lua/", $name, ".lua"))
                 ))
             }),
+            function: LazyLock::new(|| format!("{}{}", LIBRARY.prefix, $name)),
         }
     };
 }
@@ -228,6 +231,8 @@ pub struct RedisStore {
     connector: Connector,
     /// The serving workers' own connections, by runtime.
     local: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<tokio::runtime::Id, Local>>>,
+    /// Each room's keys, formatted once (a call sends all twelve).
+    room_keys: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<[String; 12]>>>,
     /// Added to the server's `TIME` in every script. Always 0 in production; tests move it
     /// forward because Redis time cannot be paused.
     offset_ms: AtomicU64,
@@ -296,6 +301,7 @@ impl RedisStore {
             conn,
             connector,
             local: Default::default(),
+            room_keys: Default::default(),
             offset_ms: AtomicU64::new(0),
             frozen: AtomicBool::new(false),
             recovering: AtomicBool::new(false),
@@ -345,6 +351,21 @@ impl RedisStore {
             "drawh", "cseen", "fen",
         ]
         .map(|k| format!("ar:{{{room}}}:{k}"))
+    }
+
+    /// [`RedisStore::keys`], kept for the rooms called so far (at most a few thousand: a
+    /// name that is no room, say from an admin's typo, costs one formatting a call beyond).
+    fn room_keys(&self, room: &str) -> std::sync::Arc<[String; 12]> {
+        const KEPT: usize = 4_096;
+        let mut kept = self.room_keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(keys) = kept.get(room) {
+            return keys.clone();
+        }
+        let keys = std::sync::Arc::new(Self::keys(room));
+        if kept.len() < KEPT {
+            kept.insert(room.to_owned(), keys.clone());
+        }
+        keys
     }
 
     /// The key of one spent priority-grant nonce in `room` (same slot as the room). The
@@ -514,7 +535,12 @@ impl RedisStore {
         extra_key: Option<String>,
         args: impl FnOnce(&mut Args),
     ) -> StoreResult<Value> {
-        let keys: Vec<String> = Self::keys(room).into_iter().chain(extra_key).collect();
+        let room_keys = self.room_keys(room);
+        let keys: Vec<&str> = room_keys
+            .iter()
+            .map(String::as_str)
+            .chain(extra_key.as_deref())
+            .collect();
         let mut rest = Args::default();
         rest.arg(self.clock_arg());
         args(&mut rest);
@@ -543,7 +569,7 @@ impl RedisStore {
     /// `op` as its own `EVALSHA` script (loaded on NOSCRIPT).
     async fn eval(
         op: &Op,
-        keys: &[String],
+        keys: &[&str],
         args: Args,
         conn: &mut RedisConn,
     ) -> redis::RedisResult<Value> {
@@ -562,15 +588,12 @@ impl RedisStore {
     async fn fcall(
         &self,
         op: &Op,
-        keys: &[String],
+        keys: &[&str],
         args: Args,
         conn: &mut RedisConn,
     ) -> redis::RedisResult<Value> {
         let mut fcall = redis::cmd("FCALL");
-        fcall
-            .arg(format!("{}{}", LIBRARY.prefix, op.name))
-            .arg(keys.len())
-            .arg(keys);
+        fcall.arg(op.function.as_str()).arg(keys.len()).arg(keys);
         for arg in &args.0 {
             fcall.arg(&arg[..]);
         }
@@ -604,7 +627,7 @@ impl RedisStore {
 }
 
 fn ints(what: &str, value: Value) -> StoreResult<Vec<i64>> {
-    redis::from_redis_value::<Vec<i64>>(value.clone()).map_err(|_| bad_reply(what, value))
+    redis::from_redis_value_ref::<Vec<i64>>(&value).map_err(|_| bad_reply(what, value))
 }
 
 fn ids(what: &str, value: Value) -> StoreResult<Vec<VisitorId>> {

@@ -231,6 +231,7 @@ where
                     .build()
                     .and_then(|runtime| {
                         WORKER.set(index);
+                        SERVING.set(true);
                         runtime.block_on(async move {
                             let listener = TcpListener::from_std(socket)?;
                             accept_loop(listener, limits, caps, handler, shutdown.cancelled()).await
@@ -256,6 +257,20 @@ where
 thread_local! {
     /// Which serving worker this thread is (0 off the workers: background loops, tests).
     static WORKER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Whether this thread is a serving worker: its runtime runs as long as it serves.
+    static SERVING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the caller runs on a serving worker of [`serve_on_workers`] (whose runtime lasts
+/// while it serves), so what it spawns there may serve that worker's later requests.
+pub fn on_serving_worker() -> bool {
+    SERVING.get()
+}
+
+/// Tests only: this thread counts as a serving worker.
+#[cfg(test)]
+pub(crate) fn serve_here_for_tests() {
+    SERVING.set(true);
 }
 
 /// One `T` per serving worker (see [`serve_on_workers`]), so what a request uses — the

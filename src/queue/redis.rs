@@ -2,10 +2,14 @@
 //! Valkey, or a Redis Cluster), so any number of replicas share one queue, one rate and one
 //! concurrency budget, and any replica can be restarted mid-spike.
 //!
-//! Every operation is one Lua script (the `.lua` files in `lua/`, each prefixed with
-//! `common.lua` at build time) called by hash (EVALSHA, loaded on NOSCRIPT), so each is one
-//! atomic step on one room. Time is the server's `TIME`, read once per script, never a
-//! replica's clock. Every key of a room carries the hash tag `{room}`, so a room lives in one
+//! Every operation is one Lua script (the `.lua` files in `lua/`, sharing `common.lua`), so
+//! each is one atomic step on one room. They run as one Redis Functions library (see
+//! [`Library`]): loaded once (`FUNCTION LOAD`, again whenever a call finds it missing) and
+//! called with `FCALL`, so the shared code's functions are made once, at load, rather than
+//! on every call as an `EVAL` script's are (8–10 µs of Redis time a join, a quarter of the
+//! join script's cost). Where Functions are refused (a server or a user without them), each
+//! script runs instead as its own `EVALSHA` script, `common.lua` first. Time is the server's
+//! `TIME`, read once per script, never a replica's clock. Every key of a room carries the hash tag `{room}`, so a room lives in one
 //! Cluster slot; rooms spread over the shards.
 //!
 //! Keys of room `main` (see `lua/common.lua` for the fields):
@@ -64,7 +68,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{Script, Value};
 
-use super::redis_client::{RedisConn, Timeouts};
+use super::redis_client::{Connector, RedisConn, Timeouts};
 use super::{
     AdaptiveState, ClientKey, GrantUse, Join, OriginExchange, OriginReport, PassReport, Phase,
     Place, QueueQuery, QueueStore, RefusedReason, Resolution, RoomPolicy, RoomSettings, RoomStats,
@@ -86,43 +90,149 @@ const TIMEOUTS: Timeouts = Timeouts {
     max_retry_delay: Duration::from_millis(500),
 };
 
-macro_rules! script {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("lua/common.lua"),
-                "\n",
-                include_str!(concat!("lua/", $file))
-            ))
-        })
+const COMMON: &str = include_str!("lua/common.lua");
+
+/// One operation: a script of `lua/`, a function of the [`Library`] or, without Functions,
+/// an `EVAL` script of its own.
+struct Op {
+    name: &'static str,
+    body: &'static str,
+    /// Function flags: `no-writes` for a script that only reads, so it still runs when
+    /// Redis is out of memory, as a read-only `EVAL` script does.
+    read_only: bool,
+    eval: LazyLock<Script>,
+    /// Its function's name in the [`Library`].
+    function: LazyLock<String>,
+}
+
+macro_rules! op {
+    ($name:literal) => {
+        op!($name, false)
+    };
+    ($name:literal, $read_only:expr) => {
+        Op {
+            name: $name,
+            body: include_str!(concat!("lua/", $name, ".lua")),
+            read_only: $read_only,
+            eval: LazyLock::new(|| {
+                Script::new(concat!(
+                    include_str!("lua/common.lua"),
+                    "\nbegin(KEYS, ARGV)\n",
+                    include_str!(concat!("lua/", $name, ".lua"))
+                ))
+            }),
+            function: LazyLock::new(|| format!("{}{}", LIBRARY.prefix, $name)),
+        }
     };
 }
 
-static OPEN_ROOM: LazyLock<Script> = script!("open_room.lua");
-static RESOLVE: LazyLock<Script> = script!("resolve.lua");
-static HEARTBEAT: LazyLock<Script> = script!("heartbeat.lua");
-static ADMIT_PASS: LazyLock<Script> = script!("admit_pass.lua");
-static STATS: LazyLock<Script> = script!("stats.lua");
-static UPDATE_SETTINGS: LazyLock<Script> = script!("update_settings.lua");
-static FLUSH: LazyLock<Script> = script!("flush.lua");
-static QUEUE: LazyLock<Script> = script!("queue.lua");
-static FRONT: LazyLock<Script> = script!("front.lua");
-static SESSION: LazyLock<Script> = script!("session.lua");
-static GRANT: LazyLock<Script> = script!("grant.lua");
-static DRAW: LazyLock<Script> = script!("draw.lua");
+static OPEN_ROOM: Op = op!("open_room");
+static RESOLVE: Op = op!("resolve");
+static HEARTBEAT: Op = op!("heartbeat");
+static ADMIT_PASS: Op = op!("admit_pass");
+static STATS: Op = op!("stats", true);
+static UPDATE_SETTINGS: Op = op!("update_settings");
+static FLUSH: Op = op!("flush");
+static QUEUE: Op = op!("queue");
+static FRONT: Op = op!("front");
+static SESSION: Op = op!("session");
+static GRANT: Op = op!("grant");
+static DRAW: Op = op!("draw");
+static ADAPTIVE: Op = op!("adaptive");
+
+static OPS: [&Op; 13] = [
+    &OPEN_ROOM,
+    &RESOLVE,
+    &HEARTBEAT,
+    &ADMIT_PASS,
+    &STATS,
+    &UPDATE_SETTINGS,
+    &FLUSH,
+    &QUEUE,
+    &FRONT,
+    &SESSION,
+    &GRANT,
+    &DRAW,
+    &ADAPTIVE,
+];
+
+/// Every script as one Functions library: `common.lua` once, then each script as the body
+/// of a function that first runs `begin(KEYS, ARGV)`. Its name and its functions' carry a
+/// hash of the code, so replicas of different versions sharing a Redis (a rolling upgrade)
+/// each call their own; a library is never replaced by different code. An older version's
+/// library stays loaded until removed (`FUNCTION DELETE anteroom_<hash>`), a few hundred KB.
+struct Library {
+    /// `FUNCTION LOAD`'s argument.
+    source: String,
+    /// `anteroom_<hash>_`: an operation's function is this and its name.
+    prefix: String,
+}
+
+static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    hash.update(COMMON);
+    for op in OPS {
+        hash.update([0, u8::from(op.read_only)]);
+        hash.update(op.name);
+        hash.update([0]);
+        hash.update(op.body);
+    }
+    let name = format!("anteroom_{}", &hex::encode(hash.finalize())[..16]);
+    let prefix = format!("{name}_");
+    let mut source = format!("#!lua name={name}\n{COMMON}\n");
+    for op in OPS {
+        let flags = if op.read_only { "{'no-writes'}" } else { "{}" };
+        // The body is a whole chunk; as a function body it means the same (its `return`s
+        // end the call), and it sees its keys and arguments as KEYS and ARGV as before.
+        source.push_str(&format!(
+            "redis.register_function{{function_name = '{prefix}{name}', flags = {flags}, \
+             callback = function(KEYS, ARGV)\nbegin(KEYS, ARGV)\n{body}\nend}}\n",
+            name = op.name,
+            body = op.body,
+        ));
+    }
+    Library { source, prefix }
+});
+
+/// A script's arguments after the clock offset, as [`redis::ScriptInvocation::arg`] takes
+/// them.
+#[derive(Default)]
+struct Args(Vec<Vec<u8>>);
+
+impl Args {
+    fn arg<T: redis::ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        arg.write_redis_args(&mut self.0);
+        self
+    }
+}
+
+/// Whether FCALL failed because the library is not loaded (never loaded, a `FUNCTION
+/// FLUSH`, a restart without persistence, a new Cluster node).
+fn function_missing(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+        && e.detail()
+            .is_some_and(|d| d.starts_with("Function not found"))
+}
 
 /// How many fields of a draw's record one `HSCAN` step asks for: a draw of any size is
 /// read in steps of well under a millisecond of Redis time each.
 const DRAW_SCAN_STEP: usize = 1_000;
-
-static ADAPTIVE: LazyLock<Script> = script!("adaptive.lua");
 
 /// How many of the line one step of a search by reference reads: a few milliseconds of
 /// Redis time, so an admin's search never blocks the room's admissions for long.
 const FIND_STEP: usize = 20_000;
 
 pub struct RedisStore {
+    /// The shared connection (on the runtime that connected): background loops, tests, and
+    /// a serving worker until its own is ready (see [`RedisStore::conn`]).
     conn: RedisConn,
+    /// Makes each serving worker's own connection.
+    connector: Connector,
+    /// The serving workers' own connections, by runtime.
+    local: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<tokio::runtime::Id, Local>>>,
+    /// Each room's keys, formatted once (a call sends all twelve).
+    room_keys: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<[String; 12]>>>,
     /// Added to the server's `TIME` in every script. Always 0 in production; tests move it
     /// forward because Redis time cannot be paused.
     offset_ms: AtomicU64,
@@ -132,12 +242,22 @@ pub struct RedisStore {
     /// Set when a call failed as unavailable; the next successful pass forgives the time
     /// since the room's last pass as downtime.
     recovering: AtomicBool,
+    /// Set once Redis refused the Functions library (no Functions, or not for this user):
+    /// every call is then an `EVALSHA` script.
+    eval_only: AtomicBool,
     /// For messages: the node list with passwords masked.
     describe: String,
     /// Each room's lottery salt, read once: it is set when the room is first opened and
     /// never changes, and every entrant's draw hash is computed here from it (Redis Lua
     /// has no SHA-256).
     salts: std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>,
+}
+
+/// A serving worker's own connection (see [`RedisStore::conn`]).
+enum Local {
+    /// Being made; calls use the shared one meanwhile.
+    Connecting,
+    Ready(RedisConn),
 }
 
 fn unavailable(e: redis::RedisError) -> StoreError {
@@ -175,12 +295,17 @@ impl RedisStore {
         let fail = |e: redis::RedisError| {
             StoreError::Unavailable(format!("redis: cannot connect to {describe}: {e}"))
         };
-        let conn = client.connect(TIMEOUTS).await.map_err(fail)?;
+        let connector = client.connector(TIMEOUTS).map_err(fail)?;
+        let conn = connector.connect().await.map_err(fail)?;
         Ok(RedisStore {
             conn,
+            connector,
+            local: Default::default(),
+            room_keys: Default::default(),
             offset_ms: AtomicU64::new(0),
             frozen: AtomicBool::new(false),
             recovering: AtomicBool::new(false),
+            eval_only: AtomicBool::new(false),
             describe,
             salts: std::sync::Mutex::default(),
         })
@@ -226,6 +351,21 @@ impl RedisStore {
             "drawh", "cseen", "fen",
         ]
         .map(|k| format!("ar:{{{room}}}:{k}"))
+    }
+
+    /// [`RedisStore::keys`], kept for the rooms called so far (at most a few thousand: a
+    /// name that is no room, say from an admin's typo, costs one formatting a call beyond).
+    fn room_keys(&self, room: &str) -> std::sync::Arc<[String; 12]> {
+        const KEPT: usize = 4_096;
+        let mut kept = self.room_keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(keys) = kept.get(room) {
+            return keys.clone();
+        }
+        let keys = std::sync::Arc::new(Self::keys(room));
+        if kept.len() < KEPT {
+            kept.insert(room.to_owned(), keys.clone());
+        }
+        keys
     }
 
     /// The key of one spent priority-grant nonce in `room` (same slot as the room). The
@@ -315,32 +455,102 @@ impl RedisStore {
         Ok(hashes)
     }
 
+    /// Tests only: runs every operation as an `EVALSHA` script, as when Redis refuses the
+    /// Functions library.
+    #[doc(hidden)]
+    pub fn use_eval_for_tests(&self) {
+        self.eval_only.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether operations run as `EVALSHA` scripts rather than library functions.
+    #[doc(hidden)]
+    pub fn eval_only(&self) -> bool {
+        self.eval_only.load(Ordering::SeqCst)
+    }
+
+    /// The connection for a call. On a serving worker, its own, made on its runtime: the
+    /// shared one's task runs on the main runtime's threads, so each call through it woke a
+    /// thread there to send, and was woken back with the reply, two thread switches a call
+    /// on a box where the load, Redis and anteroom share two cores. Elsewhere (background
+    /// loops, tests), and while a worker's own is being made (in the background, so no
+    /// request waits on a connect, even with Redis down), the shared one. Returns the
+    /// worker's runtime when the connection is its own, for [`RedisStore::failed`].
+    fn conn(&self) -> (RedisConn, Option<tokio::runtime::Id>) {
+        if !crate::server::on_serving_worker() {
+            return (self.conn.clone(), None);
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return (self.conn.clone(), None);
+        };
+        let id = runtime.id();
+        let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        match local.get(&id) {
+            Some(Local::Ready(conn)) => return (conn.clone(), Some(id)),
+            Some(Local::Connecting) => return (self.conn.clone(), None),
+            None => {}
+        }
+        local.insert(id, Local::Connecting);
+        drop(local);
+        let (connector, local) = (self.connector.clone(), self.local.clone());
+        runtime.spawn(async move {
+            let made = connector.connect().await;
+            let mut local = local.lock().unwrap_or_else(|p| p.into_inner());
+            match made {
+                Ok(conn) => {
+                    local.insert(id, Local::Ready(conn));
+                }
+                // The next call on this worker tries again; the shared one serves meanwhile.
+                Err(_) => {
+                    local.remove(&id);
+                }
+            }
+        });
+        (self.conn.clone(), None)
+    }
+
+    /// A call failed as unavailable. A worker's own connection is dropped: its next calls
+    /// go through the shared one (which the admission passes keep trying, so it is the
+    /// first to be back after an outage) while a new one is made. Otherwise the first call
+    /// on each worker after an outage would fail once more, on a connection only it uses.
+    fn failed(&self, own: Option<tokio::runtime::Id>) {
+        self.recovering.store(true, Ordering::SeqCst);
+        if let Some(id) = own {
+            self.local
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+        }
+    }
+
     /// Runs one script on `room` with `args` after the clock offset.
-    async fn call(
-        &self,
-        script: &Script,
-        room: &str,
-        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
-    ) -> StoreResult<Value> {
-        self.call_with(script, room, None, args).await
+    async fn call(&self, op: &Op, room: &str, args: impl FnOnce(&mut Args)) -> StoreResult<Value> {
+        self.call_with(op, room, None, args).await
     }
 
     /// [`RedisStore::call`] with one more key after the room's.
     async fn call_with(
         &self,
-        script: &Script,
+        op: &Op,
         room: &str,
         extra_key: Option<String>,
-        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+        args: impl FnOnce(&mut Args),
     ) -> StoreResult<Value> {
-        let mut invocation = script.prepare_invoke();
-        for key in Self::keys(room).into_iter().chain(extra_key) {
-            invocation.key(key);
-        }
-        invocation.arg(self.clock_arg());
-        args(&mut invocation);
-        let mut conn = self.conn.clone();
-        match invocation.invoke_async::<Value>(&mut conn).await {
+        let room_keys = self.room_keys(room);
+        let keys: Vec<&str> = room_keys
+            .iter()
+            .map(String::as_str)
+            .chain(extra_key.as_deref())
+            .collect();
+        let mut rest = Args::default();
+        rest.arg(self.clock_arg());
+        args(&mut rest);
+        let (mut conn, own) = self.conn();
+        let result = if self.eval_only.load(Ordering::Relaxed) {
+            Self::eval(op, &keys, rest, &mut conn).await
+        } else {
+            self.fcall(op, &keys, rest, &mut conn).await
+        };
+        match result {
             Ok(value) => {
                 if let Value::Array(items) = &value
                     && let [Value::Int(-1)] = items.as_slice()
@@ -350,15 +560,74 @@ impl RedisStore {
                 Ok(value)
             }
             Err(e) => {
-                self.recovering.store(true, Ordering::SeqCst);
+                self.failed(own);
                 Err(unavailable(e))
             }
+        }
+    }
+
+    /// `op` as its own `EVALSHA` script (loaded on NOSCRIPT).
+    async fn eval(
+        op: &Op,
+        keys: &[&str],
+        args: Args,
+        conn: &mut RedisConn,
+    ) -> redis::RedisResult<Value> {
+        let mut invocation = op.eval.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args.0 {
+            invocation.arg(arg);
+        }
+        invocation.invoke_async(conn).await
+    }
+
+    /// `op` as a function of the [`Library`]: loaded and called again when it is missing;
+    /// when Redis refuses to load it, this call and every later one is [`RedisStore::eval`].
+    async fn fcall(
+        &self,
+        op: &Op,
+        keys: &[&str],
+        args: Args,
+        conn: &mut RedisConn,
+    ) -> redis::RedisResult<Value> {
+        let mut fcall = redis::cmd("FCALL");
+        fcall.arg(op.function.as_str()).arg(keys.len()).arg(keys);
+        for arg in &args.0 {
+            fcall.arg(&arg[..]);
+        }
+        match fcall.query_async(conn).await {
+            Err(e) if function_missing(&e) => {}
+            other => return other,
+        }
+        let load = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(&LIBRARY.source)
+            .query_async::<Value>(conn)
+            .await;
+        match load {
+            Ok(_) => fcall.query_async(conn).await,
+            // A server error (no FUNCTION command, NOPERM): Functions are not for us here.
+            // Anything else (the connection) is the store being unavailable, as usual.
+            Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                if !self.eval_only.swap(true, Ordering::SeqCst) {
+                    tracing::warn!(
+                        error = %e,
+                        "redis: cannot load the Functions library; running each operation as an \
+                         EVAL script instead (more Redis CPU a call)"
+                    );
+                }
+                Self::eval(op, keys, args, conn).await
+            }
+            Err(e) => Err(e),
         }
     }
 }
 
 fn ints(what: &str, value: Value) -> StoreResult<Vec<i64>> {
-    redis::from_redis_value::<Vec<i64>>(value.clone()).map_err(|_| bad_reply(what, value))
+    redis::from_redis_value_ref::<Vec<i64>>(&value).map_err(|_| bad_reply(what, value))
 }
 
 fn ids(what: &str, value: Value) -> StoreResult<Vec<VisitorId>> {
@@ -874,11 +1143,11 @@ impl QueueStore for RedisStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
-        let mut conn = self.conn.clone();
+        let (mut conn, own) = self.conn();
         match redis::cmd("PING").query_async::<String>(&mut conn).await {
             Ok(_) => Ok(()),
             Err(e) => {
-                self.recovering.store(true, Ordering::SeqCst);
+                self.failed(own);
                 Err(unavailable(e))
             }
         }
@@ -905,6 +1174,9 @@ mod tests {
         urls: Vec<String>,
         /// For TLS: the test CA, as `redis.ca_file` would give it.
         ca: Option<CaFile>,
+        /// Every store runs its operations as `EVALSHA` scripts (the fallback without
+        /// Functions).
+        eval: bool,
         _server: Option<RedisServer>,
         _cluster: Option<RedisCluster>,
         _test_ca: Option<Arc<TestCa>>,
@@ -934,6 +1206,7 @@ mod tests {
                 store,
                 urls,
                 ca,
+                eval: false,
                 _server: Some(server),
                 _cluster: None,
                 _test_ca: test_ca,
@@ -942,6 +1215,22 @@ mod tests {
 
         async fn cluster() -> Self {
             Self::on_cluster(RedisCluster::start(), None).await
+        }
+
+        /// One node, every store running its operations as `EVALSHA` scripts.
+        async fn single_eval() -> Self {
+            let mut harness = Self::single().await;
+            harness.eval = true;
+            harness.store.use_eval_for_tests();
+            harness
+        }
+
+        async fn connect(&self) -> RedisStore {
+            let store = connect_ca(&self.urls, self.ca.as_ref()).await;
+            if self.eval {
+                store.use_eval_for_tests();
+            }
+            store
         }
 
         /// Three TLS-only nodes with TLS on the cluster bus (`--tls-cluster yes`).
@@ -960,6 +1249,7 @@ mod tests {
                 store,
                 urls,
                 ca,
+                eval: false,
                 _server: None,
                 _cluster: Some(cluster),
                 _test_ca: test_ca,
@@ -997,13 +1287,13 @@ mod tests {
             20_000
         }
         async fn replica(&self) -> Option<Arc<RedisStore>> {
-            let store = connect_ca(&self.urls, self.ca.as_ref()).await;
+            let store = self.connect().await;
             store.freeze_clock_for_tests(self.store.clock_for_tests());
             Some(Arc::new(store))
         }
         async fn reopen(&mut self, downtime: Duration) {
             let at = self.store.clock_for_tests() + ms(downtime);
-            let store = connect_ca(&self.urls, self.ca.as_ref()).await;
+            let store = self.connect().await;
             store.freeze_clock_for_tests(at);
             self.store = Arc::new(store);
         }
@@ -1029,6 +1319,107 @@ mod tests {
     mod cluster_tls {
         use super::*;
         conformance::suite!(unpaused: RedisHarness::cluster_tls().await);
+    }
+
+    /// The whole suite again with every operation as its own `EVALSHA` script, as where
+    /// Redis refuses the Functions library.
+    mod single_eval {
+        use super::*;
+        conformance::suite!(unpaused: RedisHarness::single_eval().await);
+    }
+
+    /// A serving worker's calls go through a connection of its own, made in the background
+    /// on its runtime while the shared one serves.
+    #[test]
+    fn a_serving_worker_gets_its_own_connection() {
+        let server = RedisServer::start();
+        let urls = vec![server.url()];
+        std::thread::spawn(move || {
+            crate::server::serve_here_for_tests();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let store = connect(&urls).await;
+                let seed = conformance::settings(1.0, 100);
+                store
+                    .open_room("main", &seed, &RoomPolicy::default(), false)
+                    .await
+                    .unwrap();
+                let ready = |store: &RedisStore| {
+                    let local = store.local.lock().unwrap();
+                    matches!(local.values().collect::<Vec<_>>()[..], [Local::Ready(_)])
+                };
+                for _ in 0..500 {
+                    if ready(&store) {
+                        break;
+                    }
+                    store.stats("main").await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                assert!(ready(&store), "no connection of the worker's own");
+                let joined = store
+                    .resolve("main", VisitorId::random(), anyone())
+                    .await
+                    .unwrap();
+                assert!(
+                    matches!(joined, Resolution::Admitted { newly: true }),
+                    "{joined:?}"
+                );
+                assert_eq!(store.stats("main").await.unwrap().active, 1);
+            });
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// On Redis 7 the operations run as the Functions library, not the fallback; a library
+    /// gone from the server (FUNCTION FLUSH, a restart without persistence) is loaded again
+    /// by the next call, on a single node and on every node of a Cluster.
+    #[tokio::test]
+    async fn operations_run_as_functions_and_a_lost_library_is_reloaded() {
+        for harness in [RedisHarness::single().await, RedisHarness::cluster().await] {
+            let store = harness.store();
+            let seed = conformance::settings(1.0, 100);
+            for room in ["a", "b", "c", "d"] {
+                store
+                    .open_room(room, &seed, &RoomPolicy::default(), false)
+                    .await
+                    .unwrap();
+            }
+            assert!(
+                !store.eval_only(),
+                "Functions refused on {:?}",
+                harness.urls
+            );
+            let mut conn = store.conn.clone();
+            let libraries: Value = redis::cmd("FUNCTION")
+                .arg("LIST")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let listed = format!("{libraries:?}");
+            let name = LIBRARY.prefix.trim_end_matches('_');
+            assert!(listed.contains(name), "{name} not in {listed}");
+            let () = redis::cmd("FUNCTION")
+                .arg("FLUSH")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            for room in ["a", "b", "c", "d"] {
+                let joined = store
+                    .resolve(room, VisitorId::random(), anyone())
+                    .await
+                    .unwrap();
+                assert!(
+                    matches!(joined, Resolution::Admitted { newly: true }),
+                    "{joined:?}"
+                );
+                assert_eq!(store.stats(room).await.unwrap().active, 1);
+            }
+            assert!(!store.eval_only());
+        }
     }
 
     /// The per-client maps hold only clients that hold something: once every place and

@@ -47,26 +47,50 @@ impl RedisClient {
     /// Connects: a reconnecting manager for one node (it fails fast and reconnects in the
     /// background), or a Cluster connection.
     pub async fn connect(self, timeouts: Timeouts) -> Result<RedisConn, RedisError> {
+        self.connector(timeouts)?.connect().await
+    }
+
+    /// What makes connections to these nodes with these timeouts, as often as asked.
+    pub fn connector(self, timeouts: Timeouts) -> Result<Connector, RedisError> {
         Ok(match self {
-            RedisClient::Single(client) => {
+            RedisClient::Single(client) => Connector::Single(client, timeouts),
+            RedisClient::Cluster(builder) => {
+                let max_wait_ms =
+                    u64::try_from(timeouts.max_retry_delay.as_millis()).unwrap_or(u64::MAX);
+                Connector::Cluster(
+                    builder
+                        .connection_timeout(timeouts.connect)
+                        .response_timeout(timeouts.response)
+                        .retries(u32::try_from(timeouts.retries).unwrap_or(u32::MAX))
+                        .max_retry_wait(max_wait_ms)
+                        .build()?,
+                )
+            }
+        })
+    }
+}
+
+/// Makes connections (see [`RedisClient::connector`]): the queue store makes one per
+/// serving worker, so each lives on the runtime of the thread that uses it.
+#[derive(Clone)]
+pub enum Connector {
+    Single(redis::Client, Timeouts),
+    Cluster(ClusterClient),
+}
+
+impl Connector {
+    /// One more connection, its background task on the current runtime.
+    pub async fn connect(&self) -> Result<RedisConn, RedisError> {
+        Ok(match self {
+            Connector::Single(client, timeouts) => {
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeouts.connect))
                     .set_response_timeout(Some(timeouts.response))
                     .set_number_of_retries(timeouts.retries)
                     .set_max_delay(timeouts.max_retry_delay);
-                RedisConn::Single(ConnectionManager::new_with_config(client, config).await?)
+                RedisConn::Single(ConnectionManager::new_with_config(client.clone(), config).await?)
             }
-            RedisClient::Cluster(builder) => {
-                let max_wait_ms =
-                    u64::try_from(timeouts.max_retry_delay.as_millis()).unwrap_or(u64::MAX);
-                let client = builder
-                    .connection_timeout(timeouts.connect)
-                    .response_timeout(timeouts.response)
-                    .retries(u32::try_from(timeouts.retries).unwrap_or(u32::MAX))
-                    .max_retry_wait(max_wait_ms)
-                    .build()?;
-                RedisConn::Cluster(client.get_async_connection().await?)
-            }
+            Connector::Cluster(client) => RedisConn::Cluster(client.get_async_connection().await?),
         })
     }
 }

@@ -34,6 +34,7 @@ if #abandoned < budget then
   if #left > 0 then
     redis.call('ZREMRANGEBYRANK', K_DSEEN, 0, #left - 1)
     chunked('ZREM', K_DRAW, left)
+    draw_changed()
     if before_doors(ph) then
       -- Left the lot before the doors: not entrants of the draw (see KEYS[10]).
       chunked('HDEL', K_DRAWH, left)
@@ -68,7 +69,7 @@ if ph == QUEUEING and not r.paused and r.tokens >= 1 then
   local room_left = r.max_active - redis.call('ZCARD', K_ACTIVE)
   local n = math.min(math.floor(r.tokens), room_left)
   local nxt, last = draw_tickets()
-  if nxt < last and redis.call('ZCARD', K_DRAW) > 0 then
+  if nxt < last and draw_size() > 0 then
     -- Part of the draw is still to be moved: nobody behind it goes first.
     n = math.min(n, line_upto(nxt))
   end

@@ -31,6 +31,7 @@ unlink(K_DSEEN)
 unlink(K_DRAW)
 unlink(K_PLACES)
 redis.call('UNLINK', unpack(keys))
+draw_changed()
 if before_doors(ph) then
   redis.call('UNLINK', K_DRAWH)
 end

@@ -115,12 +115,12 @@ if not front and r.max_waiting > 0 and waiting_count() >= r.max_waiting then
   return {6}
 end
 
-redis.call('HINCRBY', K_STATE, 'total_joined', 1)
 add_place(r, client, id)
 if front then
   local st = ls()
   st.ford = st.ford + 1
-  line_put(id, -st.ford, r.live, NOW)
+  count_join()
+  line_put(id, -st.ford, r.live, NOW, nil, true)
   return {2, 1, waiting_count(), paused_flag(r), 1, ph}
 end
 if ph == DRAW and r.lottery then
@@ -131,12 +131,15 @@ if ph == DRAW and r.lottery then
     redis.call('UNLINK', K_DRAWH)
     redis.call('HSET', K_STATE, 'drawh_doors', doors)
   end
+  redis.call('HINCRBY', K_STATE, 'total_joined', 1)
   redis.call('ZADD', K_DRAW, ARGV[5], id)
+  draw_changed()
   redis.call('ZADD', K_DSEEN, r.live, id)
   redis.call('HSET', K_DRAWH, id, ARGV[6])
   return {2, 0, waiting_count(), paused_flag(r), 1, ph}
 end
-line_put(id, issue(1), r.live, NOW)
+count_join()
+line_put(id, issue(1), r.live, NOW, nil, true)
 -- Ordinals only grow, so a newcomer is last.
 local waiting = waiting_count()
 return {2, waiting, waiting, paused_flag(r), 1, ph}

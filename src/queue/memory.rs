@@ -30,9 +30,11 @@
 //!   moving to the line when the doors open, are merged in by their own times, in one walk.
 //!   A pass pops the oldest end while it is due, bounded by [`REAP_BUDGET`]: exactly the
 //!   visitors the old by-seen index gave, with no tree.
-//! - **A pass** takes the heads in one batch (the head chunk is warm) and removes their
-//!   index entries in one tight loop, so the unavoidable cache misses of a big hash table
-//!   overlap rather than queue up.
+//! - **A pass** takes the heads in one batch (the head chunk is warm) and leaves their
+//!   index entries behind as stale ones, which a lookup tells from live ones by the slot;
+//!   joins sweep them out in one sequential walk over the table once they are an eighth of
+//!   it. Removing each from a table of millions was a cache miss per admitted visitor,
+//!   the one cost of a pass that grew with the line.
 //!
 //! About 50 bytes a waiter in all (40 slot, 5–10 index, under 1 of chunk bookkeeping).
 //! The snapshot is written straight from this state (no copy of the line) in the same

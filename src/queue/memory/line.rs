@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 
 use hashbrown::HashTable;
 
-use super::ClientRef;
+use super::{ClientRef, IdHash};
 use crate::queue::VisitorId;
 use crate::queue::fenwick::RankIndex;
 
@@ -348,7 +348,7 @@ pub struct WaitingLine {
     lanes: [Lane; 2],
     index: HashTable<Handle>,
     /// Keys the index's hash: per room, random.
-    keys: [u64; 2],
+    keys: IdHash,
     /// The ends of the seen list: oldest heartbeat, newest.
     oldest: Option<Handle>,
     newest: Option<Handle>,
@@ -373,15 +373,10 @@ pub struct NewPlace {
 
 impl WaitingLine {
     pub fn new() -> WaitingLine {
-        let mut seed = [0u8; 16];
-        getrandom::fill(&mut seed).expect("the operating system's random generator failed");
         WaitingLine {
             lanes: [Lane::new(0), Lane::new(0)],
             index: HashTable::new(),
-            keys: [
-                u64::from_le_bytes(seed[..8].try_into().expect("8 bytes")),
-                u64::from_le_bytes(seed[8..].try_into().expect("8 bytes")) | 1,
-            ],
+            keys: IdHash::random(),
             oldest: None,
             newest: None,
             stale: 0,
@@ -397,16 +392,6 @@ impl WaitingLine {
     /// The ticket the next line join gets (kept in the snapshot).
     pub fn next_ticket(&self) -> u64 {
         self.lanes[0].next
-    }
-
-    /// Visitor ids are random (the store mints them), so a folded multiply of the two
-    /// halves with per-room keys spreads them well, at a fraction of SipHash's cost.
-    fn hash_of(keys: &[u64; 2], visitor: &VisitorId) -> u64 {
-        let (lo, hi) = visitor.0.split_at(8);
-        let lo = u64::from_le_bytes(lo.try_into().expect("8 bytes")) ^ keys[0];
-        let hi = u64::from_le_bytes(hi.try_into().expect("8 bytes")) ^ keys[1];
-        let m = u128::from(lo).wrapping_mul(u128::from(hi));
-        (m as u64) ^ ((m >> 64) as u64)
     }
 
     fn slot_in(lanes: &[Lane; 2], h: Handle) -> Option<&Slot> {
@@ -427,7 +412,7 @@ impl WaitingLine {
 
     /// The place of a waiting visitor.
     pub fn find(&self, visitor: VisitorId) -> Option<(Handle, &Slot)> {
-        let hash = Self::hash_of(&self.keys, &visitor);
+        let hash = self.keys.of(&visitor);
         let lanes = &self.lanes;
         let &h = self.index.find(hash, |&h| {
             Self::slot_in(lanes, h).is_some_and(|s| s.visitor == visitor)
@@ -490,10 +475,10 @@ impl WaitingLine {
             next: Handle(0),
         });
         let h = Handle::new(lane, ticket);
-        let hash = Self::hash_of(&self.keys, &place.visitor);
+        let hash = self.keys.of(&place.visitor);
         let (lanes, keys) = (&self.lanes, &self.keys);
         self.index.insert_unique(hash, h, |&h| {
-            Self::hash_of(keys, &Self::slot_in(lanes, h).expect("indexed").visitor)
+            keys.of(&Self::slot_in(lanes, h).expect("indexed").visitor)
         });
         h
     }
@@ -574,7 +559,7 @@ impl WaitingLine {
     /// Takes a place out of the line: index, seen order, lane.
     pub fn remove(&mut self, h: Handle) -> Slot {
         let visitor = self.slot(h).visitor;
-        let hash = Self::hash_of(&self.keys, &visitor);
+        let hash = self.keys.of(&visitor);
         if let Ok(entry) = self.index.find_entry(hash, |&x| x == h) {
             entry.remove();
         }
@@ -626,7 +611,7 @@ impl WaitingLine {
         }
         let keys = self.keys;
         for (h, visitor) in front {
-            let hash = Self::hash_of(&keys, &visitor);
+            let hash = keys.of(&visitor);
             if let Ok(entry) = self.index.find_entry(hash, |&x| x == h) {
                 entry.remove();
             }

@@ -830,8 +830,9 @@ pub async fn pass(store: Store, depths: &[u64], passes: usize) -> anyhow::Result
             .target("flat (≤ 1.5)", ratio <= 1.5)
             .why(
                 "embedded: the heads are taken in one batch from the slot chunks and their \
-                  index entries removed afterwards, so the cache misses overlap; Redis: the \
-                  pass reads the first chunk and the Fenwick tree of chunk counts",
+                  index entries left stale, swept later in one walk, so a pass touches no \
+                  memory that grows with the line; Redis: the pass reads the first chunk and \
+                  the Fenwick tree of chunk counts",
             ),
         );
     }

@@ -30,14 +30,19 @@
 //!   moving to the line when the doors open, are merged in by their own times, in one walk.
 //!   A pass pops the oldest end while it is due, bounded by [`REAP_BUDGET`]: exactly the
 //!   visitors the old by-seen index gave, with no tree.
-//! - **A pass** takes the heads in one batch (the head chunk is warm) and removes their
-//!   index entries in one tight loop, so the unavoidable cache misses of a big hash table
-//!   overlap rather than queue up.
+//! - **A pass** takes the heads in one batch (the head chunk is warm) and leaves their
+//!   index entries behind as stale ones, which a lookup tells from live ones by the slot;
+//!   joins sweep them out in one sequential walk over the table once they are an eighth of
+//!   it. Removing each from a table of millions was a cache miss per admitted visitor,
+//!   the one cost of a pass that grew with the line.
 //!
 //! About 50 bytes a waiter in all (40 slot, 5–10 index, under 1 of chunk bookkeeping).
 //! The snapshot is written straight from this state (no copy of the line) in the same
 //! layout as before; a restore numbers each lane's tickets afresh, which keeps every order.
-//! Sessions and draw entrants are fewer and keep plain maps.
+//! Sessions (`sessions::Sessions`) are built the same way: a slab, a table of 4-byte entry
+//! numbers under the same hash, and an activity list through the entries in place of a
+//! `BTreeSet` by last activity, whose insert was most of a pass. Draw entrants are fewer
+//! and keep plain maps.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -55,6 +60,7 @@ use super::{
 use crate::clock::{Clock, ms};
 use crate::fairness::draw::DrawHash;
 use line::{LaneKind, NewPlace, WaitingLine};
+use sessions::Sessions;
 
 /// Heartbeats and session activity closer together than this do not move the visitor in
 /// the time indexes: abandonment and reclaim are measured in seconds, and skipping the
@@ -62,6 +68,32 @@ use line::{LaneKind, NewPlace, WaitingLine};
 const TOUCH_GRANULARITY_MS: u64 = 1_000;
 
 mod line;
+mod sessions;
+
+/// The hash of the embedded store's visitor tables (the line's index, the sessions).
+/// Visitor ids are random (the store mints them), so a folded multiply of the two halves
+/// with per-room random keys spreads them well, at a fraction of SipHash's cost.
+#[derive(Clone, Copy)]
+struct IdHash([u64; 2]);
+
+impl IdHash {
+    fn random() -> IdHash {
+        let mut seed = [0u8; 16];
+        getrandom::fill(&mut seed).expect("the operating system's random generator failed");
+        IdHash([
+            u64::from_le_bytes(seed[..8].try_into().expect("8 bytes")),
+            u64::from_le_bytes(seed[8..].try_into().expect("8 bytes")) | 1,
+        ])
+    }
+
+    fn of(&self, visitor: &VisitorId) -> u64 {
+        let (lo, hi) = visitor.0.split_at(8);
+        let lo = u64::from_le_bytes(lo.try_into().expect("8 bytes")) ^ self.0[0];
+        let hi = u64::from_le_bytes(hi.try_into().expect("8 bytes")) ^ self.0[1];
+        let m = u128::from(lo).wrapping_mul(u128::from(hi));
+        (m as u64) ^ ((m >> 64) as u64)
+    }
+}
 
 const SNAPSHOT_FILE: &str = "queue.snapshot";
 
@@ -439,7 +471,7 @@ impl Serialize for LiveRoom<'_> {
         st.serialize_field("tokens", &room.tokens)?;
         st.serialize_field("next_ticket", &room.line.next_ticket())?;
         st.serialize_field("line", &LiveLine(&room.line))?;
-        st.serialize_field("sessions", &Ids(room.sessions.keys()))?;
+        st.serialize_field("sessions", &Ids(room.sessions.ids()))?;
         st.serialize_field("counters", &room.counters)?;
         st.serialize_field("salt", &room.salt)?;
         st.serialize_field("draw", &Ids(room.draw.keys()))?;
@@ -489,15 +521,6 @@ impl Serialize for Drawn<'_> {
 struct Entrant {
     seen_ms: u64,
     client: ClientRef,
-}
-
-/// An admitted session: last activity and the distinct clients it has been used from, the
-/// first of which its session share is charged to (empty until its first request when
-/// admitted from the line, or after a restore).
-#[derive(Clone, Debug)]
-struct Session {
-    last_ms: u64,
-    clients: Vec<ClientKey>,
 }
 
 /// Marks a ticket of the front lane (moved to the front or a priority join): the rest of
@@ -621,10 +644,8 @@ struct Room {
     /// The last draw's entrants' hashes, ascending (the order they were drawn in), fixed
     /// when the doors opened: the published list of SPEC §14. Empty before.
     drawn: Vec<DrawHash>,
-    /// Admitted sessions.
-    sessions: HashMap<VisitorId, Session>,
-    /// Sessions by last activity, oldest first, for reclaim.
-    by_activity: BTreeSet<(u64, VisitorId)>,
+    /// Admitted sessions, with their order of last activity for reclaim.
+    sessions: Sessions,
     /// Places in line (the draw included) per client they joined from.
     places: ClientCounts,
     /// Sessions per client they are charged to.
@@ -655,8 +676,7 @@ impl Room {
             draw: HashMap::new(),
             draw_by_seen: BTreeSet::new(),
             drawn: Vec::new(),
-            sessions: HashMap::new(),
-            by_activity: BTreeSet::new(),
+            sessions: Sessions::new(),
             places: ClientCounts::default(),
             session_counts: ClientCounts::default(),
             joins: JoinWindows::default(),
@@ -800,7 +820,7 @@ impl Room {
         now: u64,
     ) -> Resolution {
         let phase = self.phase(now);
-        if self.sessions.contains_key(&visitor) {
+        if self.sessions.contains(&visitor) {
             return self.session_request(visitor, client, now);
         }
         if join == Join::Front && phase != Phase::Closed {
@@ -926,7 +946,7 @@ impl Room {
 
     fn heartbeat(&mut self, visitor: VisitorId, now: u64) -> VisitorState {
         let phase = self.phase(now);
-        if self.sessions.contains_key(&visitor) {
+        if self.sessions.contains(&visitor) {
             return VisitorState::Admitted;
         }
         match self.heartbeat_waiter(visitor, now, phase) {
@@ -974,15 +994,14 @@ impl Room {
     }
 
     fn start_session(&mut self, visitor: VisitorId, now: u64, client: Option<ClientKey>) {
-        self.session_counts.add(client);
-        self.sessions.insert(
-            visitor,
-            Session {
-                last_ms: now,
-                clients: client.into_iter().collect(),
-            },
-        );
-        self.by_activity.insert((now, visitor));
+        // Callers start sessions only for visitors without one; were one there, its
+        // client's share must not be counted twice.
+        if self
+            .sessions
+            .insert(visitor, now, client.into_iter().collect())
+        {
+            self.session_counts.add(client);
+        }
         self.counters.total_admitted += 1;
     }
 
@@ -991,21 +1010,12 @@ impl Room {
         let Some(session) = self.sessions.remove(&visitor) else {
             return false;
         };
-        self.by_activity.remove(&(session.last_ms, visitor));
         self.session_counts.remove(session.clients.first().copied());
         true
     }
 
     fn touch_session(&mut self, visitor: VisitorId, now: u64) -> bool {
-        let Some(session) = self.sessions.get_mut(&visitor) else {
-            return false;
-        };
-        if now >= session.last_ms + TOUCH_GRANULARITY_MS {
-            self.by_activity.remove(&(session.last_ms, visitor));
-            session.last_ms = now;
-            self.by_activity.insert((now, visitor));
-        }
-        true
+        self.sessions.touch(&visitor, now, TOUCH_GRANULARITY_MS)
     }
 
     fn admit_pass(&mut self, now: u64) -> PassReport {
@@ -1013,10 +1023,11 @@ impl Room {
         let mut report = PassReport::default();
 
         let ttl = ms(self.settings.session_ttl);
-        for (last, visitor) in due(&self.by_activity, ttl, now, REAP_BUDGET) {
-            self.drop_session(visitor);
-            // Never loop on an index entry without its session.
-            self.by_activity.remove(&(last, visitor));
+        while report.expired.len() < REAP_BUDGET {
+            let Some((visitor, session)) = self.sessions.pop_due(ttl, now) else {
+                break;
+            };
+            self.session_counts.remove(session.clients.first().copied());
             report.expired.push(visitor);
         }
         self.counters.total_expired += report.expired.len() as u64;
@@ -1173,7 +1184,7 @@ impl Room {
                     LaneKind::Line => (t, w.visitor),
                 })
                 .collect(),
-            sessions: self.sessions.keys().copied().collect(),
+            sessions: self.sessions.ids().copied().collect(),
             counters: self.counters,
             salt: self.salt,
             draw: self.draw.keys().copied().collect(),
@@ -1218,14 +1229,7 @@ impl Room {
             }
         }
         for visitor in snapshot.sessions {
-            room.sessions.insert(
-                visitor,
-                Session {
-                    last_ms: now,
-                    clients: Vec::new(),
-                },
-            );
-            room.by_activity.insert((now, visitor));
+            room.sessions.insert(visitor, now, Vec::new());
         }
         for visitor in snapshot.draw {
             room.draw.insert(

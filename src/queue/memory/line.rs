@@ -11,7 +11,12 @@
 //! - **Ranks**: a Fenwick tree counts live tickets per chunk (a few KiB at a million
 //!   waiting); a position is that prefix sum plus a popcount inside the chunk, O(log n).
 //! - **Index**: visitor → place is a hash table of 4-byte handles (lane bit + the ticket's
-//!   low 31 bits); the key is not stored twice, the table compares against the slot.
+//!   low 31 bits); the key is not stored twice, the table compares against the slot. The
+//!   heads a pass takes from the line lane leave their entries behind (stale: a lookup
+//!   checks the slot, and a taken line ticket is never handed out again); joins sweep them
+//!   out in one sequential pass over the table once they are an eighth of it. Removing them
+//!   one by one cost a cache miss each at depth (a random bucket of a table of millions),
+//!   which made a pass at a million waiting dearer than at a thousand.
 //! - **Seen order**: every waiter is on one doubly linked list, oldest heartbeat first,
 //!   threaded through the slots (`prev`/`next` are handles). Joins and heartbeats happen
 //!   at the store's now, which only moves forward, so they append at the newest end;
@@ -21,7 +26,7 @@ use std::collections::VecDeque;
 
 use hashbrown::HashTable;
 
-use super::ClientRef;
+use super::{ClientRef, IdHash};
 use crate::queue::VisitorId;
 use crate::queue::fenwick::RankIndex;
 
@@ -343,11 +348,20 @@ pub struct WaitingLine {
     lanes: [Lane; 2],
     index: HashTable<Handle>,
     /// Keys the index's hash: per room, random.
-    keys: [u64; 2],
+    keys: IdHash,
     /// The ends of the seen list: oldest heartbeat, newest.
     oldest: Option<Handle>,
     newest: Option<Handle>,
+    /// Index entries of line heads taken by [`WaitingLine::take_heads`] and not yet swept
+    /// (see [`WaitingLine::sweep_stale`]): all line tickets in `[stale_from, first live)`.
+    stale: usize,
+    stale_from: u64,
 }
+
+/// A sweep decodes a line handle's 31 ticket bits relative to `stale_from`, so it must run
+/// before the line lane has issued this many tickets past it (never, in practice: the
+/// table fills long before).
+const STALE_SPAN: u64 = 1 << 30;
 
 /// A place being filled: who, last seen, joined, client.
 pub struct NewPlace {
@@ -359,17 +373,14 @@ pub struct NewPlace {
 
 impl WaitingLine {
     pub fn new() -> WaitingLine {
-        let mut seed = [0u8; 16];
-        getrandom::fill(&mut seed).expect("the operating system's random generator failed");
         WaitingLine {
             lanes: [Lane::new(0), Lane::new(0)],
             index: HashTable::new(),
-            keys: [
-                u64::from_le_bytes(seed[..8].try_into().expect("8 bytes")),
-                u64::from_le_bytes(seed[8..].try_into().expect("8 bytes")) | 1,
-            ],
+            keys: IdHash::random(),
             oldest: None,
             newest: None,
+            stale: 0,
+            stale_from: 0,
         }
     }
 
@@ -381,16 +392,6 @@ impl WaitingLine {
     /// The ticket the next line join gets (kept in the snapshot).
     pub fn next_ticket(&self) -> u64 {
         self.lanes[0].next
-    }
-
-    /// Visitor ids are random (the store mints them), so a folded multiply of the two
-    /// halves with per-room keys spreads them well, at a fraction of SipHash's cost.
-    fn hash_of(keys: &[u64; 2], visitor: &VisitorId) -> u64 {
-        let (lo, hi) = visitor.0.split_at(8);
-        let lo = u64::from_le_bytes(lo.try_into().expect("8 bytes")) ^ keys[0];
-        let hi = u64::from_le_bytes(hi.try_into().expect("8 bytes")) ^ keys[1];
-        let m = u128::from(lo).wrapping_mul(u128::from(hi));
-        (m as u64) ^ ((m >> 64) as u64)
     }
 
     fn slot_in(lanes: &[Lane; 2], h: Handle) -> Option<&Slot> {
@@ -411,7 +412,7 @@ impl WaitingLine {
 
     /// The place of a waiting visitor.
     pub fn find(&self, visitor: VisitorId) -> Option<(Handle, &Slot)> {
-        let hash = Self::hash_of(&self.keys, &visitor);
+        let hash = self.keys.of(&visitor);
         let lanes = &self.lanes;
         let &h = self.index.find(hash, |&h| {
             Self::slot_in(lanes, h).is_some_and(|s| s.visitor == visitor)
@@ -452,6 +453,19 @@ impl WaitingLine {
 
     /// Pushes into a lane and the index, not yet linked in the seen order.
     fn push(&mut self, lane: LaneKind, place: NewPlace) -> Handle {
+        // An insert into a full table rehashes every entry through the hasher below, which
+        // reads the visitor from the slot: stale entries have none, so they go first (a
+        // table with room left, `len < capacity`, never rehashes on insert). Before that,
+        // they go once they are an eighth of the table: a sweep costs the table's size, so
+        // that is ~9 buckets looked at per stale entry, and it keeps them from crowding the
+        // table, where erasing leaves tombstones that end in a rehash or a growth.
+        if self.stale > 0
+            && (self.stale >= self.index.capacity() / 8
+                || self.index.len() >= self.index.capacity()
+                || self.lanes[0].next - self.stale_from >= STALE_SPAN)
+        {
+            self.sweep_stale();
+        }
         let ticket = self.lanes[lane as usize].push(Slot {
             visitor: place.visitor,
             seen: Ms48::new(place.seen_ms),
@@ -461,10 +475,10 @@ impl WaitingLine {
             next: Handle(0),
         });
         let h = Handle::new(lane, ticket);
-        let hash = Self::hash_of(&self.keys, &place.visitor);
+        let hash = self.keys.of(&place.visitor);
         let (lanes, keys) = (&self.lanes, &self.keys);
         self.index.insert_unique(hash, h, |&h| {
-            Self::hash_of(keys, &Self::slot_in(lanes, h).expect("indexed").visitor)
+            keys.of(&Self::slot_in(lanes, h).expect("indexed").visitor)
         });
         h
     }
@@ -545,7 +559,7 @@ impl WaitingLine {
     /// Takes a place out of the line: index, seen order, lane.
     pub fn remove(&mut self, h: Handle) -> Slot {
         let visitor = self.slot(h).visitor;
-        let hash = Self::hash_of(&self.keys, &visitor);
+        let hash = self.keys.of(&visitor);
         if let Ok(entry) = self.index.find_entry(hash, |&x| x == h) {
             entry.remove();
         }
@@ -564,14 +578,15 @@ impl WaitingLine {
 
     /// Takes the first `n` of the line (head first), as admission does.
     ///
-    /// The index entries go last, in one tight loop: each is a probe into a table of
-    /// millions (a cache miss at depth), and with nothing else between them the CPU
-    /// overlaps those misses instead of paying them one after the other, which keeps a
-    /// pass at a million waiting close to its cost at a thousand. The lanes and the seen
-    /// order are touched only at the head, where the memory is warm.
+    /// The lanes and the seen order are touched only at the head, where the memory is
+    /// warm. The index is not touched for heads of the line lane: their entries stay as
+    /// stale ones (see [`WaitingLine::sweep_stale`]), so a pass costs the same at a million
+    /// waiting as at a thousand instead of a cache miss per head into a table of millions.
+    /// Front lane tickets are reused (the lane is a stack), so its heads leave the index
+    /// at once, in one tight loop where their misses overlap.
     pub fn take_heads(&mut self, n: usize) -> Vec<Slot> {
         let mut taken = Vec::with_capacity(n.min(self.len()));
-        let mut handles = Vec::with_capacity(taken.capacity());
+        let mut front = Vec::new();
         while taken.len() < n {
             let Some(h) = self.head() else {
                 break;
@@ -580,15 +595,23 @@ impl WaitingLine {
             let lane = &mut self.lanes[h.lane()];
             let t = lane.ticket(h.0 & LOW as u32);
             let slot = lane.remove(t).expect("the head is live");
-            if h.lane_kind() == LaneKind::Front {
-                lane.rewind();
+            match h.lane_kind() {
+                LaneKind::Front => {
+                    lane.rewind();
+                    front.push((h, slot.visitor));
+                }
+                LaneKind::Line => {
+                    if self.stale == 0 {
+                        self.stale_from = t;
+                    }
+                    self.stale += 1;
+                }
             }
             taken.push(slot);
-            handles.push(h);
         }
         let keys = self.keys;
-        for (slot, &h) in taken.iter().zip(&handles) {
-            let hash = Self::hash_of(&keys, &slot.visitor);
+        for (h, visitor) in front {
+            let hash = keys.of(&visitor);
             if let Ok(entry) = self.index.find_entry(hash, |&x| x == h) {
                 entry.remove();
             }
@@ -597,11 +620,37 @@ impl WaitingLine {
         taken
     }
 
+    /// Drops the index entries of line heads taken since the last sweep: one sequential
+    /// walk over the table, with no slot read (a line handle is stale exactly when its
+    /// ticket is below the line lane's first live one). O(table), run once the stale are
+    /// an eighth of it (see [`WaitingLine::push`]), so O(1) per taken head amortized, and
+    /// sequential, against a cache miss each when removed one by one at depth.
+    fn sweep_stale(&mut self) {
+        let lane = &self.lanes[0];
+        let floor = lane.first_live().unwrap_or(lane.next);
+        let from = self.stale_from;
+        // Every line ticket in the index is in `[from, from + 2^31)` (`STALE_SPAN`), so its
+        // low 31 bits name it.
+        debug_assert!(lane.next - from < STALE_SPAN << 1);
+        self.index.retain(|h| {
+            h.lane_kind() == LaneKind::Front
+                || from + (u64::from(h.0 & LOW as u32).wrapping_sub(from) & LOW) >= floor
+        });
+        self.stale = 0;
+    }
+
     fn release_drained_index(&mut self) {
-        if self.len() == 0 && self.index.capacity() > CHUNK {
+        if self.len() > 0 {
+            return;
+        }
+        if self.index.capacity() > CHUNK {
             // A drained line gives its index back.
             self.index = HashTable::new();
+        } else if self.stale > 0 {
+            // Whatever is left is stale.
+            self.index.clear();
         }
+        self.stale = 0;
     }
 
     /// The waiter heard from longest ago.
@@ -657,6 +706,7 @@ impl WaitingLine {
             lane.clear();
         }
         self.index = HashTable::new();
+        self.stale = 0;
         self.oldest = None;
         self.newest = None;
     }
@@ -686,7 +736,7 @@ impl WaitingLine {
         }
         assert_eq!(prev, self.newest);
         assert_eq!(n, self.len());
-        assert_eq!(self.index.len(), self.len());
+        assert_eq!(self.index.len(), self.len() + self.stale);
         for (i, (h, _)) in self.in_order().enumerate() {
             assert_eq!(self.position(h), i as u64 + 1);
         }
@@ -788,6 +838,59 @@ mod tests {
             }
         }
         assert!(line.lanes[0].chunks.len() <= 3, "dead chunks are dropped");
+    }
+
+    /// Heads taken by passes leave stale index entries; joins sweep them before the table
+    /// would grow, across the wrap of the handles' 31 ticket bits, and a taken visitor is
+    /// neither found nor in the way of their own return.
+    #[test]
+    fn taken_heads_are_swept_from_the_index_before_it_grows() {
+        let mut line = WaitingLine::new();
+        // Tickets cross 2^31 halfway, where the handles' low bits wrap.
+        line.start_at((1 << 31) - 3 * CHUNK as u64);
+        let mut waiting: VecDeque<VisitorId> = VecDeque::new();
+        for _ in 0..2 * CHUNK {
+            let v = VisitorId::random();
+            line.join(LaneKind::Line, place(v, 0));
+            waiting.push_back(v);
+        }
+        let size = line.index.allocation_size();
+        let mut taken = Vec::new();
+        let mut swept = false;
+        for round in 0..60 {
+            for s in line.take_heads(100) {
+                assert_eq!(Some(s.visitor), waiting.pop_front());
+                assert!(line.find(s.visitor).is_none(), "a taken head is not found");
+                taken.push(s.visitor);
+            }
+            // The same number join again, one of them someone taken before.
+            for i in 0..100 {
+                let v = if i == 0 && round > 0 {
+                    taken[round * 7]
+                } else {
+                    VisitorId::random()
+                };
+                line.join(LaneKind::Line, place(v, 0));
+                waiting.push_back(v);
+                swept |= line.stale == 0;
+            }
+            line.check();
+            assert_eq!(
+                line.index.allocation_size(),
+                size,
+                "stale entries never grow the table"
+            );
+        }
+        assert!(swept, "a sweep ran");
+        assert!(line.next_ticket() > 1 << 31);
+        let order: Vec<VisitorId> = line.in_order().map(|(_, s)| s.visitor).collect();
+        assert_eq!(order, Vec::from(waiting.clone()));
+        for &v in &waiting {
+            assert!(line.find(v).is_some());
+        }
+        // Draining leaves nothing behind.
+        line.take_heads(usize::MAX);
+        assert_eq!((line.index.len(), line.stale), (0, 0));
     }
 
     #[test]

@@ -243,7 +243,9 @@ impl Sizes {
                 replicas_rate: 1_000.0,
                 replicas_secs: 20.0,
                 streams: 50_000,
-                loads: 5_000,
+                // Enough to span several ticks (2 s) at ~10k loads/s, so the tick's
+                // fan-out to every held stream is in the sample.
+                loads: 40_000,
                 proxy_secs: 10,
                 proxy_rounds: 3,
                 pass_depths: vec![1_000, 1_000_000],

@@ -841,24 +841,29 @@ mod tests {
         server.stop().await.unwrap();
     }
 
-    #[tokio::test]
-    async fn serves_h2c_prior_knowledge() {
-        let server = start(limits(), hello).await;
-        let stream = TcpStream::connect(server.addr).await.unwrap();
+    /// `GET path` over h2c with prior knowledge.
+    async fn h2_get(addr: SocketAddr, path: &str) -> Response<Incoming> {
+        let stream = TcpStream::connect(addr).await.unwrap();
         let (mut sender, conn) =
             hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
                 .await
                 .unwrap();
         tokio::spawn(conn);
         let req = Request::builder()
-            .uri(format!("http://{}/", server.addr))
+            .uri(format!("http://{addr}{path}"))
             .body(http_body_util::Empty::<bytes::Bytes>::new())
             .unwrap();
         let response = sender.send_request(req).await.unwrap();
         assert_eq!(response.version(), http::Version::HTTP_2);
+        response
+    }
+
+    #[tokio::test]
+    async fn serves_h2c_prior_knowledge() {
+        let server = start(limits(), hello).await;
+        let response = h2_get(server.addr, "/").await;
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"hello 127.0.0.1");
-        drop(sender);
         server.stop().await.unwrap();
     }
 
@@ -1035,23 +1040,11 @@ mod tests {
             long_lived(vec!["hello", "world"], Some(end_rx), dropped),
         )
         .await;
-        let stream = TcpStream::connect(server.addr).await.unwrap();
-        let (mut sender, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
-        let req = Request::builder()
-            .uri(format!("http://{}/events", server.addr))
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .unwrap();
-        let response = sender.send_request(req).await.unwrap();
-        assert_eq!(response.version(), http::Version::HTTP_2);
+        let response = h2_get(server.addr, "/events").await;
         assert!(response.headers().get(http::header::CONNECTION).is_none());
         end_tx.send(()).unwrap();
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"helloworld");
-        drop(sender);
         server.stop().await.unwrap();
     }
 

@@ -471,23 +471,7 @@ async fn a_slot_is_released_when_the_client_goes_mid_body() {
 
 /// A WebSocket echo origin.
 async fn ws_origin() -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
-                    return;
-                };
-                while let Some(Ok(msg)) = ws.next().await {
-                    if (msg.is_text() || msg.is_binary()) && ws.send(msg).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
+    ws_origin_with_logout().await
 }
 
 fn ws_request(

@@ -324,12 +324,9 @@ impl LiveHub {
     /// One tick: a batched read per room, fanned out to every stream.
     pub async fn tick(&self, admission: &Admission) {
         let mut by_room: HashMap<Arc<str>, Vec<VisitorId>> = HashMap::new();
-        {
-            let mut listeners = lock(&self.listeners);
-            listeners.retain(|_, l| !l.events.is_closed());
-            for (room, visitor) in listeners.keys() {
-                by_room.entry(room.clone()).or_default().push(*visitor);
-            }
+        // A stream that ended has already removed itself (its `Registered`).
+        for (room, visitor) in lock(&self.listeners).keys() {
+            by_room.entry(room.clone()).or_default().push(*visitor);
         }
         for (room, visitors) in by_room {
             let states = admission.heartbeat(&room, &visitors).await;

@@ -913,6 +913,23 @@ mod tests {
         }
     }
 
+    /// Sends `request` on a new connection and reads until what arrived ends with `until`.
+    async fn request_until(addr: SocketAddr, request: &[u8], until: &[u8]) -> (TcpStream, Vec<u8>) {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request).await.unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !seen.ends_with(until) {
+            let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+                .await
+                .expect("the response arrives")
+                .unwrap();
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        (stream, seen)
+    }
+
     #[tokio::test]
     async fn a_long_lived_response_leaves_hyper_and_keeps_its_chunks() {
         let (end_tx, end_rx) = oneshot::channel();
@@ -925,22 +942,14 @@ mod tests {
             long_lived(vec!["hello", "world!"], Some(end_rx), dropped),
         )
         .await;
-        let mut stream = TcpStream::connect(server.addr).await.unwrap();
-        stream
-            .write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
         // The head and both frames arrive while the body is still open.
-        let mut seen = Vec::new();
+        let (mut stream, seen) = request_until(
+            server.addr,
+            b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"6\r\nworld!\r\n",
+        )
+        .await;
         let mut buf = [0u8; 1024];
-        while !seen.ends_with(b"6\r\nworld!\r\n") {
-            let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
-                .await
-                .expect("frames arrive")
-                .unwrap();
-            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&seen));
-            seen.extend_from_slice(&buf[..n]);
-        }
         let text = String::from_utf8_lossy(&seen).to_lowercase();
         assert!(text.starts_with("http/1.1 200"), "{text}");
         assert!(
@@ -984,18 +993,12 @@ mod tests {
         let (dropped_tx, dropped_rx) = oneshot::channel();
         let dropped = Arc::new(std::sync::Mutex::new(Some(dropped_tx)));
         let server = start(limits(), long_lived(vec!["hello"], None, dropped)).await;
-        let mut stream = TcpStream::connect(server.addr).await.unwrap();
-        stream
-            .write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut seen = Vec::new();
-        let mut buf = [0u8; 1024];
-        while !seen.ends_with(b"5\r\nhello\r\n") {
-            let n = stream.read(&mut buf).await.unwrap();
-            assert!(n > 0);
-            seen.extend_from_slice(&buf[..n]);
-        }
+        let (stream, _) = request_until(
+            server.addr,
+            b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"5\r\nhello\r\n",
+        )
+        .await;
         drop(stream);
         tokio::time::timeout(Duration::from_secs(5), dropped_rx)
             .await
@@ -1009,18 +1012,12 @@ mod tests {
         let (end_tx, end_rx) = oneshot::channel();
         let dropped = Arc::new(std::sync::Mutex::new(None));
         let server = start(limits(), long_lived(vec!["hello"], Some(end_rx), dropped)).await;
-        let mut stream = TcpStream::connect(server.addr).await.unwrap();
-        stream
-            .write_all(b"GET /events HTTP/1.0\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut seen = Vec::new();
-        let mut buf = [0u8; 1024];
-        while !seen.ends_with(b"hello") {
-            let n = stream.read(&mut buf).await.unwrap();
-            assert!(n > 0);
-            seen.extend_from_slice(&buf[..n]);
-        }
+        let (mut stream, seen) = request_until(
+            server.addr,
+            b"GET /events HTTP/1.0\r\nHost: x\r\n\r\n",
+            b"hello",
+        )
+        .await;
         end_tx.send(()).unwrap();
         let (rest, eof) = read_to_eof(&mut stream, Duration::from_secs(5)).await;
         assert!(eof);

@@ -7,6 +7,8 @@
 //! with the `openssl` command (so these fixtures need no crate the product does not), and
 //! servers listening with TLS only (`--port 0`).
 //!
+//! Also [`xorshift`], the deterministic generator the in-process model tests draw from.
+//!
 //! A missing `redis-server` is a test failure with a clear message, never a silent pass:
 //! `.ci/run` installs it.
 
@@ -432,4 +434,13 @@ impl RedisCluster {
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
     }
+}
+
+/// One step of a 64-bit xorshift generator: the next of a deterministic sequence for the
+/// model tests (start `state` at any non-zero value).
+pub fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
 }

@@ -185,8 +185,10 @@ impl HandoffIo {
         }
     }
 
+    /// Whether writes are staged: a response has taken the handoff and the socket is
+    /// still here.
     fn staging(&self) -> bool {
-        self.slot.handoff.taken.load(Ordering::Acquire)
+        self.stream.is_some() && self.slot.handoff.taken.load(Ordering::Acquire)
     }
 
     fn stage(&mut self, bufs: &[&[u8]]) -> io::Result<usize> {
@@ -245,7 +247,7 @@ impl AsyncWrite for HandoffIo {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.staging() && this.stream.is_some() {
+        if this.staging() {
             return Poll::Ready(this.stage(&[buf]));
         }
         match this.stream() {
@@ -260,7 +262,7 @@ impl AsyncWrite for HandoffIo {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.staging() && this.stream.is_some() {
+        if this.staging() {
             let bufs: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
             return Poll::Ready(this.stage(&bufs));
         }
@@ -276,7 +278,7 @@ impl AsyncWrite for HandoffIo {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.staging() && this.stream.is_some() {
+        if this.staging() {
             // The last chunk may be in the last five bytes: they wait for the shutdown.
             ready!(this.poll_send_staged(cx, LAST_CHUNK.len()))?;
         }
@@ -288,7 +290,7 @@ impl AsyncWrite for HandoffIo {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.staging() && this.stream.is_some() {
+        if this.staging() {
             ready!(this.poll_send_staged(cx, LAST_CHUNK.len()))?;
             let rest = &this.staged[this.sent..];
             let body = if rest == LAST_CHUNK {

@@ -44,13 +44,13 @@ use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::time::{Instant, Sleep};
 
 use crate::http::body::{Body, BoxError, Watch, Watched, empty};
+
+mod pool;
 
 /// Headers that describe one connection, not the message; never forwarded either way.
 pub const HOP_BY_HOP: [HeaderName; 9] = [
@@ -169,6 +169,8 @@ pub struct Origin {
     prefix: String,
     /// `authority` as the `Host` header sent (made once, not per request).
     host_header: HeaderValue,
+    /// `scheme://authority/`: where connections to the origin go.
+    base: Uri,
 }
 
 impl Origin {
@@ -205,11 +207,18 @@ impl Origin {
         let prefix = uri.path().trim_end_matches('/').to_owned();
         let host_header = HeaderValue::from_str(authority.as_str())
             .map_err(|e| ProxyError::InvalidOrigin(format!("{uri}: {e}")))?;
+        let base = Uri::builder()
+            .scheme(scheme.clone())
+            .authority(authority.clone())
+            .path_and_query("/")
+            .build()
+            .map_err(|e| ProxyError::InvalidOrigin(format!("{uri}: {e}")))?;
         Ok(Origin {
             scheme,
             authority,
             prefix,
             host_header,
+            base,
         })
     }
 
@@ -225,6 +234,21 @@ impl Origin {
 
     /// The URI a request for `path_and_query` is sent to on this origin.
     pub fn target(&self, path_and_query: Option<&PathAndQuery>) -> Result<Uri, ProxyError> {
+        let path = self.target_path(path_and_query)?;
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(path)
+            .build()
+            .map_err(|e| ProxyError::BadRequest(format!("request target: {e}")))
+    }
+
+    /// The origin-form target (prefix, path, query) a request for `path_and_query` is sent
+    /// with on this origin.
+    fn target_path(
+        &self,
+        path_and_query: Option<&PathAndQuery>,
+    ) -> Result<PathAndQuery, ProxyError> {
         let pq = path_and_query.map(PathAndQuery::as_str).unwrap_or("/");
         if !pq.starts_with('/') {
             return Err(ProxyError::BadRequest(format!(
@@ -239,12 +263,12 @@ impl Origin {
                 "request path {path:?} has unresolved dot segments"
             )));
         }
-        let joined = format!("{}{}", self.prefix, pq);
-        Uri::builder()
-            .scheme(self.scheme.clone())
-            .authority(self.authority.clone())
-            .path_and_query(joined)
-            .build()
+        let joined = match (self.prefix.is_empty(), path_and_query) {
+            (true, Some(pq)) => return Ok(pq.clone()),
+            (true, None) => return Ok(PathAndQuery::from_static("/")),
+            (false, _) => format!("{}{}", self.prefix, pq),
+        };
+        PathAndQuery::try_from(joined)
             .map_err(|e| ProxyError::BadRequest(format!("request target: {e}")))
     }
 }
@@ -417,7 +441,7 @@ pub struct ForwardContext {
 /// A pooled HTTP/1.1 client toward origins; clone-cheap (clones share the pool).
 #[derive(Clone)]
 pub struct OriginClient {
-    client: Client<crate::tls::ConnectTimeout<HttpsConnector<HttpConnector>>, TrackedBody>,
+    pool: pool::Pool,
     timeouts: ProxyTimeouts,
 }
 
@@ -453,13 +477,10 @@ impl OriginClient {
         // TCP connect and TLS handshake together within the connect timeout, so an origin
         // that accepts but never completes a handshake is a timeout, not a hang.
         let connector = crate::tls::ConnectTimeout::new(https, timeouts.connect);
-        let client = Client::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(timeouts.idle)
-            .set_host(false)
-            .build(connector);
-        OriginClient { client, timeouts }
+        OriginClient {
+            pool: pool::Pool::new(connector, timeouts.idle),
+            timeouts,
+        }
     }
 
     pub fn timeouts(&self) -> ProxyTimeouts {
@@ -508,7 +529,8 @@ impl OriginClient {
         let visitor_host = ctx.host.clone();
         let from_h2 = parts.version == Version::HTTP_2;
 
-        parts.uri = origin.target(parts.uri.path_and_query())?;
+        // Origin form: the connection already goes to the origin's authority.
+        parts.uri = Uri::from(origin.target_path(parts.uri.path_and_query())?);
         parts.version = Version::HTTP_11;
 
         let headers = &mut parts.headers;
@@ -556,7 +578,9 @@ impl OriginClient {
                 late: late.clone(),
             },
         );
-        let sent = self.send(Request::from_parts(parts, body), &activity).await;
+        let sent = self
+            .send(origin, Request::from_parts(parts, body), upgrade, &activity)
+            .await;
         if late.load(Ordering::Acquire) {
             return Err(ProxyError::BodyTimeout);
         }
@@ -600,15 +624,17 @@ impl OriginClient {
     /// body activity.
     async fn send(
         &self,
+        origin: &Origin,
         req: Request<TrackedBody>,
+        upgrade: bool,
         activity: &Mutex<Instant>,
-    ) -> Result<Response<Incoming>, ProxyError> {
+    ) -> Result<Response<pool::OriginBody>, ProxyError> {
         let limit = self.timeouts.response;
-        let mut pending = std::pin::pin!(self.client.request(req));
+        let mut pending = std::pin::pin!(self.pool.send(&origin.base, req, upgrade));
         loop {
             let deadline = *lock(activity) + limit;
             tokio::select! {
-                result = &mut pending => return result.map_err(classify),
+                result = &mut pending => return result,
                 () = tokio::time::sleep_until(deadline) => {
                     if *lock(activity) + limit <= Instant::now() {
                         return Err(ProxyError::Timeout);
@@ -621,20 +647,6 @@ impl OriginClient {
 
 fn lock(m: &Mutex<Instant>) -> std::sync::MutexGuard<'_, Instant> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn classify(error: hyper_util::client::legacy::Error) -> ProxyError {
-    if error.is_connect() {
-        if caused_by_timeout(&error) {
-            ProxyError::Timeout
-        } else {
-            // With every cause: "client error (Connect)" alone would not say that, for
-            // instance, the origin's certificate is not trusted.
-            ProxyError::Connect(with_causes(&error).into())
-        }
-    } else {
-        ProxyError::Upstream(Box::new(error))
-    }
 }
 
 /// `error: cause: cause…`, for a log line that says what really went wrong.
@@ -1120,10 +1132,12 @@ mod tests {
         let (origin, _o) = echo_origin().await;
         let (front, _f) = front(&format!("http://{origin}"), false).await;
         let stream = tokio::net::TcpStream::connect(front).await.unwrap();
-        let (mut sender, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-                .await
-                .unwrap();
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            TokioIo::new(stream),
+        )
+        .await
+        .unwrap();
         tokio::spawn(conn);
         let req = Request::builder()
             .uri("http://shop.example/h2?x=1")

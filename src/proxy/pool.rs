@@ -1,0 +1,647 @@
+//! The origin connection pool: HTTP/1.1 connections driven by the request that uses them.
+//!
+//! Why not hyper-util's pooled client (DESIGN names it): it runs every origin connection as
+//! a task of its own, so each proxied request is pushed to that task through a channel, and
+//! its response and every body chunk come back through another, two task wake-ups and
+//! several channel operations a request more than nginx's one event loop (BENCHMARKS.md,
+//! issue 14). Here a request checks a connection out, drives it itself while it waits for
+//! the response head, and hands it to the response body, which drives it while the server
+//! polls the body and puts it back when the body is complete. The request, its origin
+//! connection and its body are then polled by one task, on one worker's thread (the pool is
+//! per worker: `server::PerWorker`).
+//!
+//! A connection is reused only when its exchange finished cleanly: a body dropped half-read,
+//! an error, an origin's `Connection: close`, or an upgrade retire it. Idle connections are
+//! closed after `idle` (a sweep runs while any are idle) and checked for a close by the
+//! origin before reuse; a request that could not be written on a pooled connection (it was
+//! closed under us) is sent once more on a fresh one, as hyper-util's client does.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::uri::{Authority, Scheme};
+use http::{Request, Response, Uri};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, Connection, SendRequest};
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tower_service::Service;
+
+use super::{ProxyError, TrackedBody, caused_by_timeout, with_causes};
+use crate::tls::ConnectTimeout;
+
+/// How the pool connects: TCP (and TLS for `https://`) within the connect timeout.
+pub(super) type Connector = ConnectTimeout<HttpsConnector<HttpConnector>>;
+type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
+/// Boxed: a connection (TLS state included) is large, and it moves between the pool, the
+/// request's future and the response body on every request.
+type Conn = Pin<Box<Connection<Io, TrackedBody>>>;
+
+/// Idle connections kept per origin (per worker); more are closed when they come back.
+const MAX_IDLE_PER_ORIGIN: usize = 256;
+
+/// A pool of idle HTTP/1.1 connections per origin, shared by clones.
+#[derive(Clone)]
+pub(super) struct Pool {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    connector: Connector,
+    idle_timeout: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Per origin (scheme and authority; a handful), oldest idle first.
+    origins: Vec<(Key, Vec<Idle>)>,
+    /// Whether a sweep task is closing expired idle connections.
+    sweeping: bool,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+struct Key {
+    scheme: Scheme,
+    authority: Authority,
+}
+
+/// A connection ready for its next request.
+struct Idle {
+    send: SendRequest<TrackedBody>,
+    conn: Conn,
+    since: Instant,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let idle: usize = lock(&self.shared.state)
+            .origins
+            .iter()
+            .map(|(_, idle)| idle.len())
+            .sum();
+        f.debug_struct("Pool").field("idle", &idle).finish()
+    }
+}
+
+impl Pool {
+    pub(super) fn new(connector: Connector, idle_timeout: Duration) -> Self {
+        Pool {
+            shared: Arc::new(Shared {
+                connector,
+                idle_timeout,
+                state: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Sends `req` (its URI in origin form) to the origin at `connect` (scheme and
+    /// authority) and returns the response head, its body driving the connection.
+    /// `upgrade`: the exchange may switch protocols, so it gets a connection of its own
+    /// that is never pooled.
+    pub(super) async fn send(
+        &self,
+        connect: &Uri,
+        req: Request<TrackedBody>,
+        upgrade: bool,
+    ) -> Result<Response<OriginBody>, ProxyError> {
+        let key = Key {
+            scheme: connect.scheme().cloned().unwrap_or(Scheme::HTTP),
+            authority: connect
+                .authority()
+                .cloned()
+                .ok_or_else(|| ProxyError::InvalidOrigin(format!("{connect}: no authority")))?,
+        };
+        if upgrade {
+            let (mut send, conn) = Box::pin(self.connect(connect)).await?;
+            // An upgraded connection outlives the exchange: it runs as its own task, which
+            // hands the upgraded socket over once the 101 is read.
+            tokio::spawn(async move {
+                if let Err(error) = Pin::into_inner(conn).with_upgrades().await {
+                    tracing::debug!(%error, "origin connection (upgrade) ended with an error");
+                }
+            });
+            let response = send.send_request(req).await.map_err(upstream)?;
+            return Ok(response.map(|incoming| OriginBody {
+                incoming,
+                lease: None,
+            }));
+        }
+        let (idle, fresh) = match self.checkout(&key) {
+            Some(idle) => ((idle.send, idle.conn), false),
+            None => (Box::pin(self.connect(connect)).await?, true),
+        };
+        match self.exchange(idle, req).await {
+            Ok(response) => Ok(self.lease(response, key)),
+            // Closed by the origin before the request was written (an idle connection
+            // it gave up on just now): nothing reached the origin, so once more on a
+            // fresh connection.
+            Err(Retry(Some(req), _)) if !fresh => {
+                let fresh = Box::pin(self.connect(connect)).await?;
+                match self.exchange(fresh, req).await {
+                    Ok(response) => Ok(self.lease(response, key)),
+                    Err(Retry(_, error)) => Err(error),
+                }
+            }
+            Err(Retry(_, error)) => Err(error),
+        }
+    }
+
+    fn lease(
+        &self,
+        (response, send, conn): (Response<Incoming>, SendRequest<TrackedBody>, Option<Conn>),
+        key: Key,
+    ) -> Response<OriginBody> {
+        let lease = conn.map(|conn| Lease {
+            pool: self.clone(),
+            key,
+            send,
+            conn,
+        });
+        response.map(|incoming| OriginBody { incoming, lease })
+    }
+
+    /// A pooled connection for `key` that is still open and ready, newest first.
+    fn checkout(&self, key: &Key) -> Option<Idle> {
+        let mut state = lock(&self.shared.state);
+        let idle = &mut state.origins.iter_mut().find(|(k, _)| k == key)?.1;
+        let fresh_after = Instant::now().checked_sub(self.shared.idle_timeout);
+        while let Some(mut candidate) = idle.pop() {
+            if fresh_after.is_some_and(|after| candidate.since <= after) {
+                // Newest first: everything older has expired too.
+                idle.clear();
+                return None;
+            }
+            if reusable(&mut candidate.send, &mut candidate.conn) {
+                return Some(candidate);
+            }
+        }
+        None
+    }
+
+    /// Puts a connection whose exchange completed back, if it can take another request.
+    fn checkin(&self, key: Key, mut send: SendRequest<TrackedBody>, mut conn: Conn) {
+        if !reusable(&mut send, &mut conn) {
+            return;
+        }
+        let mut state = lock(&self.shared.state);
+        let position = match state.origins.iter().position(|(k, _)| *k == key) {
+            Some(position) => position,
+            None => {
+                state.origins.push((key, Vec::new()));
+                state.origins.len() - 1
+            }
+        };
+        let idle = &mut state.origins[position].1;
+        if idle.len() >= MAX_IDLE_PER_ORIGIN {
+            return;
+        }
+        idle.push(Idle {
+            send,
+            conn,
+            since: Instant::now(),
+        });
+        if !state.sweeping && tokio::runtime::Handle::try_current().is_ok() {
+            state.sweeping = true;
+            tokio::spawn(self.clone().sweep());
+        }
+    }
+
+    /// Closes idle connections as they expire; ends when none is left idle.
+    async fn sweep(self) {
+        loop {
+            let next_expiry = {
+                let mut state = lock(&self.shared.state);
+                let fresh_after = Instant::now().checked_sub(self.shared.idle_timeout);
+                for (_, idle) in &mut state.origins {
+                    let expired = idle
+                        .iter()
+                        .take_while(|i| fresh_after.is_some_and(|after| i.since <= after))
+                        .count();
+                    idle.drain(..expired);
+                }
+                // Oldest first in each list: its head expires first.
+                let oldest = state
+                    .origins
+                    .iter()
+                    .filter_map(|(_, idle)| idle.first().map(|i| i.since))
+                    .min();
+                match oldest {
+                    Some(since) => since + self.shared.idle_timeout,
+                    None => {
+                        state.sweeping = false;
+                        return;
+                    }
+                }
+            };
+            tokio::time::sleep_until(next_expiry).await;
+        }
+    }
+
+    async fn connect(&self, uri: &Uri) -> Result<(SendRequest<TrackedBody>, Conn), ProxyError> {
+        let mut connector = self.shared.connector.clone();
+        let io = async {
+            std::future::poll_fn(|cx| connector.poll_ready(cx)).await?;
+            connector.call(uri.clone()).await
+        }
+        .await
+        .map_err(|error| {
+            if caused_by_timeout(&*error) {
+                ProxyError::Timeout
+            } else {
+                // With every cause, so a refusal or an untrusted certificate says so.
+                ProxyError::Connect(with_causes(&*error).into())
+            }
+        })?;
+        let (send, conn) = http1::Builder::new()
+            .handshake(io)
+            .await
+            .map_err(upstream)?;
+        Ok((send, Box::pin(conn)))
+    }
+
+    /// Writes `req` on the connection and reads the response head, driving the connection
+    /// from this task. The connection comes back with the response unless it has closed.
+    async fn exchange(
+        &self,
+        (mut send, conn): (SendRequest<TrackedBody>, Conn),
+        req: Request<TrackedBody>,
+    ) -> Result<(Response<Incoming>, SendRequest<TrackedBody>, Option<Conn>), Retry> {
+        let mut conn = Some(conn);
+        let mut response = std::pin::pin!(send.try_send_request(req));
+        let result = std::future::poll_fn(|cx| {
+            if let Poll::Ready(result) = response.as_mut().poll(cx) {
+                return Poll::Ready(result);
+            }
+            if let Some(driving) = conn.as_mut()
+                && let Poll::Ready(ended) = driving.as_mut().poll(cx)
+            {
+                // Closed or failed: the response future now resolves with why.
+                if let Err(error) = ended {
+                    tracing::debug!(%error, "origin connection ended");
+                }
+                conn = None;
+            }
+            response.as_mut().poll(cx)
+        })
+        .await;
+        match result {
+            Ok(response) => Ok((response, send, conn)),
+            Err(mut error) => {
+                let unsent = error.take_message();
+                Err(Retry(unsent, upstream(error.into_error())))
+            }
+        }
+    }
+}
+
+/// A failed exchange: the request back if it was never written, and why it failed.
+struct Retry(Option<Request<TrackedBody>>, ProxyError);
+
+fn upstream(error: hyper::Error) -> ProxyError {
+    ProxyError::Upstream(Box::new(error))
+}
+
+/// Whether a connection can take a request now: still open (polling it notices a close by
+/// the origin, and lets a finished exchange settle into idle) and ready.
+fn reusable(send: &mut SendRequest<TrackedBody>, conn: &mut Conn) -> bool {
+    let mut cx = Context::from_waker(Waker::noop());
+    match conn.as_mut().poll(&mut cx) {
+        Poll::Ready(_) => false,
+        Poll::Pending => send.is_ready(),
+    }
+}
+
+/// A connection lent to one response body.
+struct Lease {
+    pool: Pool,
+    key: Key,
+    send: SendRequest<TrackedBody>,
+    conn: Conn,
+}
+
+/// The origin's response body. While it is read it drives its connection (which reads the
+/// bytes it delivers); once it is complete the connection goes back to the pool.
+pub(super) struct OriginBody {
+    incoming: Incoming,
+    /// `None` once the connection closed or failed, for an upgrade, or once returned.
+    lease: Option<Lease>,
+}
+
+impl OriginBody {
+    /// The exchange is over: the connection can take the next request.
+    fn complete(&mut self) {
+        if let Some(Lease {
+            pool,
+            key,
+            send,
+            conn,
+        }) = self.lease.take()
+        {
+            pool.checkin(key, send, conn);
+        }
+    }
+}
+
+impl HttpBody for OriginBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let mut polled = Pin::new(&mut this.incoming).poll_frame(cx);
+        if polled.is_pending()
+            && let Some(lease) = this.lease.as_mut()
+        {
+            // Nothing buffered: let the connection read (it wakes us if it gets a frame,
+            // but asking again now saves that round through the scheduler).
+            if let Poll::Ready(ended) = lease.conn.as_mut().poll(cx) {
+                if let Err(error) = ended {
+                    tracing::debug!(%error, "origin connection ended mid-body");
+                }
+                this.lease = None;
+            }
+            polled = Pin::new(&mut this.incoming).poll_frame(cx);
+        }
+        match &polled {
+            Poll::Ready(None) => this.complete(),
+            // hyper's server stops polling once a body says it has ended.
+            Poll::Ready(Some(Ok(_))) if this.incoming.is_end_stream() => this.complete(),
+            Poll::Ready(Some(Err(_))) => this.lease = None,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.incoming.size_hint()
+    }
+}
+
+impl Drop for OriginBody {
+    fn drop(&mut self) {
+        // An empty body (HEAD, 204, 304) is never polled; one dropped half-read leaves
+        // its connection mid-message, so that connection closes with it.
+        if self.incoming.is_end_stream() {
+            self.complete();
+        }
+    }
+}
+
+fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::body::Watched;
+    use http_body_util::{BodyExt, Full};
+    use std::net::SocketAddr;
+    use std::sync::atomic::AtomicBool;
+    use tokio::net::TcpListener;
+
+    const IDLE: Duration = Duration::from_secs(30);
+
+    /// An origin that answers every request with the port it was reached from (so a test
+    /// sees which connection carried it); `/close` also asks to close the connection, and
+    /// `/big` streams 1 MiB.
+    async fn origin() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((stream, peer)) = listener.accept().await {
+                let service =
+                    hyper::service::service_fn(move |req: Request<Incoming>| async move {
+                        let mut response = Response::builder();
+                        let body = match req.uri().path() {
+                            "/big" => Bytes::from(vec![b'x'; 1 << 20]),
+                            "/close" => {
+                                response = response.header("connection", "close");
+                                Bytes::from(peer.port().to_string())
+                            }
+                            _ => Bytes::from(peer.port().to_string()),
+                        };
+                        response.body(Full::new(body))
+                    });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service),
+                );
+            }
+        });
+        addr
+    }
+
+    fn pool() -> Pool {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(crate::tls::no_trust())
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        Pool::new(ConnectTimeout::new(https, Duration::from_secs(5)), IDLE)
+    }
+
+    /// A `method` request for `path` through the pool with an empty visitor body.
+    async fn request(
+        pool: &Pool,
+        origin: SocketAddr,
+        method: &str,
+        path: &str,
+    ) -> Response<OriginBody> {
+        let (visitor, _server) = visitor_req().await;
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", origin.to_string())
+            .body(visitor)
+            .unwrap();
+        let base: Uri = format!("http://{origin}/").parse().unwrap();
+        pool.send(&base, req, false).await.unwrap()
+    }
+
+    async fn get(pool: &Pool, origin: SocketAddr, path: &str) -> Response<OriginBody> {
+        request(pool, origin, "GET", path).await
+    }
+
+    /// A visitor's (empty) request body, as the gate hands it to the pool.
+    async fn visitor_req() -> (TrackedBody, tokio::task::JoinHandle<()>) {
+        let (visitor, server) = visitor_body().await;
+        let activity = super::super::Activity {
+            last: Arc::new(Mutex::new(Instant::now())),
+            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(60))),
+            late: Arc::new(AtomicBool::new(false)),
+        };
+        (Watched::new(visitor, activity), server)
+    }
+
+    /// A real (empty) hyper `Incoming`, the only body type the pool carries: a request
+    /// received by a throwaway server.
+    async fn visitor_body() -> (Incoming, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let tx = Arc::new(Mutex::new(Some(tx)));
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let tx = tx.clone();
+                async move {
+                    if let Some(tx) = tx.lock().unwrap().take() {
+                        let _ = tx.send(req.into_body());
+                    }
+                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::new())))
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let (mut send, conn) = http1::handshake::<_, Full<Bytes>>(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        tokio::spawn(async move {
+            let _ = send
+                .send_request(Request::new(Full::new(Bytes::new())))
+                .await;
+        });
+        (rx.await.unwrap(), server)
+    }
+
+    async fn text(response: Response<OriginBody>) -> String {
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    fn idle(pool: &Pool) -> usize {
+        lock(&pool.shared.state)
+            .origins
+            .iter()
+            .map(|(_, idle)| idle.len())
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn a_finished_exchange_gives_its_connection_to_the_next_request() {
+        let (origin, pool) = (origin().await, pool());
+        let first = text(get(&pool, origin, "/").await).await;
+        assert_eq!(idle(&pool), 1);
+        let second = text(get(&pool, origin, "/").await).await;
+        assert_eq!(
+            first, second,
+            "the second request reused the first's connection"
+        );
+        assert_eq!(idle(&pool), 1);
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_half_read_closes_its_connection() {
+        let (origin, pool) = (origin().await, pool());
+        let port = text(get(&pool, origin, "/").await).await;
+        let mut big = get(&pool, origin, "/big").await.into_body();
+        let first = big.frame().await.unwrap().unwrap();
+        assert!(first.is_data());
+        drop(big);
+        assert_eq!(idle(&pool), 0, "a connection mid-message is not pooled");
+        let next = text(get(&pool, origin, "/").await).await;
+        assert_ne!(next, port, "the next request had to open a new connection");
+    }
+
+    #[tokio::test]
+    async fn an_empty_body_gives_its_connection_back_unread() {
+        let (origin, pool) = (origin().await, pool());
+        let port = text(get(&pool, origin, "/").await).await;
+        let head = request(&pool, origin, "HEAD", "/").await;
+        assert!(head.body().is_end_stream());
+        drop(head);
+        assert_eq!(idle(&pool), 1);
+        assert_eq!(text(get(&pool, origin, "/").await).await, port);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_origin_closes_is_not_reused() {
+        let (origin, pool) = (origin().await, pool());
+        let closed = text(get(&pool, origin, "/close").await).await;
+        assert_eq!(idle(&pool), 0);
+        assert_ne!(text(get(&pool, origin, "/").await).await, closed);
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_the_origin_dropped_is_replaced() {
+        // An origin that answers one request per connection without saying so, then hangs
+        // up: the connection looks reusable when it comes back to the pool.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = listener.local_addr().unwrap();
+        let (hang_up, mut hang_ups) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let (hung_up, mut hangups) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            while let Ok((mut stream, peer)) = listener.accept().await {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.ends_with(b"\r\n\r\n") {
+                    let n = stream.read(&mut buf).await.unwrap();
+                    assert!(n > 0);
+                    head.extend_from_slice(&buf[..n]);
+                }
+                let port = peer.port().to_string();
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{port}",
+                    port.len()
+                );
+                stream.write_all(answer.as_bytes()).await.unwrap();
+                hang_ups.recv().await;
+                drop(stream);
+                let _ = hung_up.send(());
+            }
+        });
+        let pool = pool();
+        let first = text(get(&pool, origin, "/").await).await;
+        assert_eq!(idle(&pool), 1);
+        hang_up.send(()).unwrap();
+        hangups.recv().await.unwrap();
+        // Let the runtime's I/O driver see the hang-up.
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        let second = text(get(&pool, origin, "/").await).await;
+        assert_ne!(second, first, "answered on a new connection, not a failure");
+    }
+
+    #[tokio::test]
+    async fn idle_connections_close_after_the_idle_timeout() {
+        let (origin, pool) = (origin().await, pool());
+        let port = text(get(&pool, origin, "/").await).await;
+        assert_eq!(idle(&pool), 1);
+        tokio::time::pause();
+        tokio::time::advance(IDLE - Duration::from_secs(1)).await;
+        assert_eq!(idle(&pool), 1, "not yet");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        // The sweep's timer has fired; let it run.
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(idle(&pool), 0, "closed by the sweep");
+        tokio::time::resume();
+        assert_ne!(text(get(&pool, origin, "/").await).await, port);
+    }
+}

@@ -276,6 +276,14 @@ pub fn strip_cookie(headers: &mut HeaderMap) {
     if !headers.get_all(COOKIE).iter().any(has_ours) {
         return;
     }
+    // The usual case, an admitted visitor whose only cookie is ours: no rebuilding.
+    let mut cookies = headers.get_all(COOKIE).iter();
+    if let (Some(only), None) = (cookies.next(), cookies.next())
+        && cookie_pairs(only.as_bytes()).count() == 1
+    {
+        headers.remove(COOKIE);
+        return;
+    }
     let values: Vec<HeaderValue> = headers.get_all(COOKIE).iter().cloned().collect();
     headers.remove(COOKIE);
     for value in values {
@@ -659,6 +667,16 @@ mod tests {
         strip_cookie(&mut h);
         assert!(h.get(COOKIE).is_none());
         assert_eq!(h.len(), 1);
+        for only in [&b"ar_visitor=1"[..], b" ar_visitor=1 ; "] {
+            let mut h = cookie_headers(&[only]);
+            strip_cookie(&mut h);
+            assert!(h.get(COOKIE).is_none(), "{only:?}");
+            assert_eq!(h.len(), 1);
+        }
+        // One header, ours and another: the other stays.
+        let mut h = cookie_headers(&[b"ar_visitor=1; a=2"]);
+        strip_cookie(&mut h);
+        assert_eq!(cookies(&h), vec![&b"a=2"[..]]);
 
         let mut h = HeaderMap::new();
         strip_cookie(&mut h);

@@ -328,6 +328,11 @@ impl App {
 
     /// An admitted request to the origin, through the room's in-flight cap if it has one.
     /// `admitted` is as for [`App::proxy`]: the visitor the store let in, with since when.
+    ///
+    /// Its time to response headers and status feed the proxy metrics and closed-loop
+    /// admission (SPEC §14); the wait for an in-flight slot is not the origin's and is not
+    /// counted. The proxy is awaited in one place: this future is inside every admitted
+    /// request's, and each further await of it would add its kilobytes again.
     pub(super) async fn to_origin(
         &self,
         room: &Room,
@@ -335,47 +340,35 @@ impl App {
         identity: &Identity,
         admitted: Option<(VisitorId, u64)>,
     ) -> Response<Body> {
-        let Some(inflight) = &room.inflight else {
-            let proxied = self.proxy(room, req, identity, admitted, None);
-            return self.time_origin(&room.config.name, proxied).await;
-        };
         let name = &room.config.name;
-        let permit =
-            match tokio::time::timeout(inflight.wait, inflight.permits.clone().acquire_owned())
-                .await
-            {
-                Ok(Ok(permit)) => permit,
-                // Timed out (or, never, closed): the origin is at its cap.
-                _ => {
+        let slot = match &room.inflight {
+            None => None,
+            Some(inflight) => {
+                let waited =
+                    tokio::time::timeout(inflight.wait, inflight.permits.clone().acquire_owned())
+                        .await;
+                let Ok(Ok(permit)) = waited else {
+                    // Timed out (or, never, closed): the origin is at its cap.
                     self.metrics.count_inflight_rejected(name);
                     return busy();
-                }
-            };
-        inflight.gauge.inc();
-        let slot = InflightSlot {
-            _permit: permit,
-            gauge: inflight.gauge.clone(),
+                };
+                inflight.gauge.inc();
+                Some(InflightSlot {
+                    _permit: permit,
+                    gauge: inflight.gauge.clone(),
+                })
+            }
         };
-        let proxied = self.proxy(room, req, identity, admitted, None);
-        let response = self.time_origin(name, proxied).await;
-        hold(response, slot)
-    }
-
-    /// [`crate::metrics::Metrics::time_proxy`] for an admitted request, whose time to
-    /// response headers and status also feed closed-loop admission (SPEC §14). The wait
-    /// for an in-flight slot is not the origin's and is not counted.
-    async fn time_origin(
-        &self,
-        room: &str,
-        proxy: impl Future<Output = Response<Body>>,
-    ) -> Response<Body> {
         let started = tokio::time::Instant::now();
-        let response = proxy.await;
+        let response = self.proxy(room, req, identity, admitted, None).await;
         let took = started.elapsed();
-        self.metrics.observe_proxy(room, response.status(), took);
+        self.metrics.observe_proxy(name, response.status(), took);
         self.admission
-            .observe_origin(room, took, response.status().as_u16());
-        response
+            .observe_origin(name, took, response.status().as_u16());
+        match slot {
+            Some(slot) => hold(response, slot),
+            None => response,
+        }
     }
 
     /// Where this request's visitor stands: on the site, in line, or nobody the store

@@ -678,7 +678,28 @@ fn caused_by_timeout(error: &(dyn StdError + 'static)) -> bool {
 }
 
 fn ip_header(ip: IpAddr) -> HeaderValue {
-    HeaderValue::from_str(&ip.to_string()).expect("an ip address is a valid header value")
+    // Every request carries one; an IPv4 address is written without the formatting
+    // machinery (2 % of an admitted request's instructions under callgrind).
+    let text = match ip {
+        IpAddr::V4(v4) => {
+            let mut text = String::with_capacity(15);
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    text.push('.');
+                }
+                if octet >= 100 {
+                    text.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    text.push(char::from(b'0' + octet / 10 % 10));
+                }
+                text.push(char::from(b'0' + octet % 10));
+            }
+            text
+        }
+        IpAddr::V6(_) => ip.to_string(),
+    };
+    HeaderValue::from_str(&text).expect("an ip address is a valid header value")
 }
 
 /// What the caller of [`OriginClient::forward_holding`] has an upgraded tunnel hold: a
@@ -787,7 +808,12 @@ impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Touching<T> {
 }
 
 /// Removes hop-by-hop headers: [`HOP_BY_HOP`] and every header `Connection` names.
+/// Checks first, in one pass over the names: most messages carry none, and nine removals
+/// are nine hash lookups on every request and every response.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -1347,6 +1373,22 @@ mod tests {
         assert_eq!(response.status(), 200);
         assert!(response.bytes().await.is_err());
         assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn ip_header_is_the_address_as_text() {
+        for ip in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.0.0.1",
+            "192.168.100.9",
+            "1.20.3.45",
+            "::1",
+            "2001:db8::8a2e:370:7334",
+        ] {
+            let parsed: IpAddr = ip.parse().unwrap();
+            assert_eq!(ip_header(parsed), ip, "{ip}");
+        }
     }
 
     #[test]

@@ -247,17 +247,40 @@ impl CanonicalHost {
         &self.name
     }
 
-    /// The host as the origin receives it: `name[:port]`, IPv6 in brackets.
+    /// The host as the origin receives it: `name[:port]`, IPv6 in brackets. Built by hand:
+    /// every proxied request asks for it.
     pub fn authority(&self) -> String {
-        let name = if self.name.contains(':') {
-            format!("[{}]", self.name)
+        let mut text = String::with_capacity(self.name.len() + 8);
+        if self.name.contains(':') {
+            text.push('[');
+            text.push_str(&self.name);
+            text.push(']');
         } else {
-            self.name.clone()
-        };
-        match self.port {
-            Some(port) => format!("{name}:{port}"),
-            None => name,
+            text.push_str(&self.name);
         }
+        if let Some(port) = self.port {
+            text.push(':');
+            push_decimal(&mut text, port);
+        }
+        text
+    }
+}
+
+/// `n` in decimal, without the formatting machinery.
+fn push_decimal(text: &mut String, n: u16) {
+    let mut digits = [0u8; 5];
+    let mut rest = n;
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for &digit in &digits[start..] {
+        text.push(char::from(digit));
     }
 }
 
@@ -516,6 +539,14 @@ mod tests {
             CanonicalHost::parse("Shop.Example.").unwrap().authority(),
             "shop.example"
         );
+        for port in ["0", "7", "80", "443", "8080", "65535"] {
+            assert_eq!(
+                CanonicalHost::parse(&format!("a.example:{port}"))
+                    .unwrap()
+                    .authority(),
+                format!("a.example:{port}")
+            );
+        }
         for bad in [
             "",
             "shop.example:80:80",

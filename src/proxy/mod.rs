@@ -574,7 +574,7 @@ impl OriginClient {
             body,
             Activity {
                 last: activity.clone(),
-                deadline: Box::pin(tokio::time::sleep(self.timeouts.body)),
+                deadline: LazySleep::until(Instant::now() + self.timeouts.body),
                 late: late.clone(),
             },
         );
@@ -894,7 +894,7 @@ type TrackedBody = Watched<Incoming, Activity>;
 /// When the request body last moved, and its overall deadline (`body_timeout`).
 struct Activity {
     last: Arc<Mutex<Instant>>,
-    deadline: Pin<Box<Sleep>>,
+    deadline: LazySleep,
     /// Set when the deadline cut the body, so the caller answers 408 rather than 502.
     late: Arc<AtomicBool>,
 }
@@ -905,7 +905,7 @@ impl Watch for Activity {
             *lock(&self.last) = Instant::now();
             return None;
         }
-        match self.deadline.as_mut().poll(cx) {
+        match self.deadline.poll(cx) {
             Poll::Ready(()) => {
                 self.late.store(true, Ordering::Release);
                 Some(Box::new(ProxyError::BodyTimeout))
@@ -915,17 +915,60 @@ impl Watch for Activity {
     }
 }
 
+/// A timer armed only when first polled: most bodies never wait, and a timer costs an
+/// allocation and two visits to the timer wheel.
+struct LazySleep {
+    at: Instant,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl LazySleep {
+    fn until(at: Instant) -> Self {
+        LazySleep { at, sleep: None }
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let at = self.at;
+        self.sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)))
+            .as_mut()
+            .poll(cx)
+    }
+
+    /// Moves the deadline (an armed timer is reset only when it goes off early).
+    fn set(&mut self, at: Instant) {
+        self.at = at;
+    }
+
+    /// Whether the deadline has passed; if the timer went off for an older one, it is
+    /// armed again for the current one.
+    fn poll_current(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            match self.poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(()) if self.at <= Instant::now() => return Poll::Ready(()),
+                Poll::Ready(()) => {
+                    let at = self.at;
+                    if let Some(sleep) = self.sleep.as_mut() {
+                        sleep.as_mut().reset(at);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// For the origin's response body: fails it if it delivers nothing for `idle`.
 struct IdleTimeout {
     idle: Duration,
-    timer: Pin<Box<Sleep>>,
+    timer: LazySleep,
 }
 
 impl IdleTimeout {
     fn new(idle: Duration) -> Self {
         IdleTimeout {
             idle,
-            timer: Box::pin(tokio::time::sleep(idle)),
+            timer: LazySleep::until(Instant::now() + idle),
         }
     }
 }
@@ -933,11 +976,12 @@ impl IdleTimeout {
 impl Watch for IdleTimeout {
     fn polled(&mut self, ready: bool, cx: &mut Context<'_>) -> Option<BoxError> {
         if ready {
-            let deadline = Instant::now() + self.idle;
-            self.timer.as_mut().reset(deadline);
+            // Not a timer reset per frame: the timer, if armed, notices the move when it
+            // goes off.
+            self.timer.set(Instant::now() + self.idle);
             return None;
         }
-        match self.timer.as_mut().poll(cx) {
+        match self.timer.poll_current(cx) {
             Poll::Ready(()) => Some(Box::new(ProxyError::Timeout)),
             Poll::Pending => None,
         }

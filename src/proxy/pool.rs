@@ -494,7 +494,7 @@ mod tests {
         let (visitor, server) = visitor_body().await;
         let activity = super::super::Activity {
             last: Arc::new(Mutex::new(Instant::now())),
-            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(60))),
+            deadline: super::super::LazySleep::until(Instant::now() + Duration::from_secs(60)),
             late: Arc::new(AtomicBool::new(false)),
         };
         (Watched::new(visitor, activity), server)

@@ -1,8 +1,10 @@
 //! Forwarding to the origin (SPEC §6): pooled client, header rewriting, timeouts, upgrades.
 //!
-//! One [`OriginClient`] (a pooled hyper-util legacy client over `HttpConnector`, wrapped by
-//! `hyper-rustls` for `https://` origins, cheap to clone) forwards a visitor's request to
-//! one configured [`Origin`]:
+//! One [`OriginClient`] (per serving worker; cheap to clone) forwards a visitor's request
+//! to one configured [`Origin`] over HTTP/1.1 connections from its own pool
+//! (`pool.rs`: hyper's `conn::http1` over `HttpConnector`, wrapped by `hyper-rustls` for
+//! `https://` origins), each driven by the request and then the response body that uses
+//! it rather than by a task of its own:
 //!
 //! - the target is the origin's scheme and authority, the origin's path prefix, then the
 //!   request's path and query; the request's own authority or absolute-form target is never

@@ -755,10 +755,11 @@ pub async fn proxy(
             .target("≥ 1.00", tput >= 1.0)
             .why(
                 "on 2 shared cores the cheaper proxy wins the closed loop: anteroom spends \
-                  about twice nginx's CPU per request (rows above), in user space (the same \
-                  syscalls per request; perf: hyper's server and client, ~30 allocations, \
-                  and the pooled client's connection task, two more task wake-ups per \
-                  request than nginx's one event loop)",
+                  about twice nginx's CPU per request (rows above). About half of anteroom's \
+                  is kernel time in the same system calls nginx makes; the rest is user \
+                  space, spread over hyper's server and client, the cookie check, the \
+                  request's span and allocations (callgrind, BENCHMARKS.md notes), with no \
+                  one frame above 5 %",
             ),
     );
     rows.push(

@@ -410,7 +410,12 @@ where
                 let activity = activity.clone();
                 let slot = slot.clone();
                 service_fn(move |mut req: Request<Incoming>| {
-                    req.extensions_mut().insert(slot.clone());
+                    // Only an upgrade can take the slot (its tunnel outlives the request,
+                    // see `proxy`); a first extension costs every other request two
+                    // allocations.
+                    if req.headers().contains_key(http::header::UPGRADE) {
+                        req.extensions_mut().insert(slot.clone());
+                    }
                     let version = req.version();
                     let guard = activity.begin();
                     // Boxed at once: the handler's future is kilobytes, and hyper moves what

@@ -45,8 +45,11 @@ type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 /// request's future and the response body on every request.
 type Conn = Pin<Box<Connection<Io, TrackedBody>>>;
 
-/// Idle connections kept per origin (per worker); more are closed when they come back.
+/// Idle connections kept per origin (per worker); beyond it the oldest is closed.
 const MAX_IDLE_PER_ORIGIN: usize = 256;
+
+/// How often idle connections are checked for a close by the origin.
+const PROBE_INTERVAL: Duration = Duration::from_secs(2);
 
 /// A pool of idle HTTP/1.1 connections per origin, shared by clones.
 #[derive(Clone)]
@@ -195,9 +198,19 @@ impl Pool {
         None
     }
 
-    /// Puts a connection whose exchange completed back, if it can take another request.
-    fn checkin(&self, key: Key, mut send: SendRequest<TrackedBody>, mut conn: Conn) {
-        if !reusable(&mut send, &mut conn) {
+    /// Puts a connection whose response completed back, if it can take another request.
+    /// One still sending its request body (the origin answered before reading it all)
+    /// finishes the upload in a task of its own first, as hyper-util's client did: cutting
+    /// it would reset the visitor's connection before they read the answer.
+    fn checkin(&self, key: Key, send: SendRequest<TrackedBody>, mut conn: Conn) {
+        let mut cx = Context::from_waker(Waker::noop());
+        if conn.as_mut().poll(&mut cx).is_ready() {
+            return;
+        }
+        if !send.is_ready() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                tokio::spawn(self.clone().finish_upload(key, send, conn));
+            }
             return;
         }
         let mut state = lock(&self.shared.state);
@@ -210,31 +223,61 @@ impl Pool {
         };
         let idle = &mut state.origins[position].1;
         if idle.len() >= MAX_IDLE_PER_ORIGIN {
-            return;
+            // The oldest goes: it is the likeliest to have been closed by the origin.
+            idle.remove(0);
         }
         idle.push(Idle {
             send,
             conn,
             since: Instant::now(),
         });
+        // Without a runtime (never on a serving worker) nothing sweeps; checkouts still
+        // drop what expired or closed.
         if !state.sweeping && tokio::runtime::Handle::try_current().is_ok() {
             state.sweeping = true;
             tokio::spawn(self.clone().sweep());
         }
     }
 
-    /// Closes idle connections as they expire; ends when none is left idle.
+    /// Drives a connection whose response is complete until its request body is sent too
+    /// (then it is pooled) or it closes, for at most the idle timeout.
+    async fn finish_upload(self, key: Key, mut send: SendRequest<TrackedBody>, mut conn: Conn) {
+        let ready = std::future::poll_fn(|cx| {
+            if conn.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(false);
+            }
+            send.poll_ready(cx).map(|ready| ready.is_ok())
+        });
+        if let Ok(true) = tokio::time::timeout(self.shared.idle_timeout, ready).await {
+            self.checkin(key, send, conn);
+        }
+    }
+
+    /// Closes idle connections as they expire or as their origin closes them (checked
+    /// every [`PROBE_INTERVAL`]: origins often close idle connections after a few seconds,
+    /// and each would otherwise hold a descriptor until it expired); ends when none is left.
     async fn sweep(self) {
+        /// Resets `sweeping` if the sweep is dropped midway (its runtime shut down).
+        struct Sweeping(Pool, std::cell::Cell<bool>);
+        impl Drop for Sweeping {
+            fn drop(&mut self) {
+                if self.1.get() {
+                    lock(&self.0.shared.state).sweeping = false;
+                }
+            }
+        }
+        let sweeping = Sweeping(self, std::cell::Cell::new(true));
+        let pool = &sweeping.0;
         loop {
-            let next_expiry = {
-                let mut state = lock(&self.shared.state);
-                let fresh_after = Instant::now().checked_sub(self.shared.idle_timeout);
+            let next_wake = {
+                let mut state = lock(&pool.shared.state);
+                let now = Instant::now();
+                let fresh_after = now.checked_sub(pool.shared.idle_timeout);
                 for (_, idle) in &mut state.origins {
-                    let expired = idle
-                        .iter()
-                        .take_while(|i| fresh_after.is_some_and(|after| i.since <= after))
-                        .count();
-                    idle.drain(..expired);
+                    idle.retain_mut(|i| {
+                        fresh_after.is_none_or(|after| i.since > after)
+                            && reusable(&mut i.send, &mut i.conn)
+                    });
                 }
                 // Oldest first in each list: its head expires first.
                 let oldest = state
@@ -243,14 +286,16 @@ impl Pool {
                     .filter_map(|(_, idle)| idle.first().map(|i| i.since))
                     .min();
                 match oldest {
-                    Some(since) => since + self.shared.idle_timeout,
+                    Some(since) => (since + pool.shared.idle_timeout).min(now + PROBE_INTERVAL),
+                    // Under the lock, so a checkin after this starts a new sweep.
                     None => {
                         state.sweeping = false;
+                        sweeping.1.set(false);
                         return;
                     }
                 }
             };
-            tokio::time::sleep_until(next_expiry).await;
+            tokio::time::sleep_until(next_wake).await;
         }
     }
 
@@ -491,7 +536,12 @@ mod tests {
 
     /// A visitor's (empty) request body, as the gate hands it to the pool.
     async fn visitor_req() -> (TrackedBody, tokio::task::JoinHandle<()>) {
-        let (visitor, server) = visitor_body().await;
+        tracked(visitor_body().await)
+    }
+
+    fn tracked(
+        (visitor, server): (Incoming, tokio::task::JoinHandle<()>),
+    ) -> (TrackedBody, tokio::task::JoinHandle<()>) {
         let activity = super::super::Activity {
             last: Arc::new(Mutex::new(Instant::now())),
             deadline: super::super::LazySleep::until(Instant::now() + Duration::from_secs(60)),
@@ -503,6 +553,16 @@ mod tests {
     /// A real (empty) hyper `Incoming`, the only body type the pool carries: a request
     /// received by a throwaway server.
     async fn visitor_body() -> (Incoming, tokio::task::JoinHandle<()>) {
+        let (_chunks, rx) = tokio::sync::mpsc::unbounded_channel();
+        drop(_chunks);
+        visitor_upload(rx, 0).await
+    }
+
+    /// A real `Incoming` of `len` bytes, which arrive as the test sends them on `chunks`.
+    async fn visitor_upload(
+        chunks: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+        len: u64,
+    ) -> (Incoming, tokio::task::JoinHandle<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -523,14 +583,25 @@ mod tests {
                 .await;
         });
         let stream = TcpStream::connect(addr).await.unwrap();
-        let (mut send, conn) = http1::handshake::<_, Full<Bytes>>(TokioIo::new(stream))
-            .await
-            .unwrap();
+        let body = http_body_util::StreamBody::new(futures_util::stream::unfold(
+            chunks,
+            |mut chunks| async move {
+                let chunk = chunks.recv().await?;
+                Some((
+                    Ok::<_, std::convert::Infallible>(Frame::data(chunk)),
+                    chunks,
+                ))
+            },
+        ));
+        let (mut send, conn) = http1::handshake(TokioIo::new(stream)).await.unwrap();
         tokio::spawn(conn);
+        let req = Request::builder()
+            .method(if len == 0 { "GET" } else { "POST" })
+            .header("content-length", len)
+            .body(body)
+            .unwrap();
         tokio::spawn(async move {
-            let _ = send
-                .send_request(Request::new(Full::new(Bytes::new())))
-                .await;
+            let _ = send.send_request(req).await;
         });
         (rx.await.unwrap(), server)
     }
@@ -631,6 +702,19 @@ mod tests {
         for _ in 0..3 {
             tokio::task::yield_now().await;
         }
+        // The sweep's next probe closes it long before it would expire. (Two intervals:
+        // the sweep may have armed its first wait only once the clock was paused.)
+        assert_eq!(idle(&pool), 1);
+        tokio::time::pause();
+        for _ in 0..2 {
+            tokio::time::advance(PROBE_INTERVAL).await;
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+        }
+        assert!(PROBE_INTERVAL * 2 < IDLE);
+        assert_eq!(idle(&pool), 0, "the probe found the origin's close");
+        tokio::time::resume();
         let second = text(get(&pool, origin, "/").await).await;
         assert_ne!(second, first, "answered on a new connection, not a failure");
     }
@@ -651,5 +735,74 @@ mod tests {
         assert_eq!(idle(&pool), 0, "closed by the sweep");
         tokio::time::resume();
         assert_ne!(text(get(&pool, origin, "/").await).await, port);
+    }
+
+    #[tokio::test]
+    async fn an_upload_the_origin_answers_early_is_finished_then_pooled() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // An origin that answers as soon as it has the head, reads the 10-byte body after,
+        // then answers the connection's next request with the port it came from.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = listener.local_addr().unwrap();
+        let (got_body, mut bodies) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let (mut stream, peer) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 1024];
+            let head_end = |seen: &[u8]| seen.windows(4).position(|w| w == b"\r\n\r\n");
+            while head_end(&seen).is_none() {
+                let n = stream.read(&mut buf).await.unwrap();
+                seen.extend_from_slice(&buf[..n]);
+            }
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nearly")
+                .await
+                .unwrap();
+            let mut body = seen.split_off(head_end(&seen).unwrap() + 4);
+            while body.len() < 10 {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the upload was cut");
+                body.extend_from_slice(&buf[..n]);
+            }
+            let _ = got_body.send(body);
+            let mut next = Vec::new();
+            while head_end(&next).is_none() {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0);
+                next.extend_from_slice(&buf[..n]);
+            }
+            let port = peer.port().to_string();
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{port}",
+                port.len()
+            );
+            stream.write_all(answer.as_bytes()).await.unwrap();
+            std::future::pending::<()>().await;
+        });
+        let pool = pool();
+        let (chunks, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (visitor, _server) = tracked(visitor_upload(rx, 10).await);
+        chunks.send(Bytes::from_static(b"hello")).unwrap();
+        let req = Request::builder()
+            .method("POST")
+            .uri("/upload")
+            .header("host", origin.to_string())
+            .body(visitor)
+            .unwrap();
+        let base: Uri = format!("http://{origin}/").parse().unwrap();
+        let response = pool.send(&base, req, false).await.unwrap();
+        assert_eq!(text(response).await, "early");
+        assert_eq!(idle(&pool), 0, "not pooled while its upload is unfinished");
+        chunks.send(Bytes::from_static(b"world")).unwrap();
+        assert_eq!(bodies.recv().await.unwrap(), b"helloworld");
+        for _ in 0..10 {
+            if idle(&pool) == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(idle(&pool), 1, "pooled once the upload was done");
+        let port = text(get(&pool, origin, "/").await).await;
+        assert!(port.parse::<u16>().is_ok(), "{port}");
     }
 }

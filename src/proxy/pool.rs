@@ -611,6 +611,32 @@ mod tests {
         String::from_utf8(bytes.to_vec()).unwrap()
     }
 
+    /// Reads from `stream` onto `seen` until it holds a request head; returns where the
+    /// head ends (the body starts).
+    async fn read_head(stream: &mut TcpStream, seen: &mut Vec<u8>) -> usize {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 1024];
+        loop {
+            if let Some(at) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                return at + 4;
+            }
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed before a whole head");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    /// Answers a request with the port it came from, as [`origin`] does.
+    async fn answer_with_port(stream: &mut TcpStream, peer: SocketAddr) {
+        use tokio::io::AsyncWriteExt;
+        let port = peer.port().to_string();
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{port}",
+            port.len()
+        );
+        stream.write_all(answer.as_bytes()).await.unwrap();
+    }
+
     fn idle(pool: &Pool) -> usize {
         lock(&pool.shared.state)
             .origins
@@ -673,21 +699,9 @@ mod tests {
         let (hang_up, mut hang_ups) = tokio::sync::mpsc::unbounded_channel::<()>();
         let (hung_up, mut hangups) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
             while let Ok((mut stream, peer)) = listener.accept().await {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.ends_with(b"\r\n\r\n") {
-                    let n = stream.read(&mut buf).await.unwrap();
-                    assert!(n > 0);
-                    head.extend_from_slice(&buf[..n]);
-                }
-                let port = peer.port().to_string();
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{port}",
-                    port.len()
-                );
-                stream.write_all(answer.as_bytes()).await.unwrap();
+                read_head(&mut stream, &mut Vec::new()).await;
+                answer_with_port(&mut stream, peer).await;
                 hang_ups.recv().await;
                 drop(stream);
                 let _ = hung_up.send(());
@@ -739,44 +753,30 @@ mod tests {
 
     #[tokio::test]
     async fn an_upload_the_origin_answers_early_is_finished_then_pooled() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         // An origin that answers as soon as it has the head, reads the 10-byte body after,
         // then answers the connection's next request with the port it came from.
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let origin = listener.local_addr().unwrap();
         let (got_body, mut bodies) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
             let (mut stream, peer) = listener.accept().await.unwrap();
             let mut seen = Vec::new();
-            let mut buf = [0u8; 1024];
-            let head_end = |seen: &[u8]| seen.windows(4).position(|w| w == b"\r\n\r\n");
-            while head_end(&seen).is_none() {
-                let n = stream.read(&mut buf).await.unwrap();
-                seen.extend_from_slice(&buf[..n]);
-            }
+            let body_at = read_head(&mut stream, &mut seen).await;
             stream
                 .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nearly")
                 .await
                 .unwrap();
-            let mut body = seen.split_off(head_end(&seen).unwrap() + 4);
+            let mut body = seen.split_off(body_at);
+            let mut buf = [0u8; 1024];
             while body.len() < 10 {
                 let n = stream.read(&mut buf).await.unwrap();
                 assert!(n > 0, "the upload was cut");
                 body.extend_from_slice(&buf[..n]);
             }
             let _ = got_body.send(body);
-            let mut next = Vec::new();
-            while head_end(&next).is_none() {
-                let n = stream.read(&mut buf).await.unwrap();
-                assert!(n > 0);
-                next.extend_from_slice(&buf[..n]);
-            }
-            let port = peer.port().to_string();
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{port}",
-                port.len()
-            );
-            stream.write_all(answer.as_bytes()).await.unwrap();
+            read_head(&mut stream, &mut Vec::new()).await;
+            answer_with_port(&mut stream, peer).await;
             std::future::pending::<()>().await;
         });
         let pool = pool();

@@ -191,7 +191,7 @@ impl Pool {
                 idle.clear();
                 return None;
             }
-            if reusable(&mut candidate.send, &mut candidate.conn) {
+            if reusable(&candidate.send, &mut candidate.conn) {
                 return Some(candidate);
             }
         }
@@ -203,15 +203,15 @@ impl Pool {
     /// finishes the upload in a task of its own first, as hyper-util's client did: cutting
     /// it would reset the visitor's connection before they read the answer.
     fn checkin(&self, key: Key, send: SendRequest<TrackedBody>, mut conn: Conn) {
-        let mut cx = Context::from_waker(Waker::noop());
-        if conn.as_mut().poll(&mut cx).is_ready() {
-            return;
-        }
-        if !send.is_ready() {
-            if tokio::runtime::Handle::try_current().is_ok() {
-                tokio::spawn(self.clone().finish_upload(key, send, conn));
+        match standing(&send, &mut conn) {
+            Standing::Closed => return,
+            Standing::Busy => {
+                if tokio::runtime::Handle::try_current().is_ok() {
+                    tokio::spawn(self.clone().finish_upload(key, send, conn));
+                }
+                return;
             }
-            return;
+            Standing::Ready => {}
         }
         let mut state = lock(&self.shared.state);
         let position = match state.origins.iter().position(|(k, _)| *k == key) {
@@ -276,7 +276,7 @@ impl Pool {
                 for (_, idle) in &mut state.origins {
                     idle.retain_mut(|i| {
                         fresh_after.is_none_or(|after| i.since > after)
-                            && reusable(&mut i.send, &mut i.conn)
+                            && reusable(&i.send, &mut i.conn)
                     });
                 }
                 // Oldest first in each list: its head expires first.
@@ -363,13 +363,29 @@ fn upstream(error: hyper::Error) -> ProxyError {
     ProxyError::Upstream(Box::new(error))
 }
 
-/// Whether a connection can take a request now: still open (polling it notices a close by
-/// the origin, and lets a finished exchange settle into idle) and ready.
-fn reusable(send: &mut SendRequest<TrackedBody>, conn: &mut Conn) -> bool {
+/// Whether a connection can take a request now (see [`standing`]).
+fn reusable(send: &SendRequest<TrackedBody>, conn: &mut Conn) -> bool {
+    matches!(standing(send, conn), Standing::Ready)
+}
+
+/// Where a connection stands between requests.
+enum Standing {
+    /// The origin closed it, or it failed.
+    Closed,
+    /// Open, but still busy with the last exchange (sending its request body).
+    Busy,
+    /// Open and ready for a request.
+    Ready,
+}
+
+/// Polls `conn` once without a waker (which notices a close by the origin, and lets a
+/// finished exchange settle into idle) and says where it stands.
+fn standing(send: &SendRequest<TrackedBody>, conn: &mut Conn) -> Standing {
     let mut cx = Context::from_waker(Waker::noop());
     match conn.as_mut().poll(&mut cx) {
-        Poll::Ready(_) => false,
-        Poll::Pending => send.is_ready(),
+        Poll::Ready(_) => Standing::Closed,
+        Poll::Pending if send.is_ready() => Standing::Ready,
+        Poll::Pending => Standing::Busy,
     }
 }
 
@@ -553,8 +569,8 @@ mod tests {
     /// A real (empty) hyper `Incoming`, the only body type the pool carries: a request
     /// received by a throwaway server.
     async fn visitor_body() -> (Incoming, tokio::task::JoinHandle<()>) {
-        let (_chunks, rx) = tokio::sync::mpsc::unbounded_channel();
-        drop(_chunks);
+        // No chunks will come: the sender is dropped at once.
+        let (_, rx) = tokio::sync::mpsc::unbounded_channel();
         visitor_upload(rx, 0).await
     }
 

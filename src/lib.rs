@@ -27,6 +27,7 @@
 //! - [`fairness`] — SPEC §14: admission token, auditable draw, honest ETA, adaptive rate.
 //! - [`tls`]      — TLS as a client: whom anteroom trusts toward Redis and origins.
 //! - [`log_limiter`] — "at most once every N" for warnings that can repeat per request.
+//! - [`logging`]  — the diagnostic log (text or JSON) and the request id on its lines.
 //! - [`clock`]    — wall time that tokio's paused clock can drive in tests.
 //! - [`audit`]    — the audit log of admin changes (JSON lines, rotated by size).
 //! - [`access_log`] — one JSON line per request (off, stdout or a file; SIGHUP reopens it).
@@ -57,6 +58,7 @@ pub mod http;
 pub mod identity;
 pub mod live;
 pub mod log_limiter;
+pub mod logging;
 pub mod metrics;
 pub mod priority;
 pub mod proxy;

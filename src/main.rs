@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use anteroom::cli::{self, Command, LogFormat, RunOptions};
+use anteroom::cli::{self, Command, RunOptions};
 use anteroom::config::Config;
 use anteroom::{demo, run};
 use anyhow::Context;
@@ -125,16 +125,7 @@ fn init_logging(options: &RunOptions) {
         1 => "anteroom=debug,info",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ANTEROOM_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match options.log_format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
+    anteroom::logging::init(default, options.log_format);
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

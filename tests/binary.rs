@@ -1,5 +1,6 @@
 //! The `anteroom` binary as an operator runs it: config errors, `init`, `check`,
-//! `--version`, SIGTERM with a snapshot, and surviving file-descriptor exhaustion.
+//! `--version`, SIGTERM with a snapshot, surviving file-descriptor exhaustion, and the request
+//! id on the log lines about a request.
 
 mod common;
 
@@ -397,4 +398,73 @@ async fn sigterm_turns_readyz_503_within_100ms_and_serves_for_the_drain_delay() 
     let status = wait_exit(&mut process, Duration::from_secs(15));
     assert_eq!(status.code(), Some(0));
     assert!(signalled.elapsed() >= Duration::from_millis(1500));
+}
+
+#[tokio::test]
+async fn a_log_line_about_a_request_carries_its_request_id() {
+    // An origin that refuses connections: the admitted visitor's request fails and says so.
+    let dead_origin = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let listen = free_port();
+    let path = dir.path().join("anteroom.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen: \"{listen}\"\nadmit_interval: 100ms\ncookie_secret: \"{COOKIE_SECRET}\"\nadmin_token: \"{ADMIN_TOKEN}\"\ndata_dir: \"{data}\"\ntrusted_proxies: [127.0.0.1]\nrooms:\n  main:\n    origin: http://{dead_origin}\n",
+            data = dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let mut process = spawn(None, &path);
+    let stderr = process.0.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    wait_ready(listen).await;
+    let url = format!("http://{listen}/page");
+    // From a trusted proxy, its request id is the request's (SPEC §6).
+    let first = client()
+        .get(&url)
+        .header("x-request-id", "e2e-request-7")
+        .send()
+        .await
+        .unwrap();
+    let cookie = visitor_cookie(&first).expect("a visitor cookie");
+    let mut status = first.status();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while status != 502 {
+        assert!(Instant::now() < deadline, "never admitted: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        status = client()
+            .get(&url)
+            .visitor(&cookie)
+            .header("x-request-id", "e2e-request-7")
+            .send()
+            .await
+            .unwrap()
+            .status();
+    }
+    sigterm(&process);
+    assert_eq!(
+        wait_exit(&mut process, Duration::from_secs(40)).code(),
+        Some(0)
+    );
+    let log = log.join().unwrap();
+    let failed: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("origin request failed"))
+        .collect();
+    assert!(!failed.is_empty(), "the failure was logged: {log:#?}");
+    for line in failed {
+        assert!(line.ends_with("request_id=e2e-request-7"), "{line}");
+    }
+    // Lines about no request carry no id.
+    let listening = log.iter().find(|l| l.contains("anteroom is listening"));
+    assert!(
+        listening.is_some_and(|l| !l.contains("request_id")),
+        "{log:#?}"
+    );
 }

@@ -63,7 +63,9 @@ impl App {
         let visitor = room.filter(|_| banned.is_none()).and_then(|i| {
             let value = crate::token::find_cookie(req.headers())?;
             match self.cookies.verify(value, SystemTime::now()) {
-                Ok(claim) if claim.room == self.rooms[i].config.name => Some(claim.visitor),
+                Ok(claim) if claim.room.as_str() == self.rooms[i].config.name => {
+                    Some(claim.visitor)
+                }
                 Ok(_) => None,
                 Err(e) => {
                     tracing::debug!(%client_ip, error = %e, "visitor cookie rejected");

@@ -29,7 +29,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use tracing::Instrument;
 
 use crate::abuse::{AbuseRegistry, PathOutcome, StrikeReason};
 use crate::access_log::{self, AccessLog};
@@ -43,6 +42,7 @@ use crate::http::pages::{self, Pages};
 use crate::identity::TrustedProxies;
 use crate::live::LiveHub;
 use crate::log_limiter::LogLimiter;
+use crate::logging;
 use crate::metrics::Metrics;
 use crate::proxy::{Origin, OriginClient, ProxyError, ProxyTimeouts};
 use crate::queue::VisitorId;
@@ -350,13 +350,11 @@ impl App {
             .as_ref()
             .map(|_| (SystemTime::now(), Instant::now()));
         let identity = self.identify(&req, peer);
-        // Every log line about this request carries its id (SPEC §6).
-        let span = tracing::info_span!(
-            "request",
-            request_id = %String::from_utf8_lossy(identity.request_id.as_bytes())
-        );
         let started = head_at.map(|at| access_started(at, &req, &identity));
-        let (mut response, class) = self.handle_identified(req, identity).instrument(span).await;
+        // Every log line about this request carries its id (SPEC §6).
+        let request_id = identity.request_id.clone();
+        let (mut response, class) =
+            logging::in_request(request_id, self.handle_identified(req, identity)).await;
         // Everything but the origin's own answers is ours and carries SPEC §5's headers.
         if response.extensions().get::<respond::Proxied>().is_none() {
             pages::add_security_headers(response.headers_mut());

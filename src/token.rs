@@ -311,14 +311,20 @@ pub fn strip_cookie(headers: &mut HeaderMap) {
     let has_ours = |v: &HeaderValue| {
         cookie_pairs(v.as_bytes()).any(|(name, _)| name == COOKIE_NAME.as_bytes())
     };
-    if !headers.get_all(COOKIE).iter().any(has_ours) {
+    // One pass over what is there: whether ours is, and whether it is all there is.
+    let (mut values, mut pairs, mut ours) = (0, 0, false);
+    for value in headers.get_all(COOKIE) {
+        values += 1;
+        for (name, _) in cookie_pairs(value.as_bytes()) {
+            pairs += 1;
+            ours |= name == COOKIE_NAME.as_bytes();
+        }
+    }
+    if !ours {
         return;
     }
     // The usual case, an admitted visitor whose only cookie is ours: no rebuilding.
-    let mut cookies = headers.get_all(COOKIE).iter();
-    if let (Some(only), None) = (cookies.next(), cookies.next())
-        && cookie_pairs(only.as_bytes()).count() == 1
-    {
+    if values == 1 && pairs == 1 {
         headers.remove(COOKIE);
         return;
     }

@@ -570,20 +570,18 @@ impl OriginClient {
             headers.insert(header::UPGRADE, protocol);
         }
 
-        let activity = Arc::new(Mutex::new(Instant::now()));
-        let late = Arc::new(AtomicBool::new(false));
-        let body = Watched::new(
-            body,
-            Activity {
-                last: activity.clone(),
-                deadline: LazySleep::until(Instant::now() + self.timeouts.body),
-                late: late.clone(),
-            },
-        );
+        let activity = Activity::new(self.timeouts.body);
+        let progress = activity.progress.clone();
+        let body = Watched::new(body, activity);
         let sent = self
-            .send(origin, Request::from_parts(parts, body), upgrade, &activity)
+            .send(
+                origin,
+                Request::from_parts(parts, body),
+                upgrade,
+                &progress.last,
+            )
             .await;
-        if late.load(Ordering::Acquire) {
+        if progress.late.load(Ordering::Acquire) {
             return Err(ProxyError::BodyTimeout);
         }
         let mut response = sent?;
@@ -893,23 +891,43 @@ pub fn is_event_stream<B>(req: &Request<B>) -> bool {
 /// response timeout counts from the end of the upload, not from its start.
 type TrackedBody = Watched<Incoming, Activity>;
 
-/// When the request body last moved, and its overall deadline (`body_timeout`).
+/// The request body's progress and its overall deadline (`body_timeout`).
 struct Activity {
-    last: Arc<Mutex<Instant>>,
+    progress: Arc<BodyProgress>,
     deadline: LazySleep,
+}
+
+/// What the body's watcher tells the request waiting on the origin (one allocation).
+struct BodyProgress {
+    /// When the body last moved.
+    last: Mutex<Instant>,
     /// Set when the deadline cut the body, so the caller answers 408 rather than 502.
-    late: Arc<AtomicBool>,
+    late: AtomicBool,
+}
+
+impl Activity {
+    /// A body starting now, cut `body_timeout` from now.
+    fn new(body_timeout: Duration) -> Activity {
+        let now = Instant::now();
+        Activity {
+            progress: Arc::new(BodyProgress {
+                last: Mutex::new(now),
+                late: AtomicBool::new(false),
+            }),
+            deadline: LazySleep::until(now + body_timeout),
+        }
+    }
 }
 
 impl Watch for Activity {
     fn polled(&mut self, ready: bool, cx: &mut Context<'_>) -> Option<BoxError> {
         if ready {
-            *lock(&self.last) = Instant::now();
+            *lock(&self.progress.last) = Instant::now();
             return None;
         }
         match self.deadline.poll(cx) {
             Poll::Ready(()) => {
-                self.late.store(true, Ordering::Release);
+                self.progress.late.store(true, Ordering::Release);
                 Some(Box::new(ProxyError::BodyTimeout))
             }
             Poll::Pending => None,

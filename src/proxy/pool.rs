@@ -482,7 +482,6 @@ mod tests {
     use crate::http::body::Watched;
     use http_body_util::{BodyExt, Full};
     use std::net::SocketAddr;
-    use std::sync::atomic::AtomicBool;
     use tokio::net::TcpListener;
 
     const IDLE: Duration = Duration::from_secs(30);
@@ -558,11 +557,7 @@ mod tests {
     fn tracked(
         (visitor, server): (Incoming, tokio::task::JoinHandle<()>),
     ) -> (TrackedBody, tokio::task::JoinHandle<()>) {
-        let activity = super::super::Activity {
-            last: Arc::new(Mutex::new(Instant::now())),
-            deadline: super::super::LazySleep::until(Instant::now() + Duration::from_secs(60)),
-            late: Arc::new(AtomicBool::new(false)),
-        };
+        let activity = super::super::Activity::new(Duration::from_secs(60));
         (Watched::new(visitor, activity), server)
     }
 

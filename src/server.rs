@@ -121,7 +121,186 @@ impl Default for ServerLimits {
 pub struct ConnectionSlot {
     _permit: OwnedSemaphorePermit,
     _peer: Option<PeerCount>,
+    _seat: Option<SeatTaken>,
     handoff: handoff::Handoff,
+}
+
+/// How the serving workers of [`serve_on_workers`] share connections. They all accept from
+/// one socket, and whichever worker accepts a connection gives it to the worker serving the
+/// fewest (keeping it on a tie), so a burst of keep-alive connections ends up spread evenly.
+/// Without this, the worker that woke first took a whole burst while the other sat idle:
+/// all 64 of a `wrk -c64` run's connections on one worker, at half the throughput. The cost
+/// is one channel send and wake-up per connection handed over, never per request.
+#[derive(Debug)]
+struct Seats {
+    open: Box<[AtomicUsize]>,
+    inboxes: Box<[tokio::sync::mpsc::UnboundedSender<Handover>]>,
+}
+
+/// A connection accepted by one worker for another to serve, with its share of the caps.
+#[derive(Debug)]
+struct Handover {
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    permit: OwnedSemaphorePermit,
+    peer_count: Option<PeerCount>,
+    /// Counted against the receiving worker from the moment it is handed over, so a burst
+    /// accepted before that worker has run is not all handed to it.
+    seat: SeatTaken,
+}
+
+/// One worker's place among [`Seats`]: its index and the connections handed to it.
+#[derive(Debug)]
+struct Seat {
+    index: usize,
+    seats: Arc<Seats>,
+    inbox: tokio::sync::mpsc::UnboundedReceiver<Handover>,
+}
+
+impl Seats {
+    fn new(
+        workers: usize,
+    ) -> (
+        Arc<Seats>,
+        Vec<tokio::sync::mpsc::UnboundedReceiver<Handover>>,
+    ) {
+        let (inboxes, receivers): (Vec<_>, Vec<_>) = (0..workers)
+            .map(|_| tokio::sync::mpsc::unbounded_channel())
+            .unzip();
+        let seats = Seats {
+            open: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
+            inboxes: inboxes.into(),
+        };
+        (Arc::new(seats), receivers)
+    }
+
+    /// The worker that should serve the next connection `worker` accepted.
+    fn least_busy(&self, worker: usize) -> usize {
+        let mine = self.open[worker].load(Ordering::Relaxed);
+        let (other, fewest) = (self.open.iter().enumerate())
+            .map(|(i, n)| (i, n.load(Ordering::Relaxed)))
+            .min_by_key(|&(_, n)| n)
+            .unwrap_or((worker, mine));
+        if fewest < mine { other } else { worker }
+    }
+}
+
+impl Seats {
+    /// Counts a connection against `worker` until the returned guard drops.
+    fn take(self: &Arc<Self>, worker: usize) -> SeatTaken {
+        self.open[worker].fetch_add(1, Ordering::Relaxed);
+        SeatTaken {
+            seats: self.clone(),
+            index: worker,
+        }
+    }
+}
+
+impl Seat {
+    /// Where a connection this worker accepted is served: handed to a worker serving
+    /// fewer (`None` once handed over, or lost), else here, counted against this worker.
+    fn place(&self, counted: Counted) -> Option<(Counted, SeatTaken)> {
+        match self.seats.least_busy(self.index) {
+            other if other != self.index => self.hand_to(other, counted),
+            _ => Some((counted, self.seats.take(self.index))),
+        }
+    }
+
+    /// Gives `counted` to worker `other`. Returns it, for this worker to serve, if `other`
+    /// has stopped; `None` once it is handed over (or lost).
+    fn hand_to(&self, other: usize, counted: Counted) -> Option<(Counted, SeatTaken)> {
+        let (stream, peer, permit, peer_count) = counted;
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::debug!(%peer, %error, "accepted connection lost");
+                return None;
+            }
+        };
+        let handover = Handover {
+            stream,
+            peer,
+            permit,
+            peer_count,
+            seat: self.seats.take(other),
+        };
+        let returned = self.seats.inboxes[other].send(handover).err()?.0;
+        match tokio::net::TcpStream::from_std(returned.stream) {
+            Ok(stream) => Some((
+                (stream, peer, returned.permit, returned.peer_count),
+                self.seats.take(self.index),
+            )),
+            Err(error) => {
+                tracing::debug!(%peer, %error, "accepted connection lost");
+                None
+            }
+        }
+    }
+}
+
+/// A connection counted against a worker; uncounted on drop.
+#[derive(Debug)]
+struct SeatTaken {
+    seats: Arc<Seats>,
+    index: usize,
+}
+
+impl Drop for SeatTaken {
+    fn drop(&mut self) {
+        self.seats.open[self.index].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An accepted connection with its `max_connections` permit and its count against its peer.
+type Counted = (
+    tokio::net::TcpStream,
+    SocketAddr,
+    OwnedSemaphorePermit,
+    Option<PeerCount>,
+);
+
+/// What one accept gave.
+enum Accepted {
+    Counted(Counted),
+    /// From a peer already at `max_connections_per_client`: closed (dropped) at once.
+    OverPeerCap(IpAddr),
+    Failed(io::Error),
+}
+
+/// Waits for a `max_connections` permit, accepts one connection, and counts it against its
+/// peer. Cancel-safe: nothing is lost if it is dropped while waiting.
+async fn accept_counted(
+    listener: &TcpListener,
+    limits: &ServerLimits,
+    permits: &Arc<Semaphore>,
+    peer_counts: &PeerCounts,
+) -> Accepted {
+    let permit = match permits.clone().acquire_owned().await {
+        Ok(permit) => permit,
+        Err(_) => unreachable!("the connection semaphore is never closed"),
+    };
+    let (stream, peer) = match listener.accept().await {
+        Ok(accepted) => accepted,
+        Err(error) => return Accepted::Failed(error),
+    };
+    let ip = peer.ip().to_canonical();
+    let peer_count = if limits.trusted_proxies.contains(ip) {
+        None
+    } else {
+        match PeerCount::take(peer_counts, ip, limits.max_connections_per_client) {
+            Some(count) => Some(count),
+            None => return Accepted::OverPeerCap(ip),
+        }
+    };
+    Accepted::Counted((stream, peer, permit, peer_count))
+}
+
+/// The next connection handed to `seat`, or never without one.
+async fn handed_to(seat: Option<&mut Seat>) -> Option<Handover> {
+    match seat {
+        Some(seat) => seat.inbox.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Open connections per direct peer.
@@ -179,7 +358,7 @@ where
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let caps = Caps::new(&limits);
-    accept_loop(listener, limits, caps, handler, shutdown).await
+    accept_loop(listener, limits, caps, None, handler, shutdown).await
 }
 
 /// [`serve`] on `workers` threads, each running its own current-thread runtime and its own
@@ -192,8 +371,8 @@ where
 /// throughput (`notes/proxy-profile.md`). A worker keeps a connection, its requests and
 /// (through [`PerWorker`]) its origin connections on one thread, as nginx's workers do.
 /// `max_connections` and the per-client cap stay process-wide: the workers share one
-/// semaphore and one count. Whichever worker's `accept` wins takes a connection, so a busy
-/// worker takes fewer.
+/// semaphore and one count. Whichever worker's `accept` wins gives the connection to the
+/// worker serving the fewest ([`Seats`]).
 ///
 /// Returns once every worker has drained (after `shutdown` is cancelled), with the first
 /// error any of them met.
@@ -213,9 +392,15 @@ where
     }
     let listener = listener.into_std()?;
     let caps = Caps::new(&limits);
+    let (seats, inboxes) = Seats::new(workers);
     let mut finished = Vec::with_capacity(workers);
-    for index in 0..workers {
+    for (index, inbox) in inboxes.into_iter().enumerate() {
         let socket = listener.try_clone()?;
+        let seat = Seat {
+            index,
+            seats: seats.clone(),
+            inbox,
+        };
         let (limits, caps, handler, shutdown) = (
             limits.clone(),
             caps.clone(),
@@ -234,7 +419,8 @@ where
                         SERVING.set(true);
                         runtime.block_on(async move {
                             let listener = TcpListener::from_std(socket)?;
-                            accept_loop(listener, limits, caps, handler, shutdown.cancelled()).await
+                            let shutdown = shutdown.cancelled();
+                            accept_loop(listener, limits, caps, Some(seat), handler, shutdown).await
                         })
                     });
                 let _ = done.send(served);
@@ -310,6 +496,7 @@ async fn accept_loop<H, F>(
     listener: TcpListener,
     limits: ServerLimits,
     caps: Caps,
+    mut seat: Option<Seat>,
     handler: H,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()>
@@ -332,24 +519,14 @@ where
         // Reap finished connection tasks so the set does not grow.
         while connections.try_join_next().is_some() {}
 
-        let permit = tokio::select! {
+        let next = tokio::select! {
             biased;
             () = &mut shutdown => break,
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => unreachable!("the connection semaphore is never closed"),
-            },
+            Some(handed) = handed_to(seat.as_mut()) => Err(handed),
+            accepted = accept_counted(&listener, &limits, &permits, &peer_counts) => Ok(accepted),
         };
-
-        let accepted = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                drop(permit);
+        let ((stream, peer, permit, peer_count), seat_taken) = match next {
+            Ok(Accepted::Failed(error)) => {
                 let backoff = if is_resource_exhaustion(&error) {
                     RESOURCE_BACKOFF
                 } else {
@@ -369,30 +546,40 @@ where
                     () = tokio::time::sleep(backoff) => continue,
                 }
             }
-        };
-        let ip = peer.ip().to_canonical();
-        let peer_count = if limits.trusted_proxies.contains(ip) {
-            None
-        } else {
-            match PeerCount::take(&peer_counts, ip, limits.max_connections_per_client) {
-                Some(count) => Some(count),
-                None => {
-                    // Closed at once (dropping the stream): the permit goes back with it.
-                    if let Some(suppressed) = over_peer_cap.allow_counted() {
-                        tracing::warn!(
-                            %ip,
-                            suppressed,
-                            max = limits.max_connections_per_client,
-                            "connection over server.max_connections_per_client closed"
-                        );
-                    }
+            Ok(Accepted::OverPeerCap(ip)) => {
+                // Closed at once (dropped): the permit went back with it.
+                if let Some(suppressed) = over_peer_cap.allow_counted() {
+                    tracing::warn!(
+                        %ip,
+                        suppressed,
+                        max = limits.max_connections_per_client,
+                        "connection over server.max_connections_per_client closed"
+                    );
+                }
+                continue;
+            }
+            Ok(Accepted::Counted(counted)) => match &seat {
+                Some(seat) => match seat.place(counted) {
+                    Some((counted, taken)) => (counted, Some(taken)),
+                    None => continue,
+                },
+                None => (counted, None),
+            },
+            Err(handed) => match tokio::net::TcpStream::from_std(handed.stream) {
+                Ok(stream) => (
+                    (stream, handed.peer, handed.permit, handed.peer_count),
+                    Some(handed.seat),
+                ),
+                Err(error) => {
+                    tracing::debug!(peer = %handed.peer, %error, "handed connection lost");
                     continue;
                 }
-            }
+            },
         };
         let slot = Arc::new(ConnectionSlot {
             _permit: permit,
             _peer: peer_count,
+            _seat: seat_taken,
             handoff: handoff::Handoff::default(),
         });
         if let Err(error) = stream.set_nodelay(true) {
@@ -640,6 +827,55 @@ mod tests {
         let mut out = Vec::new();
         let result = tokio::time::timeout(limit, stream.read_to_end(&mut out)).await;
         (String::from_utf8_lossy(&out).into_owned(), result.is_ok())
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_connections_is_spread_over_the_workers() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let which_worker = |_req: Request<Incoming>, _peer: SocketAddr| async {
+            Response::new(full(WORKER.get().to_string()))
+        };
+        let served = tokio::spawn(serve_on_workers(
+            listener,
+            2,
+            limits(),
+            which_worker,
+            shutdown.clone(),
+        ));
+        // All connected before any is served: they wait in the accept queue together, and
+        // whichever worker wakes first would take them all.
+        let mut connections = Vec::new();
+        for _ in 0..16 {
+            connections.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let mut served_by = [0usize; 2];
+        for connection in &mut connections {
+            connection
+                .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut response = Vec::new();
+            while !(response.ends_with(b"0") || response.ends_with(b"1"))
+                || !response.windows(4).any(|w| w == b"\r\n\r\n")
+            {
+                let mut buf = [0u8; 512];
+                let n = connection.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed: {}", String::from_utf8_lossy(&response));
+                response.extend_from_slice(&buf[..n]);
+            }
+            served_by[usize::from(response.last() == Some(&b'1'))] += 1;
+        }
+        // Kept open, each connection counts: at most one more on a worker than the other,
+        // give or take one both workers accepted at the same moment.
+        assert!(
+            served_by[0].abs_diff(served_by[1]) <= 2,
+            "connections per worker: {served_by:?}"
+        );
+        shutdown.cancel();
+        drop(connections);
+        served.await.unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -340,6 +340,7 @@ mod tests {
         let slot = Arc::new(ConnectionSlot {
             _permit: Arc::new(Semaphore::new(1)).acquire_owned().await.unwrap(),
             _peer: None,
+            _seat: None,
             handoff: Handoff::default(),
         });
         *slot.handoff.body.lock().unwrap() = Some(crate::http::body::full("never written"));

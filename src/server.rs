@@ -634,6 +634,9 @@ where
     }
 
     drop(listener);
+    // Closes this worker's inbox: a connection another worker accepts from now on stays
+    // with that worker instead of waiting here unread.
+    drop(seat);
     let open = graceful.count();
     tracing::info!(open, "stopped accepting; draining connections");
     if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())

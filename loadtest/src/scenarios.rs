@@ -775,11 +775,11 @@ pub async fn proxy(
             .target("≥ 1.00", tput >= 1.0)
             .why(
                 "on 2 shared cores the cheaper proxy wins the closed loop: anteroom spends \
-                  about twice nginx's CPU per request (rows above). About half of anteroom's \
-                  is kernel time in the same system calls nginx makes; the rest is user \
-                  space, spread over hyper's server and client, the cookie check, the \
-                  request's span and allocations (callgrind, BENCHMARKS.md notes), with no \
-                  one frame above 5 %",
+                  about 1.7 to 1.9 times nginx's CPU per request (rows above). About half of \
+                  anteroom's is kernel time in the same system calls nginx makes; the rest \
+                  is user space, spread over hyper's server and client, the cookie check \
+                  and about 20 allocations (callgrind, BENCHMARKS.md notes), with no one \
+                  frame above 4 %",
             ),
     );
     rows.push(

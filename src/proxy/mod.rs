@@ -821,11 +821,17 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     // `Connection` first: its values are taken out whole, so the names it lists can be
     // removed as text (no header name is built for them).
-    let listed: Vec<HeaderValue> = match headers.entry(header::CONNECTION) {
-        header::Entry::Occupied(entry) => entry.remove_entry_mult().1.collect(),
-        header::Entry::Vacant(_) => Vec::new(),
-    };
-    for value in &listed {
+    // Almost always one value (an origin's `keep-alive`): kept aside without a list.
+    let (mut first, mut more) = (None, Vec::new());
+    if let header::Entry::Occupied(entry) = headers.entry(header::CONNECTION) {
+        for value in entry.remove_entry_mult().1 {
+            match first {
+                None => first = Some(value),
+                Some(_) => more.push(value),
+            }
+        }
+    }
+    for value in first.iter().chain(&more) {
         let Ok(text) = value.to_str() else { continue };
         for token in text.split(',').map(str::trim) {
             if !token.is_empty() {
@@ -1166,6 +1172,22 @@ mod tests {
         let echoed = response.bytes().await.unwrap();
         assert_eq!(echoed.len(), payload.len());
         assert!(echoed[..] == payload[..]);
+    }
+
+    #[test]
+    fn every_connection_field_names_headers_to_drop() {
+        let mut headers = HeaderMap::new();
+        headers.append(header::CONNECTION, HeaderValue::from_static("x-one"));
+        headers.append(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, X-Two"),
+        );
+        for name in ["x-one", "x-two", "keep-alive", "te", "x-kept"] {
+            headers.insert(name, HeaderValue::from_static("v"));
+        }
+        strip_hop_by_hop(&mut headers);
+        let left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["x-kept"]);
     }
 
     #[tokio::test]

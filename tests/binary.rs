@@ -208,6 +208,17 @@ fn spawn(shell: Option<&str>, config: &Path) -> Process {
     Process(command.spawn().unwrap())
 }
 
+/// The process's log (stderr), line by line, once it exits.
+fn log_lines(process: &mut Process) -> std::thread::JoinHandle<Vec<String>> {
+    let stderr = process.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect()
+    })
+}
+
 async fn wait_ready(addr: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -304,14 +315,7 @@ async fn running_out_of_file_descriptors_is_survived() {
     let listen = free_port();
     let config = write_config(dir.path(), listen, &origin.url(), "");
     let mut process = spawn(Some("ulimit -n 64"), &config);
-    let stderr = process.0.stderr.take().unwrap();
-    let log = std::thread::spawn(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<_>>()
-            .join("\n")
-    });
+    let log = log_lines(&mut process);
     wait_ready(listen).await;
     // Far more connections than descriptors: the accept loop hits EMFILE.
     let mut held = Vec::new();
@@ -351,7 +355,7 @@ async fn running_out_of_file_descriptors_is_survived() {
         wait_exit(&mut process, Duration::from_secs(40)).code(),
         Some(0)
     );
-    let log = log.join().unwrap();
+    let log = log.join().unwrap().join("\n");
     assert!(
         log.contains("accept failed"),
         "the exhaustion was logged: {log}"
@@ -416,13 +420,7 @@ async fn a_log_line_about_a_request_carries_its_request_id() {
     )
     .unwrap();
     let mut process = spawn(None, &path);
-    let stderr = process.0.stderr.take().unwrap();
-    let log = std::thread::spawn(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<_>>()
-    });
+    let log = log_lines(&mut process);
     wait_ready(listen).await;
     let url = format!("http://{listen}/page");
     // From a trusted proxy, its request id is the request's (SPEC §6).

@@ -59,6 +59,22 @@ fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
+/// The descriptor count once it has held still for 200 ms (at most 3 s): anteroom's
+/// serving workers build their runtimes, and the client its pooled connections, after
+/// `start` and a first request have returned.
+async fn settled_fds() -> usize {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut last = open_fds();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = open_fds();
+        if now == last || Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
 /// Waits until the server closes `stream` (EOF or an error on read or write), feeding it
 /// `drip` every `every` meanwhile; returns how long that took, or `None` after `give_up`.
 async fn time_to_close(
@@ -165,7 +181,7 @@ async fn slow_clients_are_cut_off_while_a_real_visitor_is_served() {
     let first = http.get(&url).send().await.unwrap();
     assert_eq!(first.status(), 200);
     let cookie = visitor_cookie(&first).unwrap();
-    let baseline = open_fds();
+    let baseline = settled_fds().await;
 
     const PER_KIND: usize = 40;
     let kinds = [
@@ -281,7 +297,16 @@ async fn slow_clients_on_the_admin_listener_are_cut_off_while_the_admin_answers(
     let http = client();
     let status_url = format!("http://{admin}/__anteroom/admin/api/status");
     let page = format!("http://{}/", ar.addr);
-    let baseline = open_fds();
+    // The site and the admin answered once, so both listeners' workers are up.
+    assert!(http.get(&page).send().await.unwrap().status().is_success());
+    let ready = http
+        .get(&status_url)
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    let baseline = settled_fds().await;
 
     const PER_KIND: usize = 30;
     let kinds = [Slow::Silent, Slow::HeaderDribble, Slow::IdleKeepAlive];
@@ -427,7 +452,7 @@ async fn ten_thousand_connections_opened_and_dropped() {
     let first = http.get(&url).send().await.unwrap();
     let cookie = visitor_cookie(&first).unwrap();
     // Let the client's pooled connection settle into the baseline.
-    let baseline = open_fds();
+    let baseline = settled_fds().await;
 
     let started = Instant::now();
     let permits = Arc::new(Semaphore::new(AT_ONCE));

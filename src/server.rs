@@ -183,9 +183,7 @@ impl Seats {
             .unwrap_or((worker, mine));
         if fewest < mine { other } else { worker }
     }
-}
 
-impl Seats {
     /// Counts a connection against `worker` until the returned guard drops.
     fn take(self: &Arc<Self>, worker: usize) -> SeatTaken {
         self.open[worker].fetch_add(1, Ordering::Relaxed);
@@ -224,14 +222,19 @@ impl Seat {
             peer_count,
             seat: self.seats.take(other),
         };
-        let returned = self.seats.inboxes[other].send(handover).err()?.0;
-        match tokio::net::TcpStream::from_std(returned.stream) {
-            Ok(stream) => Some((
-                (stream, peer, returned.permit, returned.peer_count),
-                self.seats.take(self.index),
-            )),
+        let mut returned = self.seats.inboxes[other].send(handover).err()?.0;
+        returned.seat = self.seats.take(self.index);
+        returned.into_counted()
+    }
+}
+
+impl Handover {
+    /// Back to a tokio stream, on the worker that serves it (`None` if that fails).
+    fn into_counted(self) -> Option<(Counted, SeatTaken)> {
+        match tokio::net::TcpStream::from_std(self.stream) {
+            Ok(stream) => Some(((stream, self.peer, self.permit, self.peer_count), self.seat)),
             Err(error) => {
-                tracing::debug!(%peer, %error, "accepted connection lost");
+                tracing::debug!(peer = %self.peer, %error, "accepted connection lost");
                 None
             }
         }
@@ -565,15 +568,9 @@ where
                 },
                 None => (counted, None),
             },
-            Err(handed) => match tokio::net::TcpStream::from_std(handed.stream) {
-                Ok(stream) => (
-                    (stream, handed.peer, handed.permit, handed.peer_count),
-                    Some(handed.seat),
-                ),
-                Err(error) => {
-                    tracing::debug!(peer = %handed.peer, %error, "handed connection lost");
-                    continue;
-                }
+            Err(handed) => match handed.into_counted() {
+                Some((counted, taken)) => (counted, Some(taken)),
+                None => continue,
             },
         };
         let slot = Arc::new(ConnectionSlot {

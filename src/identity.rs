@@ -5,15 +5,16 @@
 //! Both the request path ([`crate::gate`]) and the store layer ([`crate::queue`]) import
 //! this module; it imports neither.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use http::{HeaderMap, Request, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, header};
 use ipnet::IpNet;
 
 /// The `X-Forwarded-For` header name.
-pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The peers whose `X-Forwarded-For` is believed (`trusted_proxies`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -61,7 +62,7 @@ static UNTRUSTED_XFF_WARNING: crate::log_limiter::LogLimiter =
 pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> IpAddr {
     let peer = peer.to_canonical();
     if !trusted.contains(peer) {
-        if headers.contains_key(X_FORWARDED_FOR) && UNTRUSTED_XFF_WARNING.allow() {
+        if headers.contains_key(&X_FORWARDED_FOR) && UNTRUSTED_XFF_WARNING.allow() {
             tracing::warn!(
                 %peer,
                 "ignoring X-Forwarded-For from a peer that is not in trusted_proxies \
@@ -72,7 +73,7 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) ->
     }
     let mut answer = peer;
     // Newest hop last: the last header's last entry is the closest to us.
-    for value in headers.get_all(X_FORWARDED_FOR).iter().rev() {
+    for value in headers.get_all(&X_FORWARDED_FOR).iter().rev() {
         let Ok(value) = value.to_str() else {
             return answer;
         };
@@ -206,10 +207,16 @@ pub enum HostError {
 /// A checked host (SPEC §6 "One host, checked"): a lower-cased DNS name (no trailing dot)
 /// or IP literal, and the port if one was given. The one value rooms are matched on and
 /// the origin receives, so that nothing downstream can read the request's host differently.
+///
+/// Held as the header value the origin receives (`name[:port]`, IPv6 in brackets) with the
+/// name's place in it: a `Host` header that is already canonical (the usual case) is kept
+/// as it arrived, a slice of the connection's read buffer, so checking it and forwarding
+/// it allocate nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CanonicalHost {
-    /// As rooms match it: IPv6 without brackets.
-    name: String,
+    authority: HeaderValue,
+    /// Where the name (IPv6 without brackets) sits in `authority`.
+    name: std::ops::Range<usize>,
     port: Option<u16>,
 }
 
@@ -218,51 +225,86 @@ impl CanonicalHost {
     /// with an optional numeric port; anything else (`a:80:80`, `x@host`, a backslash,
     /// spaces) is refused, because origins and rooms would read it differently.
     pub fn parse(raw: &str) -> Result<CanonicalHost, HostError> {
-        if let Some(rest) = raw.strip_prefix('[') {
+        Self::parse_keeping(raw, None)
+    }
+
+    /// [`CanonicalHost::parse`] of `value`'s text, keeping `value` itself when the text is
+    /// already canonical.
+    fn parse_header(value: &HeaderValue) -> Result<CanonicalHost, HostError> {
+        let text = value.to_str().map_err(|_| HostError::Malformed)?;
+        Self::parse_keeping(text, Some(value))
+    }
+
+    fn parse_keeping(raw: &str, value: Option<&HeaderValue>) -> Result<CanonicalHost, HostError> {
+        let (name, bracketed, port_text) = if let Some(rest) = raw.strip_prefix('[') {
             let (v6, after) = rest.split_once(']').ok_or(HostError::Malformed)?;
             let ip: Ipv6Addr = v6.parse().map_err(|_| HostError::Malformed)?;
             let port = match after {
                 "" => None,
-                p => Some(parse_port(
-                    p.strip_prefix(':').ok_or(HostError::Malformed)?,
-                )?),
+                p => Some(p.strip_prefix(':').ok_or(HostError::Malformed)?),
             };
+            let canonical = ip.to_string();
+            let name = if canonical == v6 {
+                Cow::Borrowed(v6)
+            } else {
+                Cow::Owned(canonical)
+            };
+            (name, true, port)
+        } else {
+            let (name, port) = match raw.split_once(':') {
+                Some((name, p)) => (name, Some(p)),
+                None => (raw, None),
+            };
+            (dns_name_or_ipv4(name)?, false, port)
+        };
+        let port = port_text.map(parse_port).transpose()?;
+        // The text as given is canonical when the name needed no change and the port has
+        // no leading zero (`:080` is forwarded as `:80`).
+        let canonical_port = port_text.is_none_or(|p| p.len() == 1 || !p.starts_with('0'));
+        let start = usize::from(bracketed);
+        let name_range = start..start + name.len();
+        if let (Cow::Borrowed(_), true, Some(value)) = (&name, canonical_port, value) {
             return Ok(CanonicalHost {
-                name: ip.to_string(),
+                authority: value.clone(),
+                name: name_range,
                 port,
             });
         }
-        let (name, port) = match raw.split_once(':') {
-            Some((name, p)) => (name, Some(parse_port(p)?)),
-            None => (raw, None),
-        };
+        let mut text = String::with_capacity(name.len() + 8);
+        if bracketed {
+            text.push('[');
+            text.push_str(&name);
+            text.push(']');
+        } else {
+            text.push_str(&name);
+        }
+        if let Some(port) = port {
+            text.push(':');
+            push_decimal(&mut text, port);
+        }
+        let authority = HeaderValue::from_maybe_shared(bytes::Bytes::from(text))
+            .map_err(|_| HostError::Malformed)?;
         Ok(CanonicalHost {
-            name: dns_name_or_ipv4(name)?,
+            authority,
+            name: name_range,
             port,
         })
     }
 
     /// The host as rooms match it (see [`normalize_host`]).
     pub fn name(&self) -> &str {
-        &self.name
+        // Checked ASCII when parsed, so the conversion cannot fail.
+        std::str::from_utf8(&self.authority.as_bytes()[self.name.clone()]).unwrap_or_default()
     }
 
-    /// The host as the origin receives it: `name[:port]`, IPv6 in brackets. Built by hand:
-    /// every proxied request asks for it.
-    pub fn authority(&self) -> String {
-        let mut text = String::with_capacity(self.name.len() + 8);
-        if self.name.contains(':') {
-            text.push('[');
-            text.push_str(&self.name);
-            text.push(']');
-        } else {
-            text.push_str(&self.name);
-        }
-        if let Some(port) = self.port {
-            text.push(':');
-            push_decimal(&mut text, port);
-        }
-        text
+    /// The host as the origin receives it: `name[:port]`, IPv6 in brackets.
+    pub fn authority(&self) -> &str {
+        self.authority.to_str().unwrap_or_default()
+    }
+
+    /// [`CanonicalHost::authority`] as a header value (a clone shares its bytes).
+    pub fn header_value(&self) -> &HeaderValue {
+        &self.authority
     }
 }
 
@@ -293,16 +335,25 @@ fn parse_port(p: &str) -> Result<u16, HostError> {
 
 /// A DNS name (letters, digits, `-`, `_`, dot-separated labels of 1–63 bytes, at most 253
 /// bytes, one trailing dot allowed and dropped, so `shop.example.` is `shop.example`) or a
-/// dotted IPv4 address, lower-cased.
-fn dns_name_or_ipv4(name: &str) -> Result<String, HostError> {
-    let name = name.strip_suffix('.').unwrap_or(name);
-    if name.is_empty() || name.len() > 253 {
+/// dotted IPv4 address, lower-cased; borrowed when `name` is already all of that.
+fn dns_name_or_ipv4(name: &str) -> Result<Cow<'_, str>, HostError> {
+    let trimmed = name.strip_suffix('.').unwrap_or(name);
+    if trimmed.is_empty() || trimmed.len() > 253 {
         return Err(HostError::Malformed);
     }
-    if let Ok(ip) = name.parse::<Ipv4Addr>() {
-        return Ok(ip.to_string());
+    let as_given = |text: &str| -> Cow<'_, str> {
+        if text.len() == name.len() && !text.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Borrowed(&name[..text.len()])
+        } else {
+            Cow::Owned(text.to_ascii_lowercase())
+        }
+    };
+    // The standard parser takes only four decimal octets without leading zeros, so an
+    // address it accepts is already written the one way it prints.
+    if trimmed.parse::<Ipv4Addr>().is_ok() {
+        return Ok(as_given(trimmed));
     }
-    for label in name.split('.') {
+    for label in trimmed.split('.') {
         let ok = !label.is_empty()
             && label.len() <= 63
             && label
@@ -314,24 +365,21 @@ fn dns_name_or_ipv4(name: &str) -> Result<String, HostError> {
     }
     // All-numeric last labels that are not a valid IPv4 (`1.2.3.999`) are read differently
     // by different resolvers; refuse rather than guess.
-    if name
+    if trimmed
         .rsplit('.')
         .next()
         .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
     {
         return Err(HostError::Malformed);
     }
-    Ok(name.to_ascii_lowercase())
+    Ok(as_given(trimmed))
 }
 
 /// The request's one host: `:authority` for HTTP/2 (a `Host` header next to it must agree),
 /// else the `Host` header. `Ok(None)` when the request names none (HTTP/1.0).
 pub fn request_host<B>(req: &Request<B>) -> Result<Option<CanonicalHost>, HostError> {
     let header = match req.headers().get(header::HOST) {
-        Some(value) => {
-            let text = value.to_str().map_err(|_| HostError::Malformed)?;
-            Some(CanonicalHost::parse(text)?)
-        }
+        Some(value) => Some(CanonicalHost::parse_header(value)?),
         None => None,
     };
     let authority = match req.uri().authority() {
@@ -363,7 +411,7 @@ mod tests {
     fn xff(values: &[&str]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for v in values {
-            h.append(X_FORWARDED_FOR, HeaderValue::from_str(v).unwrap());
+            h.append(&X_FORWARDED_FOR, HeaderValue::from_str(v).unwrap());
         }
         h
     }
@@ -437,7 +485,7 @@ mod tests {
         assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
         // A non-ASCII header stops the walk.
         let mut h = xff(&["198.51.100.7"]);
-        h.append(X_FORWARDED_FOR, HeaderValue::from_bytes(b"\xe9").unwrap());
+        h.append(&X_FORWARDED_FOR, HeaderValue::from_bytes(b"\xe9").unwrap());
         assert_eq!(client_ip(peer, &h, &t), peer);
         // A huge header is fine.
         let huge = "x".repeat(10_000) + &",10.1.1.1".repeat(10_000);
@@ -511,7 +559,7 @@ mod tests {
     }
 
     fn host(s: &str) -> Result<(String, Option<u16>), HostError> {
-        CanonicalHost::parse(s).map(|h| (h.name, h.port))
+        CanonicalHost::parse(s).map(|h| (h.name().to_owned(), h.port))
     }
 
     #[test]
@@ -570,6 +618,42 @@ mod tests {
         ] {
             assert!(host(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn a_canonical_host_header_is_forwarded_as_it_arrived() {
+        let parsed = |text: &str| {
+            let value = HeaderValue::from_str(text).unwrap();
+            let host = CanonicalHost::parse_header(&value).unwrap();
+            let kept = host.header_value().as_bytes().as_ptr() == value.as_bytes().as_ptr();
+            (host, kept)
+        };
+        for text in [
+            "shop.example",
+            "shop.example:8080",
+            "127.0.0.1:80",
+            "[::1]:443",
+        ] {
+            let (host, kept) = parsed(text);
+            assert!(kept, "{text} was copied");
+            assert_eq!(host.authority(), text);
+        }
+        for (text, canonical, name) in [
+            ("Shop.Example", "shop.example", "shop.example"),
+            ("shop.example.:8080", "shop.example:8080", "shop.example"),
+            ("shop.example:080", "shop.example:80", "shop.example"),
+            ("[0:0::1]:443", "[::1]:443", "::1"),
+            ("127.0.0.1.", "127.0.0.1", "127.0.0.1"),
+        ] {
+            let (host, kept) = parsed(text);
+            assert!(!kept, "{text} was kept");
+            assert_eq!(host.authority(), canonical);
+            assert_eq!(host.header_value(), canonical);
+            assert_eq!(host.name(), name);
+        }
+        // Equal hosts compare equal however they were written.
+        assert_eq!(parsed("Shop.Example:80").0, parsed("shop.example:80").0);
+        assert_ne!(parsed("shop.example:80").0, parsed("shop.example").0);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use sha2::Sha256;
 /// The query parameter a grant may be carried in. Removed before the origin.
 pub const GRANT_PARAM: &str = "ar_grant";
 /// The header a grant may be carried in. Removed before the origin.
-pub const GRANT_HEADER: &str = "x-anteroom-grant";
+pub const GRANT_HEADER: http::HeaderName = http::HeaderName::from_static("x-anteroom-grant");
 
 /// The only version of the format.
 const VERSION: &str = "v1";
@@ -181,7 +181,7 @@ pub fn mint_for(secret: &[u8], room: &str, ttl: Duration, now: u64) -> Result<St
 /// parameter (percent-decoded; a grant has no characters that need encoding, but a client
 /// may encode them anyway). `None` when neither is present.
 pub fn carried<B>(req: &http::Request<B>) -> Option<String> {
-    if let Some(v) = req.headers().get(GRANT_HEADER) {
+    if let Some(v) = req.headers().get(&GRANT_HEADER) {
         return Some(String::from_utf8_lossy(v.as_bytes()).into_owned());
     }
     let query = req.uri().query()?;
@@ -432,7 +432,7 @@ mod tests {
             .unwrap();
         assert_eq!(carried(&header).as_deref(), Some("g2"));
         strip(&mut header);
-        assert!(header.headers().get(GRANT_HEADER).is_none());
+        assert!(header.headers().get(&GRANT_HEADER).is_none());
         assert_eq!(
             header.uri().to_string(),
             "/p?q=ar_grant",

@@ -40,10 +40,12 @@ use sha2::{Digest, Sha256};
 use crate::queue::VisitorId;
 
 /// The request header that carries the token to the origin.
-pub const ADMISSION_HEADER: &str = "x-anteroom-admission";
+pub const ADMISSION_HEADER: http::HeaderName =
+    http::HeaderName::from_static("x-anteroom-admission");
 /// The response header by which the origin ends the visitor's session (stripped before the
 /// visitor sees the response).
-pub const END_SESSION_HEADER: &str = "x-anteroom-end-session";
+pub const END_SESSION_HEADER: http::HeaderName =
+    http::HeaderName::from_static("x-anteroom-end-session");
 /// The only token version this code writes and reads.
 const VERSION: &str = "v1";
 /// Longer than any token we issue (room names are at most 64 characters); anything longer

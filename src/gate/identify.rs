@@ -106,7 +106,10 @@ impl App {
 
 /// A trusted proxy's `X-Forwarded-Proto`, if it is `http` or `https` (the first of a list).
 fn forwarded_proto(headers: &HeaderMap) -> Option<&'static str> {
-    let value = headers.get("x-forwarded-proto")?.to_str().ok()?;
+    let value = headers
+        .get(crate::proxy::X_FORWARDED_PROTO)?
+        .to_str()
+        .ok()?;
     match value.split(',').next()?.trim() {
         p if p.eq_ignore_ascii_case("https") => Some("https"),
         p if p.eq_ignore_ascii_case("http") => Some("http"),
@@ -139,7 +142,7 @@ fn new_request_id() -> HeaderValue {
         hex[2 * i] = HEX[usize::from(byte >> 4)];
         hex[2 * i + 1] = HEX[usize::from(byte & 0x0f)];
     }
-    HeaderValue::from_bytes(&hex).expect("hex is a valid header value")
+    crate::http::scratch::header_value(&hex).expect("hex is a valid header value")
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -197,7 +197,7 @@ fn access_started<B>(
         client: identity.client_ip,
         peer: identity.peer,
         method: req.method().clone(),
-        host: identity.host.as_ref().map(|h| h.authority()),
+        host: identity.host.as_ref().map(|h| h.authority().to_owned()),
         path: access_log::path_of(req.uri()),
         room: identity.room,
         reference: identity.visitor.map(|v| v.reference()),

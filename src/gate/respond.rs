@@ -71,10 +71,7 @@ impl App {
         let ctx = ForwardContext {
             client_ip: identity.client_ip,
             proto: identity.proto,
-            host: identity
-                .host
-                .as_ref()
-                .and_then(|h| http::HeaderValue::from_str(&h.authority()).ok()),
+            host: identity.host.as_ref().map(|h| h.header_value().clone()),
             preserve_host: room.config.preserve_host,
             trusted_peer: identity.trusted_peer,
             request_id: Some(identity.request_id.clone()),
@@ -89,7 +86,7 @@ impl App {
             Ok(mut response) => {
                 response.extensions_mut().insert(Proxied);
                 // The origin's word to us, never shown to the visitor.
-                let end = ends_session(response.headers().get(END_SESSION_HEADER));
+                let end = ends_session(response.headers().get(&END_SESSION_HEADER));
                 response.headers_mut().remove(END_SESSION_HEADER);
                 if let (true, Some((visitor, _))) = (end, admitted) {
                     if let Some(signer) = &self.signer {

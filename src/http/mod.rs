@@ -1,9 +1,10 @@
 //! The HTTP vocabulary every listener shares: the response [`body`] type, our own
-//! [`pages`] (waiting page, messages, JSON), their [`i18n`] catalogues, and the built-in
-//! front-end [`assets`]. Nothing here decides anything about a request; that is
-//! [`crate::gate`].
+//! [`pages`] (waiting page, messages, JSON), their [`i18n`] catalogues, the built-in
+//! front-end [`assets`], and the [`scratch`] buffer the per-request header values are cut
+//! from. Nothing here decides anything about a request; that is [`crate::gate`].
 
 pub mod assets;
 pub mod body;
 pub mod i18n;
 pub mod pages;
+pub mod scratch;

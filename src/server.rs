@@ -477,6 +477,11 @@ impl<T> PerWorker<T> {
     pub fn get(&self) -> &T {
         &self.0[WORKER.get() % self.0.len()]
     }
+
+    /// Every worker's value.
+    pub fn all(&self) -> impl Iterator<Item = &T> {
+        self.0.iter()
+    }
 }
 
 /// The process-wide caps every accept loop takes from.

@@ -127,7 +127,9 @@ pub struct App {
     /// The abuse registry (SPEC §10): the ban check, strikes, ban paths.
     pub abuse: Arc<AbuseRegistry>,
     /// Who this replica recently admitted, by client, so a ban can end their sessions.
-    recent: Mutex<RecentVisitors>,
+    /// One table per serving worker: every admitted request records itself, and a lock
+    /// shared by the workers was the one they contended for on that path.
+    recent: PerWorker<Mutex<RecentVisitors>>,
     /// Verifies priority grants (SPEC §10); `None`: a grant is ignored.
     priority_secret: Option<crate::config::Secret>,
     /// The access log (SPEC §13); `None` with `access_log: off`, and then the request path
@@ -137,8 +139,8 @@ pub struct App {
     draws: draw::DrawCache,
 }
 
-/// Clients this replica kept as recently admitted (beyond it, an arbitrary one is
-/// forgotten and its sessions end by `session_ttl` instead of at once).
+/// Clients this replica kept as recently admitted, over all its workers (beyond it, an
+/// arbitrary one is forgotten and its sessions end by `session_ttl` instead of at once).
 pub const RECENT_CLIENTS: usize = 65_536;
 /// Visitors kept per client (a client behind one address with more tabs or browsers than
 /// this has its oldest forgotten).
@@ -146,27 +148,38 @@ pub const RECENT_PER_CLIENT: usize = 8;
 
 /// Client address → (room index, visitor) admitted recently through this replica. Bounded
 /// by [`RECENT_CLIENTS`] × [`RECENT_PER_CLIENT`] entries (about 12 MB at most).
-#[derive(Default)]
 struct RecentVisitors {
     by_client: HashMap<IpAddr, Vec<(usize, VisitorId)>>,
+    /// This table's share of [`RECENT_CLIENTS`].
+    max_clients: usize,
 }
 
 impl RecentVisitors {
+    fn new(max_clients: usize) -> Self {
+        RecentVisitors {
+            by_client: HashMap::new(),
+            max_clients: max_clients.max(1),
+        }
+    }
+
     fn record(&mut self, client: IpAddr, room: usize, visitor: VisitorId) {
-        if !self.by_client.contains_key(&client)
-            && self.by_client.len() >= RECENT_CLIENTS
+        // A client seen before (every request after its first) costs one lookup.
+        if let Some(list) = self.by_client.get_mut(&client) {
+            if list.contains(&(room, visitor)) {
+                return;
+            }
+            if list.len() >= RECENT_PER_CLIENT {
+                list.remove(0);
+            }
+            list.push((room, visitor));
+            return;
+        }
+        if self.by_client.len() >= self.max_clients
             && let Some(evict) = self.by_client.keys().next().copied()
         {
             self.by_client.remove(&evict);
         }
-        let list = self.by_client.entry(client).or_default();
-        if list.contains(&(room, visitor)) {
-            return;
-        }
-        if list.len() >= RECENT_PER_CLIENT {
-            list.remove(0);
-        }
-        list.push((room, visitor));
+        self.by_client.insert(client, vec![(room, visitor)]);
     }
 
     /// Removes and returns the visitors of clients for which `banned` is true.
@@ -310,7 +323,12 @@ impl App {
             admin_on_public: config.admin_listen.is_none(),
             admin_allow: config.admin_allow.clone(),
             abuse,
-            recent: Mutex::new(RecentVisitors::default()),
+            recent: {
+                let workers = config.server.workers.max(1);
+                PerWorker::new(workers, || {
+                    Mutex::new(RecentVisitors::new(RECENT_CLIENTS.div_ceil(workers)))
+                })
+            },
             priority_secret: config.priority_secret.clone(),
             access_log,
             draws: draw::DrawCache::new(&config.rooms),
@@ -502,6 +520,7 @@ impl App {
     /// Remembers that `client` was admitted as `visitor` in room `room` (for [`App::sweep_banned`]).
     fn record_admitted(&self, client: IpAddr, room: usize, visitor: VisitorId) {
         self.recent
+            .get()
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .record(crate::abuse::client_ip(client), room, visitor);
@@ -520,11 +539,12 @@ impl App {
         let origin_streams: usize = (self.rooms.iter())
             .map(|room| room.streams.end_where(|ip| abuse.is_banned(ip)))
             .sum();
-        let ended = self
-            .recent
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take_where(|ip| abuse.is_banned(ip));
+        let ended: Vec<(usize, VisitorId)> = (self.recent.all())
+            .flat_map(|recent| {
+                (recent.lock().unwrap_or_else(|p| p.into_inner()))
+                    .take_where(|ip| abuse.is_banned(ip))
+            })
+            .collect();
         let mut sessions = 0;
         for (room, visitor) in ended {
             if let Ok(true) = self
@@ -685,5 +705,43 @@ impl App {
             http::HeaderValue::from_static("close"),
         );
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_visitors_are_bounded_per_client_and_per_table() {
+        let mut recent = RecentVisitors::new(2);
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            "10.0.0.3".parse().unwrap(),
+        );
+        let visitors: Vec<VisitorId> = (0..=RECENT_PER_CLIENT)
+            .map(|_| VisitorId::random())
+            .collect();
+        // The same visitor again is not a second entry.
+        recent.record(a, 0, visitors[0]);
+        recent.record(a, 0, visitors[0]);
+        assert_eq!(recent.by_client[&a], vec![(0, visitors[0])]);
+        // One more than a client keeps: its oldest is forgotten.
+        for v in &visitors[1..] {
+            recent.record(a, 0, *v);
+        }
+        let kept: Vec<VisitorId> = recent.by_client[&a].iter().map(|e| e.1).collect();
+        assert_eq!(kept, visitors[1..]);
+        // A third client in a table of two forgets one of the others.
+        recent.record(b, 1, visitors[0]);
+        recent.record(c, 1, visitors[0]);
+        assert_eq!(recent.by_client.len(), 2);
+        assert!(recent.by_client.contains_key(&c));
+        // A ban takes its client's visitors out.
+        let taken = recent.take_where(|ip| ip == c);
+        assert_eq!(taken, vec![(1, visitors[0])]);
+        assert!(!recent.by_client.contains_key(&c));
+        assert_eq!(recent.by_client.len(), 1);
     }
 }

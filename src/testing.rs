@@ -255,6 +255,11 @@ impl RedisServer {
         self.port
     }
 
+    /// The server's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// `redis://127.0.0.1:port`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
         let scheme = if self.tls.is_some() {

@@ -73,21 +73,71 @@ pub fn rss(pid: u32) -> anyhow::Result<(u64, u64)> {
     Ok((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// CPU time used so far by a process and its direct children, in seconds.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuTime {
+    pub user: f64,
+    pub system: f64,
+}
+
+impl CpuTime {
+    pub fn total(self) -> f64 {
+        self.user + self.system
+    }
+
+    /// What was used between `before` and `self`.
+    pub fn since(self, before: CpuTime) -> CpuTime {
+        CpuTime {
+            user: self.user - before.user,
+            system: self.system - before.system,
+        }
+    }
+}
+
+impl std::ops::AddAssign for CpuTime {
+    fn add_assign(&mut self, other: CpuTime) {
+        self.user += other.user;
+        self.system += other.system;
+    }
+}
+
 /// CPU time (user + system, in seconds) used so far by process `pid` and its direct
-/// children (nginx's workers), from `/proc/<pid>/stat`; clock ticks assumed 100 Hz, which
-/// is what Linux reports to user space on every architecture we run on.
+/// children (nginx's workers).
 pub fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
-    fn fields(stat: &str) -> Option<(u32, u64)> {
+    cpu_time(pid).map(CpuTime::total)
+}
+
+/// CPU time (user + system, in seconds) used so far by this process alone: not the
+/// servers it started.
+pub fn own_cpu_secs() -> anyhow::Result<f64> {
+    process_cpu(std::process::id(), false).map(CpuTime::total)
+}
+
+/// [`cpu_secs`] split into user and system time.
+pub fn cpu_time(pid: u32) -> anyhow::Result<CpuTime> {
+    process_cpu(pid, true)
+}
+
+/// From `/proc/<pid>/stat` (and its children's, if asked); clock ticks assumed 100 Hz,
+/// which is what Linux reports to user space on every architecture we run on.
+fn process_cpu(pid: u32, with_children: bool) -> anyhow::Result<CpuTime> {
+    fn fields(stat: &str) -> Option<(u32, u64, u64)> {
         // After the `(comm)` field: state, ppid, … utime is field 14, stime 15 (1-based).
         let rest = &stat[stat.rfind(')')? + 2..];
         let f: Vec<&str> = rest.split_whitespace().collect();
         let ppid = f.get(1)?.parse().ok()?;
-        let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-        Some((ppid, ticks))
+        let user = f.get(11)?.parse::<u64>().ok()?;
+        let system = f.get(12)?.parse::<u64>().ok()?;
+        Some((ppid, user, system))
     }
     let own = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let (_, mut ticks) = fields(&own).context("malformed /proc stat")?;
-    for entry in std::fs::read_dir("/proc")?.flatten() {
+    let (_, mut user, mut system) = fields(&own).context("malformed /proc stat")?;
+    let children = if with_children {
+        std::fs::read_dir("/proc")?.flatten().collect()
+    } else {
+        Vec::new()
+    };
+    for entry in children {
         let Some(child) = entry
             .file_name()
             .to_str()
@@ -96,13 +146,17 @@ pub fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
             continue;
         };
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat"))
-            && let Some((ppid, t)) = fields(&stat)
+            && let Some((ppid, u, s)) = fields(&stat)
             && ppid == pid
         {
-            ticks += t;
+            user += u;
+            system += s;
         }
     }
-    Ok(ticks as f64 / 100.0)
+    Ok(CpuTime {
+        user: user as f64 / 100.0,
+        system: system as f64 / 100.0,
+    })
 }
 
 /// A child process killed (SIGKILL) and reaped on drop.

@@ -17,7 +17,7 @@ use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{self, Admin, Conn};
-use crate::infra::{self, Anteroom, AnteroomSpec, Nginx, cpu_secs};
+use crate::infra::{self, Anteroom, AnteroomSpec, CpuTime, Nginx, cpu_secs, cpu_time};
 use crate::report::{Row, fmt_value};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -57,9 +57,23 @@ pub async fn fill(store: Store, n: u64, conns: usize) -> anyhow::Result<Vec<Row>
         "fill: {n} joins from {conns} connections, {} store",
         store.name()
     ));
-    let cpu_before = cpu_secs(ant.pid())?;
+    // Every process the joins cost: anteroom, redis-server, and this harness's client.
+    let redis_pid = redis.as_ref().and_then(RedisServer::pid);
+    let cpu_now = || -> anyhow::Result<Vec<f64>> {
+        Ok(vec![
+            cpu_secs(ant.pid())?,
+            redis_pid.map_or(Ok(0.0), cpu_secs)?,
+            infra::own_cpu_secs()?,
+        ])
+    };
+    let cpu_before = cpu_now()?;
     let load = client::load(ant.addr, conns, n, Duration::from_secs(900), None, false).await?;
-    let cpu_per_join = (cpu_secs(ant.pid())? - cpu_before) * 1e6 / n.max(1) as f64;
+    let per_join: Vec<f64> = (cpu_now()?.iter().zip(&cpu_before))
+        .map(|(after, before)| (after - before) * 1e6 / n.max(1) as f64)
+        .collect();
+    let (cpu_per_join, redis_per_join, client_per_join) = (per_join[0], per_join[1], per_join[2]);
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as f64;
+    let all_per_join = cpu_per_join + redis_per_join + client_per_join;
     if load.errors > 0 {
         say(format!("fill: {} errors", load.errors));
     }
@@ -69,11 +83,11 @@ pub async fn fill(store: Store, n: u64, conns: usize) -> anyhow::Result<Vec<Row>
         Store::Redis => (25_000.0, "≥ 25,000/s"),
     };
     let rate = load.rate();
-    let why = "joins are measured end to end over HTTP with the harness's client on the \
-               same 2 cores, so the box, not anteroom alone, is the limit (the seed ran on \
-               8 cores). Closing it: a second machine for the load generator, or a cheaper \
-               join (each one signs a cookie and renders the HTML waiting page; not profiled \
-               here).";
+    let why = "joins are measured end to end over HTTP with the harness's client and \
+               redis-server on the same 2 cores, so the box, not anteroom alone, is the \
+               limit (the seed ran on 8 cores): the rows below give what each process spends \
+               on a join, and the rate the cores allow at that cost. Closing it: a second \
+               machine for the load generator, or a cheaper join.";
     Ok(vec![
         Row::new(
             "fill",
@@ -92,6 +106,21 @@ pub async fn fill(store: Store, n: u64, conns: usize) -> anyhow::Result<Vec<Row>
             format!("anteroom CPU per join, {s}"),
             cpu_per_join,
             "µs",
+        ),
+        Row {
+            ours: format!("{cpu_per_join:.1} / {redis_per_join:.1} / {client_per_join:.1} µs"),
+            ..Row::new(
+                "fill",
+                format!("CPU per join, anteroom / redis-server / the harness's client, {s}"),
+                all_per_join,
+                "",
+            )
+        },
+        Row::new(
+            "fill",
+            format!("joins/s the {cores} cores allow at that CPU per join, {s}"),
+            cores * 1e6 / all_per_join.max(f64::MIN_POSITIVE),
+            "/s",
         ),
     ])
 }
@@ -702,15 +731,15 @@ pub async fn proxy(
     let mut runs: Vec<Vec<Wrk>> = vec![Vec::new(); targets.len()];
     // The proxy's own CPU time per request, summed over the rounds: unlike req/s it hardly
     // moves when other work shares the cores, so it is the figure to compare changes by.
-    let mut cpu: Vec<(f64, u64)> = vec![(0.0, 0); targets.len()];
+    let mut cpu: Vec<(CpuTime, u64)> = vec![(CpuTime::default(), 0); targets.len()];
     for round in 0..rounds {
         for (i, (label, url, h, pid)) in targets.iter().enumerate() {
             say(format!("proxy: round {} of {rounds}: {label}", round + 1));
             let headers: Vec<&str> = h.iter().copied().collect();
-            let before = pid.map(cpu_secs).transpose()?;
+            let before = pid.map(cpu_time).transpose()?;
             let r = tokio::task::block_in_place(|| wrk(url, threads, conns, secs, &headers))?;
             if let (Some(pid), Some(before)) = (pid, before) {
-                cpu[i].0 += cpu_secs(*pid)? - before;
+                cpu[i].0 += cpu_time(*pid)?.since(before);
                 cpu[i].1 += r.requests;
             }
             if r.errors > 0 {
@@ -735,8 +764,28 @@ pub async fn proxy(
             ..Row::new("proxy", format!("{label}: p50 / p99"), r.p99_ms, "")
         });
     }
-    let per_request = |(secs, requests): (f64, u64)| secs * 1e6 / requests.max(1) as f64;
+    let per_request = |(time, requests): (CpuTime, u64)| CpuTime {
+        user: time.user * 1e6 / requests.max(1) as f64,
+        system: time.system * 1e6 / requests.max(1) as f64,
+    };
     let (nginx_cpu, ant_cpu) = (per_request(cpu[1]), per_request(cpu[2]));
+    // Split, because the two answer different questions: system time is the same system
+    // calls nginx makes (and being scheduled), user time is the proxy's own code.
+    for (label, split) in [
+        ("nginx reverse proxy", nginx_cpu),
+        ("anteroom, admitted visitor", ant_cpu),
+    ] {
+        rows.push(Row {
+            ours: format!("{:.1} / {:.1} µs", split.user, split.system),
+            ..Row::new(
+                "proxy",
+                format!("{label}: user / system CPU per request"),
+                split.total(),
+                "",
+            )
+        });
+    }
+    let (nginx_cpu, ant_cpu) = (nginx_cpu.total(), ant_cpu.total());
     rows.push(Row::new(
         "proxy",
         "nginx reverse proxy: CPU per request",
@@ -758,7 +807,7 @@ pub async fn proxy(
     rows.push(Row::new(
         "proxy",
         "anteroom, workers: 1: CPU per request",
-        per_request(cpu[3]),
+        per_request(cpu[3]).total(),
         "µs",
     ));
     rows.push(Row::new(

@@ -212,7 +212,7 @@ pub enum HostError {
 /// name's place in it: a `Host` header that is already canonical (the usual case) is kept
 /// as it arrived, a slice of the connection's read buffer, so checking it and forwarding
 /// it allocate nothing.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct CanonicalHost {
     authority: HeaderValue,
     /// Where the name (IPv6 without brackets) sits in `authority`.
@@ -305,6 +305,12 @@ impl CanonicalHost {
     /// [`CanonicalHost::authority`] as a header value (a clone shares its bytes).
     pub fn header_value(&self) -> &HeaderValue {
         &self.authority
+    }
+}
+
+impl fmt::Debug for CanonicalHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CanonicalHost({})", self.authority())
     }
 }
 

@@ -23,11 +23,11 @@ pub mod respond;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use http::{Method, Request, Response, StatusCode};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
 use crate::abuse::{AbuseRegistry, PathOutcome, StrikeReason};
@@ -139,8 +139,9 @@ pub struct App {
     draws: draw::DrawCache,
 }
 
-/// Clients this replica kept as recently admitted, over all its workers (beyond it, an
-/// arbitrary one is forgotten and its sessions end by `session_ttl` instead of at once).
+/// Clients this replica kept as recently admitted, over all its workers together (beyond
+/// it, an arbitrary one is forgotten and its sessions end by `session_ttl` instead of at
+/// once).
 pub const RECENT_CLIENTS: usize = 65_536;
 /// Visitors kept per client (a client behind one address with more tabs or browsers than
 /// this has its oldest forgotten).
@@ -150,14 +151,18 @@ pub const RECENT_PER_CLIENT: usize = 8;
 /// by [`RECENT_CLIENTS`] × [`RECENT_PER_CLIENT`] entries (about 12 MB at most).
 struct RecentVisitors {
     by_client: HashMap<IpAddr, Vec<(usize, VisitorId)>>,
-    /// This table's share of [`RECENT_CLIENTS`].
+    /// Clients in every worker's table together, held under `max_clients`: a worker may
+    /// be serving nearly all of them (one proxy's few connections), so the bound is on the
+    /// sum, not a share each.
+    clients: Arc<AtomicUsize>,
     max_clients: usize,
 }
 
 impl RecentVisitors {
-    fn new(max_clients: usize) -> Self {
+    fn new(clients: Arc<AtomicUsize>, max_clients: usize) -> Self {
         RecentVisitors {
             by_client: HashMap::new(),
+            clients,
             max_clients: max_clients.max(1),
         }
     }
@@ -174,12 +179,16 @@ impl RecentVisitors {
             list.push((room, visitor));
             return;
         }
-        if self.by_client.len() >= self.max_clients
+        // At the bound, one of this table's own goes (a table with none of its own adds
+        // one anyway: the sum stays within one per worker of the bound).
+        if self.clients.load(Ordering::Relaxed) >= self.max_clients
             && let Some(evict) = self.by_client.keys().next().copied()
         {
             self.by_client.remove(&evict);
+            self.clients.fetch_sub(1, Ordering::Relaxed);
         }
         self.by_client.insert(client, vec![(room, visitor)]);
+        self.clients.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Removes and returns the visitors of clients for which `banned` is true.
@@ -190,6 +199,7 @@ impl RecentVisitors {
             .copied()
             .filter(|ip| banned(*ip))
             .collect();
+        self.clients.fetch_sub(clients.len(), Ordering::Relaxed);
         clients
             .into_iter()
             .flat_map(|ip| self.by_client.remove(&ip).unwrap_or_default())
@@ -206,7 +216,11 @@ fn access_started<B>(
     access_log::Started {
         time,
         at,
-        request_id: identity.request_id.clone(),
+        // A copy of its own: the line is written when the body ends, which for a stream or
+        // a tunnel is long after the request, and a clone would keep the id's whole
+        // scratch buffer (`http::scratch`) alive for as long.
+        request_id: HeaderValue::from_bytes(identity.request_id.as_bytes())
+            .unwrap_or_else(|_| HeaderValue::from_static("-")),
         client: identity.client_ip,
         peer: identity.peer,
         method: req.method().clone(),
@@ -324,9 +338,9 @@ impl App {
             admin_allow: config.admin_allow.clone(),
             abuse,
             recent: {
-                let workers = config.server.workers.max(1);
-                PerWorker::new(workers, || {
-                    Mutex::new(RecentVisitors::new(RECENT_CLIENTS.div_ceil(workers)))
+                let clients = Arc::new(AtomicUsize::new(0));
+                PerWorker::new(config.server.workers, || {
+                    Mutex::new(RecentVisitors::new(clients.clone(), RECENT_CLIENTS))
                 })
             },
             priority_secret: config.priority_secret.clone(),
@@ -714,7 +728,8 @@ mod tests {
 
     #[test]
     fn recent_visitors_are_bounded_per_client_and_per_table() {
-        let mut recent = RecentVisitors::new(2);
+        let clients = Arc::new(AtomicUsize::new(0));
+        let mut recent = RecentVisitors::new(clients.clone(), 2);
         let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
             "10.0.0.1".parse().unwrap(),
             "10.0.0.2".parse().unwrap(),
@@ -738,6 +753,17 @@ mod tests {
         recent.record(c, 1, visitors[0]);
         assert_eq!(recent.by_client.len(), 2);
         assert!(recent.by_client.contains_key(&c));
+        // The bound is on every worker's table together: another table at the bound
+        // evicts from itself, and one with none of its own adds one anyway.
+        let mut other = RecentVisitors::new(clients.clone(), 2);
+        other.record(a, 0, visitors[0]);
+        assert_eq!(clients.load(Ordering::Relaxed), 3);
+        let d: IpAddr = "10.0.0.4".parse().unwrap();
+        other.record(d, 0, visitors[0]);
+        assert_eq!(other.by_client.len(), 1);
+        assert_eq!(clients.load(Ordering::Relaxed), 3);
+        drop(other.take_where(|_| true));
+        assert_eq!(clients.load(Ordering::Relaxed), 2);
         // A ban takes its client's visitors out.
         let taken = recent.take_where(|ip| ip == c);
         assert_eq!(taken, vec![(1, visitors[0])]);

@@ -4,16 +4,17 @@
 //! `HeaderValue::from_bytes` copies into an allocation of its own, and its first clone
 //! allocates again to share it; with two such values a request that was two allocations
 //! in, two frees out, and two more for the clones. Slices of one shared buffer cost a
-//! reference count instead. A buffer is freed when the last value cut from it is dropped,
-//! and values live no longer than their request, so what this holds is a few chunks.
+//! reference count instead. A buffer is freed when the last value cut from it is dropped.
+//! Values live no longer than their request's head: whatever keeps one longer (the access
+//! log's line, written when a stream ends) keeps a copy, so no chunk is held by a stream.
 
 use std::cell::RefCell;
 
 use bytes::BytesMut;
 use http::HeaderValue;
 
-/// One buffer's size: a few hundred request ids.
-const CHUNK: usize = 16 * 1024;
+/// One buffer's size: a hundred request ids or so.
+const CHUNK: usize = 4 * 1024;
 
 thread_local! {
     static BUFFER: RefCell<BytesMut> = RefCell::new(BytesMut::new());

@@ -824,11 +824,12 @@ pub async fn proxy(
             .target("≥ 1.00", tput >= 1.0)
             .why(
                 "on 2 shared cores the cheaper proxy wins the closed loop: anteroom spends \
-                  about 1.7 to 1.9 times nginx's CPU per request (rows above). About half of \
-                  anteroom's is kernel time in the same system calls nginx makes; the rest \
-                  is user space, spread over hyper's server and client, the cookie check \
-                  and about 20 allocations (callgrind, BENCHMARKS.md notes), with no one \
-                  frame above 4 %",
+                  about 1.8 to 1.9 times nginx's CPU per request (rows above). Its system \
+                  time alone (the same 4 system calls a request as nginx's, and more \
+                  preemption) is about nginx's whole CPU per request, and its user time is \
+                  about 3 times nginx's: hyper, tokio and the header map alone take more \
+                  than nginx's whole user time, with no one frame above 4 % (perf, \
+                  BENCHMARKS.md notes)",
             ),
     );
     rows.push(

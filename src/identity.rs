@@ -53,13 +53,29 @@ impl From<Vec<IpNet>> for TrustedProxies {
 static UNTRUSTED_XFF_WARNING: crate::log_limiter::LogLimiter =
     crate::log_limiter::LogLimiter::new(Duration::from_secs(60));
 
+/// A trusted proxy's `X-Forwarded-For` that cannot be read: a value with bytes that are
+/// not visible ASCII, or an entry that is not an address. The request has no client we
+/// can name, and it is never taken for the proxy's own (SPEC §10): the caller answers 400.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("X-Forwarded-For from a trusted proxy cannot be read")]
+pub struct UnreadableForwardedFor;
+
 /// The client's address. An untrusted peer is the client, whatever its `X-Forwarded-For`
 /// says. From a trusted peer, the `X-Forwarded-For` chain (every such header, in order) is
 /// walked from the right, past trusted proxies, to the first untrusted address. If every
-/// hop is trusted, the leftmost one is the answer; a malformed entry stops the walk at the
-/// last good address (the peer if there is none). IPv4-mapped IPv6 addresses come back as
-/// IPv4.
-pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> IpAddr {
+/// hop is trusted, the leftmost one is the answer. IPv4-mapped IPv6 addresses come back
+/// as IPv4.
+///
+/// Every entry of the chain must be readable, the ones left of the answer too: a proxy
+/// such as nginx (`$proxy_add_x_forwarded_for`) appends the real address to whatever the
+/// client sent, so a walk that stopped at a bad byte and fell back to the peer would let
+/// any client become the proxy, and one that skipped it would read a value nobody
+/// checked. Either way the answer is [`UnreadableForwardedFor`].
+pub fn client_ip(
+    peer: IpAddr,
+    headers: &HeaderMap,
+    trusted: &TrustedProxies,
+) -> Result<IpAddr, UnreadableForwardedFor> {
     let peer = peer.to_canonical();
     if !trusted.contains(peer) {
         if headers.contains_key(&X_FORWARDED_FOR) && UNTRUSTED_XFF_WARNING.allow() {
@@ -69,29 +85,24 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) ->
                  (add it there if it is your proxy); further warnings suppressed for a minute"
             );
         }
-        return peer;
+        return Ok(peer);
     }
-    let mut answer = peer;
+    let mut answer = None;
     // Newest hop last: the last header's last entry is the closest to us.
     for value in headers.get_all(&X_FORWARDED_FOR).iter().rev() {
-        let Ok(value) = value.to_str() else {
-            return answer;
-        };
+        let value = value.to_str().map_err(|_| UnreadableForwardedFor)?;
         for entry in value.rsplit(',') {
             let entry = entry.trim();
             if entry.is_empty() {
                 continue;
             }
-            let Some(ip) = parse_forwarded_ip(entry) else {
-                return answer;
-            };
-            if !trusted.contains(ip) {
-                return ip;
+            let ip = parse_forwarded_ip(entry).ok_or(UnreadableForwardedFor)?;
+            if answer.is_none_or(|found: (IpAddr, bool)| found.1) {
+                answer = Some((ip, trusted.contains(ip)));
             }
-            answer = ip;
         }
     }
-    answer
+    Ok(answer.map_or(peer, |(ip, _)| ip))
 }
 
 /// One `X-Forwarded-For` entry: an address, optionally with a port (`1.2.3.4:5678`,
@@ -202,6 +213,10 @@ pub enum HostError {
     Malformed,
     /// HTTP/2: a `Host` header that disagrees with `:authority` (RFC 9113 §8.3.1).
     Mismatch,
+    /// HTTP/1.1 without a `Host` header (RFC 9112 §3.2).
+    Missing,
+    /// More than one `Host` header (RFC 9112 §3.2).
+    Duplicate,
 }
 
 /// A checked host (SPEC §6 "One host, checked"): a lower-cased DNS name (no trailing dot)
@@ -382,9 +397,12 @@ fn dns_name_or_ipv4(name: &str) -> Result<Cow<'_, str>, HostError> {
 /// The request's one host: `:authority` for HTTP/2 (a `Host` header next to it must agree),
 /// else the `Host` header. `Ok(None)` when the request names none (HTTP/1.0).
 pub fn request_host<B>(req: &Request<B>) -> Result<Option<CanonicalHost>, HostError> {
-    let header = match req.headers().get(header::HOST) {
-        Some(value) => Some(CanonicalHost::parse_header(value)?),
-        None => None,
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let header = match (hosts.next(), hosts.next()) {
+        // RFC 9112 §3.2: more than one Host is a 400; so is none on HTTP/1.1.
+        (Some(_), Some(_)) => return Err(HostError::Duplicate),
+        (Some(value), None) => Some(CanonicalHost::parse_header(value)?),
+        (None, _) => None,
     };
     let authority = match req.uri().authority() {
         Some(a) if req.version() == http::Version::HTTP_2 => {
@@ -395,6 +413,7 @@ pub fn request_host<B>(req: &Request<B>) -> Result<Option<CanonicalHost>, HostEr
     match (authority, header) {
         (Some(a), Some(h)) if a != h => Err(HostError::Mismatch),
         (Some(a), _) => Ok(Some(a)),
+        (None, None) if req.version() == http::Version::HTTP_11 => Err(HostError::Missing),
         (None, h) => Ok(h),
     }
 }
@@ -424,13 +443,13 @@ mod tests {
     fn untrusted_peer_ignores_forged_xff() {
         let t = trusted(&["10.0.0.0/8"]);
         let peer = ip("203.0.113.9");
-        assert_eq!(client_ip(peer, &xff(&["1.2.3.4"]), &t), peer);
-        assert_eq!(client_ip(peer, &xff(&["10.0.0.1, 1.2.3.4"]), &t), peer);
-        assert_eq!(client_ip(peer, &HeaderMap::new(), &t), peer);
+        assert_eq!(client_ip(peer, &xff(&["1.2.3.4"]), &t), Ok(peer));
+        assert_eq!(client_ip(peer, &xff(&["10.0.0.1, 1.2.3.4"]), &t), Ok(peer));
+        assert_eq!(client_ip(peer, &HeaderMap::new(), &t), Ok(peer));
         // Nothing trusted at all.
         assert_eq!(
             client_ip(peer, &xff(&["1.2.3.4"]), &TrustedProxies::default()),
-            peer
+            Ok(peer)
         );
     }
 
@@ -440,9 +459,9 @@ mod tests {
         let peer = ip("10.0.0.2");
         // The client forged the leftmost entry; the proxy appended the real one.
         let h = xff(&["6.6.6.6, 198.51.100.7"]);
-        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
+        assert_eq!(client_ip(peer, &h, &t), Ok(ip("198.51.100.7")));
         // No header: the peer itself.
-        assert_eq!(client_ip(peer, &HeaderMap::new(), &t), peer);
+        assert_eq!(client_ip(peer, &HeaderMap::new(), &t), Ok(peer));
     }
 
     #[test]
@@ -450,22 +469,20 @@ mod tests {
         let t = trusted(&["10.0.0.0/8", "2001:db8:ffff::/48"]);
         let peer = ip("10.0.0.2");
         let h = xff(&["6.6.6.6, 198.51.100.7, 2001:db8:ffff::1", "10.1.1.1"]);
-        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
+        assert_eq!(client_ip(peer, &h, &t), Ok(ip("198.51.100.7")));
         let h = xff(&["6.6.6.6,198.51.100.7,10.9.9.9,10.1.1.1"]);
-        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
+        assert_eq!(client_ip(peer, &h, &t), Ok(ip("198.51.100.7")));
         // Every hop trusted: the leftmost.
         let h = xff(&["10.3.3.3, 10.2.2.2", "10.1.1.1"]);
-        assert_eq!(client_ip(peer, &h, &t), ip("10.3.3.3"));
+        assert_eq!(client_ip(peer, &h, &t), Ok(ip("10.3.3.3")));
     }
 
     #[test]
-    fn garbage_xff() {
+    fn unreadable_xff_is_nobody_not_the_proxy() {
         let t = trusted(&["10.0.0.0/8"]);
         let peer = ip("10.0.0.2");
+        let bad = Err(UnreadableForwardedFor);
         for garbage in [
-            "",
-            " ",
-            ",",
             "garbage",
             "unknown",
             "1.2.3",
@@ -476,42 +493,75 @@ mod tests {
             "[2001:db8::1",
             "😀",
         ] {
-            assert_eq!(client_ip(peer, &xff(&[garbage]), &t), peer, "{garbage:?}");
+            assert_eq!(client_ip(peer, &xff(&[garbage]), &t), bad, "{garbage:?}");
         }
-        // Garbage stops the walk at the last good (trusted) hop.
-        let h = xff(&["1.2.3.4, nonsense, 10.1.1.1"]);
-        assert_eq!(client_ip(peer, &h, &t), ip("10.1.1.1"));
-        // Garbage left of the real client does not matter.
-        let h = xff(&["nonsense, 198.51.100.7, 10.1.1.1"]);
-        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
-        // Empty entries are skipped.
+        // What nginx's `$proxy_add_x_forwarded_for` makes of a client's garbage: the
+        // client's value, then the real address. Left of the client or right of it, an
+        // unreadable entry is never skipped and never falls back to the proxy.
+        for chain in [
+            "nonsense, 198.51.100.7",
+            "1.2.3.4, nonsense, 10.1.1.1",
+            "198.51.100.7, nonsense",
+        ] {
+            assert_eq!(client_ip(peer, &xff(&[chain]), &t), bad, "{chain:?}");
+        }
+        for bytes in [
+            &b"\xff"[..],
+            b"\xc3\xa9",
+            b"1.2.3.4\x80",
+            b"\xff, 198.51.100.7",
+        ] {
+            let mut h = HeaderMap::new();
+            h.append(&X_FORWARDED_FOR, HeaderValue::from_bytes(bytes).unwrap());
+            assert_eq!(client_ip(peer, &h, &t), bad, "{bytes:?}");
+            // In a header of its own, before or after a good one.
+            let mut h = xff(&["198.51.100.7"]);
+            h.append(&X_FORWARDED_FOR, HeaderValue::from_bytes(bytes).unwrap());
+            assert_eq!(client_ip(peer, &h, &t), bad, "{bytes:?}");
+            let mut h = HeaderMap::new();
+            h.append(&X_FORWARDED_FOR, HeaderValue::from_bytes(bytes).unwrap());
+            h.append(&X_FORWARDED_FOR, HeaderValue::from_static("198.51.100.7"));
+            assert_eq!(client_ip(peer, &h, &t), bad, "{bytes:?}");
+        }
+        // An untrusted peer's garbage is ignored like the rest of its header: it is the
+        // client.
+        let outsider = ip("203.0.113.9");
+        let mut h = HeaderMap::new();
+        h.append(&X_FORWARDED_FOR, HeaderValue::from_bytes(b"\xff").unwrap());
+        assert_eq!(client_ip(outsider, &h, &t), Ok(outsider));
+        // Empty entries are skipped; a header with none names no client (the proxy's
+        // own request).
         let h = xff(&["198.51.100.7,, 10.1.1.1,"]);
-        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
-        // A non-ASCII header stops the walk.
-        let mut h = xff(&["198.51.100.7"]);
-        h.append(&X_FORWARDED_FOR, HeaderValue::from_bytes(b"\xe9").unwrap());
-        assert_eq!(client_ip(peer, &h, &t), peer);
-        // A huge header is fine.
-        let huge = "x".repeat(10_000) + &",10.1.1.1".repeat(10_000);
-        assert_eq!(client_ip(peer, &xff(&[&huge]), &t), ip("10.1.1.1"));
+        assert_eq!(client_ip(peer, &h, &t), Ok(ip("198.51.100.7")));
+        for empty in ["", " ", ","] {
+            assert_eq!(client_ip(peer, &xff(&[empty]), &t), Ok(peer), "{empty:?}");
+        }
+        // A huge header of good entries is fine; one over-long entry is unreadable.
+        let huge = ",10.1.1.1".repeat(10_000);
+        assert_eq!(client_ip(peer, &xff(&[&huge]), &t), Ok(ip("10.1.1.1")));
+        let long = "x".repeat(10_000) + ",10.1.1.1";
+        assert_eq!(client_ip(peer, &xff(&[&long]), &t), bad);
     }
 
     #[test]
     fn ports_and_brackets() {
         let t = trusted(&["10.0.0.0/8"]);
         let peer = ip("10.0.0.2");
-        assert_eq!(client_ip(peer, &xff(&["1.2.3.4:5678"]), &t), ip("1.2.3.4"));
+        assert_eq!(
+            client_ip(peer, &xff(&["1.2.3.4:5678"]), &t),
+            Ok(ip("1.2.3.4"))
+        );
         assert_eq!(
             client_ip(peer, &xff(&["[2001:db8::1]:443"]), &t),
-            ip("2001:db8::1")
+            Ok(ip("2001:db8::1"))
         );
         assert_eq!(
             client_ip(peer, &xff(&["[2001:db8::1]"]), &t),
-            ip("2001:db8::1")
+            Ok(ip("2001:db8::1"))
         );
         assert_eq!(
             client_ip(peer, &xff(&["2001:db8::1"]), &t),
-            ip("2001:db8::1")
+            Ok(ip("2001:db8::1"))
         );
     }
 
@@ -521,14 +571,14 @@ mod tests {
         // A trusted IPv4 proxy seen on a dual-stack socket.
         let peer = ip("::ffff:10.0.0.2");
         let h = xff(&["::ffff:198.51.100.7"]);
-        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
+        assert_eq!(client_ip(peer, &h, &t), Ok(ip("198.51.100.7")));
         // A mapped trusted hop is skipped like its IPv4 self.
         let h = xff(&["198.51.100.7, ::ffff:10.1.1.1"]);
-        assert_eq!(client_ip(peer, &h, &t), ip("198.51.100.7"));
+        assert_eq!(client_ip(peer, &h, &t), Ok(ip("198.51.100.7")));
         // An untrusted mapped peer comes back as IPv4.
         assert_eq!(
             client_ip(ip("::ffff:203.0.113.9"), &HeaderMap::new(), &t),
-            ip("203.0.113.9")
+            Ok(ip("203.0.113.9"))
         );
         assert_eq!(
             ClientKey::from(ip("::ffff:1.2.3.4")),

@@ -290,7 +290,10 @@ async fn accept_counted(
     let peer_count = if limits.trusted_proxies.contains(ip) {
         None
     } else {
-        match PeerCount::take(peer_counts, ip, limits.max_connections_per_client) {
+        // Counted per client, like everything else per client (SPEC §10): an IPv6 /64 is
+        // one, so a subscriber's 2^64 addresses share one cap.
+        let client = crate::identity::ClientKey::from(ip).ip();
+        match PeerCount::take(peer_counts, client, limits.max_connections_per_client) {
             Some(count) => Some(count),
             None => return Accepted::OverPeerCap(ip),
         }
@@ -306,7 +309,7 @@ async fn handed_to(seat: Option<&mut Seat>) -> Option<Handover> {
     }
 }
 
-/// Open connections per direct peer.
+/// Open connections per direct peer's client (an IPv4 address or an IPv6 /64).
 type PeerCounts = Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>;
 
 /// One connection counted against its peer; uncounted on drop.

@@ -437,3 +437,384 @@ async fn a_banned_clients_waiting_visitor_loses_its_place_within_abandon_after()
     assert_eq!(store.stats("main").await.unwrap().waiting, 0);
     ar.shutdown().await.unwrap();
 }
+
+// ---- SPEC §10, "Strikes only from the client's own acts" ----
+
+/// A config with the abuse section above, `trusted_proxies` and extra top-level keys.
+fn config_with_top(origin: &str, dir: &std::path::Path, top: &str) -> Config {
+    let yaml = format!(
+        "listen: \"127.0.0.1:0\"\nadmit_interval: 100ms\ncookie_secret: \"{COOKIE_SECRET}\"\n\
+         admin_token: \"{ADMIN_TOKEN}\"\ndata_dir: \"{}\"\n{top}{ABUSE}rooms:\n  main:\n    origin: {origin}\n",
+        dir.display()
+    );
+    from_yaml_str(&yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}\n{yaml}"))
+}
+
+async fn admin_ban(ar: &Running, target: &str) -> reqwest::StatusCode {
+    client()
+        .post(admin(ar, "bans"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({"target": target, "duration_secs": 600, "reason": "test"}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// A real nginx (Debian's) on a free loopback port, proxying to `upstream` with the
+/// headers docs/production.md sets; stopped on drop.
+struct Nginx {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    async fn start(upstream: std::net::SocketAddr) -> Nginx {
+        let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("nginx is required (scripts/test-tools.sh installs Debian's nginx)");
+        let dir = tempfile::tempdir().unwrap();
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let d = dir.path().display();
+        // The server block is docs/production.md's, on plain HTTP and one upstream.
+        let conf = format!(
+            "daemon off;\nuser root;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
+             fastcgi_temp_path {d}/fcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
+             upstream anteroom {{ server {upstream}; keepalive 64; keepalive_timeout 50s; }}\n\
+             map $http_upgrade $connection_upgrade {{ default upgrade; '' ''; }}\n\
+             server {{\n  listen {addr};\n  server_name shop.example;\n  proxy_http_version 1.1;\n\
+               proxy_set_header Host              $host;\n\
+               proxy_set_header X-Forwarded-For   $proxy_add_x_forwarded_for;\n\
+               proxy_set_header X-Forwarded-Proto $scheme;\n\
+               proxy_set_header Upgrade           $http_upgrade;\n\
+               proxy_set_header Connection        $connection_upgrade;\n\
+               location / {{ proxy_pass http://anteroom; }}\n }}\n}}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+        let child = std::process::Command::new(bin)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            assert!(Instant::now() < deadline, "nginx did not start");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Nginx {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn behind_nginx_an_unreadable_forwarded_for_is_400_never_the_proxy() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_top(
+        &origin.url(),
+        dir.path(),
+        "trusted_proxies: [127.0.0.1/32]\nadmin_allow: [127.0.0.1/32]\n",
+    );
+    let ar = common::start(&config).await;
+    let nginx = Nginx::start(ar.addr).await;
+    let front = format!("http://{}", nginx.addr);
+    assert_eq!(admin_ban(&ar, "127.0.0.5").await, 201);
+    let banned = from("127.0.0.5");
+    let r = banned.get(format!("{front}/")).send().await.unwrap();
+    assert_eq!(r.status(), 429, "the ban holds through nginx");
+    let hits = origin.hits();
+    // One byte that is not ASCII used to make the request the proxy's, and the proxy is
+    // never banned. nginx appends the real address to the client's value.
+    for bad in [&b"\xff"[..], "é".as_bytes(), b"1.2.3.4\x80", b"unknown"] {
+        let r = banned
+            .get(format!("{front}/"))
+            .header(
+                "x-forwarded-for",
+                reqwest::header::HeaderValue::from_bytes(bad).unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{bad:?}");
+        // Not the admin either, which admin_allow lets the proxy reach.
+        let r = banned
+            .get(format!("{front}/__anteroom/admin/api/status"))
+            .bearer_auth(ADMIN_TOKEN)
+            .header(
+                "x-forwarded-for",
+                reqwest::header::HeaderValue::from_bytes(bad).unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{bad:?}");
+    }
+    assert_eq!(origin.hits(), hits, "nothing reached the origin");
+    // A readable forged entry is only the client's own claim, left of its real address.
+    let r = banned
+        .get(format!("{front}/"))
+        .header("x-forwarded-for", "203.0.113.50")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    // Someone else through the same nginx is served.
+    let other = from("127.0.0.6");
+    assert_eq!(
+        other
+            .get(format!("{front}/"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+/// A browser's request made by another site's page (what Chromium sends for an `<img>`,
+/// a `<script>` or an `<iframe>` there).
+fn cross_site(req: reqwest::RequestBuilder, dest: &str) -> reqwest::RequestBuilder {
+    req.header("sec-fetch-site", "cross-site")
+        .header("sec-fetch-mode", "no-cors")
+        .header("sec-fetch-dest", dest)
+}
+
+#[tokio::test]
+async fn another_sites_page_cannot_get_a_visitor_banned() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ar = common::start(&abuse_config(&origin.url(), dir.path(), None, "")).await;
+    // The shop's visitor is on the site.
+    let visitor = from("127.0.0.21");
+    let first = visitor.get(url(&ar, "/")).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let cookie = visitor_cookie(&first).unwrap();
+    // The hostile page: a ban path, forged cookies, and a flood of cookie-less images
+    // (a cross-site image carries no SameSite=Lax cookie).
+    for dest in ["image", "script", "iframe"] {
+        let r = cross_site(visitor.get(url(&ar, "/.env")), dest)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{dest}");
+        for _ in 0..5 {
+            cross_site(visitor.get(url(&ar, "/")), dest)
+                .visitor(&forged_cookie())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    for _ in 0..200 {
+        let r = cross_site(visitor.get(url(&ar, "/pic.png")), "image")
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status() != 429, "{}", r.status());
+        assert!(
+            visitor_cookie(&r).is_none(),
+            "an embed never joins the line"
+        );
+    }
+    // Nobody was banned and the visitor keeps browsing.
+    let bans: serde_json::Value = client()
+        .get(admin(&ar, "bans"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        !bans.to_string().contains("127.0.0.21"),
+        "nobody was banned: {bans}"
+    );
+    let r = visitor
+        .get(url(&ar, "/cart"))
+        .visitor(&cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // The visitor's own request for a ban path still bans.
+    let r = visitor
+        .get(url(&ar, "/.env"))
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+}
+
+#[tokio::test]
+async fn bans_hold_on_every_listener_and_probes_answer_everyone() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_top(&origin.url(), dir.path(), "admin_listen: \"127.0.0.1:0\"\n");
+    let ar = common::start(&config).await;
+    let admin_addr = ar.admin_addr.unwrap();
+    let status = |c: &reqwest::Client, u: String| {
+        let c = c.clone();
+        async move {
+            c.get(u)
+                .bearer_auth(ADMIN_TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    let banned = from("127.0.0.31");
+    let on_admin = |p: &str| format!("http://{admin_addr}{p}");
+    assert_eq!(
+        status(&banned, on_admin("/__anteroom/admin/api/status")).await,
+        200
+    );
+    let ban = client()
+        .post(format!("http://{admin_addr}/__anteroom/admin/api/bans"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({"target": "127.0.0.31", "duration_secs": 600}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ban.status(), 201);
+    assert_eq!(status(&banned, url(&ar, "/")).await, 429);
+    // The admin listener refuses the banned client too, right token or wrong.
+    assert_eq!(
+        status(&banned, on_admin("/__anteroom/admin/api/status")).await,
+        429
+    );
+    assert_eq!(status(&banned, on_admin("/metrics")).await, 429);
+    // Probes report the process, not the prober's reputation.
+    for probe in ["/__anteroom/healthz", "/__anteroom/readyz"] {
+        assert_eq!(status(&banned, url(&ar, probe)).await, 200, "{probe}");
+        assert_eq!(status(&banned, on_admin(probe)).await, 200, "{probe}");
+    }
+    // An IPv6 range covering the IPv4-mapped block is judged as all of IPv4: too broad.
+    for broad in ["::/16", "::ffff:0:0/96", "::/64"] {
+        let r = client()
+            .post(format!("http://{admin_addr}/__anteroom/admin/api/bans"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&serde_json::json!({"target": broad}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 422, "{broad}");
+    }
+    assert_eq!(status(&from("127.0.0.32"), url(&ar, "/")).await, 200);
+}
+
+#[tokio::test]
+async fn concurrent_wrong_tokens_are_checked_at_most_strikes_over_weight_times() {
+    use http_body_util::Empty;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ar = common::start(&abuse_config(&origin.url(), dir.path(), None, "")).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.41:0".parse().unwrap()).unwrap();
+    let stream = socket.connect(ar.addr).await.unwrap();
+    let (h2, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let attempts = (0..200).map(|i| {
+        let mut h2 = h2.clone();
+        let addr = ar.addr;
+        async move {
+            let req = http::Request::get(format!("http://{addr}/__anteroom/admin/api/status"))
+                .header("authorization", format!("Bearer wrong-{i}"))
+                .body(Empty::<bytes::Bytes>::new())
+                .unwrap();
+            h2.send_request(req).await.unwrap().status().as_u16()
+        }
+    });
+    let statuses = futures_util::future::join_all(attempts).await;
+    let checked = statuses.iter().filter(|s| **s == 401).count();
+    assert!(checked <= 4, "{checked} wrong tokens checked: {statuses:?}");
+    assert!(checked >= 1);
+    assert!(
+        statuses.iter().all(|s| [401, 429].contains(s)),
+        "{statuses:?}"
+    );
+    // The ban is in place for whatever comes next.
+    let r = from("127.0.0.41").get(url(&ar, "/")).send().await.unwrap();
+    assert_eq!(r.status(), 429);
+}
+
+#[tokio::test]
+async fn preflights_need_an_origin_and_no_body_and_http11_needs_one_host() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ar = common::start(&abuse_config(&origin.url(), dir.path(), None, "")).await;
+    let paused = client()
+        .post(admin(&ar, "rooms/main/pause"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert!(paused.status().is_success(), "{}", paused.status());
+    let raw = |text: String| {
+        let addr = ar.addr;
+        async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(text.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+            String::from_utf8_lossy(&out).into_owned()
+        }
+    };
+    let hits = origin.hits();
+    let preflight = |origin_header: &str, body: &str| {
+        format!(
+            "OPTIONS /checkout HTTP/1.1\r\nHost: shop.example\r\nAccess-Control-Request-Method: POST\r\n\
+             {origin_header}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    // With a body: 400, and the paused room's origin never hears of it.
+    let answer = raw(preflight("Origin: https://app.example\r\n", "{\"buy\":1}")).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // Without Origin it is no preflight: a page request, held by the paused room.
+    let answer = raw(preflight("", "")).await;
+    assert!(!answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(origin.hits(), hits);
+    // A browser's preflight passes as before.
+    let answer = raw(preflight("Origin: https://app.example\r\n", "")).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(origin.hits(), hits + 1);
+    // HTTP/1.1 without Host, or with two, is 400 (RFC 9112 §3.2).
+    let answer = raw("GET / HTTP/1.1\r\nConnection: close\r\n\r\n".into()).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let answer = raw(
+        "GET / HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\nConnection: close\r\n\r\n".into(),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(origin.hits(), hits + 1);
+}

@@ -37,6 +37,7 @@ mod redis;
 #[cfg(test)]
 mod redis_tests;
 mod registry;
+mod tally;
 #[cfg(test)]
 mod tests;
 
@@ -50,7 +51,7 @@ use serde::{Deserialize, Serialize};
 pub use config::{AbuseConfig, AbuseConfigError, AbusePolicy};
 pub use persist::ABUSE_FILE;
 pub use redis::RedisAbuse;
-pub use registry::{AbuseRegistry, PathOutcome, StrikeOutcome};
+pub use registry::{AbuseRegistry, Judged, PathOutcome, StrikeOutcome};
 
 /// Entries kept in the ban log (embedded and Redis alike); older ones are dropped.
 pub const LOG_CAP: usize = 10_000;
@@ -310,6 +311,17 @@ pub fn parse_target(target: &str) -> Result<IpNet, BanError> {
         IpNet::V6(v6) if v6.prefix_len() > 64 => client_net(IpAddr::V6(v6.addr())),
         other => other,
     };
+    // An IPv6 range that covers the IPv4-mapped block (`::ffff:0:0/96`) covers every IPv4
+    // client, which are kept in that form: it is judged as the IPv4 range it covers (all
+    // of it), so the /8 rule for IPv4 holds (SPEC §10).
+    if let IpNet::V6(v6) = net
+        && v6.contains(&IPV4_MAPPED)
+    {
+        return Err(BanError::TooBroad {
+            target: t.to_owned(),
+            min_prefix: MIN_PREFIX_V4,
+        });
+    }
     let min_prefix = match net {
         IpNet::V4(_) => MIN_PREFIX_V4,
         IpNet::V6(_) => MIN_PREFIX_V6,
@@ -322,6 +334,9 @@ pub fn parse_target(target: &str) -> Result<IpNet, BanError> {
     }
     Ok(net)
 }
+
+/// `::ffff:0:0/96`, where IPv4 clients live as IPv6 (RFC 4291 §2.5.5.2).
+const IPV4_MAPPED: Ipv6Net = Ipv6Net::new_assert(Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96);
 
 /// Whether `net` is a single client (goes in the exact-match table).
 fn is_client_net(net: &IpNet) -> bool {

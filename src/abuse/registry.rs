@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use super::persist::{self, Saved};
 use super::redis::{RedisAbuse, StrikeReply};
+use super::tally::Tally;
 use super::{
     AbuseError, AbuseEvent, AbusePolicy, Ban, BanError, BanSource, BanVerdict, DEFAULT_PAGE,
     LOG_CAP, LogAction, LogEntry, MAX_PAGE, MAX_REASON_CHARS, Page, StrikeReason, client_bits,
@@ -207,6 +208,19 @@ pub enum StrikeOutcome {
     StoreDown,
 }
 
+/// What [`AbuseRegistry::judge`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Judged<T> {
+    /// The check passed.
+    Passed(T),
+    /// The check failed and was struck; `Some` when that strike banned the client (known
+    /// at once in embedded mode; with Redis the strike is recorded in the background).
+    Failed(Option<Arc<Ban>>),
+    /// Not checked: this client's failed checks within the window reach `abuse.strikes`
+    /// already (its ban is made or on its way).
+    Withheld,
+}
+
 /// What [`AbuseRegistry::hit_ban_path`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PathOutcome {
@@ -232,6 +246,8 @@ pub struct AbuseRegistry {
     events_rx: Mutex<Option<mpsc::Receiver<AbuseEvent>>>,
     /// Whether the last Redis refresh failed (to log transitions, not every tick).
     refresh_failing: AtomicBool,
+    /// Failed checks per client, taken with the check ([`AbuseRegistry::judge`]).
+    tally: Mutex<Tally>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -255,6 +271,7 @@ impl AbuseRegistry {
             events_tx,
             events_rx: Mutex::new(Some(events_rx)),
             refresh_failing: AtomicBool::new(false),
+            tally: Mutex::new(Tally::default()),
         }
     }
 
@@ -458,10 +475,92 @@ impl AbuseRegistry {
         }
     }
 
+    /// Runs `check` for `ip` (a token comparison: cheap and synchronous) unless the
+    /// client's failed checks within `abuse.window` already weigh `abuse.strikes`; a
+    /// failure (`None`) is a strike of `reason`. Deciding to check, checking and counting
+    /// the failure happen under one lock, so at most `ceil(strikes / weight)` failing
+    /// checks are ever made for one client on this replica, whatever the concurrency
+    /// (SPEC §10). Immune clients are always checked and never struck.
+    pub fn judge<T>(
+        self: &Arc<Self>,
+        ip: IpAddr,
+        reason: StrikeReason,
+        check: impl FnOnce() -> Option<T>,
+    ) -> Judged<T> {
+        if self.is_immune(ip) {
+            return check().map_or(Judged::Failed(None), Judged::Passed);
+        }
+        let key = client_ip(ip);
+        let now = self.clock.now_ms();
+        let window = ms(self.policy.window);
+        {
+            let mut tally = lock(&self.tally);
+            if tally.weight(key, now, window) >= u64::from(self.policy.strikes) {
+                return Judged::Withheld;
+            }
+            if let Some(passed) = check() {
+                return Judged::Passed(passed);
+            }
+            tally.add(key, reason.weight(), now, window, self.policy.max_tracked);
+        }
+        match self.strike_now(ip, reason) {
+            Some(StrikeOutcome::Banned(ban)) => Judged::Failed(Some(ban)),
+            Some(_) => Judged::Failed(None),
+            None => {
+                self.strike_later(ip, reason);
+                Judged::Failed(None)
+            }
+        }
+    }
+
+    /// Records a strike before the next request is judged where that needs no round trip
+    /// (embedded: at once); with Redis it is recorded in the background, since no request
+    /// may wait on the store for it.
+    pub fn strike_soon(self: &Arc<Self>, ip: IpAddr, reason: StrikeReason) {
+        if self.strike_now(ip, reason).is_none() {
+            self.strike_later(ip, reason);
+        }
+    }
+
+    /// [`AbuseRegistry::strike`] in the background (with Redis, a round trip).
+    fn strike_later(self: &Arc<Self>, ip: IpAddr, reason: StrikeReason) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            me.strike(ip, reason).await;
+        });
+    }
+
+    /// The embedded strike, synchronously; `None` with Redis (the caller spawns
+    /// [`AbuseRegistry::strike`]).
+    fn strike_now(&self, ip: IpAddr, reason: StrikeReason) -> Option<StrikeOutcome> {
+        let Backend::Local { state, .. } = &self.backend else {
+            return None;
+        };
+        if self.is_immune(ip) {
+            return Some(StrikeOutcome::Immune);
+        }
+        if self.check_quiet(ip) {
+            return Some(StrikeOutcome::AlreadyBanned);
+        }
+        self.strikes_total[reason.index()].fetch_add(1, Ordering::Relaxed);
+        let now = self.clock.now_ms();
+        let mut st = lock(state);
+        let outcome = self.strike_local(&mut st, client_ip(ip), reason, now);
+        if let StrikeOutcome::Banned(ban) = &outcome {
+            self.publish_local(&st);
+            drop(st);
+            self.emit(AbuseEvent::Banned(ban.clone()));
+        }
+        Some(outcome)
+    }
+
     /// Records a strike. Counted within `abuse.window`; reaching `abuse.strikes` bans the
     /// client for `cooldown × 2^(earlier automatic bans)`, capped at `max_cooldown`.
     /// With Redis this is one script call (callers on the request path may spawn it).
     pub async fn strike(&self, ip: IpAddr, reason: StrikeReason) -> StrikeOutcome {
+        if let Some(outcome) = self.strike_now(ip, reason) {
+            return outcome;
+        }
         if self.is_immune(ip) {
             return StrikeOutcome::Immune;
         }
@@ -470,18 +569,8 @@ impl AbuseRegistry {
         }
         self.strikes_total[reason.index()].fetch_add(1, Ordering::Relaxed);
         let now = self.clock.now_ms();
-        let key = client_ip(ip);
         match &self.backend {
-            Backend::Local { state, .. } => {
-                let mut st = lock(state);
-                let outcome = self.strike_local(&mut st, key, reason, now);
-                if let StrikeOutcome::Banned(ban) = &outcome {
-                    self.publish_local(&st);
-                    drop(st);
-                    self.emit(AbuseEvent::Banned(ban.clone()));
-                }
-                outcome
-            }
+            Backend::Local { .. } => unreachable!("strike_now records embedded strikes"),
             Backend::Redis { redis, .. } => {
                 let reason_text = self.auto_reason(reason);
                 match redis

@@ -277,6 +277,21 @@ async fn admin_targets_are_normalised_and_limited_in_breadth() {
         parse_target("::ffff:192.0.2.0/120").unwrap(),
         net("192.0.2.0/24")
     );
+    // IPv6 ranges covering the IPv4-mapped block would ban every IPv4 client: judged as
+    // the IPv4 they cover (all of it), they are too broad, however they are written.
+    for covers_ipv4 in ["::/16", "::/64", "::/95", "::ffff:0:0/96", "::ffff:0:0/80"] {
+        assert_eq!(
+            parse_target(covers_ipv4),
+            Err(BanError::TooBroad {
+                target: covers_ipv4.into(),
+                min_prefix: 8
+            }),
+            "{covers_ipv4}"
+        );
+    }
+    // Next to it, ranges that miss it are fine.
+    assert_eq!(parse_target("1::/16").unwrap(), net("1::/16"));
+    assert_eq!(parse_target("0:0:0:1::/80").unwrap(), net("0:0:0:1::/64"));
     assert!(matches!(
         parse_target("example.com"),
         Err(BanError::InvalidTarget(_))

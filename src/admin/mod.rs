@@ -36,7 +36,7 @@ use hyper::body::Incoming;
 use minijinja::{Environment, context};
 use serde_json::{Value, json};
 
-use crate::abuse::{AbuseRegistry, Ban, BanError, LogEntry, StrikeReason};
+use crate::abuse::{AbuseRegistry, Ban, BanError, Judged, LogEntry, StrikeReason};
 use crate::admission::{Admission, CachedStats};
 use crate::audit::{AuditEntry, AuditLog};
 use crate::config::{Config, Secret};
@@ -313,35 +313,46 @@ impl Admin {
                 "Send Authorization: Bearer <admin_token>.",
             )));
         };
-        let admin = self.token.ct_eq(presented);
-        let metrics = self
-            .metrics_token
-            .as_ref()
-            .is_some_and(|t| t.ct_eq(presented));
-        if admin {
-            return Ok(Access::Admin);
-        }
-        if metrics {
-            return Ok(Access::MetricsOnly);
-        }
-        self.wrong_token(caller);
-        Err(Box::new(unauthorized(
-            "Wrong admin token",
-            "The bearer token is not this anteroom's admin_token.",
-        )))
-    }
-
-    /// SPEC §10: a wrong admin token is a strike (weight 5) against `caller`, here and
-    /// only here: a missing token is not a strike, so a browser opening an API URL is not
-    /// punished. Spawned: with Redis the strike is a round trip nobody waits for.
-    fn wrong_token(&self, caller: IpAddr) {
-        if self.wrong_tokens.allow() {
-            tracing::warn!(%caller, "wrong admin token; further warnings suppressed for 10 s");
-        }
-        let abuse = self.abuse.clone();
-        tokio::spawn(async move {
-            abuse.strike(caller, StrikeReason::BadAdminToken).await;
+        // The comparison and the strike of a wrong token are one step (SPEC §10): at most
+        // `ceil(strikes / 5)` wrong tokens are compared from one client, however many
+        // arrive at once.
+        let judged = self.abuse.judge(caller, StrikeReason::BadAdminToken, || {
+            let admin = self.token.ct_eq(presented);
+            let metrics = self
+                .metrics_token
+                .as_ref()
+                .is_some_and(|t| t.ct_eq(presented));
+            match (admin, metrics) {
+                (true, _) => Some(Access::Admin),
+                (false, true) => Some(Access::MetricsOnly),
+                (false, false) => None,
+            }
         });
+        match judged {
+            Judged::Passed(access) => Ok(access),
+            Judged::Failed(_) => {
+                if self.wrong_tokens.allow() {
+                    tracing::warn!(%caller, "wrong admin token; further warnings suppressed for 10 s");
+                }
+                Err(Box::new(unauthorized(
+                    "Wrong admin token",
+                    "The bearer token is not this anteroom's admin_token.",
+                )))
+            }
+            Judged::Withheld => {
+                let mut response = problem(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "Too many wrong tokens",
+                    "This address sent too many wrong admin tokens; no more are checked for now.",
+                    None,
+                );
+                let wait = self.abuse.policy().window.as_secs().max(1);
+                if let Ok(value) = HeaderValue::from_str(&wait.to_string()) {
+                    response.headers_mut().insert(header::RETRY_AFTER, value);
+                }
+                Err(Box::new(response))
+            }
+        }
     }
 }
 

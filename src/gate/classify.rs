@@ -19,6 +19,7 @@
 use http::{Method, Request};
 
 use super::error::Kind;
+use super::identify::FetchSite;
 use crate::config::RoomConfig;
 use crate::glob::GlobSet;
 
@@ -118,7 +119,15 @@ impl RoomPaths {
 
 /// Classifies `req`; `ban_paths` are `abuse.ban_paths` (every host's), `paths` the
 /// classes of the request's room, if it has one.
-pub fn classify<B>(req: &Request<B>, ban_paths: &GlobSet, paths: Option<&RoomPaths>) -> Class {
+/// `fetch` is what the browser said of the request's origin ([`FetchSite`]): another
+/// site's embedded request is an asset, and a grant counts only where
+/// [`FetchSite::grant_honoured`].
+pub fn classify<B>(
+    req: &Request<B>,
+    ban_paths: &GlobSet,
+    paths: Option<&RoomPaths>,
+    fetch: FetchSite,
+) -> Class {
     // Absolute-form targets name a host of the client's choosing; a reverse proxy never
     // needs them, so they are refused before anything can route on them.
     if is_absolute_form(req) {
@@ -140,7 +149,7 @@ pub fn classify<B>(req: &Request<B>, ban_paths: &GlobSet, paths: Option<&RoomPat
         if !ban_paths.is_empty() && ban_paths.is_match(&normalized_path(path)) {
             return Class::BanPath;
         }
-        return site_class(req, path, paths);
+        return site_class(req, path, paths, fetch);
     };
     match (req.method(), reserved) {
         (&Method::GET | &Method::HEAD, "healthz") => Class::Healthz,
@@ -155,6 +164,19 @@ pub fn classify<B>(req: &Request<B>, ban_paths: &GlobSet, paths: Option<&RoomPat
             Class::Draw(draw_room(p).unwrap_or_default().to_owned())
         }
         _ => Class::UnknownReserved,
+    }
+}
+
+/// [`Class::Healthz`] or [`Class::Readyz`] if `req` is a probe: they answer every client,
+/// banned or not (SPEC §10).
+pub fn probe<B>(req: &Request<B>) -> Option<Class> {
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        return None;
+    }
+    match req.uri().path().strip_prefix(RESERVED_PREFIX)? {
+        "healthz" => Some(Class::Healthz),
+        "readyz" => Some(Class::Readyz),
+        _ => None,
     }
 }
 
@@ -221,24 +243,34 @@ pub fn normalized_path(path: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// SPEC §10 steps 4 to 8 for a path of the site.
-fn site_class<B>(req: &Request<B>, path: &str, paths: Option<&RoomPaths>) -> Class {
+fn site_class<B>(
+    req: &Request<B>,
+    path: &str,
+    paths: Option<&RoomPaths>,
+    fetch: FetchSite,
+) -> Class {
     if paths.is_some_and(|p| p.bypass.is_match(path)) {
         return Class::Bypass;
     }
+    // A preflight is a browser's, and a browser always sends `Origin` with one; without
+    // it, the `OPTIONS` is a page request like any other and waits its turn.
     if req.method() == Method::OPTIONS
         && req
             .headers()
             .contains_key(http::header::ACCESS_CONTROL_REQUEST_METHOD)
+        && req.headers().contains_key(http::header::ORIGIN)
     {
         return Class::Preflight;
     }
-    if paths.is_some_and(|p| p.assets.is_match(path)) {
+    // Another site's page embedding the shop (an image, a script, a frame) is not the
+    // visitor's act: it never joins the line or takes a slot (SPEC §10).
+    if fetch.embedded_cross_site() || paths.is_some_and(|p| p.assets.is_match(path)) {
         return Class::Asset;
     }
     if crate::proxy::is_upgrade(req) || crate::proxy::is_event_stream(req) {
         return Class::Stream;
     }
-    if crate::priority::carried(req).is_some() {
+    if fetch.grant_honoured() && crate::priority::carried(req).is_some() {
         return Class::Grant;
     }
     Class::Site
@@ -258,7 +290,7 @@ mod tests {
     }
 
     fn classify(req: &Request<()>) -> Class {
-        super::classify(req, &GlobSet::default(), None)
+        super::classify(req, &GlobSet::default(), None, FetchSite::default())
     }
 
     fn paths(bypass: &[&str], assets: &[&str]) -> RoomPaths {
@@ -272,7 +304,7 @@ mod tests {
     fn ban_paths_come_after_the_reserved_paths_and_before_the_room() {
         let ban = GlobSet::new(&["/.env", "/.git/**", "/__anteroom/**"]).unwrap();
         let p = paths(&["/.git/**"], &["*.env"]);
-        let c = |uri: &str| super::classify(&get(uri), &ban, Some(&p));
+        let c = |uri: &str| super::classify(&get(uri), &ban, Some(&p), FetchSite::default());
         assert_eq!(c("/.env"), Class::BanPath);
         assert_eq!(c("/%2eenv"), Class::BanPath);
         assert_eq!(c("/a/../.env"), Class::BanPath);
@@ -282,8 +314,14 @@ mod tests {
         // The reserved paths are anteroom's own: never a ban path.
         assert_eq!(c("/__anteroom/healthz"), Class::Healthz);
         // With no room (an unknown host), a ban path is still a ban path.
-        assert_eq!(super::classify(&get("/.env"), &ban, None), Class::BanPath);
-        assert_eq!(super::classify(&get("/shop"), &ban, None), Class::Site);
+        assert_eq!(
+            super::classify(&get("/.env"), &ban, None, FetchSite::default()),
+            Class::BanPath
+        );
+        assert_eq!(
+            super::classify(&get("/shop"), &ban, None, FetchSite::default()),
+            Class::Site
+        );
     }
 
     #[test]
@@ -292,7 +330,9 @@ mod tests {
             &["/webhooks/**", "/__anteroom/**"],
             &["*.css", "/webhooks/*.css"],
         );
-        let c = |req: Request<()>| super::classify(&req, &GlobSet::default(), Some(&p));
+        let c = |req: Request<()>| {
+            super::classify(&req, &GlobSet::default(), Some(&p), FetchSite::default())
+        };
         assert_eq!(c(get("/webhooks/pay")), Class::Bypass);
         // Bypass before assets; reserved paths before everything of the room.
         assert_eq!(c(get("/webhooks/a.css")), Class::Bypass);
@@ -302,9 +342,16 @@ mod tests {
         assert_eq!(c(get("/app.cssx")), Class::Site);
         let preflight = Request::options("/api/cart")
             .header("access-control-request-method", "POST")
+            .header("origin", "https://app.example")
             .body(())
             .unwrap();
         assert_eq!(c(preflight), Class::Preflight);
+        // Without `Origin` it is no browser's preflight: a page request, queued.
+        let no_origin = Request::options("/api/cart")
+            .header("access-control-request-method", "POST")
+            .body(())
+            .unwrap();
+        assert_eq!(c(no_origin), Class::Site);
         // A plain OPTIONS (no preflight header) is a page request like any other.
         assert_eq!(
             c(Request::options("/api/cart").body(()).unwrap()),
@@ -326,6 +373,43 @@ mod tests {
             .unwrap();
         assert_eq!(c(sse), Class::Stream);
         assert_eq!(c(get("/shop")), Class::Site);
+    }
+
+    #[test]
+    fn another_sites_embeds_are_assets_and_grants_need_a_navigation_of_ones_own() {
+        let fetch = |site: Option<&str>, dest: Option<&str>| {
+            let mut req = Request::get("/shop?ar_grant=v1.x");
+            if let Some(site) = site {
+                req = req.header("sec-fetch-site", site);
+            }
+            if let Some(dest) = dest {
+                req = req.header("sec-fetch-dest", dest);
+            }
+            let req = req.body(()).unwrap();
+            let fetch = FetchSite::of(req.headers());
+            super::classify(&req, &GlobSet::default(), None, fetch)
+        };
+        for dest in ["image", "script", "iframe", "empty", "style"] {
+            assert_eq!(
+                fetch(Some("cross-site"), Some(dest)),
+                Class::Asset,
+                "{dest}"
+            );
+            // The visitor's own page loading the same: a grant is not for it.
+            assert_eq!(
+                fetch(Some("same-origin"), Some(dest)),
+                Class::Site,
+                "{dest}"
+            );
+        }
+        // A link from another site queues as usual, but spends no grant.
+        assert_eq!(fetch(Some("cross-site"), Some("document")), Class::Site);
+        // The visitor's own navigations and API clients (no fetch metadata) do.
+        assert_eq!(fetch(Some("none"), Some("document")), Class::Grant);
+        assert_eq!(fetch(Some("same-origin"), Some("document")), Class::Grant);
+        assert_eq!(fetch(None, None), Class::Grant);
+        // Case does not hide a cross-site request.
+        assert_eq!(fetch(Some("Cross-Site"), Some("IMAGE")), Class::Asset);
     }
 
     #[test]

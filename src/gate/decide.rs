@@ -69,6 +69,11 @@ impl App {
         let now = crate::queue::unix_ms(SystemTime::now()) / 1000;
         let grant = match priority::verify(secret.expose(), &text, name, now) {
             Ok(grant) => grant,
+            // Text that is not a grant at all is ignored: a mangled link, or a page of
+            // another site making up `?ar_grant=x`, is nobody's attack (SPEC §10).
+            Err(GrantError::Malformed | GrantError::BadNonce) => {
+                return self.site_as(room, req, identity, who, Join::Back).await;
+            }
             Err(e) => return self.grant_refused(room, e, identity),
         };
         let spent = self
@@ -87,8 +92,15 @@ impl App {
 
     /// The one place a grant is refused: 403, `X-Anteroom-Status: refused`, no cookie.
     fn grant_refused(&self, room: &Room, error: GrantError, identity: &Identity) -> Response<Body> {
-        // An expired, replayed, forged or other-room grant is a strike (SPEC §10, 5).
-        self.strike(identity.client_ip, StrikeReason::BadGrant);
+        // A well-formed grant with a bad MAC, a past expiry or another room's name is a
+        // strike (SPEC §10, 5). A replayed grant (a shared link) or one signed too far
+        // ahead (the operator's own mint) is refused, and nobody's attack.
+        if matches!(
+            error,
+            GrantError::Forged | GrantError::Expired | GrantError::WrongRoom
+        ) {
+            self.strike(identity.client_ip, StrikeReason::BadGrant);
+        }
         if self.origin_errors.allow() {
             tracing::info!(room = %room.config.name, client = %identity.client_ip, reason = error.as_str(), "priority grant refused");
         }
@@ -145,7 +157,10 @@ impl App {
             } => {
                 // Only the join limit is a strike (SPEC §10): a share (sessions, places,
                 // cookie clients) is met innocently behind shared addresses.
-                if reason.is_some_and(crate::queue::RefusedReason::is_strike) {
+                // Nor is a join another site's link sent (a cross-site navigation).
+                if reason.is_some_and(crate::queue::RefusedReason::is_strike)
+                    && !identity.fetch.cross_site
+                {
                     self.strike(identity.client_ip, StrikeReason::JoinLimit);
                 }
                 self.refused(room, retry_after, identity)

@@ -24,6 +24,13 @@ pub enum Kind {
     BadHost,
     /// A path whose dot segments cannot be resolved safely under the origin's prefix.
     BadPath,
+    /// A trusted proxy's `X-Forwarded-For` that cannot be read (non-ASCII bytes, an entry
+    /// that is not an address): the client is unknown, and the request is never taken for
+    /// the proxy's own (SPEC §10, "One identity per request").
+    BadForwardedFor,
+    /// A CORS preflight that carries a body: a preflight never has one, so it is refused
+    /// before it can reach the origin past the queue.
+    PreflightBody,
     /// A reserved path (or built-in file) we do not serve.
     NotFound,
     /// No room serves the request's host.
@@ -52,9 +59,12 @@ pub enum Kind {
 impl Kind {
     pub fn status(self) -> StatusCode {
         match self {
-            Kind::AbsoluteForm | Kind::BadHost | Kind::BadPath | Kind::Unforwardable => {
-                StatusCode::BAD_REQUEST
-            }
+            Kind::AbsoluteForm
+            | Kind::BadHost
+            | Kind::BadPath
+            | Kind::BadForwardedFor
+            | Kind::PreflightBody
+            | Kind::Unforwardable => StatusCode::BAD_REQUEST,
             Kind::Connect => StatusCode::METHOD_NOT_ALLOWED,
             Kind::NotFound | Kind::UnknownSite | Kind::NotInLine => StatusCode::NOT_FOUND,
             Kind::OriginTimeout => StatusCode::GATEWAY_TIMEOUT,
@@ -78,6 +88,11 @@ impl Kind {
             Kind::Connect => ("Method not allowed", "CONNECT is not supported."),
             Kind::BadHost => ("Bad request", "The request does not name one valid host."),
             Kind::BadPath => ("Bad request", "The request path is not acceptable."),
+            Kind::BadForwardedFor => (
+                "Bad request",
+                "The X-Forwarded-For header from the proxy cannot be read.",
+            ),
+            Kind::PreflightBody => ("Bad request", "A CORS preflight carries no body."),
             Kind::NotFound => ("Not found", "There is nothing here."),
             Kind::UnknownSite => ("Unknown site", "This address is not served here."),
             Kind::NotInLine => ("Not in line", "There is no place in line for this browser."),

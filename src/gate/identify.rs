@@ -19,6 +19,11 @@ use crate::token::CookieError;
 pub struct Identity {
     /// Behind trusted proxies, the address they forwarded for; else the peer.
     pub client_ip: IpAddr,
+    /// Set when a trusted proxy's `X-Forwarded-For` cannot be read: the request is refused
+    /// with 400 before anything else (`client_ip` is then the peer, for the log only).
+    pub bad_forwarded: bool,
+    /// What the browser said about where the request comes from (`Sec-Fetch-*`).
+    pub fetch: FetchSite,
     /// What the join limit and bans count: the IPv4 address or the IPv6 /64.
     pub client: ClientKey,
     /// The abuse registry's verdict, checked before the cookie is read (SPEC §10 step 1).
@@ -47,7 +52,14 @@ pub struct Identity {
 
 impl App {
     pub(super) fn identify<B>(&self, req: &Request<B>, peer: SocketAddr) -> Identity {
-        let client_ip = identity::client_ip(peer.ip(), req.headers(), &self.trusted);
+        // An unreadable forwarding header names nobody: the request is refused (400) with
+        // the peer as its address for the log, and is not judged as the peer's.
+        let (client_ip, bad_forwarded) =
+            match identity::client_ip(peer.ip(), req.headers(), &self.trusted) {
+                Ok(ip) => (ip, false),
+                Err(_) => (peer.ip().to_canonical(), true),
+            };
+        let fetch = FetchSite::of(req.headers());
         let (host, bad_host) = match identity::request_host(req) {
             Ok(host) => (host, None),
             Err(e) => (None, Some(e)),
@@ -59,24 +71,32 @@ impl App {
             (None, None) => self.catch_all,
         };
         // The ban check comes first: a banned client's cookie is never even verified.
-        let banned = self.abuse.check(client_ip);
-        let visitor = room.filter(|_| banned.is_none()).and_then(|i| {
-            let value = crate::token::find_cookie(req.headers())?;
-            match self.cookies.verify(value, SystemTime::now()) {
-                Ok(claim) if claim.room.as_str() == self.rooms[i].config.name => {
-                    Some(claim.visitor)
-                }
-                Ok(_) => None,
-                Err(e) => {
-                    tracing::debug!(%client_ip, error = %e, "visitor cookie rejected");
-                    // A forged cookie is a strike (SPEC §10); an expired one is not.
-                    if matches!(e, CookieError::BadSignature | CookieError::UnknownKey) {
-                        self.strike(client_ip, StrikeReason::BadCookie);
+        let banned = (!bad_forwarded)
+            .then(|| self.abuse.check(client_ip))
+            .flatten();
+        let visitor = room
+            .filter(|_| banned.is_none() && !bad_forwarded)
+            .and_then(|i| {
+                let value = crate::token::find_cookie(req.headers())?;
+                match self.cookies.verify(value, SystemTime::now()) {
+                    Ok(claim) if claim.room.as_str() == self.rooms[i].config.name => {
+                        Some(claim.visitor)
                     }
-                    None
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::debug!(%client_ip, error = %e, "visitor cookie rejected");
+                        // A forged cookie is a strike (SPEC §10); an expired one is not, and
+                        // a cross-site request is nobody's strike: another site's page chose
+                        // to send it.
+                        if matches!(e, CookieError::BadSignature | CookieError::UnknownKey)
+                            && !fetch.cross_site
+                        {
+                            self.strike(client_ip, StrikeReason::BadCookie);
+                        }
+                        None
+                    }
                 }
-            }
-        });
+            });
         let trusted_peer = self.trusted.contains(peer.ip());
         let proto = trusted_peer
             .then(|| forwarded_proto(req.headers()))
@@ -94,6 +114,8 @@ impl App {
             host,
             bad_host,
             client_ip,
+            bad_forwarded,
+            fetch,
             client: ClientKey::from(client_ip),
             banned,
             room,
@@ -101,6 +123,56 @@ impl App {
             wants_json: pages::prefers_json(req.headers().get(header::ACCEPT)),
             lang: i18n::negotiate(req.headers().get(header::ACCEPT_LANGUAGE)),
         }
+    }
+}
+
+/// A browser's fetch metadata (`Sec-Fetch-Site`, `Sec-Fetch-Dest`): whether another site's
+/// page made the request, and whether it is a top-level navigation. Browsers set these
+/// headers themselves and a page cannot forge them, which is what lets the abuse registry
+/// tell a visitor's own acts from what another site makes their browser do (SPEC §10,
+/// "Strikes only from the client's own acts"). A client that sends none (an API client,
+/// an old browser) is judged on its own acts, as before.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FetchSite {
+    /// `Sec-Fetch-Site: cross-site`: a page on another site sent it. Never a strike,
+    /// never a ban path, never spends or refuses a grant.
+    pub cross_site: bool,
+    /// `Sec-Fetch-Dest: document`: a top-level navigation.
+    pub document: bool,
+    /// Whether any `Sec-Fetch-*` header came at all.
+    pub present: bool,
+}
+
+/// `Sec-Fetch-Site` (no constant in the `http` crate).
+const SEC_FETCH_SITE: &str = "sec-fetch-site";
+/// `Sec-Fetch-Dest`.
+const SEC_FETCH_DEST: &str = "sec-fetch-dest";
+/// `Sec-Fetch-Mode`.
+const SEC_FETCH_MODE: &str = "sec-fetch-mode";
+
+impl FetchSite {
+    /// Reads the request's fetch metadata.
+    pub fn of(headers: &HeaderMap) -> FetchSite {
+        let site = headers.get(SEC_FETCH_SITE);
+        let dest = headers.get(SEC_FETCH_DEST);
+        FetchSite {
+            cross_site: site.is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site")),
+            document: dest.is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"document")),
+            present: site.is_some() || dest.is_some() || headers.contains_key(SEC_FETCH_MODE),
+        }
+    }
+
+    /// A request another site's page embedded (an image, a script, a frame, a fetch):
+    /// answered like an asset, so it never joins the line or takes a slot.
+    pub fn embedded_cross_site(self) -> bool {
+        self.cross_site && !self.document
+    }
+
+    /// Whether a priority grant on this request counts: on a top-level navigation of
+    /// the visitor's own (not from another site), or from a client that sends no fetch
+    /// metadata at all (an API client).
+    pub fn grant_honoured(self) -> bool {
+        !self.present || (self.document && !self.cross_site)
     }
 }
 

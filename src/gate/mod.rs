@@ -112,6 +112,8 @@ pub struct App {
     origin_clients: PerWorker<OriginClient>,
     pages: Pages,
     origin_errors: LogLimiter,
+    /// Warnings about unreadable `X-Forwarded-For` from a trusted proxy.
+    unreadable_forwarded: LogLimiter,
     admin: Admin,
     pub metrics: Metrics,
     /// Signs `X-Anteroom-Admission` (SPEC §14) when `admission_key` is set.
@@ -319,6 +321,7 @@ impl App {
             },
             pages: Pages::default().with_operator_page(&config.waiting_page),
             origin_errors: LogLimiter::new(Duration::from_secs(10)),
+            unreadable_forwarded: LogLimiter::new(Duration::from_secs(10)),
             admin: Admin::new(config, abuse.clone()),
             metrics,
             signer: config.admission_key.as_ref().map(|key| {
@@ -434,11 +437,28 @@ impl App {
     ) -> (Response<Body>, &'static str) {
         let peer = identity.peer;
         let room = identity.room.map(|i| &self.rooms[i]);
+        // A request whose forwarding header cannot be read has no client to judge: it is
+        // refused before anything, the ban check included (SPEC §10, "One identity per
+        // request").
+        if identity.bad_forwarded {
+            if self.unreadable_forwarded.allow() {
+                tracing::warn!(
+                    peer = %identity.peer,
+                    "X-Forwarded-For from a trusted proxy cannot be read; answered 400 \
+                     (further warnings suppressed for 10 s)"
+                );
+            }
+            return (
+                self.error(Kind::BadForwardedFor, &identity),
+                classify::INVALID_LABEL,
+            );
+        }
         // SPEC §10's fixed order: the ban check here, then `classify`'s; this is the one
         // place acting on it.
-        // SPEC §10 step 1: a banned client gets nothing else, reserved routes included.
+        // SPEC §10 step 1: a banned client gets nothing else, reserved routes included,
+        // but for the probes: they report the process, not the prober's reputation.
         let class = if let Some(verdict) = &identity.banned {
-            Class::Banned(verdict.clone())
+            classify::probe(&req).unwrap_or_else(|| Class::Banned(verdict.clone()))
         } else if identity.bad_host.is_some() {
             return (
                 self.error(Kind::BadHost, &identity),
@@ -453,7 +473,12 @@ impl App {
                 classify::INVALID_LABEL,
             );
         } else {
-            classify(&req, &self.abuse.policy().ban_paths, room.map(|r| &r.paths))
+            classify(
+                &req,
+                &self.abuse.policy().ban_paths,
+                room.map(|r| &r.paths),
+                identity.fetch,
+            )
         };
         let label = class.label();
         // Every class but the site is boxed: this future is moved on every request (hyper
@@ -475,6 +500,10 @@ impl App {
             Class::Draw(room) => Box::pin(self.draw_document(&room, &identity)).await,
             Class::UnknownReserved => self.error(Kind::NotFound, &identity),
             Class::BanPath => Box::pin(self.ban_path(&req, &identity)).await,
+            // A preflight never has a body; one that does would carry it past the queue.
+            Class::Preflight if !hyper::body::Body::is_end_stream(req.body()) => {
+                self.error(Kind::PreflightBody, &identity)
+            }
             Class::Bypass | Class::Preflight => match room {
                 Some(room) => Box::pin(self.bypass(room, req, &identity)).await,
                 None => self.error(Kind::UnknownSite, &identity),
@@ -501,8 +530,12 @@ impl App {
 
     /// SPEC §10 step 3: a request to one of `abuse.ban_paths` bans its client at once;
     /// nothing is proxied. A client in `abuse.allow` (or a trusted proxy) is not banned and
-    /// gets a 404.
+    /// gets a 404, and so does a cross-site request: another site's page can make a
+    /// browser ask for `/.env`, and that must not ban the visitor.
     async fn ban_path(&self, req: &Request<Incoming>, identity: &Identity) -> Response<Body> {
+        if identity.fetch.cross_site {
+            return self.error(Kind::NotFound, identity);
+        }
         let path = classify::normalized_path(req.uri().path());
         match self.abuse.hit_ban_path(identity.client_ip, &path).await {
             PathOutcome::Banned(ban) => {
@@ -522,13 +555,10 @@ impl App {
         }
     }
 
-    /// Records a strike off the request path: with Redis it is a store round trip, which
-    /// no request waits for.
+    /// Records a strike: embedded, before the next request is judged; with Redis in the
+    /// background, since it is a store round trip no request waits for.
     pub(crate) fn strike(&self, ip: IpAddr, reason: StrikeReason) {
-        let abuse = self.abuse.clone();
-        tokio::spawn(async move {
-            abuse.strike(ip, reason).await;
-        });
+        self.abuse.strike_soon(ip, reason);
     }
 
     /// Remembers that `client` was admitted as `visitor` in room `room` (for [`App::sweep_banned`]).
@@ -599,16 +629,33 @@ impl App {
         identity: Identity,
         peer: SocketAddr,
     ) -> (Response<Body>, &'static str) {
+        if identity.bad_forwarded {
+            return (
+                self.error(Kind::BadForwardedFor, &identity),
+                classify::INVALID_LABEL,
+            );
+        }
+        // Bans apply here exactly as on the public listener (SPEC §10), probes excepted.
+        if let Some(verdict) = &identity.banned
+            && classify::probe(&req).is_none()
+        {
+            let class = Class::Banned(verdict.clone());
+            return (
+                self.error(GateError::banned(verdict), &identity),
+                class.label(),
+            );
+        }
         // Refused targets (absolute-form, CONNECT) stay refused, `/metrics` included: the
         // rewrite below would otherwise drop the authority that marks them.
         let no_ban_paths = crate::glob::GlobSet::default();
-        if let Class::Refused(kind) = classify(&req, &no_ban_paths, None) {
+        let fetch = identity.fetch;
+        if let Class::Refused(kind) = classify(&req, &no_ban_paths, None, fetch) {
             return (self.error(kind, &identity), classify::INVALID_LABEL);
         }
         if req.uri().path() == "/metrics" {
             *req.uri_mut() = http::Uri::from_static(admin::METRICS_PATH);
         }
-        let class = classify(&req, &no_ban_paths, None);
+        let class = classify(&req, &no_ban_paths, None, fetch);
         let label = class.label();
         let response = match class {
             Class::Healthz => pages::plain(StatusCode::OK, "ok\n"),

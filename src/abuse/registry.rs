@@ -213,9 +213,8 @@ pub enum StrikeOutcome {
 pub enum Judged<T> {
     /// The check passed.
     Passed(T),
-    /// The check failed and was struck; `Some` when that strike banned the client (known
-    /// at once in embedded mode; with Redis the strike is recorded in the background).
-    Failed(Option<Arc<Ban>>),
+    /// The check failed and was struck (embedded: at once; with Redis in the background).
+    Failed,
     /// Not checked: this client's failed checks within the window reach `abuse.strikes`
     /// already (its ban is made or on its way).
     Withheld,
@@ -488,7 +487,7 @@ impl AbuseRegistry {
         check: impl FnOnce() -> Option<T>,
     ) -> Judged<T> {
         if self.is_immune(ip) {
-            return check().map_or(Judged::Failed(None), Judged::Passed);
+            return check().map_or(Judged::Failed, Judged::Passed);
         }
         let key = client_ip(ip);
         let now = self.clock.now_ms();
@@ -503,14 +502,8 @@ impl AbuseRegistry {
             }
             tally.add(key, reason.weight(), now, window, self.policy.max_tracked);
         }
-        match self.strike_now(ip, reason) {
-            Some(StrikeOutcome::Banned(ban)) => Judged::Failed(Some(ban)),
-            Some(_) => Judged::Failed(None),
-            None => {
-                self.strike_later(ip, reason);
-                Judged::Failed(None)
-            }
-        }
+        self.strike_soon(ip, reason);
+        Judged::Failed
     }
 
     /// Records a strike before the next request is judged where that needs no round trip

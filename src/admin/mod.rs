@@ -330,7 +330,7 @@ impl Admin {
         });
         match judged {
             Judged::Passed(access) => Ok(access),
-            Judged::Failed(_) => {
+            Judged::Failed => {
                 if self.wrong_tokens.allow() {
                     tracing::warn!(%caller, "wrong admin token; further warnings suppressed for 10 s");
                 }

@@ -151,6 +151,18 @@ impl Metrics {
         dropped
     }
 
+    /// The counter of a banned client's access-log lines not written beyond its 10 a
+    /// second (registered only when `access_log` is on).
+    pub fn access_log_suppressed(&mut self) -> prometheus_client::metrics::counter::Counter {
+        let suppressed = prometheus_client::metrics::counter::Counter::default();
+        self.registry.register(
+            "anteroom_access_log_suppressed",
+            "Access log lines of banned clients not written beyond 10 a second per client",
+            suppressed.clone(),
+        );
+        suppressed
+    }
+
     /// Runs `proxy` and records how long it took to produce a response, by status class.
     pub async fn time_proxy(
         &self,
@@ -221,14 +233,25 @@ impl Collector for AbuseCollector {
             )?;
             gauge.encode(metric)?;
         }
-        {
-            let counter = ConstCounter::new(abuse.banned_requests_total());
-            let metric = encoder.encode_descriptor(
+        for (name, help, value) in [
+            (
                 "anteroom_banned_requests",
                 "Requests this replica refused because their client is banned.",
-                None,
-                counter.metric_type(),
-            )?;
+                abuse.banned_requests_total(),
+            ),
+            (
+                "anteroom_bans_displaced",
+                "Automatic and ban-path bans removed early to make room for newer ones at abuse.max_bans.",
+                abuse.bans_displaced_total(),
+            ),
+            (
+                "anteroom_bans_refused",
+                "Automatic bans not made because abuse.max_bans operator bans are active.",
+                abuse.bans_refused_total(),
+            ),
+        ] {
+            let counter = ConstCounter::new(value);
+            let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
             counter.encode(metric)?;
         }
         let mut family = encoder.encode_descriptor(

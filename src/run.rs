@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::abuse::{AbuseEvent, AbuseRegistry, BanSource, RedisAbuse};
+use crate::abuse::{AbuseEvent, AbuseRegistry, RedisAbuse};
 use crate::admission::Admission;
 use crate::clock::Clock;
 use crate::config::Config;
@@ -349,38 +349,16 @@ async fn abuse_loop(
     }
 }
 
-/// A ban, unban or expiry: to the log, Kafka and the audit log (admin bans and unbans are
-/// audited by the admin API with the operator's address; everything else here).
+/// A ban, unban, expiry or displacement: to the log and Kafka. Not to the audit log: that
+/// is the operators' record (the admin API audits their bans and unbans with their
+/// address), and a flood of automatic bans must not rotate it away. Every ban stays in
+/// the ban log (`GET /__anteroom/admin/api/bans/log`), Kafka and the metrics.
 async fn forward_abuse_event(app: &App, event: &AbuseEvent) {
     let ban = event.ban();
     tracing::info!(action = ?event.action(), target = %ban.target, source = ban.source.as_str(), reason = %ban.reason, until_ms = ?ban.until_ms, "abuse registry");
     app.admission
         .events()
         .publish(crate::events::Event::abuse(event));
-    let by_admin = ban.source == BanSource::Admin && !matches!(event, AbuseEvent::Expired(_));
-    if by_admin {
-        return;
-    }
-    let action = match event {
-        AbuseEvent::Banned(_) => "banned",
-        AbuseEvent::Unbanned(_) => "unbanned",
-        AbuseEvent::Expired(_) => "ban_expired",
-    };
-    let entry = crate::audit::AuditEntry::now(
-        "",
-        action,
-        serde_json::json!({ "source": ban.source.as_str() }),
-        serde_json::json!({
-            "target": ban.target.to_string(),
-            "reason": ban.reason,
-            "until_ms": ban.until_ms,
-        }),
-        ban.target.addr(),
-        SocketAddr::from(([0, 0, 0, 0], 0)),
-    );
-    if let Err(e) = app.admin_context().admin.audit().append(&entry).await {
-        tracing::error!(error = %e, "audit log write failed for a ban event");
-    }
 }
 
 async fn snapshot_loop(store: Arc<dyn QueueStore>, stop: CancellationToken) {

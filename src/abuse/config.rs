@@ -30,6 +30,9 @@ pub struct AbuseConfig {
     pub ban_paths: Vec<String>,
     /// Clients whose strikes are remembered; the least recently struck are forgotten first.
     pub max_tracked: usize,
+    /// Active bans kept at most. At the cap a new ban replaces the soonest-ending
+    /// automatic or ban-path ban; operator bans are never displaced by automatic ones.
+    pub max_bans: usize,
 }
 
 impl Default for AbuseConfig {
@@ -42,6 +45,7 @@ impl Default for AbuseConfig {
             allow: Vec::new(),
             ban_paths: Vec::new(),
             max_tracked: 100_000,
+            max_bans: 100_000,
         }
     }
 }
@@ -80,6 +84,8 @@ pub struct AbusePolicy {
     pub allow: Vec<IpNet>,
     pub ban_paths: GlobSet,
     pub max_tracked: usize,
+    /// See [`AbuseConfig::max_bans`].
+    pub max_bans: usize,
 }
 
 impl Default for AbusePolicy {
@@ -135,6 +141,9 @@ impl AbuseConfig {
         if self.max_tracked == 0 {
             errors.push(err("abuse.max_tracked", "must be at least 1"));
         }
+        if self.max_bans == 0 {
+            errors.push(err("abuse.max_bans", "must be at least 1"));
+        }
         let mut allow = Vec::with_capacity(self.allow.len());
         for (i, text) in self.allow.iter().enumerate() {
             let t = text.trim();
@@ -170,6 +179,7 @@ impl AbuseConfig {
             allow,
             ban_paths,
             max_tracked: self.max_tracked,
+            max_bans: self.max_bans,
         })
     }
 }
@@ -192,6 +202,7 @@ mod tests {
         assert_eq!(c.max_cooldown, Duration::from_secs(86_400));
         assert!(c.allow.is_empty() && c.ban_paths.is_empty());
         assert_eq!(c.max_tracked, 100_000);
+        assert_eq!(c.max_bans, 100_000);
         assert!(c.validate().is_ok());
     }
 
@@ -200,7 +211,7 @@ mod tests {
         let c = parse(
             "strikes: 4\nwindow: 30s\ncooldown: 2m\nmax_cooldown: 1h\n\
              allow: [10.0.0.0/8, '2001:db8::/32', 192.0.2.7]\n\
-             ban_paths: ['/.env', '/.git/**', '*.php']\nmax_tracked: 7\n",
+             ban_paths: ['/.env', '/.git/**', '*.php']\nmax_tracked: 7\nmax_bans: 9\n",
         )
         .unwrap();
         let p = c.validate().unwrap();
@@ -212,6 +223,7 @@ mod tests {
         assert_eq!(p.allow[2].to_string(), "192.0.2.7/32");
         assert!(p.ban_paths.is_match("/.git/config"));
         assert_eq!(p.max_tracked, 7);
+        assert_eq!(p.max_bans, 9);
     }
 
     #[test]
@@ -229,6 +241,7 @@ mod tests {
             allow: vec!["10.0.0.0/8".into(), "nonsense".into()],
             ban_paths: vec!["/ok".into(), "/a//b".into()],
             max_tracked: 0,
+            max_bans: 0,
             ..AbuseConfig::default()
         };
         let errors = c.validate().unwrap_err();
@@ -239,12 +252,13 @@ mod tests {
                 "abuse.strikes",
                 "abuse.cooldown",
                 "abuse.max_tracked",
+                "abuse.max_bans",
                 "abuse.allow[1]",
                 "abuse.ban_paths[1]"
             ]
         );
-        assert!(errors[3].to_string().contains("nonsense"));
-        assert!(errors[4].to_string().contains("/a//b"));
+        assert!(errors[4].to_string().contains("nonsense"));
+        assert!(errors[5].to_string().contains("/a//b"));
         let zero = AbuseConfig {
             window: Duration::ZERO,
             ..AbuseConfig::default()

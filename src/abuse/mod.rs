@@ -178,6 +178,8 @@ pub enum LogAction {
     Banned,
     Unbanned,
     Expired,
+    /// Removed before its end to make room for a newer ban at `abuse.max_bans`.
+    Displaced,
 }
 
 /// One ban log entry.
@@ -213,20 +215,27 @@ pub enum AbuseEvent {
     Unbanned(Arc<Ban>),
     /// Ran out.
     Expired(Arc<Ban>),
+    /// Removed to make room for a newer ban at `abuse.max_bans`.
+    Displaced(Arc<Ban>),
 }
 
 impl AbuseEvent {
     pub fn ban(&self) -> &Ban {
         match self {
-            AbuseEvent::Banned(b) | AbuseEvent::Unbanned(b) | AbuseEvent::Expired(b) => b,
+            AbuseEvent::Banned(b)
+            | AbuseEvent::Unbanned(b)
+            | AbuseEvent::Expired(b)
+            | AbuseEvent::Displaced(b) => b,
         }
     }
 
-    /// The Kafka event type (§9): expiry is an unban too.
+    /// The Kafka event type (§9): expiry and displacement are unbans too.
     pub fn kafka_type(&self) -> &'static str {
         match self {
             AbuseEvent::Banned(_) => "client_banned",
-            AbuseEvent::Unbanned(_) | AbuseEvent::Expired(_) => "client_unbanned",
+            AbuseEvent::Unbanned(_) | AbuseEvent::Expired(_) | AbuseEvent::Displaced(_) => {
+                "client_unbanned"
+            }
         }
     }
 
@@ -236,13 +245,14 @@ impl AbuseEvent {
             AbuseEvent::Banned(_) => LogAction::Banned,
             AbuseEvent::Unbanned(_) => LogAction::Unbanned,
             AbuseEvent::Expired(_) => LogAction::Expired,
+            AbuseEvent::Displaced(_) => LogAction::Displaced,
         }
     }
 }
 
 /// Why an admin ban or unban was refused. The admin API maps `InvalidTarget`,
-/// `TooBroad`, `Immune`, `InvalidDuration` and `ReasonTooLong` to 422, `NotFound` to 404
-/// and `Store` to 503.
+/// `TooBroad`, `Immune`, `InvalidDuration` and `ReasonTooLong` to 422, `NotFound` to 404,
+/// `Full` to 409 and `Store` to 503.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BanError {
     #[error("target `{0}` is neither an IP address nor a CIDR range")]
@@ -261,6 +271,11 @@ pub enum BanError {
     NotFound(String),
     #[error("the ban store is unavailable: {0}")]
     Store(String),
+    /// `abuse.max_bans` (the number) active bans are all operator bans.
+    #[error(
+        "abuse.max_bans ({0}) bans are active and all are operator bans; lift some or raise abuse.max_bans"
+    )]
+    Full(usize),
 }
 
 /// Errors of the store underneath (files, Redis).

@@ -1,7 +1,7 @@
 //! The registry: the hot-path ban snapshot, the embedded strike table and ban state, and
 //! the Redis-backed variant that shares them between replicas.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,15 +26,20 @@ use crate::clock::{Clock, ms};
 /// the audit log and Kafka are side channels that must never slow a ban down.
 pub const EVENT_BUFFER: usize = if cfg!(test) { 64 } else { 4096 };
 
+/// A persistent map: cloning shares every node, and a change copies only the O(log n)
+/// nodes on its path, so a snapshot costs nothing to take and nothing to keep.
+type SharedMap = imbl::HashMap<u128, Arc<Ban>>;
+
 /// The active bans as the request path reads them: single clients in a hash map, ranges
-/// in a short list. Replaced whole (copy on write) on every change, so readers never lock.
-#[derive(Debug, Default)]
+/// in a short list of maps. Readers hold an immutable snapshot (never a lock); a change
+/// is made on the master copy and published as a new snapshot, both O(log n).
+#[derive(Clone, Debug, Default)]
 pub(super) struct BanSet {
-    exact: HashMap<u128, Arc<Ban>>,
+    exact: SharedMap,
     /// Range bans grouped by mask (IPv4 in its IPv4-mapped IPv6 form): network bits →
     /// ban. A lookup is one hash probe per distinct prefix length in use (at most 57),
     /// however many ranges are banned.
-    nets: Vec<(u128, HashMap<u128, Arc<Ban>>)>,
+    nets: Vec<(u128, SharedMap)>,
 }
 
 /// A range as (network bits, mask) in the IPv4-mapped IPv6 space.
@@ -54,19 +59,56 @@ impl BanSet {
     pub(super) fn from_bans(bans: impl IntoIterator<Item = Arc<Ban>>) -> Self {
         let mut set = BanSet::default();
         for ban in bans {
-            if is_client_net(&ban.target) {
-                set.exact.insert(client_bits(ban.target.addr()), ban);
-            } else {
-                let (bits, mask) = net_bits(&ban.target);
-                match set.nets.iter_mut().find(|(m, _)| *m == mask) {
-                    Some((_, by_net)) => {
-                        by_net.insert(bits, ban);
-                    }
-                    None => set.nets.push((mask, HashMap::from([(bits, ban)]))),
-                }
-            }
+            set.insert(ban);
         }
         set
+    }
+
+    /// Adds `ban`, returning the one it replaces on the same target.
+    fn insert(&mut self, ban: Arc<Ban>) -> Option<Arc<Ban>> {
+        if is_client_net(&ban.target) {
+            return self.exact.insert(client_bits(ban.target.addr()), ban);
+        }
+        let (bits, mask) = net_bits(&ban.target);
+        match self.nets.iter_mut().find(|(m, _)| *m == mask) {
+            Some((_, by_net)) => by_net.insert(bits, ban),
+            None => {
+                self.nets.push((mask, SharedMap::unit(bits, ban)));
+                None
+            }
+        }
+    }
+
+    /// Removes the ban on exactly `target`.
+    fn remove(&mut self, target: &IpNet) -> Option<Arc<Ban>> {
+        if is_client_net(target) {
+            return self.exact.remove(&client_bits(target.addr()));
+        }
+        let (bits, mask) = net_bits(target);
+        let i = self.nets.iter().position(|(m, _)| *m == mask)?;
+        let removed = self.nets[i].1.remove(&bits);
+        if self.nets[i].1.is_empty() {
+            self.nets.swap_remove(i);
+        }
+        removed
+    }
+
+    /// The ban on exactly `target` (not one of a covering range).
+    fn get(&self, target: &IpNet) -> Option<&Arc<Ban>> {
+        let found = if is_client_net(target) {
+            self.exact.get(&client_bits(target.addr()))
+        } else {
+            let (bits, mask) = net_bits(target);
+            self.nets
+                .iter()
+                .find(|(m, _)| *m == mask)
+                .and_then(|(_, by_net)| by_net.get(&bits))
+        };
+        found.filter(|b| b.target == *target)
+    }
+
+    fn len(&self) -> usize {
+        self.exact.len() + self.nets.iter().map(|(_, n)| n.len()).sum::<usize>()
     }
 
     fn is_empty(&self) -> bool {
@@ -131,7 +173,15 @@ pub(super) struct Local {
     /// Recency order of `tracked`: touch counter → client; the first is forgotten first.
     lru: BTreeMap<u64, IpAddr>,
     touch: u64,
-    bans: HashMap<IpNet, Arc<Ban>>,
+    /// The master copy of the bans; [`AbuseRegistry::publish_local`] hands readers a
+    /// clone (O(1), shared).
+    bans: BanSet,
+    /// (end, target) of every ban with an end, soonest first: what `tick` expires
+    /// without scanning the rest.
+    ending: BTreeSet<(u64, IpNet)>,
+    /// The same for automatic and ban-path bans only: what a new ban displaces when
+    /// `abuse.max_bans` are active (operator bans are never displaced).
+    displaceable: BTreeSet<(u64, IpNet)>,
     /// Newest first, at most [`LOG_CAP`].
     log: VecDeque<LogEntry>,
     /// The seq of the next log entry.
@@ -159,16 +209,65 @@ impl Local {
         seq
     }
 
-    /// Records and stores a new ban, replacing any on the same target.
+    /// Records and stores a new ban, replacing any on the same target. The caller made
+    /// room first ([`Local::make_room`]).
     fn add_ban(&mut self, mut ban: Ban, now: u64) -> Arc<Ban> {
         ban.seq = self.record(LogAction::Banned, &ban, now);
         let ban = Arc::new(ban);
-        self.bans.insert(ban.target, ban.clone());
+        self.put(ban.clone());
         ban
     }
 
+    /// Stores `ban` and its place in the end orders, replacing any on the same target.
+    fn put(&mut self, ban: Arc<Ban>) {
+        if let Some(old) = self.bans.insert(ban.clone()) {
+            self.unindex(&old);
+        }
+        if let Some(until) = ban.until_ms {
+            self.ending.insert((until, ban.target));
+            if ban.source != BanSource::Admin {
+                self.displaceable.insert((until, ban.target));
+            }
+        }
+    }
+
+    /// Removes the ban on exactly `target`.
+    fn take(&mut self, target: &IpNet) -> Option<Arc<Ban>> {
+        let ban = self.bans.remove(target)?;
+        self.unindex(&ban);
+        Some(ban)
+    }
+
+    fn unindex(&mut self, ban: &Ban) {
+        if let Some(until) = ban.until_ms {
+            self.ending.remove(&(until, ban.target));
+            self.displaceable.remove(&(until, ban.target));
+        }
+    }
+
+    /// Makes room for a ban on `target` within `max` active bans: a ban replacing one
+    /// on the same target needs none; otherwise, at the cap, the automatic or ban-path
+    /// ban that would end soonest is displaced (logged, and returned for its event).
+    /// `Err` when every active ban is an operator's: nothing is displaced.
+    fn make_room(&mut self, target: &IpNet, max: usize, now: u64) -> Result<Vec<Arc<Ban>>, Full> {
+        if self.bans.get(target).is_some() {
+            return Ok(Vec::new());
+        }
+        let mut displaced = Vec::new();
+        while self.bans.len() >= max {
+            let Some(&(_, victim)) = self.displaceable.first() else {
+                return Err(Full);
+            };
+            if let Some(ban) = self.take(&victim) {
+                self.record(LogAction::Displaced, &ban, now);
+                displaced.push(ban);
+            }
+        }
+        Ok(displaced)
+    }
+
     fn saved(&self) -> Saved {
-        let mut bans: Vec<Ban> = self.bans.values().map(|b| (**b).clone()).collect();
+        let mut bans: Vec<Ban> = self.bans.iter().map(|b| (**b).clone()).collect();
         bans.sort_by_key(|b| b.seq);
         Saved {
             version: persist::VERSION,
@@ -179,9 +278,14 @@ impl Local {
     }
 }
 
+/// Every one of `abuse.max_bans` active bans is an operator's.
+#[derive(Debug)]
+struct Full;
+
 enum Backend {
     Local {
-        state: Mutex<Local>,
+        /// Boxed: the ban indexes make it several times the Redis variant's size.
+        state: Box<Mutex<Local>>,
         data_dir: Option<PathBuf>,
     },
     Redis {
@@ -206,6 +310,9 @@ pub enum StrikeOutcome {
     Banned(Arc<Ban>),
     /// Redis did not answer; the strike was lost (bans already known stay enforced).
     StoreDown,
+    /// This strike reached `abuse.strikes`, but `abuse.max_bans` operator bans leave no
+    /// room: counted in `anteroom_bans_refused_total`, nobody banned.
+    Full,
 }
 
 /// What [`AbuseRegistry::judge`] did.
@@ -229,6 +336,9 @@ pub enum PathOutcome {
     Immune,
     /// The client is now banned (or already was, for at least this long).
     Banned(Arc<Ban>),
+    /// It is, but `abuse.max_bans` operator bans leave no room; the caller answers 404
+    /// without the origin, as for an immune client.
+    Full,
 }
 
 /// The abuse registry of one replica. See the module documentation for who calls what.
@@ -247,6 +357,12 @@ pub struct AbuseRegistry {
     refresh_failing: AtomicBool,
     /// Failed checks per client, taken with the check ([`AbuseRegistry::judge`]).
     tally: Mutex<Tally>,
+    /// Bans displaced to keep within `abuse.max_bans`.
+    bans_displaced: AtomicU64,
+    /// Automatic bans refused because `abuse.max_bans` operator bans are active.
+    bans_refused: AtomicU64,
+    /// At most one warning a minute about refused bans.
+    full_warning: crate::log_limiter::LogLimiter,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -271,6 +387,9 @@ impl AbuseRegistry {
             events_rx: Mutex::new(Some(events_rx)),
             refresh_failing: AtomicBool::new(false),
             tally: Mutex::new(Tally::default()),
+            bans_displaced: AtomicU64::new(0),
+            bans_refused: AtomicU64::new(0),
+            full_warning: crate::log_limiter::LogLimiter::new(Duration::from_secs(60)),
         }
     }
 
@@ -281,7 +400,7 @@ impl AbuseRegistry {
             trusted,
             clock,
             Backend::Local {
-                state: Mutex::new(Local::default()),
+                state: Box::new(Mutex::new(Local::default())),
                 data_dir: None,
             },
         )
@@ -306,7 +425,7 @@ impl AbuseRegistry {
             local.next_seq = local.next_seq.max(top + 1);
             for ban in saved.bans {
                 if ban.active_at(now) {
-                    local.bans.insert(ban.target, Arc::new(ban));
+                    local.put(Arc::new(ban));
                 } else {
                     local.record(LogAction::Expired, &ban, now);
                     expired.push(Arc::new(ban));
@@ -318,7 +437,7 @@ impl AbuseRegistry {
             trusted,
             clock,
             Backend::Local {
-                state: Mutex::new(local),
+                state: Box::new(Mutex::new(local)),
                 data_dir: Some(data_dir.to_owned()),
             },
         );
@@ -445,9 +564,13 @@ impl AbuseRegistry {
                 {
                     return PathOutcome::Banned(existing.clone());
                 }
+                let Some(displaced) = self.make_room(&mut st, &ban.target, now) else {
+                    return PathOutcome::Full;
+                };
                 let ban = st.add_ban(ban, now);
                 self.publish_local(&st);
                 drop(st);
+                self.emit_displaced(displaced);
                 self.emit(AbuseEvent::Banned(ban.clone()));
                 PathOutcome::Banned(ban)
             }
@@ -538,10 +661,11 @@ impl AbuseRegistry {
         self.strikes_total[reason.index()].fetch_add(1, Ordering::Relaxed);
         let now = self.clock.now_ms();
         let mut st = lock(state);
-        let outcome = self.strike_local(&mut st, client_ip(ip), reason, now);
+        let (outcome, displaced) = self.strike_local(&mut st, client_ip(ip), reason, now);
         if let StrikeOutcome::Banned(ban) = &outcome {
             self.publish_local(&st);
             drop(st);
+            self.emit_displaced(displaced);
             self.emit(AbuseEvent::Banned(ban.clone()));
         }
         Some(outcome)
@@ -620,7 +744,7 @@ impl AbuseRegistry {
         key: IpAddr,
         reason: StrikeReason,
         now: u64,
-    ) -> StrikeOutcome {
+    ) -> (StrikeOutcome, Vec<Arc<Ban>>) {
         let window = ms(self.policy.window);
         if !st.tracked.contains_key(&key) {
             // Bounded memory: forget the least recently struck before adding one more.
@@ -657,8 +781,11 @@ impl AbuseRegistry {
         }
         st.lru.insert(touch, key);
         if !banned {
-            return StrikeOutcome::Counted { total };
+            return (StrikeOutcome::Counted { total }, Vec::new());
         }
+        let Some(displaced) = self.make_room(st, &client_net(key), now) else {
+            return (StrikeOutcome::Full, Vec::new());
+        };
         let cooldown = self.policy.cooldown_after(earlier);
         let ban = Ban {
             seq: 0,
@@ -668,7 +795,35 @@ impl AbuseRegistry {
             since_ms: now,
             until_ms: Some(now.saturating_add(ms(cooldown))),
         };
-        StrikeOutcome::Banned(st.add_ban(ban, now))
+        (StrikeOutcome::Banned(st.add_ban(ban, now)), displaced)
+    }
+
+    /// [`Local::make_room`], counting a refusal (and warning at most once a minute: a
+    /// flood at the cap would otherwise log a line per ban).
+    fn make_room(&self, st: &mut Local, target: &IpNet, now: u64) -> Option<Vec<Arc<Ban>>> {
+        match st.make_room(target, self.policy.max_bans, now) {
+            Ok(displaced) => {
+                self.bans_displaced
+                    .fetch_add(displaced.len() as u64, Ordering::Relaxed);
+                Some(displaced)
+            }
+            Err(Full) => {
+                self.bans_refused.fetch_add(1, Ordering::Relaxed);
+                if self.full_warning.allow() {
+                    tracing::warn!(
+                        max_bans = self.policy.max_bans,
+                        "abuse.max_bans operator bans are active: automatic bans are refused until some end or are lifted"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    fn emit_displaced(&self, displaced: Vec<Arc<Ban>>) {
+        for ban in displaced {
+            self.emit(AbuseEvent::Displaced(ban));
+        }
     }
 
     // ---- the admin API ----
@@ -704,8 +859,16 @@ impl AbuseRegistry {
         let ban = match &self.backend {
             Backend::Local { state, .. } => {
                 let mut st = lock(state);
+                let displaced = match st.make_room(&ban.target, self.policy.max_bans, now) {
+                    Ok(displaced) => displaced,
+                    Err(Full) => return Err(BanError::Full(self.policy.max_bans)),
+                };
+                self.bans_displaced
+                    .fetch_add(displaced.len() as u64, Ordering::Relaxed);
                 let ban = st.add_ban(ban, now);
                 self.publish_local(&st);
+                drop(st);
+                self.emit_displaced(displaced);
                 ban
             }
             Backend::Redis { redis, .. } => {
@@ -740,8 +903,7 @@ impl AbuseRegistry {
                     return Err(BanError::NotFound(net.to_string()));
                 }
                 let ban = st
-                    .bans
-                    .remove(&net)
+                    .take(&net)
                     .ok_or_else(|| BanError::NotFound(net.to_string()))?;
                 st.record(LogAction::Unbanned, &ban, now);
                 self.publish_local(&st);
@@ -818,21 +980,23 @@ impl AbuseRegistry {
         match &self.backend {
             Backend::Local { state, .. } => {
                 let mut st = lock(state);
-                let ended: Vec<IpNet> = st
-                    .bans
-                    .values()
-                    .filter(|b| !b.active_at(now))
-                    .map(|b| b.target)
-                    .collect();
-                if ended.is_empty() {
-                    return Ok(());
-                }
-                let mut expired = Vec::with_capacity(ended.len());
-                for net in ended {
-                    if let Some(ban) = st.bans.remove(&net) {
-                        st.record(LogAction::Expired, &ban, now);
-                        expired.push(ban);
+                let mut expired = Vec::new();
+                // Soonest first: only the bans that ended are visited.
+                while let Some(&(until, net)) = st.ending.first()
+                    && until <= now
+                {
+                    match st.take(&net) {
+                        Some(ban) => {
+                            st.record(LogAction::Expired, &ban, now);
+                            expired.push(ban);
+                        }
+                        None => {
+                            st.ending.pop_first();
+                        }
                     }
+                }
+                if expired.is_empty() {
+                    return Ok(());
                 }
                 self.publish_local(&st);
                 drop(st);
@@ -950,6 +1114,17 @@ impl AbuseRegistry {
         self.banned_requests.load(Ordering::Relaxed)
     }
 
+    /// `anteroom_bans_displaced_total`: bans displaced by newer ones at `abuse.max_bans`.
+    pub fn bans_displaced_total(&self) -> u64 {
+        self.bans_displaced.load(Ordering::Relaxed)
+    }
+
+    /// `anteroom_bans_refused_total`: automatic bans not made because `abuse.max_bans`
+    /// operator bans are active.
+    pub fn bans_refused_total(&self) -> u64 {
+        self.bans_refused.load(Ordering::Relaxed)
+    }
+
     /// Events dropped because nobody read them fast enough.
     pub fn events_dropped(&self) -> u64 {
         self.events_dropped.load(Ordering::Relaxed)
@@ -962,35 +1137,27 @@ impl AbuseRegistry {
             .store(Arc::new(BanSet::from_bans(bans.into_iter().map(Arc::new))));
     }
 
+    /// Hands readers the master copy's current state (a clone of persistent maps: O(1)).
     fn publish_local(&self, st: &Local) {
-        self.bans
-            .store(Arc::new(BanSet::from_bans(st.bans.values().cloned())));
+        self.bans.store(Arc::new(st.bans.clone()));
     }
 
     /// Adds (or replaces) one ban in the snapshot (Redis mode: our own change, before the
-    /// next refresh brings it back from Redis).
+    /// next refresh brings it back from Redis). O(log n): the new snapshot shares the rest.
     fn publish_one(&self, ban: Arc<Ban>) {
         let _guard = self.update_guard();
-        let current = self.bans.load_full();
-        let target = ban.target;
-        let bans = current
-            .iter()
-            .filter(|b| b.target != target)
-            .cloned()
-            .chain(std::iter::once(ban));
-        self.bans.store(Arc::new(BanSet::from_bans(bans)));
+        let mut next = BanSet::clone(&self.bans.load());
+        next.insert(ban);
+        self.bans.store(Arc::new(next));
     }
 
     /// Removes the ban on `net` from the snapshot, returning it.
     fn publish_one_removed(&self, net: IpNet) -> Option<Arc<Ban>> {
         let _guard = self.update_guard();
-        let current = self.bans.load_full();
-        let removed = current.iter().find(|b| b.target == net).cloned();
-        if removed.is_some() {
-            let bans = current.iter().filter(|b| b.target != net).cloned();
-            self.bans.store(Arc::new(BanSet::from_bans(bans)));
-        }
-        removed
+        let mut next = BanSet::clone(&self.bans.load());
+        let removed = next.remove(&net)?;
+        self.bans.store(Arc::new(next));
+        Some(removed)
     }
 
     fn update_guard(&self) -> Option<MutexGuard<'_, ()>> {

@@ -548,6 +548,110 @@ async fn a_million_distinct_attackers_stay_within_max_tracked() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn max_bans_displaces_the_soonest_ending_automatic_ban_never_an_operators() {
+    let (r, mut events) = registry(AbuseConfig {
+        strikes: 1,
+        max_bans: 3,
+        ban_paths: vec!["/.env".into()],
+        ..config()
+    });
+    // Two operator bans: one permanent, one ending in a second.
+    r.ban("198.51.100.1", None, "op").await.unwrap();
+    r.ban("198.51.100.2", Some(Duration::from_secs(1)), "op")
+        .await
+        .unwrap();
+    advance(1).await;
+    // One automatic ban (60 s), and the cap is reached.
+    let first = banned(r.strike(ip("192.0.2.1"), StrikeReason::JoinLimit).await);
+    advance(1).await;
+    r.tick().await.unwrap();
+    // The short operator ban ended and was expired by the tick: room again.
+    assert_eq!(r.bans_active(), 2);
+    let second = banned(r.strike(ip("192.0.2.2"), StrikeReason::JoinLimit).await);
+    assert_eq!(r.bans_active(), 3);
+    // At the cap, a ban-path ban displaces the automatic ban that ends soonest (the
+    // first), never the operator's permanent one.
+    let PathOutcome::Banned(third) = r.hit_ban_path(ip("192.0.2.3"), "/.env").await else {
+        panic!("a ban-path ban at the cap is made by displacing one");
+    };
+    assert_eq!(r.bans_active(), 3);
+    assert!(
+        r.check(ip("192.0.2.1")).is_none(),
+        "the soonest-ending went"
+    );
+    assert!(r.check(ip("192.0.2.2")).is_some());
+    assert!(r.check(ip("198.51.100.1")).is_some(), "operator bans stay");
+    assert_eq!(r.bans_displaced_total(), 1);
+    let got = drain(&mut events);
+    assert!(
+        got.contains(&AbuseEvent::Displaced(first.clone())),
+        "{got:?}"
+    );
+    assert!(got.contains(&AbuseEvent::Banned(third.clone())));
+    let log = r.log(None, None).await.unwrap();
+    assert_eq!(log.items[1].action, LogAction::Displaced);
+    assert_eq!(log.items[1].target, first.target);
+    // An operator ban at the cap displaces likewise (the second automatic ban).
+    r.ban("198.51.100.3", None, "op").await.unwrap();
+    assert!(r.check(ip("192.0.2.2")).is_none());
+    assert!(r.check(ip("192.0.2.3")).is_some());
+    r.ban("198.51.100.4", None, "op").await.unwrap();
+    assert!(r.check(ip("192.0.2.3")).is_none());
+    assert_eq!(r.bans_active(), 3);
+    drop(second);
+    // Only operator bans left: an automatic ban is refused and counted, a ban path
+    // answers Full (the gate's 404), an operator ban is a clear error, a replacement of
+    // an existing target is still fine.
+    assert_eq!(
+        r.strike(ip("192.0.2.9"), StrikeReason::JoinLimit).await,
+        StrikeOutcome::Full
+    );
+    assert_eq!(
+        r.hit_ban_path(ip("192.0.2.10"), "/.env").await,
+        PathOutcome::Full
+    );
+    assert_eq!(r.bans_refused_total(), 2);
+    assert!(r.check(ip("192.0.2.9")).is_none());
+    assert_eq!(
+        r.ban("198.51.100.5", None, "op").await.unwrap_err(),
+        BanError::Full(3)
+    );
+    r.ban("198.51.100.4", Some(Duration::from_secs(60)), "longer")
+        .await
+        .unwrap();
+    assert_eq!(r.bans_active(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tick_expires_only_what_ended_in_the_order_it_ended() {
+    let (r, mut events) = registry(config());
+    for (i, secs) in [(1, 30u64), (2, 10), (3, 20)] {
+        r.ban(&format!("192.0.2.{i}"), Some(Duration::from_secs(secs)), "")
+            .await
+            .unwrap();
+    }
+    r.ban("192.0.2.4", None, "").await.unwrap();
+    // Replacing a ban moves its end: the old end must not expire the new ban.
+    r.ban("192.0.2.3", Some(Duration::from_secs(100)), "")
+        .await
+        .unwrap();
+    drain(&mut events);
+    advance(25).await;
+    r.tick().await.unwrap();
+    let ended: Vec<String> = drain(&mut events)
+        .iter()
+        .map(|e| e.ban().target.to_string())
+        .collect();
+    assert_eq!(ended, ["192.0.2.2/32"]);
+    advance(10).await;
+    r.tick().await.unwrap();
+    assert_eq!(drain(&mut events).len(), 1);
+    assert!(r.check(ip("192.0.2.3")).is_some());
+    assert!(r.check(ip("192.0.2.4")).is_some());
+    assert_eq!(r.bans_active(), 2);
+}
+
+#[tokio::test(start_paused = true)]
 async fn events_beyond_the_buffer_are_dropped_and_counted() {
     let (r, _events) = registry(config());
     for i in 0..(registry::EVENT_BUFFER as u32 + 10) {

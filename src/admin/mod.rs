@@ -1048,7 +1048,7 @@ fn ban_error(e: BanError) -> Response<Body> {
         | BanError::NotFound(_) => "target",
         BanError::InvalidDuration => "duration_secs",
         BanError::ReasonTooLong => "reason",
-        BanError::Store(_) => "",
+        BanError::Store(_) | BanError::Full(_) => "",
     };
     ban_error_field(field, e)
 }
@@ -1061,6 +1061,12 @@ fn ban_error_field(field: &str, e: BanError) -> Response<Body> {
             "No such ban",
             &e.to_string(),
             Some("target"),
+        ),
+        BanError::Full(_) => problem(
+            StatusCode::CONFLICT,
+            "Ban list full",
+            &format!("Nothing was changed: {e}"),
+            None,
         ),
         BanError::Store(_) => problem(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -175,12 +175,13 @@ impl Config {
         let a = &self.abuse;
         let _ = writeln!(
             o,
-            "abuse:            ban after {} strikes in {}, for {} doubling up to {}; remembers {} clients",
+            "abuse:            ban after {} strikes in {}, for {} doubling up to {}; remembers {} clients, {} bans",
             a.strikes,
             dur(a.window),
             dur(a.cooldown),
             dur(a.max_cooldown),
-            a.max_tracked
+            a.max_tracked,
+            a.max_bans
         );
         let allow: Vec<String> = a.allow.iter().map(|n| n.to_string()).collect();
         let _ = writeln!(

@@ -116,6 +116,7 @@ pub(super) struct RawAbuse {
     #[serde(default, deserialize_with = "null_is_empty")]
     pub ban_paths: Vec<V>,
     pub max_tracked: Option<V>,
+    pub max_bans: Option<V>,
 }
 
 /// One room: the single raw layer between the file (plus overrides) and `RoomConfig`.

@@ -124,6 +124,7 @@ kafka:
 #   allow: []
 #   ban_paths: []                # e.g. ["/.env", "/.git/**", "/wp-login.php"]
 #   max_tracked: 100000          # clients whose strikes are remembered (oldest forgotten)
+#   max_bans: 100000             # active bans kept; at the cap automatic bans make room
 # Rooms: each name ([A-Za-z0-9_-], up to 64) has its own queue and limits.
 rooms:
   main:

@@ -534,6 +534,12 @@ fn validate_abuse(cx: &Ctx<'_>, a: &RawAbuse) -> Result<crate::abuse::AbusePolic
             defaults.max_tracked as u64,
         )?)
         .unwrap_or(usize::MAX),
+        max_bans: usize::try_from(whole(
+            "abuse.max_bans",
+            &a.max_bans,
+            defaults.max_bans as u64,
+        )?)
+        .unwrap_or(usize::MAX),
     };
     config.validate().map_err(|errors| {
         let e = &errors[0];
@@ -550,6 +556,7 @@ fn validate_abuse(cx: &Ctx<'_>, a: &RawAbuse) -> Result<crate::abuse::AbusePolic
             "abuse.cooldown" => a.cooldown.clone(),
             "abuse.max_cooldown" => a.max_cooldown.clone(),
             "abuse.max_tracked" => a.max_tracked.clone(),
+            "abuse.max_bans" => a.max_bans.clone(),
             _ => list_item("abuse.allow[", &a.allow)
                 .or_else(|| list_item("abuse.ban_paths[", &a.ban_paths)),
         };

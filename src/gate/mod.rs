@@ -283,6 +283,7 @@ impl App {
                 &config.access_log,
                 room_names.clone(),
                 metrics.access_log_dropped(),
+                metrics.access_log_suppressed(),
             )
             .map_err(AppError::AccessLog)?
         };
@@ -551,7 +552,9 @@ impl App {
             }
             // `NotBanPath` cannot follow `Class::BanPath` (one glob set decides both); the
             // safe answer is the same.
-            PathOutcome::Immune | PathOutcome::NotBanPath => self.error(Kind::NotFound, identity),
+            PathOutcome::Immune | PathOutcome::NotBanPath | PathOutcome::Full => {
+                self.error(Kind::NotFound, identity)
+            }
         }
     }
 

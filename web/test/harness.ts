@@ -60,7 +60,7 @@ export async function startOrigin(): Promise<OriginServer> {
   };
 }
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const s = net.createServer();
   await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
   const { port } = s.address() as net.AddressInfo;
@@ -87,14 +87,8 @@ export function binaryPath(): string {
 }
 
 export async function startAnteroom(origin: string): Promise<Anteroom> {
-  const bin = binaryPath();
-  if (!existsSync(bin)) throw new Error(`no anteroom binary at ${bin}: run cargo build first`);
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'anteroom-browser-'));
-  const port = await freePort();
-  const config = path.join(dir, 'anteroom.yaml');
-  writeFileSync(
-    config,
-    `listen: "127.0.0.1:${port}"
+  const { port, logs, stop } = await spawnAnteroom(
+    (dir, port) => `listen: "127.0.0.1:${port}"
 admit_interval: 100ms
 cookie_secret: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 admin_token: "${ADMIN_TOKEN}"
@@ -115,6 +109,26 @@ rooms:
     max_waiting: 10000
 `,
   );
+  return { port, moving: `http://127.0.0.1:${port}`, still: `http://localhost:${port}`, logs, stop };
+}
+
+export interface SpawnedAnteroom {
+  /** The public listener's port, on 127.0.0.1. */
+  port: number;
+  logs: string[];
+  stop(): Promise<void>;
+}
+
+/** Starts the anteroom binary with the config `configFor` writes, given a fresh temporary
+ * directory (for `data_dir`) and a free port for the public listener on 127.0.0.1, and
+ * waits until it answers its health check. */
+export async function spawnAnteroom(configFor: (dir: string, port: number) => string): Promise<SpawnedAnteroom> {
+  const bin = binaryPath();
+  if (!existsSync(bin)) throw new Error(`no anteroom binary at ${bin}: run cargo build first`);
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'anteroom-browser-'));
+  const port = await freePort();
+  const config = path.join(dir, 'anteroom.yaml');
+  writeFileSync(config, configFor(dir, port));
   const logs: string[] = [];
   const child: ChildProcess = spawn(bin, ['--config', config], {
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -122,32 +136,33 @@ rooms:
   });
   child.stdout?.on('data', (d) => logs.push(String(d)));
   child.stderr?.on('data', (d) => logs.push(String(d)));
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+    }
+    rmSync(dir, { recursive: true, force: true });
+  };
   const base = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 20_000;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`anteroom exited: ${logs.join('')}`);
+    if (child.exitCode !== null) {
+      rmSync(dir, { recursive: true, force: true });
+      throw new Error(`anteroom exited: ${logs.join('')}`);
+    }
     try {
       const r = await fetch(`${base}/__anteroom/healthz`);
       if (r.ok) break;
     } catch {
       /* not up yet */
     }
-    if (Date.now() > deadline) throw new Error(`anteroom did not start: ${logs.join('')}`);
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error(`anteroom did not start: ${logs.join('')}`);
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
-  return {
-    port,
-    moving: base,
-    still: `http://localhost:${port}`,
-    logs,
-    stop: async () => {
-      if (child.exitCode === null) {
-        child.kill('SIGTERM');
-        await new Promise((r) => child.once('exit', r));
-      }
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
+  return { port, logs, stop };
 }
 
 /** A GET as a new visitor (no cookie) with the given Host; returns status and body. */

@@ -8,6 +8,9 @@
 //! counted (`anteroom_access_log_dropped_total`), never waited for. With `access_log: off`
 //! there is no [`AccessLog`] at all and the request path does nothing for it.
 //!
+//! A banned client's lines are capped per client ([`banned`]); the rest are counted
+//! (`anteroom_access_log_suppressed_total`).
+//!
 //! A line never holds the cookie or any other header value: the visitor is named by their
 //! 8-character reference, and the path is logged without its query (where grants and
 //! tokens travel).
@@ -28,6 +31,8 @@ use http_body::Body as _;
 use http_body_util::BodyExt;
 use prometheus_client::metrics::counter::Counter;
 use serde::Serialize;
+
+mod banned;
 
 use crate::http::body::{Body, BoxError, Watch, Watched};
 use crate::http::pages::VisitorStatus;
@@ -281,15 +286,19 @@ struct Shared {
     reopen: Arc<AtomicBool>,
     dropped: Counter,
     drops_reported: LogLimiter,
+    banned_lines: banned::BannedLines,
+    suppressed: Counter,
 }
 
 impl AccessLog {
     /// Starts the writer for `target` (`None` for [`Target::Off`]). `rooms` are the room
-    /// names [`Started::room`] indexes; `dropped` counts lines dropped on a full channel.
+    /// names [`Started::room`] indexes; `dropped` counts lines dropped on a full channel,
+    /// `suppressed` a banned client's lines beyond [`banned::LINES_PER_SEC`].
     pub fn open(
         target: &Target,
         rooms: Vec<String>,
         dropped: Counter,
+        suppressed: Counter,
     ) -> io::Result<Option<AccessLog>> {
         let sink = match target {
             Target::Off => return Ok(None),
@@ -314,6 +323,8 @@ impl AccessLog {
                 reopen,
                 dropped,
                 drops_reported: LogLimiter::new(REPORT_EVERY),
+                banned_lines: banned::BannedLines::new(),
+                suppressed,
             }),
         }))
     }
@@ -336,6 +347,12 @@ impl AccessLog {
         decision: &'static str,
         response: Response<Body>,
     ) -> Response<Body> {
+        if decision == VisitorStatus::Banned.as_str()
+            && !self.shared.banned_lines.allow(started.client, started.at)
+        {
+            self.shared.suppressed.inc();
+            return response;
+        }
         let (parts, body) = response.into_parts();
         // hyper never polls a body that is already at its end, nor any body of an answer to
         // HEAD: those are complete once the head is written, which is when they are dropped.
@@ -681,6 +698,7 @@ mod tests {
             &Target::File(path.clone()),
             vec!["a".into(), "main".into()],
             dropped.clone(),
+            Counter::default(),
         )
         .unwrap()
         .unwrap();
@@ -713,9 +731,14 @@ mod tests {
     fn a_body_dropped_early_is_logged_as_not_completed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("access.log");
-        let log = AccessLog::open(&Target::File(path.clone()), vec![], Counter::default())
-            .unwrap()
-            .unwrap();
+        let log = AccessLog::open(
+            &Target::File(path.clone()),
+            vec![],
+            Counter::default(),
+            Counter::default(),
+        )
+        .unwrap()
+        .unwrap();
         let response = Response::new(crate::http::body::full("never sent"));
         drop(log.finish(started("/gone"), "page", "admitted", response));
         let mut head = started("/head");

@@ -7,9 +7,11 @@
 -- KEYS[4] seq      STRING  last log seq; a ban's seq is its `banned` entry's, so the log's
 --                          seqs are contiguous and a cursor maps to a list index
 -- KEYS[5] ver      STRING  bumped on every change of `bans`: replicas reload only then
--- KEYS[6] strikes  ZSET    (strike only) this client's strikes "nonce:weight" -> unix ms,
+-- KEYS[6] evict    ZSET    target -> until, automatic and ban-path bans only: what a new
+--                          ban displaces first at abuse.max_bans (operator bans never)
+-- KEYS[7] strikes  ZSET    (strike only) this client's strikes "nonce:weight" -> unix ms,
 --                          expiring with the window
--- KEYS[7] repeat   STRING  (strike only) this client's automatic bans so far, forgotten
+-- KEYS[8] repeat   STRING  (strike only) this client's automatic bans so far, forgotten
 --                          max_cooldown after the last one ends
 -- ARGV[1] op, ARGV[2] now (unix ms, the calling replica's clock), ARGV[3] log cap
 --
@@ -17,6 +19,7 @@
 -- millisecond timestamps in floating-point notation; reasons arrive JSON-encoded.
 
 local K_BANS, K_EXP, K_LOG, K_SEQ, K_VER = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_EVICT = KEYS[6]
 local op, now, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local function fmt_until(u)
@@ -44,8 +47,39 @@ local function put_ban(target, source, reason, until_)
   else
     redis.call('ZREM', K_EXP, target)
   end
+  if until_ and source ~= 'admin' then
+    redis.call('ZADD', K_EVICT, string.format('%d', until_), target)
+  else
+    redis.call('ZREM', K_EVICT, target)
+  end
   redis.call('INCR', K_VER)
   return json
+end
+
+local function forget(target)
+  redis.call('HDEL', K_BANS, target)
+  redis.call('ZREM', K_EXP, target)
+  redis.call('ZREM', K_EVICT, target)
+end
+
+-- Room for a ban on target within max active bans: none needed to replace one; at the
+-- cap the automatic or ban-path ban ending soonest is displaced. -> the displaced bans'
+-- JSON, or nil when only operator bans are left (nothing changed).
+local function make_room(target, max)
+  local out = {}
+  if redis.call('HEXISTS', K_BANS, target) == 1 then return out end
+  while redis.call('HLEN', K_BANS) >= max do
+    local victim = redis.call('ZRANGE', K_EVICT, 0, 0)[1]
+    if not victim then return nil end
+    local json = redis.call('HGET', K_BANS, victim)
+    forget(victim)
+    if json then
+      local ban = cjson.decode(json)
+      log('displaced', victim, ban.source, cjson.encode(ban.reason), nil)
+      table.insert(out, json)
+    end
+  end
+  return out
 end
 
 -- The active ban on target and its end (nil when permanent); an ended ban not yet swept
@@ -60,9 +94,9 @@ end
 
 if op == 'strike' then
   -- ARGV[4] target, [5] weight, [6] window ms, [7] strikes, [8] cooldown ms,
-  -- [9] max_cooldown ms, [10] reason JSON, [11] nonce.  -> {1} already banned,
-  -- {0, total} counted, {2, ban JSON} banned now.
-  local K_STRIKES, K_REPEAT = KEYS[6], KEYS[7]
+  -- [9] max_cooldown ms, [10] reason JSON, [11] nonce, [12] max bans.  -> {1} already
+  -- banned, {0, total} counted, {2, ban JSON, displaced JSON...} banned now, {3} no room.
+  local K_STRIKES, K_REPEAT = KEYS[7], KEYS[8]
   local target, weight, window = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
   local threshold, cooldown, maxc = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
   if active(target) then return {1} end
@@ -77,29 +111,37 @@ if op == 'strike' then
     return {0, total}
   end
   redis.call('DEL', K_STRIKES)
+  local displaced = make_room(target, tonumber(ARGV[12]))
+  if not displaced then return {3} end
   local earlier = tonumber(redis.call('GET', K_REPEAT) or '0') or 0
   local d = cooldown * math.pow(2, math.min(earlier, 100))
   if d > maxc then d = maxc end
   redis.call('SET', K_REPEAT, string.format('%d', earlier + 1), 'PX', string.format('%d', d + maxc))
-  return {2, put_ban(target, 'automatic', ARGV[10], now + d)}
+  local reply = {2, put_ban(target, 'automatic', ARGV[10], now + d)}
+  for _, json in ipairs(displaced) do table.insert(reply, json) end
+  return reply
 elseif op == 'ban' then
   -- ARGV[4] target, [5] source, [6] reason JSON, [7] until ms or '' (permanent),
-  -- [8] 'replace' (admin) or 'extend' (keep a longer ban). -> ban JSON, or nil if kept.
+  -- [8] 'replace' (admin) or 'extend' (keep a longer ban), [9] max bans.
+  -- -> {1, ban JSON, displaced JSON...} stored, {0} a longer ban kept, {3} no room.
   local target, until_ = ARGV[4], nil
   if ARGV[7] ~= '' then until_ = tonumber(ARGV[7]) end
   if ARGV[8] == 'extend' then
     local json, u = active(target)
-    if json and (u == nil or (until_ ~= nil and u >= until_)) then return false end
+    if json and (u == nil or (until_ ~= nil and u >= until_)) then return {0} end
   end
-  return put_ban(target, ARGV[5], ARGV[6], until_)
+  local displaced = make_room(target, tonumber(ARGV[9]))
+  if not displaced then return {3} end
+  local reply = {1, put_ban(target, ARGV[5], ARGV[6], until_)}
+  for _, json in ipairs(displaced) do table.insert(reply, json) end
+  return reply
 elseif op == 'unban' then
   -- ARGV[4] target. -> the lifted ban's JSON, or nil.
   local target = ARGV[4]
   local json = active(target)
   if not json then return false end
   local ban = cjson.decode(json)
-  redis.call('HDEL', K_BANS, target)
-  redis.call('ZREM', K_EXP, target)
+  forget(target)
   redis.call('INCR', K_VER)
   log('unbanned', target, ban.source, cjson.encode(ban.reason), nil)
   return json
@@ -110,9 +152,8 @@ elseif op == 'sweep' then
   local out = {}
   for _, target in ipairs(ended) do
     local json = redis.call('HGET', K_BANS, target)
-    redis.call('ZREM', K_EXP, target)
+    forget(target)
     if json then
-      redis.call('HDEL', K_BANS, target)
       local ban = cjson.decode(json)
       log('expired', target, ban.source, cjson.encode(ban.reason), nil)
       table.insert(out, json)

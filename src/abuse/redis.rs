@@ -20,6 +20,7 @@ const K_EXPIRY: &str = "ar:{abuse}:expiry";
 const K_LOG: &str = "ar:{abuse}:log";
 const K_SEQ: &str = "ar:{abuse}:seq";
 const K_VER: &str = "ar:{abuse}:ver";
+const K_EVICT: &str = "ar:{abuse}:evict";
 
 /// Short timeouts: a strike or a refresh must fail fast when Redis is away, and the
 /// request path never waits on either.
@@ -37,7 +38,21 @@ const SWEEP_BUDGET: usize = 500;
 pub(super) enum StrikeReply {
     Counted(u64),
     AlreadyBanned,
-    Banned(Ban),
+    /// The new ban, and the bans it displaced at `abuse.max_bans`.
+    Banned(Ban, Vec<Ban>),
+    /// `abuse.max_bans` operator bans leave no room.
+    Full,
+}
+
+/// What the ban script did.
+#[derive(Debug)]
+pub(super) enum BanReply {
+    /// Stored, displacing these at `abuse.max_bans`.
+    Stored(Ban, Vec<Ban>),
+    /// A longer ban on the target is kept (`extend` only).
+    Kept,
+    /// `abuse.max_bans` operator bans leave no room.
+    Full,
 }
 
 /// The connection to the shared abuse state (one node or a Cluster).
@@ -88,7 +103,7 @@ impl RedisAbuse {
         args: &[String],
     ) -> Result<Value, AbuseError> {
         let mut inv = SCRIPT.prepare_invoke();
-        for key in [K_BANS, K_EXPIRY, K_LOG, K_SEQ, K_VER] {
+        for key in [K_BANS, K_EXPIRY, K_LOG, K_SEQ, K_VER, K_EVICT] {
             inv.key(key);
         }
         for key in extra_keys {
@@ -131,6 +146,7 @@ impl RedisAbuse {
             ms(policy.max_cooldown).to_string(),
             json_string(reason),
             nonce,
+            policy.max_bans.to_string(),
         ];
         let reply = self.call("strike", now, &keys, &args).await?;
         let Value::Array(items) = &reply else {
@@ -141,29 +157,44 @@ impl RedisAbuse {
             [Value::Int(0), Value::Int(total)] => {
                 Ok(StrikeReply::Counted(u64::try_from(*total).unwrap_or(0)))
             }
-            [Value::Int(2), json] => Ok(StrikeReply::Banned(parse("strike", &text(json)?)?)),
+            [Value::Int(2), json, displaced @ ..] => Ok(StrikeReply::Banned(
+                parse("strike", &text(json)?)?,
+                bans("strike", displaced)?,
+            )),
+            [Value::Int(3)] => Ok(StrikeReply::Full),
             _ => Err(bad("strike", reply)),
         }
     }
 
-    /// Stores `ban` (its seq is assigned here). `replace`: an admin's, replacing any ban on
-    /// the target; otherwise a longer active ban is kept and `None` returned.
+    /// Stores `ban` (its seq is assigned here) within `max_bans`. `replace`: an admin's,
+    /// replacing any ban on the target; otherwise a longer active ban is kept.
     pub(super) async fn ban(
         &self,
         ban: &Ban,
         now: u64,
         replace: bool,
-    ) -> Result<Option<Ban>, AbuseError> {
+        max_bans: usize,
+    ) -> Result<BanReply, AbuseError> {
         let args = [
             ban.target.to_string(),
             source_str(ban.source).to_owned(),
             json_string(&ban.reason),
             ban.until_ms.map(|u| u.to_string()).unwrap_or_default(),
             if replace { "replace" } else { "extend" }.to_owned(),
+            max_bans.to_string(),
         ];
-        match self.call("ban", now, &[], &args).await? {
-            Value::Nil => Ok(None),
-            other => Ok(Some(parse("ban", &text(&other)?)?)),
+        let reply = self.call("ban", now, &[], &args).await?;
+        let Value::Array(items) = &reply else {
+            return Err(bad("ban", reply));
+        };
+        match items.as_slice() {
+            [Value::Int(0)] => Ok(BanReply::Kept),
+            [Value::Int(3)] => Ok(BanReply::Full),
+            [Value::Int(1), json, displaced @ ..] => Ok(BanReply::Stored(
+                parse("ban", &text(json)?)?,
+                bans("ban", displaced)?,
+            )),
+            _ => Err(bad("ban", reply)),
         }
     }
 
@@ -236,6 +267,10 @@ fn text(v: &Value) -> Result<String, AbuseError> {
         Value::SimpleString(s) => Ok(s.clone()),
         other => Err(bad("script", other)),
     }
+}
+
+fn bans(what: &str, items: &[Value]) -> Result<Vec<Ban>, AbuseError> {
+    items.iter().map(|j| parse(what, &text(j)?)).collect()
 }
 
 fn list(v: &Value) -> Result<Vec<String>, AbuseError> {

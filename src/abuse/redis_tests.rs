@@ -17,6 +17,13 @@ fn ip(s: &str) -> IpAddr {
 }
 
 async fn replica(urls: &[String]) -> (Arc<AbuseRegistry>, mpsc::Receiver<AbuseEvent>) {
+    replica_with(urls, AbuseConfig::default().max_bans).await
+}
+
+async fn replica_with(
+    urls: &[String],
+    max_bans: usize,
+) -> (Arc<AbuseRegistry>, mpsc::Receiver<AbuseEvent>) {
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
     let redis = RedisAbuse::connect(&nodes, None).await.unwrap();
     let r = AbuseRegistry::with_redis(
@@ -25,6 +32,7 @@ async fn replica(urls: &[String]) -> (Arc<AbuseRegistry>, mpsc::Receiver<AbuseEv
             cooldown: Duration::from_secs(60),
             max_cooldown: Duration::from_secs(300),
             ban_paths: vec!["/.env".into()],
+            max_bans,
             ..AbuseConfig::default()
         }
         .validate()
@@ -254,6 +262,47 @@ async fn a_redis_outage_keeps_the_last_known_bans_enforced() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(ok, "the refresh recovers once Redis answers");
+}
+
+#[tokio::test]
+async fn max_bans_is_shared_and_displaces_automatic_bans_first() {
+    let server = RedisServer::start();
+    let (a, mut a_events) = replica_with(&[server.url()], 2).await;
+    let (b, _b_events) = replica_with(&[server.url()], 2).await;
+    let PathOutcome::Banned(first) = a.hit_ban_path(ip("192.0.2.1"), "/.env").await else {
+        panic!("a ban path bans");
+    };
+    b.ban("198.51.100.1", None, "op").await.unwrap();
+    // The cap counts the shared set: a third ban, through either replica, displaces the
+    // ban-path ban, never the operator's.
+    let PathOutcome::Banned(_) = a.hit_ban_path(ip("192.0.2.2"), "/.env").await else {
+        panic!("a ban path at the cap displaces an automatic ban");
+    };
+    assert!(a.check(ip("192.0.2.1")).is_none(), "displaced at once here");
+    assert_eq!(a.bans_displaced_total(), 1);
+    let got = drain(&mut a_events);
+    assert!(
+        got.iter()
+            .any(|e| matches!(e, AbuseEvent::Displaced(d) if d.target == first.target)),
+        "{got:?}"
+    );
+    let log = a.log(None, None).await.unwrap();
+    assert_eq!(log.items[1].action, LogAction::Displaced);
+    b.tick().await.unwrap();
+    assert!(b.check(ip("192.0.2.1")).is_none() && b.check(ip("192.0.2.2")).is_some());
+    // Only operator bans: automatic bans are refused, operator bans are a clear error.
+    b.ban("198.51.100.2", None, "op").await.unwrap();
+    assert_eq!(
+        a.hit_ban_path(ip("192.0.2.3"), "/.env").await,
+        PathOutcome::Full
+    );
+    assert_eq!(a.bans_refused_total(), 1);
+    assert_eq!(
+        a.ban("198.51.100.3", None, "op").await.unwrap_err(),
+        BanError::Full(2)
+    );
+    a.tick().await.unwrap();
+    assert_eq!(a.bans_active(), 2);
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use ipnet::IpNet;
 use tokio::sync::mpsc;
 
 use super::persist::{self, Saved};
-use super::redis::{RedisAbuse, StrikeReply};
+use super::redis::{BanReply, RedisAbuse, StrikeReply};
 use super::tally::Tally;
 use super::{
     AbuseError, AbuseEvent, AbusePolicy, Ban, BanError, BanSource, BanVerdict, DEFAULT_PAGE,
@@ -574,26 +574,29 @@ impl AbuseRegistry {
                 self.emit(AbuseEvent::Banned(ban.clone()));
                 PathOutcome::Banned(ban)
             }
-            Backend::Redis { redis, .. } => match redis.ban(&ban, now, false).await {
-                Ok(Some(stored)) => {
-                    let stored = Arc::new(stored);
-                    self.publish_one(stored.clone());
-                    self.emit(AbuseEvent::Banned(stored.clone()));
-                    PathOutcome::Banned(stored)
+            Backend::Redis { redis, .. } => {
+                match redis.ban(&ban, now, false, self.policy.max_bans).await {
+                    Ok(BanReply::Stored(stored, displaced)) => {
+                        PathOutcome::Banned(self.shared_stored(stored, displaced))
+                    }
+                    Ok(BanReply::Full) => {
+                        self.refuse();
+                        PathOutcome::Full
+                    }
+                    Ok(BanReply::Kept) => match self.check(ip) {
+                        Some(v) => PathOutcome::Banned(v.ban),
+                        None => PathOutcome::Banned(Arc::new(ban)),
+                    },
+                    Err(e) => {
+                        // Redis is down: enforce here at least; the next refresh after Redis
+                        // returns replaces this local-only ban with the shared set.
+                        tracing::warn!(error = %e, "cannot share a ban-path ban; enforcing it on this replica only");
+                        let ban = Arc::new(ban);
+                        self.publish_one(ban.clone());
+                        PathOutcome::Banned(ban)
+                    }
                 }
-                Ok(None) => match self.check(ip) {
-                    Some(v) => PathOutcome::Banned(v.ban),
-                    None => PathOutcome::Banned(Arc::new(ban)),
-                },
-                Err(e) => {
-                    // Redis is down: enforce here at least; the next refresh after Redis
-                    // returns replaces this local-only ban with the shared set.
-                    tracing::warn!(error = %e, "cannot share a ban-path ban; enforcing it on this replica only");
-                    let ban = Arc::new(ban);
-                    self.publish_one(ban.clone());
-                    PathOutcome::Banned(ban)
-                }
-            },
+            }
         }
     }
 
@@ -702,11 +705,12 @@ impl AbuseRegistry {
                 {
                     Ok(StrikeReply::Counted(total)) => StrikeOutcome::Counted { total },
                     Ok(StrikeReply::AlreadyBanned) => StrikeOutcome::AlreadyBanned,
-                    Ok(StrikeReply::Banned(ban)) => {
-                        let ban = Arc::new(ban);
-                        self.publish_one(ban.clone());
-                        self.emit(AbuseEvent::Banned(ban.clone()));
-                        StrikeOutcome::Banned(ban)
+                    Ok(StrikeReply::Banned(ban, displaced)) => {
+                        StrikeOutcome::Banned(self.shared_stored(ban, displaced))
+                    }
+                    Ok(StrikeReply::Full) => {
+                        self.refuse();
+                        StrikeOutcome::Full
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "strike not recorded: redis unavailable");
@@ -798,32 +802,51 @@ impl AbuseRegistry {
         (StrikeOutcome::Banned(st.add_ban(ban, now)), displaced)
     }
 
-    /// [`Local::make_room`], counting a refusal (and warning at most once a minute: a
-    /// flood at the cap would otherwise log a line per ban).
+    /// [`Local::make_room`] for an automatic or ban-path ban; `None` (counted) when
+    /// there is no room.
     fn make_room(&self, st: &mut Local, target: &IpNet, now: u64) -> Option<Vec<Arc<Ban>>> {
         match st.make_room(target, self.policy.max_bans, now) {
-            Ok(displaced) => {
-                self.bans_displaced
-                    .fetch_add(displaced.len() as u64, Ordering::Relaxed);
-                Some(displaced)
-            }
+            Ok(displaced) => Some(displaced),
             Err(Full) => {
-                self.bans_refused.fetch_add(1, Ordering::Relaxed);
-                if self.full_warning.allow() {
-                    tracing::warn!(
-                        max_bans = self.policy.max_bans,
-                        "abuse.max_bans operator bans are active: automatic bans are refused until some end or are lifted"
-                    );
-                }
+                self.refuse();
                 None
             }
         }
     }
 
+    /// Counts an automatic ban refused at `abuse.max_bans`, warning at most once a minute
+    /// (a flood at the cap would otherwise log a line per refusal).
+    fn refuse(&self) {
+        self.bans_refused.fetch_add(1, Ordering::Relaxed);
+        if self.full_warning.allow() {
+            tracing::warn!(
+                max_bans = self.policy.max_bans,
+                "abuse.max_bans operator bans are active: automatic bans are refused until some end or are lifted"
+            );
+        }
+    }
+
+    /// Counts and reports bans displaced at `abuse.max_bans` (after the lock is let go).
     fn emit_displaced(&self, displaced: Vec<Arc<Ban>>) {
+        self.bans_displaced
+            .fetch_add(displaced.len() as u64, Ordering::Relaxed);
         for ban in displaced {
             self.emit(AbuseEvent::Displaced(ban));
         }
+    }
+
+    /// A ban Redis stored: into this replica's snapshot at once (the displaced ones out),
+    /// reported, and returned.
+    fn shared_stored(&self, ban: Ban, displaced: Vec<Ban>) -> Arc<Ban> {
+        let displaced: Vec<Arc<Ban>> = displaced.into_iter().map(Arc::new).collect();
+        for old in &displaced {
+            self.publish_one_removed(old.target);
+        }
+        let ban = Arc::new(ban);
+        self.publish_one(ban.clone());
+        self.emit_displaced(displaced);
+        self.emit(AbuseEvent::Banned(ban.clone()));
+        ban
     }
 
     // ---- the admin API ----
@@ -856,34 +879,34 @@ impl AbuseRegistry {
             since_ms: now,
             until_ms: duration.map(|d| now.saturating_add(ms(d))),
         };
-        let ban = match &self.backend {
+        match &self.backend {
             Backend::Local { state, .. } => {
                 let mut st = lock(state);
                 let displaced = match st.make_room(&ban.target, self.policy.max_bans, now) {
                     Ok(displaced) => displaced,
                     Err(Full) => return Err(BanError::Full(self.policy.max_bans)),
                 };
-                self.bans_displaced
-                    .fetch_add(displaced.len() as u64, Ordering::Relaxed);
                 let ban = st.add_ban(ban, now);
                 self.publish_local(&st);
                 drop(st);
                 self.emit_displaced(displaced);
-                ban
+                self.emit(AbuseEvent::Banned(ban.clone()));
+                Ok(ban)
             }
             Backend::Redis { redis, .. } => {
-                let stored = redis
-                    .ban(&ban, now, true)
+                match redis
+                    .ban(&ban, now, true, self.policy.max_bans)
                     .await
                     .map_err(|e| BanError::Store(e.to_string()))?
-                    .ok_or_else(|| BanError::Store("the ban was not stored".into()))?;
-                let stored = Arc::new(stored);
-                self.publish_one(stored.clone());
-                stored
+                {
+                    BanReply::Stored(stored, displaced) => {
+                        Ok(self.shared_stored(stored, displaced))
+                    }
+                    BanReply::Full => Err(BanError::Full(self.policy.max_bans)),
+                    BanReply::Kept => Err(BanError::Store("the ban was not stored".into())),
+                }
             }
-        };
-        self.emit(AbuseEvent::Banned(ban.clone()));
-        Ok(ban)
+        }
     }
 
     /// `DELETE /__anteroom/admin/api/bans/{target}`: lifts the ban on exactly `target`

@@ -190,6 +190,8 @@ fn verify_draw_fetches_the_published_draw_over_http() {
 fn run_snippet(interpreter: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Output> {
     let mut cmd = Command::new(interpreter);
     cmd.args(args);
+    // Only what the test passes: a ROOM from the caller's environment would hide a missing one.
+    cmd.env_remove("ROOM");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -207,8 +209,18 @@ fn snippet(name: &str) -> String {
     format!("{}/docs/origin-verify/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A token and the public key as the origin gets them, plus one the origin must refuse.
-fn origin_fixture() -> (String, String, String, String) {
+/// The tokens and the public key as the origin gets them: a genuine token for room `drop`,
+/// and ones the origin of `drop` must refuse.
+struct OriginFixture {
+    pem: String,
+    good: String,
+    expired: String,
+    forged: String,
+    /// Genuine and unexpired, signed by the same key, but minted for room `other`.
+    other_room: String,
+}
+
+fn origin_fixture() -> OriginFixture {
     let key = AdmissionKey::generate().unwrap();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -226,33 +238,68 @@ fn origin_fixture() -> (String, String, String, String) {
         exp: now - 1,
         ..claims.clone()
     });
+    let other_room = key.sign(&AdmissionClaims {
+        room: "other".to_owned(),
+        ..claims.clone()
+    });
     let forged = AdmissionKey::generate().unwrap().sign(&claims);
-    (key.public().to_pem(), good, expired, forged)
+    OriginFixture {
+        pem: key.public().to_pem(),
+        good,
+        expired,
+        forged,
+        other_room,
+    }
 }
 
 fn check_origin(interpreter: &str, script: &str) {
-    let (pem, good, expired, forged) = origin_fixture();
-    let run = |token: &str| {
-        run_snippet(
-            interpreter,
-            &[&snippet(script)],
-            &[("ANTEROOM_PUBLIC_KEY_PEM", &pem), ("TOKEN", token)],
-        )
+    let f = origin_fixture();
+    // The snippet as the origin of `room` runs it (`None`: no ROOM at all).
+    let run_as = |room: Option<&str>, token: &str| {
+        let mut env = vec![
+            ("ANTEROOM_PUBLIC_KEY_PEM", f.pem.as_str()),
+            ("TOKEN", token),
+        ];
+        if let Some(room) = room {
+            env.push(("ROOM", room));
+        }
+        run_snippet(interpreter, &[&snippet(script)], &env)
     };
-    let Some(ok) = run(&good) else { return };
+    let run = |token: &str| run_as(Some("drop"), token);
+    let Some(ok) = run(&f.good) else { return };
     assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
     let claims: serde_json::Value =
         serde_json::from_slice(&ok.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&ok)));
     assert_eq!(claims["room"], "drop");
     assert_eq!(claims["ref"], "0123456789abcdef");
     for (what, token) in [
-        ("expired", &expired),
-        ("forged", &forged),
+        ("expired", &f.expired),
+        ("forged", &f.forged),
         ("junk", &"v1.x.y".to_owned()),
+        ("minted for room other", &f.other_room),
     ] {
         let out = run(token).unwrap();
         assert_eq!(out.status.code(), Some(1), "{what}: {}", text(&out));
     }
+    // A token genuine for `drop` is refused by the origin of another room, and the token
+    // for `other` is accepted there: the room claim is what decides, not the key.
+    let elsewhere = run_as(Some("other"), &f.good).unwrap();
+    assert_eq!(
+        elsewhere.status.code(),
+        Some(1),
+        "drop's token at other's origin: {}",
+        text(&elsewhere)
+    );
+    let theirs = run_as(Some("other"), &f.other_room).unwrap();
+    assert_eq!(theirs.status.code(), Some(0), "{}", text(&theirs));
+    let claims: serde_json::Value =
+        serde_json::from_slice(&theirs.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&theirs)));
+    assert_eq!(claims["room"], "other");
+    // The room is required: without one the snippet refuses to run rather than accept a
+    // token for any room.
+    let unset = run_as(None, &f.good).unwrap();
+    assert_eq!(unset.status.code(), Some(2), "no ROOM: {}", text(&unset));
+    assert!(unset.stdout.is_empty(), "no ROOM: {}", text(&unset));
 }
 
 #[test]

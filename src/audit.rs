@@ -1,5 +1,9 @@
 //! The audit log (SPEC §8, §11): one JSON line per admin change in `data_dir/audit.log`
-//! (mode 0600), rotated by size to `audit.log.1`.
+//! (mode 0600), rotated by size to `audit.log.1` … `audit.log.9`.
+//!
+//! Only operators' acts are written here (admin API changes, not automatic bans), so at
+//! 10 MiB a file the ten files hold hundreds of thousands of them: enough for a drop's
+//! whole incident, even one where the operator bans addresses by script.
 //!
 //! Writes happen on tokio's blocking pool, one at a time behind a mutex, so a slow disk
 //! never stalls the async runtime. A write that fails is reported to the caller (the admin
@@ -18,9 +22,11 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 pub const AUDIT_FILE: &str = "audit.log";
-/// When the log would grow past this, it is moved to `audit.log.1` (replacing the previous
-/// one) and a fresh file is started.
+/// When the log would grow past this, it is moved to `audit.log.1` (the older ones each
+/// move up by one) and a fresh file is started.
 pub const DEFAULT_MAX_BYTES: u64 = 10 * 1024 * 1024;
+/// Rotated files kept (`audit.log.1` newest); the oldest beyond is deleted.
+pub const ROTATED_KEEP: u32 = 9;
 
 /// One admin action, as written.
 #[derive(Clone, Debug, Serialize)]
@@ -167,9 +173,20 @@ impl Writer {
 
     fn rotate(&mut self) -> io::Result<()> {
         self.file = None;
-        let mut rotated = self.path.clone().into_os_string();
-        rotated.push(".1");
-        std::fs::rename(&self.path, PathBuf::from(rotated))?;
+        let rotated = |n: u32| {
+            let mut name = self.path.clone().into_os_string();
+            name.push(format!(".{n}"));
+            PathBuf::from(name)
+        };
+        // .8 → .9 (replacing the oldest), …, .1 → .2; a gap (never rotated that far) is
+        // fine.
+        for n in (1..ROTATED_KEEP).rev() {
+            match std::fs::rename(rotated(n), rotated(n + 1)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        std::fs::rename(&self.path, rotated(1))?;
         self.open()
     }
 }
@@ -199,6 +216,19 @@ mod tests {
         let current = std::fs::read_to_string(dir.path().join(AUDIT_FILE)).unwrap();
         let rotated = std::fs::read_to_string(dir.path().join("audit.log.1")).unwrap();
         assert!(current.len() <= 600 && rotated.len() <= 600);
+        // Older files move up, none is lost until more than ROTATED_KEEP are full.
+        let older = std::fs::read_to_string(dir.path().join("audit.log.2")).unwrap();
+        let rate = |text: &str| -> u64 {
+            let first: serde_json::Value =
+                serde_json::from_str(text.lines().next().unwrap()).unwrap();
+            first["old"]["rate"].as_u64().unwrap()
+        };
+        assert!(rate(&older) < rate(&rotated) && rate(&rotated) < rate(&current));
+        for n in 0..200 {
+            log.append(&entry(n)).await.unwrap();
+        }
+        let files = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(files, 1 + ROTATED_KEEP as usize);
         let lines: Vec<serde_json::Value> = current
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())

@@ -28,7 +28,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 /// An anteroom in front of `origin` that admits everyone at once (the `proxy` scenario's
 /// configuration), plus `top` and `room` lines.
-fn proxy_spec(origin: SocketAddr, top: &str, room: &str) -> AnteroomSpec {
+pub(crate) fn proxy_spec(origin: SocketAddr, top: &str, room: &str) -> AnteroomSpec {
     let mut spec = AnteroomSpec::new(None);
     spec.origin = format!("http://{origin}");
     spec.rate = 1_000_000.0;
@@ -40,7 +40,10 @@ fn proxy_spec(origin: SocketAddr, top: &str, room: &str) -> AnteroomSpec {
 
 /// An admitted visitor's cookie (`ar_visitor=…`): the first request joins and is let in at
 /// once, the second must reach the origin.
-async fn admitted_cookie(addr: SocketAddr, headers: &[(&str, &str)]) -> anyhow::Result<String> {
+pub(crate) async fn admitted_cookie(
+    addr: SocketAddr,
+    headers: &[(&str, &str)],
+) -> anyhow::Result<String> {
     let mut conn = Conn::connect(addr).await?;
     let first = conn.get("/", headers).await?;
     let cookie = first.set_cookie.context("anteroom set no cookie")?;
@@ -165,7 +168,7 @@ fn ratio_rows(
     ]
 }
 
-fn load_row(scenario: &'static str, start: &str) -> Row {
+pub(crate) fn load_row(scenario: &'static str, start: &str) -> Row {
     Row {
         ours: format!("{start} → {}", infra::load_average()),
         ..Row::new(

@@ -307,6 +307,11 @@ data_dir: "{data}"
         self.proc.child.id()
     }
 
+    /// Its `data_dir` (the audit log, the snapshots).
+    pub fn data_dir(&self) -> PathBuf {
+        self._dir.0.join("data")
+    }
+
     pub fn rss(&self) -> anyhow::Result<(u64, u64)> {
         rss(self.pid())
     }

@@ -10,6 +10,7 @@
 
 mod client;
 mod costs;
+mod flood;
 mod infra;
 mod micro;
 mod report;
@@ -144,6 +145,24 @@ enum Cmd {
         #[arg(long)]
         smoke: bool,
     },
+    /// Issue 26: API bans, then ban-path bans from distinct addresses, paced: CPU per ban
+    /// by 10,000, page p99 before and during, the audit log's operator entries after.
+    BanFlood {
+        /// Bans made through the admin API.
+        #[arg(long)]
+        api: Option<usize>,
+        /// Bans earned through a ban path, one distinct address each.
+        #[arg(long)]
+        paths: Option<usize>,
+        /// Bans a second in each phase.
+        #[arg(long)]
+        rate: Option<f64>,
+        /// abuse.max_bans.
+        #[arg(long)]
+        max_bans: Option<usize>,
+        #[arg(long)]
+        smoke: bool,
+    },
     /// admit_pass time at each depth (store called directly).
     Pass {
         #[arg(long, value_enum, default_value = "memory")]
@@ -208,6 +227,10 @@ struct Sizes {
     bans: usize,
     strikes: u64,
     max_tracked: Option<usize>,
+    flood_api: usize,
+    flood_paths: usize,
+    flood_rate: f64,
+    flood_max_bans: usize,
 }
 
 impl Sizes {
@@ -232,6 +255,10 @@ impl Sizes {
                 bans: 1_000,
                 strikes: 30_000,
                 max_tracked: Some(10_000),
+                flood_api: 20_000,
+                flood_paths: 20_000,
+                flood_rate: 4_000.0,
+                flood_max_bans: 30_000,
             }
         } else {
             Sizes {
@@ -255,6 +282,10 @@ impl Sizes {
                 bans: 10_000,
                 strikes: 1_000_000,
                 max_tracked: None,
+                flood_api: 100_000,
+                flood_paths: 100_000,
+                flood_rate: 2_000.0,
+                flood_max_bans: 150_000,
             }
         }
     }
@@ -408,6 +439,22 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?
         }
+        Cmd::BanFlood {
+            api,
+            paths,
+            rate,
+            max_bans,
+            smoke,
+        } => {
+            let s = Sizes::get(smoke);
+            flood::ban_flood(
+                api.unwrap_or(s.flood_api),
+                paths.unwrap_or(s.flood_paths),
+                rate.unwrap_or(s.flood_rate),
+                max_bans.unwrap_or(s.flood_max_bans),
+            )
+            .await?
+        }
         Cmd::Soak {
             store,
             secs,
@@ -489,6 +536,10 @@ async fn all(smoke: bool, out: PathBuf) -> anyhow::Result<()> {
     run!(
         "strikes",
         costs::strikes(s.strikes, 64, s.max_tracked, STRIKES_LIMIT)
+    );
+    run!(
+        "ban-flood",
+        flood::ban_flood(s.flood_api, s.flood_paths, s.flood_rate, s.flood_max_bans)
     );
     let table = report::table(&rows);
     println!("{table}");
@@ -582,6 +633,7 @@ All traffic is on loopback. The harness starts everything itself and kills it at
 | costs | `anteroom-loadtest costs` (issues 15, 13): the proxy scenario's anteroom (embedded, an admitted visitor's cookie, the same nginx origin) three times side by side: `access_log: off` and `max_inflight` unset; `access_log: <file in a temp dir>`; `max_inflight: 256` (above the 64 connections, so nobody waits). `wrk -t2 -c64 -d{costs_secs}s --latency` visits them in turn, {costs_rounds} round(s); medians, and the ratio to the first. | as stated |
 | banned | `anteroom-loadtest banned` (issue 12): two anteroom processes behind `trusted_proxies: [127.0.0.1/32]` (wrk cannot choose its source address, so `X-Forwarded-For` names the client), {bans} one-day bans of distinct /32s in 10.0.0.0/8 posted to one through `POST /__anteroom/admin/api/bans`; wrk in turn: an admitted visitor (10.200.0.1) on the process without bans, the same on the one with them, and a banned address on it (429 before the cookie is read). Same wrk and rounds as costs. | {bans} bans |
 | strikes | `anteroom-loadtest strikes` (issue 12): behind `trusted_proxies: [127.0.0.1/32]`, N requests with a forged cookie (a strike of 5; `abuse.window: 1h` so only the table's bound forgets), each from a distinct `X-Forwarded-For` address, 64 keep-alive connections of the harness's client, to an asset path of a paused room (nobody joins the line); RSS before and after against max_tracked × 240 B + 8 MiB; then 3 more strikes for the first and the last address show who is still remembered; then the same strikes on an in-process registry, whose `tracked()` is read. | {strikes} strikes, max_tracked {max_tracked} |
+| ban-flood | `anteroom-loadtest ban-flood` (issue 26): behind `trusted_proxies: [127.0.0.1/32]`, with `abuse.ban_paths: ["/.env"]` and `abuse.max_bans: {flood_max_bans}`; the operator pauses and resumes the room; then one-day bans of distinct /32s through `POST /__anteroom/admin/api/bans`, then `GET /.env` from as many distinct `X-Forwarded-For` addresses (each a ban-path ban; past the cap each displaces the soonest-ending one), 8 keep-alive connections, paced at {flood_rate}/s so the machine is not saturated; anteroom's CPU time (`/proc/<pid>/stat`) per 10,000 bans; an admitted visitor's `GET /` every 5 ms, 2,000 before and throughout the flood; the operator pauses and resumes again; then the audit log's files are counted. | {flood_api} API + {flood_paths} ban-path bans |
 | pass | `anteroom-loadtest pass`: the store called in-process: fill to depth, then time `admit_pass` with each pass admitting 100 (rate 10,000/s, the store's clock advanced 10 ms per pass: tokio's paused clock for the embedded store, the test clock offset for Redis), topping the line back up between passes (untimed). | depths {pass_depths:?}, {passes} passes each |
 
 Run one scenario yourself, e.g. `cargo build --release --workspace && target/release/anteroom-loadtest fill --store redis --n 100000`. Every subcommand takes `--smoke`.
@@ -618,6 +670,10 @@ Run one scenario yourself, e.g. `cargo build --release --workspace && target/rel
         bans = s.bans,
         strikes = s.strikes,
         max_tracked = s.max_tracked.unwrap_or(100_000),
+        flood_max_bans = s.flood_max_bans,
+        flood_rate = s.flood_rate,
+        flood_api = s.flood_api,
+        flood_paths = s.flood_paths,
         misses = report::misses(rows),
     )
 }

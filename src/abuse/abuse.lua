@@ -62,6 +62,18 @@ local function forget(target)
   redis.call('ZREM', K_EVICT, target)
 end
 
+-- Removes the ban on target before or at its end, logging `action` and appending its
+-- JSON to out (nothing logged when it was already gone).
+local function remove_logged(target, action, out)
+  local json = redis.call('HGET', K_BANS, target)
+  forget(target)
+  if json then
+    local ban = cjson.decode(json)
+    log(action, target, ban.source, cjson.encode(ban.reason), nil)
+    table.insert(out, json)
+  end
+end
+
 -- Room for a ban on target within max active bans: none needed to replace one; at the
 -- cap the automatic or ban-path ban ending soonest is displaced. -> the displaced bans'
 -- JSON, or nil when only operator bans are left (nothing changed).
@@ -71,13 +83,7 @@ local function make_room(target, max)
   while redis.call('HLEN', K_BANS) >= max do
     local victim = redis.call('ZRANGE', K_EVICT, 0, 0)[1]
     if not victim then return nil end
-    local json = redis.call('HGET', K_BANS, victim)
-    forget(victim)
-    if json then
-      local ban = cjson.decode(json)
-      log('displaced', victim, ban.source, cjson.encode(ban.reason), nil)
-      table.insert(out, json)
-    end
+    remove_logged(victim, 'displaced', out)
   end
   return out
 end
@@ -151,13 +157,7 @@ elseif op == 'sweep' then
   local ended = redis.call('ZRANGEBYSCORE', K_EXP, '-inf', string.format('%d', now), 'LIMIT', 0, tonumber(ARGV[4]))
   local out = {}
   for _, target in ipairs(ended) do
-    local json = redis.call('HGET', K_BANS, target)
-    forget(target)
-    if json then
-      local ban = cjson.decode(json)
-      log('expired', target, ban.source, cjson.encode(ban.reason), nil)
-      table.insert(out, json)
-    end
+    remove_logged(target, 'expired', out)
   end
   if #out > 0 then redis.call('INCR', K_VER) end
   return out

@@ -520,6 +520,9 @@ fn validate_abuse(cx: &Ctx<'_>, a: &RawAbuse) -> Result<crate::abuse::AbusePolic
         Some(v) => duration(cx, key, v),
         None => Ok(default),
     };
+    let count = |key: &str, v: &Option<V>, default: usize| {
+        whole(key, v, default as u64).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+    };
     let strikes = whole("abuse.strikes", &a.strikes, u64::from(defaults.strikes))?;
     let config = crate::abuse::AbuseConfig {
         strikes: u32::try_from(strikes).unwrap_or(u32::MAX),
@@ -528,18 +531,8 @@ fn validate_abuse(cx: &Ctx<'_>, a: &RawAbuse) -> Result<crate::abuse::AbusePolic
         max_cooldown: dur("abuse.max_cooldown", &a.max_cooldown, defaults.max_cooldown)?,
         allow: a.allow.iter().map(|v| v.text.clone()).collect(),
         ban_paths: a.ban_paths.iter().map(|v| v.text.clone()).collect(),
-        max_tracked: usize::try_from(whole(
-            "abuse.max_tracked",
-            &a.max_tracked,
-            defaults.max_tracked as u64,
-        )?)
-        .unwrap_or(usize::MAX),
-        max_bans: usize::try_from(whole(
-            "abuse.max_bans",
-            &a.max_bans,
-            defaults.max_bans as u64,
-        )?)
-        .unwrap_or(usize::MAX),
+        max_tracked: count("abuse.max_tracked", &a.max_tracked, defaults.max_tracked)?,
+        max_bans: count("abuse.max_bans", &a.max_bans, defaults.max_bans)?,
     };
     config.validate().map_err(|errors| {
         let e = &errors[0];

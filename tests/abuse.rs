@@ -44,6 +44,19 @@ fn admin(ar: &Running, path: &str) -> String {
     url(ar, &format!("/__anteroom/admin/api/{path}"))
 }
 
+/// `GET` an admin API path with the admin token, as JSON.
+async fn admin_json(client: &reqwest::Client, ar: &Running, path: &str) -> serde_json::Value {
+    client
+        .get(admin(ar, path))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// A cookie signed under a key this anteroom does not know: a forgery (UnknownKey).
 fn forged_cookie() -> String {
     let none: [&[u8]; 0] = [];
@@ -231,15 +244,7 @@ async fn bot_storm_ban_paths_wrong_tokens_admin_bans_and_allow() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
-    let list: serde_json::Value = real
-        .get(admin(&ar, "bans?limit=2"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = admin_json(&real, &ar, "bans?limit=2").await;
     assert_eq!(
         list["bans"][0]["target"], "127.0.1.0/24",
         "newest first: {list}"
@@ -257,15 +262,7 @@ async fn bot_storm_ban_paths_wrong_tokens_admin_bans_and_allow() {
         in_range.get(url(&ar, "/")).send().await.unwrap().status(),
         200
     );
-    let log: serde_json::Value = real
-        .get(admin(&ar, "bans/log"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let log = admin_json(&real, &ar, "bans/log").await;
     assert_eq!(log["log"][0]["action"], "unbanned", "{log}");
 
     // Metrics.
@@ -647,15 +644,7 @@ async fn another_sites_page_cannot_get_a_visitor_banned() {
         );
     }
     // Nobody was banned and the visitor keeps browsing.
-    let bans: serde_json::Value = client()
-        .get(admin(&ar, "bans"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let bans = admin_json(&client(), &ar, "bans").await;
     assert!(
         !bans.to_string().contains("127.0.0.21"),
         "nobody was banned: {bans}"

@@ -291,3 +291,82 @@ async fn a_client_that_goes_away_is_logged_as_not_completed() {
     assert!(stream["duration_ms"].as_f64().unwrap() >= 100.0, "{stream}");
     ar.shutdown().await.unwrap();
 }
+
+/// A client whose connections come from `ip` (a loopback address of its own).
+fn from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
+/// A banned client answered 429 as fast as it can ask writes at most 10 lines a second;
+/// the rest are counted, and everybody else's lines are still written.
+#[tokio::test]
+async fn a_banned_clients_lines_are_capped_and_counted() {
+    let logs = tempfile::tempdir().unwrap();
+    let path = logs.path().join("access.log");
+    let top = format!(
+        "access_log: \"{}\"\nabuse:\n  ban_paths: [\"/.env\"]\n",
+        path.display()
+    );
+    let (_origin, _dir, ar) = front_with(&top, ONE_THEN_QUEUE).await;
+    let base = format!("http://{}", ar.addr);
+    let bot = from("127.0.0.31");
+    let started = std::time::Instant::now();
+    assert_eq!(
+        bot.get(format!("{base}/.env"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        429
+    );
+    const SENT: usize = 300;
+    for _ in 0..SENT {
+        let r = bot.get(format!("{base}/")).send().await.unwrap();
+        assert_eq!(r.status(), 429);
+        r.bytes().await.unwrap();
+    }
+    let secs = started.elapsed().as_secs() + 1;
+    // Someone else's request afterwards is written (and marks the end of the bot's lines).
+    let other = from("127.0.0.32");
+    let r = other.get(format!("{base}/hooks/x")).send().await.unwrap();
+    r.bytes().await.unwrap();
+    let mut all = Vec::new();
+    for _ in 0..500 {
+        all = lines(&path, 1).await;
+        if all.iter().any(|l| l["client"] == "127.0.0.32") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let bot_lines = all.iter().filter(|l| l["client"] == "127.0.0.31").count();
+    assert!(
+        bot_lines as u64 <= 10 * (secs + 1),
+        "{bot_lines} lines in {secs} s"
+    );
+    assert!(bot_lines >= 10, "the first ten of a second are written");
+    let metrics = client()
+        .get(format!("{base}/__anteroom/admin/api/metrics"))
+        .bearer_auth(common::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let suppressed: usize = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("anteroom_access_log_suppressed_total "))
+        .unwrap_or_else(|| panic!("{metrics}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        suppressed + bot_lines,
+        SENT + 1,
+        "every request written or counted"
+    );
+    ar.shutdown().await.unwrap();
+}

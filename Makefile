@@ -51,13 +51,13 @@ check:
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 
 ## bench: every benchmark scenario at full size (about 10–15 minutes); writes BENCHMARKS.md
-bench:
+bench: test-tools
 	$(CARGO) build --release --locked --workspace
 	target/release/anteroom-loadtest all
 
 ## bench-smoke: every scenario at small scale (a few minutes); prints the table and
 ## writes BENCHMARKS-smoke.md
-bench-smoke:
+bench-smoke: test-tools
 	$(CARGO) build --release --locked --workspace
 	target/release/anteroom-loadtest all --smoke
 

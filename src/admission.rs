@@ -29,6 +29,7 @@ use crate::events::{Event, EventKind, EventSink};
 use crate::fairness::adaptive::{
     AdaptiveConfig, AdaptiveController, AdaptiveState, OriginRecorder, Tuning,
 };
+pub use crate::fairness::eta::Eta;
 use crate::fairness::eta::{EtaLedger, EtaReport};
 use crate::queue::{
     ClientKey, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore, RefusedReason,
@@ -740,27 +741,6 @@ impl Admission {
                 }
             }
         }
-    }
-}
-
-/// An estimated wait in whole seconds, as a range.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Eta {
-    pub min: u64,
-    pub max: u64,
-}
-
-impl Eta {
-    /// Visitors ahead divided by the rate, widened by a quarter either way because the
-    /// rate is observed, not promised.
-    pub fn for_position(position: u64, rate: f64) -> Eta {
-        if !(rate.is_finite() && rate > 0.0) {
-            return Eta { min: 0, max: 0 };
-        }
-        let central = position as f64 / rate;
-        let min = (central * 0.8).floor().max(0.0) as u64;
-        let max = (central * 1.25).ceil().max(min as f64) as u64;
-        Eta { min, max }
     }
 }
 

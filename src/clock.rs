@@ -7,6 +7,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
+/// Every duration in the config is at most this long, so no `Instant + Duration` (timers,
+/// deadlines, session expiry) can overflow, whatever the file says.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
 /// Unix milliseconds, read as a fixed wall-clock origin plus tokio's monotonic time since.
 /// In production that is the system clock without its jumps; under `tokio::time::pause`
 /// it advances only when the test says so.

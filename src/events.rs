@@ -90,11 +90,32 @@ impl std::fmt::Debug for KafkaProperties {
     }
 }
 
+/// Event publishing (§9). No brokers: events are not published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KafkaConfig {
+    /// `kafka.brokers` (`host:port`); empty: events are not published.
+    pub brokers: Vec<String>,
+    /// `kafka.topic`.
+    pub topic: String,
+    /// `kafka.properties`, with `sasl.password` from `ANTEROOM_KAFKA_SASL_PASSWORD`.
+    pub properties: KafkaProperties,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            brokers: Vec::new(),
+            topic: "anteroom.events".to_string(),
+            properties: Default::default(),
+        }
+    }
+}
+
 /// Checks `kafka.properties` the way the producer will use them, for `anteroom check`:
 /// librdkafka itself is handed the settings, so a misspelt name or a bad value is refused
 /// here, not at the first event. Returns the property at fault (or `""`) and why, secrets
 /// masked.
-pub fn check_properties(config: &crate::config::KafkaConfig) -> Result<(), (String, String)> {
+pub fn check_properties(config: &KafkaConfig) -> Result<(), (String, String)> {
     for name in config.properties.0.keys() {
         if RESERVED_PROPERTIES.contains(&name.as_str()) {
             return Err((
@@ -327,7 +348,7 @@ pub enum StartError {
 }
 
 /// Starts the Kafka publisher for `config`, or a disabled sink when no brokers are set.
-pub fn start(config: &crate::config::KafkaConfig) -> Result<EventSink, StartError> {
+pub fn start(config: &KafkaConfig) -> Result<EventSink, StartError> {
     if config.brokers.is_empty() {
         return Ok(EventSink::disabled());
     }
@@ -355,7 +376,7 @@ mod kafka {
     use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
     use rdkafka::types::RDKafkaErrorCode;
 
-    use super::{ANTEROOM_DEFAULTS, CHANNEL_CAPACITY, EventSink, SinkStats};
+    use super::{ANTEROOM_DEFAULTS, CHANNEL_CAPACITY, EventSink, KafkaConfig, SinkStats};
     use crate::log_limiter::LogLimiter;
 
     struct Reports(Arc<SinkStats>, LogLimiter);
@@ -387,7 +408,7 @@ mod kafka {
     }
 
     /// The producer's settings: the brokers, anteroom's defaults, then `kafka.properties`.
-    pub fn client_config(config: &crate::config::KafkaConfig) -> ClientConfig {
+    pub fn client_config(config: &KafkaConfig) -> ClientConfig {
         let mut client = ClientConfig::new();
         client.set("bootstrap.servers", config.brokers.join(","));
         for (k, v) in ANTEROOM_DEFAULTS {
@@ -411,7 +432,7 @@ mod kafka {
     /// names and bad values when they are set, and checks the rest (SASL mechanism, CA
     /// files, keys) when the client is created. Nothing is sent; the producer is dropped
     /// before it can matter.
-    pub fn check(config: &crate::config::KafkaConfig) -> Result<(), (String, String)> {
+    pub fn check(config: &KafkaConfig) -> Result<(), (String, String)> {
         if config.properties.0.is_empty() {
             return Ok(());
         }
@@ -443,7 +464,7 @@ mod kafka {
         }
     }
 
-    pub fn start(config: &crate::config::KafkaConfig) -> Result<EventSink, super::StartError> {
+    pub fn start(config: &KafkaConfig) -> Result<EventSink, super::StartError> {
         let (sink, rx) = EventSink::channel(CHANNEL_CAPACITY);
         let producer: BaseProducer<Reports> = client_config(config)
             .create_with_context(Reports(

@@ -10,6 +10,8 @@
 //! - [`identity`] — who is asking: client address behind trusted proxies, [`identity::ClientKey`],
 //!   host normalising; used by both [`gate`] and [`queue`].
 //! - [`token`]    — the signed visitor cookie.
+//! - [`visitor`]  — the visitor's id and the short reference shown to them.
+//! - [`worker`]   — which serving worker a thread is, and one value per worker.
 //! - [`admission`] — the per-replica side of admission and the only door to the store:
 //!   pass driver, session cache, statistics cache, ETA, store health.
 //! - [`queue`]    — the store boundary: one small trait, the embedded and Redis stores
@@ -36,9 +38,13 @@
 //! - [`run`]      — wiring: store, rooms, background loops, serve, drain, snapshot.
 //! - [`demo`]     — the built-in demo origin.
 //!
-//! Imports point one way: [`gate`] uses [`admission`], [`proxy`], [`admin`], [`live`],
-//! [`metrics`] and [`http`]; [`queue`] uses [`identity`] and [`config`], never [`http`] or
-//! [`gate`]; [`run`] wires [`gate`] and nothing imports [`run`].
+//! Imports point one way, from the wiring down to the leaves: the layers are listed in
+//! docs/architecture.md and enforced by `tests/layers.rs` (no import against them, no cycle
+//! between these modules). Leaves ([`clock`], [`identity`], [`visitor`], [`worker`], …),
+//! then formats ([`tls`], [`token`], [`fairness`], …), the stores ([`queue`], [`abuse`]),
+//! [`http`], the side channels and sockets, [`config`] (the one place that builds the
+//! others' types from the file), the per-replica parts ([`admission`], [`proxy`], …), the
+//! listeners ([`admin`], [`gate`]) and the wiring ([`run`]).
 #![forbid(unsafe_code)]
 
 pub mod abuse;
@@ -70,3 +76,5 @@ pub mod server;
 pub mod testing;
 pub mod tls;
 pub mod token;
+pub mod visitor;
+pub mod worker;

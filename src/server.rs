@@ -421,8 +421,7 @@ where
                     .enable_all()
                     .build()
                     .and_then(|runtime| {
-                        WORKER.set(index);
-                        SERVING.set(true);
+                        crate::worker::enter(index);
                         runtime.block_on(async move {
                             let listener = TcpListener::from_std(socket)?;
                             let shutdown = shutdown.cancelled();
@@ -444,47 +443,6 @@ where
         }
     }
     first_error.map_or(Ok(()), Err)
-}
-
-thread_local! {
-    /// Which serving worker this thread is (0 off the workers: background loops, tests).
-    static WORKER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    /// Whether this thread is a serving worker: its runtime runs as long as it serves.
-    static SERVING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether the caller runs on a serving worker of [`serve_on_workers`] (whose runtime lasts
-/// while it serves), so what it spawns there may serve that worker's later requests.
-pub fn on_serving_worker() -> bool {
-    SERVING.get()
-}
-
-/// Tests only: this thread counts as a serving worker.
-#[cfg(test)]
-pub(crate) fn serve_here_for_tests() {
-    SERVING.set(true);
-}
-
-/// One `T` per serving worker (see [`serve_on_workers`]), so what a request uses — the
-/// origin connection pool above all — lives on the thread that serves it.
-#[derive(Debug)]
-pub struct PerWorker<T>(Box<[T]>);
-
-impl<T> PerWorker<T> {
-    /// `workers` values (at least one) made by `make`.
-    pub fn new(workers: usize, make: impl FnMut() -> T) -> Self {
-        PerWorker(std::iter::repeat_with(make).take(workers.max(1)).collect())
-    }
-
-    /// This thread's worker's value (worker 0's off the workers).
-    pub fn get(&self) -> &T {
-        &self.0[WORKER.get() % self.0.len()]
-    }
-
-    /// Every worker's value.
-    pub fn all(&self) -> impl Iterator<Item = &T> {
-        self.0.iter()
-    }
 }
 
 /// The process-wide caps every accept loop takes from.
@@ -843,7 +801,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         let which_worker = |_req: Request<Incoming>, _peer: SocketAddr| async {
-            Response::new(full(WORKER.get().to_string()))
+            Response::new(full(crate::worker::index().to_string()))
         };
         let served = tokio::spawn(serve_on_workers(
             listener,

@@ -144,22 +144,6 @@ pub fn origin_tls_config(ca: Option<&CaFile>) -> Result<rustls::ClientConfig, St
     .with_no_client_auth())
 }
 
-/// The rustls configuration the origin client gets for `config`: trust from
-/// `origin_ca_file` or the platform when some room's origin is `https://`; none otherwise
-/// (no `https://` origin, so nothing to trust, and no need for a system CA store). Both
-/// `anteroom check` and the server call this, so a missing system store is caught by
-/// `check` too. The error names the key to fix.
-pub fn origins_tls_config(config: &crate::config::Config) -> Result<rustls::ClientConfig, String> {
-    let any_https = config
-        .rooms
-        .iter()
-        .any(|r| r.origin.scheme_str() == Some("https"));
-    if !any_https {
-        return Ok(no_trust());
-    }
-    origin_tls_config(config.origin_ca_file.as_ref())
-}
-
 /// A configuration that trusts no certificate: for clients that only speak plain HTTP.
 pub fn no_trust() -> rustls::ClientConfig {
     install_crypto_provider();

@@ -22,7 +22,7 @@ use hmac::{Hmac, Mac};
 use http::header::{COOKIE, HeaderMap, HeaderValue};
 use sha2::{Digest, Sha256};
 
-use crate::queue::VisitorId;
+use crate::visitor::VisitorId;
 
 /// The cookie's name.
 pub const COOKIE_NAME: &str = "ar_visitor";

@@ -5,33 +5,7 @@ use std::time::Duration;
 
 use super::Config;
 
-/// `redis://user:pass@host/0` → `redis://user:***@host/0` (each comma-separated node).
-pub fn redact_url(url: &str) -> String {
-    url.split(',')
-        .map(|node| {
-            let Some((scheme, rest)) = node.split_once("://") else {
-                return node.to_string();
-            };
-            let (authority, path) = match rest.find('/') {
-                Some(i) => rest.split_at(i),
-                None => (rest, ""),
-            };
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) => {
-                    let user = userinfo.split(':').next().unwrap_or("");
-                    let redacted = if userinfo.contains(':') {
-                        format!("{user}:***")
-                    } else {
-                        "***".to_string()
-                    };
-                    format!("{scheme}://{redacted}@{host}{path}")
-                }
-                None => node.to_string(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
+pub use crate::queue::redis_client::redact_url;
 
 fn dur(d: Duration) -> String {
     humantime::format_duration(d).to_string()

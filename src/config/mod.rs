@@ -16,7 +16,9 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
+
+use crate::queue::{RoomPolicy, RoomSettings};
 
 mod describe;
 mod file;
@@ -24,7 +26,10 @@ mod init;
 mod load;
 mod validate;
 
+pub use crate::events::KafkaConfig;
+pub use crate::http::pages::{PageFile, WaitingPageConfig};
 pub use crate::identity::normalize_host;
+pub use crate::queue::Schedule;
 pub use describe::redact_url;
 pub use init::init_yaml;
 pub use load::{Generated, Loaded, Overrides, from_yaml_str, load};
@@ -104,40 +109,6 @@ impl RedisConfig {
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .collect()
-    }
-}
-
-/// An operator-supplied file: where it came from and what it said when loaded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PageFile {
-    pub path: PathBuf,
-    pub text: String,
-}
-
-/// The waiting page as the operator wants it (SPEC §5): a minijinja template replacing the
-/// built-in one (same context variables), and a stylesheet added to the built-in pages.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct WaitingPageConfig {
-    pub template: Option<PageFile>,
-    pub stylesheet: Option<PageFile>,
-}
-
-/// Event publishing (§9). No brokers: events are not published.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KafkaConfig {
-    pub brokers: Vec<String>,
-    pub topic: String,
-    /// `kafka.properties`, with `sasl.password` from `ANTEROOM_KAFKA_SASL_PASSWORD`.
-    pub properties: crate::events::KafkaProperties,
-}
-
-impl Default for KafkaConfig {
-    fn default() -> Self {
-        KafkaConfig {
-            brokers: Vec::new(),
-            topic: "anteroom.events".to_string(),
-            properties: Default::default(),
-        }
     }
 }
 
@@ -252,20 +223,6 @@ impl RoomConfig {
     /// Whether this is the catch-all room (no `match_host`).
     pub fn is_catch_all(&self) -> bool {
         self.match_host.is_none()
-    }
-}
-
-/// A scheduled drop; all optional, in order when several are given.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Schedule {
-    pub queue_opens_at: Option<SystemTime>,
-    pub admits_at: Option<SystemTime>,
-    pub closes_at: Option<SystemTime>,
-}
-
-impl Schedule {
-    pub fn is_empty(&self) -> bool {
-        self.queue_opens_at.is_none() && self.admits_at.is_none() && self.closes_at.is_none()
     }
 }
 
@@ -452,3 +409,50 @@ fn located(file: Option<&str>, line: Option<u64>, key: Option<&str>, message: &s
 
 #[cfg(test)]
 mod tests;
+
+// The store's domain types are built from the config here, the one place that knows both
+// (the stores never see the file's types).
+impl RoomSettings {
+    /// The runtime settings a room's config seeds into the store.
+    pub fn seed(room: &RoomConfig) -> RoomSettings {
+        RoomSettings {
+            rate: room.rate,
+            max_active: room.max_active,
+            session_ttl: room.session_ttl,
+            abandon_after: room.abandon_after,
+            paused: false,
+        }
+    }
+}
+
+impl RoomPolicy {
+    /// The static policy a room's config hands the store on every start.
+    pub fn of(room: &RoomConfig) -> RoomPolicy {
+        RoomPolicy {
+            join_limit_per_ip: room.join_limit_per_ip,
+            join_limit_window: room.join_limit_window,
+            schedule: room.schedule.clone(),
+            lottery: room.lottery,
+            max_places_per_client: room.max_places_per_client,
+            max_sessions_per_client: room.max_sessions_per_client,
+            session_clients: room.session_clients,
+            max_waiting: room.max_waiting,
+        }
+    }
+}
+
+/// The rustls configuration the origin client gets for `config`: trust from
+/// `origin_ca_file` or the platform when some room's origin is `https://`; none otherwise
+/// (no `https://` origin, so nothing to trust, and no need for a system CA store). Both
+/// `anteroom check` and the server call this, so a missing system store is caught by
+/// `check` too. The error names the key to fix.
+pub fn origins_tls_config(config: &Config) -> Result<rustls::ClientConfig, String> {
+    let any_https = config
+        .rooms
+        .iter()
+        .any(|r| r.origin.scheme_str() == Some("https"));
+    if !any_https {
+        return Ok(crate::tls::no_trust());
+    }
+    crate::tls::origin_tls_config(config.origin_ca_file.as_ref())
+}

@@ -497,7 +497,7 @@ impl RawFile {
             rooms,
         };
         // What the origin client will trust, built as the server builds it.
-        crate::tls::origins_tls_config(&config).map_err(|m| match &d.origin_ca_file {
+        crate::config::origins_tls_config(&config).map_err(|m| match &d.origin_ca_file {
             Some(v) => cx.fail("origin_ca_file", v, m),
             None => cx.fail_key(&["origin_ca_file"], m),
         })?;
@@ -905,9 +905,7 @@ fn validate_adaptive(
     Ok(config)
 }
 
-/// Every duration in the config is at most this long, so no `Instant + Duration` (timers,
-/// deadlines, session expiry) can overflow, whatever the file says.
-pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+pub use crate::clock::MAX_DURATION;
 
 /// Longest `server.drain_delay` accepted.
 /// More serving threads than this is a typo, not a machine.

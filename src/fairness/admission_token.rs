@@ -37,7 +37,7 @@ use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::queue::VisitorId;
+use crate::visitor::VisitorId;
 
 /// The request header that carries the token to the origin.
 pub const ADMISSION_HEADER: http::HeaderName =

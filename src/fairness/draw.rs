@@ -22,7 +22,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::queue::VisitorId;
+use crate::visitor::VisitorId;
 
 /// Why a draw could not be checked (as opposed to a check that failed).
 #[derive(Debug, thiserror::Error)]

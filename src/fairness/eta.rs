@@ -17,8 +17,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::admission::Eta;
-use crate::queue::VisitorId;
+use crate::visitor::VisitorId;
 
 /// The window the report covers.
 pub const WINDOW: Duration = Duration::from_secs(3600);
@@ -30,6 +29,29 @@ const FINE: usize = 64;
 const MID_WIDTH: f64 = 30.0;
 const COARSE_WIDTH: f64 = 300.0;
 const ERROR_BUCKETS: usize = 3 * 64 + 1;
+
+/// An estimated wait in whole seconds, as a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Eta {
+    /// The shortest wait the range allows, in seconds.
+    pub min: u64,
+    /// The longest, in seconds (never below `min`).
+    pub max: u64,
+}
+
+impl Eta {
+    /// Visitors ahead divided by the rate, widened by a quarter either way because the
+    /// rate is observed, not promised.
+    pub fn for_position(position: u64, rate: f64) -> Eta {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Eta { min: 0, max: 0 };
+        }
+        let central = position as f64 / rate;
+        let min = (central * 0.8).floor().max(0.0) as u64;
+        let max = (central * 1.25).ceil().max(min as f64) as u64;
+        Eta { min, max }
+    }
+}
 
 /// The `eta` object of room stats.
 #[derive(Clone, Debug, PartialEq, Serialize)]

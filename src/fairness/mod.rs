@@ -19,7 +19,7 @@ pub mod eta;
 
 use sha2::{Digest, Sha256};
 
-use crate::queue::VisitorId;
+use crate::visitor::VisitorId;
 
 /// A visitor's public reference: 16 hex characters derived from their id by a one-way
 /// hash. It names a visitor in the admission token and on the draw receipt without giving

@@ -46,8 +46,8 @@ use crate::logging;
 use crate::metrics::Metrics;
 use crate::proxy::{Origin, OriginClient, ProxyError, ProxyTimeouts};
 use crate::queue::VisitorId;
-use crate::server::PerWorker;
 use crate::token::CookieKeys;
+use crate::worker::PerWorker;
 pub use classify::{Class, RESERVED_PREFIX, RoomPaths, classify};
 pub use error::{GateError, Kind};
 use identify::Identity;
@@ -315,7 +315,7 @@ impl App {
                     idle: config.server.idle_timeout,
                     body: config.server.body_timeout,
                 };
-                let tls = crate::tls::origins_tls_config(config).map_err(AppError::OriginTls)?;
+                let tls = crate::config::origins_tls_config(config).map_err(AppError::OriginTls)?;
                 PerWorker::new(config.server.workers, || {
                     OriginClient::with_tls(timeouts, tls.clone())
                 })

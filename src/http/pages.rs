@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::assets::{self, Entry};
 use super::body::{Body, full};
 use super::i18n::{self, Catalog, Lang};
-use crate::admission::Eta;
+use crate::fairness::eta::Eta;
 
 pub const STATUS_HEADER: &str = "x-anteroom-status";
 
@@ -104,10 +104,29 @@ impl Default for Pages {
     }
 }
 
+/// An operator-supplied file: where it came from and what it said when loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageFile {
+    /// Where it was read from (for messages).
+    pub path: std::path::PathBuf,
+    /// Its contents when the config was loaded.
+    pub text: String,
+}
+
+/// The waiting page as the operator wants it (SPEC §5): a minijinja template replacing the
+/// built-in one (same context variables), and a stylesheet added to the built-in pages.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WaitingPageConfig {
+    /// `waiting_template`: replaces the built-in page.
+    pub template: Option<PageFile>,
+    /// `waiting_stylesheet`: added to the built-in pages.
+    pub stylesheet: Option<PageFile>,
+}
+
 impl Pages {
     /// The built-in pages with the operator's template and stylesheet, if configured (both
     /// were read and checked when the config was loaded).
-    pub fn with_operator_page(mut self, page: &crate::config::WaitingPageConfig) -> Self {
+    pub fn with_operator_page(mut self, page: &WaitingPageConfig) -> Self {
         if let Some(template) = &page.template {
             match self
                 .env

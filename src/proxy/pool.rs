@@ -8,7 +8,7 @@
 //! the response head, and hands it to the response body, which drives it while the server
 //! polls the body and puts it back when the body is complete. The request, its origin
 //! connection and its body are then polled by one task, on one worker's thread (the pool is
-//! per worker: `server::PerWorker`).
+//! per worker: `worker::PerWorker`).
 //!
 //! A connection is reused only when its exchange finished cleanly: a body dropped half-read,
 //! an error, an origin's `Connection: close`, or an upgrade retire it. Idle connections are

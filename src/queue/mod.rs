@@ -6,7 +6,6 @@
 //! embedded store's [`crate::clock::Clock`], Redis `TIME`), never from the caller, so several
 //! replicas sharing a store cannot disagree about it.
 
-use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -20,138 +19,33 @@ pub mod redis_client;
 #[cfg(test)]
 pub mod conformance;
 
-pub use crate::config::Schedule;
 pub use crate::fairness::adaptive::{AdaptiveState, OriginExchange, OriginReport};
 pub use crate::identity::ClientKey;
+pub use crate::visitor::{VisitorId, VisitorRef};
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
+
+/// A scheduled drop; all optional, in order when several are given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Schedule {
+    /// When the line opens (before it, newcomers see a countdown).
+    pub queue_opens_at: Option<SystemTime>,
+    /// When admission starts (the draw closes, if there is one).
+    pub admits_at: Option<SystemTime>,
+    /// When the room closes to newcomers.
+    pub closes_at: Option<SystemTime>,
+}
+
+impl Schedule {
+    /// Whether no time is set (an ordinary room).
+    pub fn is_empty(&self) -> bool {
+        self.queue_opens_at.is_none() && self.admits_at.is_none() && self.closes_at.is_none()
+    }
+}
 
 /// How many idle sessions and abandoned waiters one pass may reap of each, in every store;
 /// a backlog is cleared over the following passes.
 pub const REAP_BUDGET: usize = 10_000;
-
-/// A visitor's random 128-bit identity, carried in the signed cookie. Stored as 16 raw
-/// bytes (not 32 hex characters) because the line may hold millions of them.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct VisitorId(pub [u8; 16]);
-
-impl VisitorId {
-    /// A fresh, unguessable id from the operating system's generator.
-    pub fn random() -> Self {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).expect("the operating system's random generator failed");
-        VisitorId(bytes)
-    }
-
-    pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
-    }
-
-    pub fn from_hex(s: &str) -> Option<Self> {
-        let mut bytes = [0u8; 16];
-        hex::decode_to_slice(s, &mut bytes).ok()?;
-        Some(VisitorId(bytes))
-    }
-
-    /// The visitor's short reference for support (SPEC §10 "Priority"), computed from the
-    /// id alone so pages and JSON show it with no store call.
-    pub fn reference(&self) -> VisitorRef {
-        VisitorRef::of(self)
-    }
-}
-
-/// The 8-character reference of a visitor: Crockford base32 of the first 40 bits of the id.
-/// Crockford's alphabet has no I, L, O or U, so a reference read over the phone cannot be
-/// misheard as another; 40 bits make two visitors of one line share a reference only in a
-/// line of about a million (birthday bound), and then the admin sees the first match.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct VisitorRef([u8; 8]);
-
-const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-
-impl VisitorRef {
-    fn of(id: &VisitorId) -> Self {
-        let bits = id.0[..5]
-            .iter()
-            .fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
-        let mut out = [0u8; 8];
-        for (i, c) in out.iter_mut().enumerate() {
-            *c = CROCKFORD[((bits >> (35 - 5 * i)) & 31) as usize];
-        }
-        VisitorRef(out)
-    }
-
-    /// Reads a reference as a person typed it: case-insensitive, with Crockford's
-    /// substitutions (O → 0, I and L → 1) and hyphens ignored. `None` unless it is exactly
-    /// 8 symbols.
-    pub fn parse(s: &str) -> Option<Self> {
-        let mut out = [0u8; 8];
-        let mut n = 0;
-        for c in s.chars().filter(|&c| c != '-') {
-            let c = match c.to_ascii_uppercase() {
-                'O' => '0',
-                'I' | 'L' => '1',
-                c => c,
-            };
-            if !c.is_ascii() || !CROCKFORD.contains(&(c as u8)) || n == 8 {
-                return None;
-            }
-            out[n] = c as u8;
-            n += 1;
-        }
-        (n == 8).then_some(VisitorRef(out))
-    }
-
-    /// The 5 id bytes the reference stands for: what a store compares ids against.
-    pub fn prefix(&self) -> [u8; 5] {
-        let bits = self.0.iter().fold(0u64, |acc, &c| {
-            let v = CROCKFORD.iter().position(|&a| a == c).unwrap_or(0) as u64;
-            (acc << 5) | v
-        });
-        let b = bits.to_be_bytes();
-        [b[3], b[4], b[5], b[6], b[7]]
-    }
-
-    /// Whether `id` has this reference.
-    pub fn matches(&self, id: &VisitorId) -> bool {
-        id.0[..5] == self.prefix()
-    }
-
-    pub fn as_str(&self) -> &str {
-        // Only ever built from the ASCII alphabet above.
-        std::str::from_utf8(&self.0).unwrap_or("????????")
-    }
-}
-
-impl fmt::Display for VisitorRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl fmt::Debug for VisitorRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "VisitorRef({})", self.as_str())
-    }
-}
-
-impl Serialize for VisitorRef {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl fmt::Debug for VisitorId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "VisitorId({})", self.to_hex())
-    }
-}
-
-impl fmt::Display for VisitorId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_hex())
-    }
-}
 
 /// The settings an operator can change while a room runs. They live in the store (so they
 /// survive restarts and are shared by replicas); the config file only seeds them.
@@ -170,17 +64,6 @@ pub struct RoomSettings {
 }
 
 impl RoomSettings {
-    /// The runtime settings a room's config seeds into the store.
-    pub fn seed(room: &crate::config::RoomConfig) -> RoomSettings {
-        RoomSettings {
-            rate: room.rate,
-            max_active: room.max_active,
-            session_ttl: room.session_ttl,
-            abandon_after: room.abandon_after,
-            paused: false,
-        }
-    }
-
     /// The largest number of tokens the bucket may hold: one second's worth, at least one,
     /// so an outage or a pause never dumps the line on the origin.
     pub fn burst(&self) -> f64 {
@@ -207,13 +90,13 @@ impl RoomSettings {
         if self.session_ttl < Duration::from_secs(1) {
             return invalid("session_ttl", "must be at least 1s");
         }
-        if self.session_ttl > crate::config::MAX_DURATION {
+        if self.session_ttl > crate::clock::MAX_DURATION {
             return invalid("session_ttl", "must be at most 365 days");
         }
         if self.abandon_after < Duration::from_secs(1) {
             return invalid("abandon_after", "must be at least 1s");
         }
-        if self.abandon_after > crate::config::MAX_DURATION {
+        if self.abandon_after > crate::clock::MAX_DURATION {
             return invalid("abandon_after", "must be at most 365 days");
         }
         Ok(())
@@ -309,20 +192,6 @@ impl RoomPolicy {
 }
 
 impl RoomPolicy {
-    /// The static policy a room's config hands the store on every start.
-    pub fn of(room: &crate::config::RoomConfig) -> RoomPolicy {
-        RoomPolicy {
-            join_limit_per_ip: room.join_limit_per_ip,
-            join_limit_window: room.join_limit_window,
-            schedule: room.schedule.clone(),
-            lottery: room.lottery,
-            max_places_per_client: room.max_places_per_client,
-            max_sessions_per_client: room.max_sessions_per_client,
-            session_clients: room.session_clients,
-            max_waiting: room.max_waiting,
-        }
-    }
-
     /// The schedule as unix milliseconds: (queue_opens_at, admits_at, closes_at).
     pub fn schedule_ms(&self) -> [Option<u64>; 3] {
         let s = &self.schedule;

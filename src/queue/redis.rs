@@ -289,7 +289,7 @@ impl RedisStore {
             })?;
         let describe = nodes
             .iter()
-            .map(|n| crate::config::redact_url(n))
+            .map(|n| super::redis_client::redact_url(n))
             .collect::<Vec<_>>()
             .join(",");
         let fail = |e: redis::RedisError| {
@@ -476,7 +476,7 @@ impl RedisStore {
     /// request waits on a connect, even with Redis down), the shared one. Returns the
     /// worker's runtime when the connection is its own, for [`RedisStore::failed`].
     fn conn(&self) -> (RedisConn, Option<tokio::runtime::Id>) {
-        if !crate::server::on_serving_worker() {
+        if !crate::worker::on_serving_worker() {
             return (self.conn.clone(), None);
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -1335,7 +1335,7 @@ mod tests {
         let server = RedisServer::start();
         let urls = vec![server.url()];
         std::thread::spawn(move || {
-            crate::server::serve_here_for_tests();
+            crate::worker::serve_here_for_tests();
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

@@ -22,7 +22,6 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, TlsCertificates, Value};
 
-use crate::config::redact_url;
 use crate::tls::CaFile;
 
 /// A client for one node or for a Cluster, not yet connected.
@@ -187,6 +186,34 @@ pub fn build(nodes: &[&str], ca: Option<&CaFile>) -> Result<RedisClient, String>
     // its timeouts to a fresh builder and builds that.
     let _: ClusterClient = builder().build().map_err(|e| format!("{}: {e}", shown()))?;
     Ok(RedisClient::Cluster(builder()))
+}
+
+/// `redis://user:pass@host/0` → `redis://user:***@host/0` (each comma-separated node).
+pub fn redact_url(url: &str) -> String {
+    url.split(',')
+        .map(|node| {
+            let Some((scheme, rest)) = node.split_once("://") else {
+                return node.to_string();
+            };
+            let (authority, path) = match rest.find('/') {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split(':').next().unwrap_or("");
+                    let redacted = if userinfo.contains(':') {
+                        format!("{user}:***")
+                    } else {
+                        "***".to_string()
+                    };
+                    format!("{scheme}://{redacted}@{host}{path}")
+                }
+                None => node.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use crate::fairness::adaptive::{
     AdaptiveConfig, AdaptiveController, AdaptiveState, OriginRecorder, Tuning,
 };
 pub use crate::fairness::eta::Eta;
-use crate::fairness::eta::{EtaLedger, EtaReport};
+use crate::fairness::eta::{EtaLedger, EtaReport, MIN_SPREAD, Observed, Pace};
 use crate::queue::{
     ClientKey, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore, RefusedReason,
     Resolution, RoomStats, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState,
@@ -630,15 +630,12 @@ impl Admission {
         &self.health
     }
 
-    /// An estimated wait for the visitor at `position`, from the admission rate observed
-    /// over the last minute (the configured rate until anything has been observed).
+    /// An estimated wait for the visitor at `position`, from the room's [`Pace`]: the
+    /// admission rate it achieves, or "estimating" until it has seen enough of it.
     pub fn eta(&self, room: &str, position: u64) -> Eta {
-        let rate = self
-            .stats
+        self.stats
             .get(room)
-            .map(|s| s.observed_rate.unwrap_or(s.effective_rate()))
-            .unwrap_or(0.0);
-        Eta::for_position(position, rate)
+            .map_or(Eta::estimating(0), |s| s.pace().eta(position))
     }
 
     /// The estimated wait of a waiting visitor. Without a position (a lottery draw) their
@@ -646,10 +643,10 @@ impl Admission {
     pub fn eta_for(&self, room: &str, place: &crate::queue::Place) -> Eta {
         match place.position {
             Some(position) => self.eta(room, position),
-            None => Eta {
-                min: 0,
-                max: self.eta(room, place.waiting).max,
-            },
+            None => {
+                let whole = self.eta(room, place.waiting);
+                Eta { min: 0, ..whole }
+            }
         }
     }
 
@@ -662,7 +659,9 @@ impl Admission {
     pub fn show_eta(&self, room: &str, visitor: VisitorId, place: &Place) -> Eta {
         let eta = self.eta_for(room, place);
         if place.position.is_some() && place.phase == Phase::Queueing && !place.paused {
-            self.eta.shown(room, visitor, eta, self.clock.now_ms());
+            let epoch = self.stats.get(room).map_or(0, |s| s.epoch);
+            self.eta
+                .shown(room, visitor, eta, self.clock.now_ms(), epoch);
         }
         eta
     }
@@ -691,13 +690,12 @@ impl Admission {
             match self.observe(self.store.stats(room).await) {
                 Ok(stats) => {
                     let adaptive = self.rate_view(room, stats.settings.rate);
-                    self.stats.record(
-                        room,
-                        stats,
-                        self.eta.report(room),
-                        self.eta.forgotten(room),
-                        adaptive,
-                    )
+                    let ledger = LedgerView {
+                        report: self.eta.report(room),
+                        forgotten: self.eta.forgotten(room),
+                        revised: self.eta.revised(room),
+                    };
+                    self.stats.record(room, stats, ledger, adaptive)
                 }
                 Err(StoreError::Unavailable(_)) => {}
                 Err(other) => tracing::error!(room, error = %other, "cannot read room stats"),
@@ -867,21 +865,38 @@ impl SessionCache {
     }
 }
 
+/// What the ETA ledger says of a room, as the statistics cache keeps it.
+struct LedgerView {
+    report: EtaReport,
+    forgotten: u64,
+    revised: u64,
+}
+
 /// A room's counters as last read, with what this replica derived from them.
 #[derive(Clone, Debug)]
 pub struct CachedStats {
+    /// The counters and settings as the store gave them.
     pub stats: RoomStats,
-    /// Admissions per second over the last minute, counting only the stretches when
-    /// somebody was waiting (an idle room's quiet is not slowness); `None` until such a
-    /// stretch has been seen or while nothing was admitted in it.
-    pub observed_rate: Option<f64>,
+    /// Admissions per second over the last minute since the room's limits last moved,
+    /// counting only the stretches when somebody was waiting (an idle room's quiet is not
+    /// slowness); `None` until such a stretch has been seen or while nothing was admitted
+    /// in it.
+    pub observed: Option<Observed>,
+    /// Counts the times the room's limits (the admitting rate, `max_active`, a pause) moved
+    /// by more than a range's margin since this replica started: each restarts the
+    /// observation and lets the waiting visitors' promises be made again.
+    pub epoch: u64,
+    /// How long the last admission pass took.
     pub last_pass: Option<Duration>,
+    /// When these counters were read.
     pub read_at: Instant,
     /// This replica's honest-ETA report over the last hour (SPEC §14), as of `read_at`.
     pub eta: EtaReport,
     /// ETA ledger entries this replica forgot before their visitor was admitted (the cap,
     /// or too old), since start.
     pub eta_forgotten: u64,
+    /// Promises replaced by a later range because the room's limits moved, since start.
+    pub eta_revised: u64,
     /// Closed-loop admission's effective rate and why (SPEC §14); `None` without
     /// `adaptive:`.
     pub adaptive: Option<RateView>,
@@ -895,6 +910,47 @@ impl CachedStats {
             .as_ref()
             .map_or(self.stats.settings.rate, |a| a.effective_rate)
     }
+
+    /// Admissions per second while somebody waited, if any were seen (see `observed`).
+    pub fn observed_rate(&self) -> Option<f64> {
+        self.observed.map(|o| o.rate)
+    }
+
+    /// What the room knows of its line's speed, for the waiting visitors' ranges.
+    pub fn pace(&self) -> Pace {
+        Pace {
+            admitting: self.admitting(),
+            observed: self.observed,
+        }
+    }
+
+    /// The admitting rate, 0 while paused.
+    fn admitting(&self) -> f64 {
+        if self.stats.settings.paused {
+            0.0
+        } else {
+            self.effective_rate()
+        }
+    }
+}
+
+/// The limits a room's ranges rest on: (admitting rate, `max_active`).
+type Basis = (f64, u64);
+
+/// Whether the limits moved by more than a range's margin ([`MIN_SPREAD`]) either way, in
+/// a way that can change how fast the line moves: a change of the admitting rate while the
+/// line moves well below both the old and the new one (the site, not the rate, sets the
+/// pace: `observed`) changes nothing.
+fn moved(from: Basis, to: Basis, observed: Option<f64>) -> bool {
+    let far = |a: f64, b: f64| {
+        if a <= 0.0 || b <= 0.0 {
+            (a <= 0.0) != (b <= 0.0)
+        } else {
+            a / b > MIN_SPREAD || b / a > MIN_SPREAD
+        }
+    };
+    let site_bound = observed.is_some_and(|o| o > 0.0 && from.0.min(to.0) > o * MIN_SPREAD);
+    (far(from.0, to.0) && !site_bound) || far(from.1 as f64, to.1 as f64)
 }
 
 #[derive(Default)]
@@ -908,6 +964,9 @@ struct RoomSamples {
     /// (when, total_admitted, waiting) over the last minute, oldest first.
     admitted: VecDeque<(Instant, u64, u64)>,
     last_pass: Option<Duration>,
+    /// The limits at the last change of epoch (see [`CachedStats::epoch`]).
+    basis: Option<Basis>,
+    epoch: u64,
 }
 
 impl StatsCache {
@@ -916,17 +975,28 @@ impl StatsCache {
         rooms.get(room).and_then(|r| r.latest.clone())
     }
 
-    fn record(
-        &self,
-        room: &str,
-        stats: RoomStats,
-        eta: EtaReport,
-        eta_forgotten: u64,
-        adaptive: Option<RateView>,
-    ) {
+    fn record(&self, room: &str, stats: RoomStats, ledger: LedgerView, adaptive: Option<RateView>) {
         let now = Instant::now();
         let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
         let samples = rooms.entry(room.to_owned()).or_default();
+        let admitting = match (&adaptive, stats.settings.paused) {
+            (_, true) => 0.0,
+            (Some(a), false) => a.effective_rate,
+            (None, false) => stats.settings.rate,
+        };
+        let basis = (admitting, stats.settings.max_active);
+        let seen = observed(&samples.admitted).map(|o| o.rate);
+        match samples.basis {
+            Some(old) if !moved(old, basis, seen) => {}
+            Some(_) => {
+                // What was seen was a line under other limits; the basis moves only here,
+                // so many small steps (closed-loop recovery) add up to one change.
+                samples.admitted.clear();
+                samples.epoch += 1;
+                samples.basis = Some(basis);
+            }
+            None => samples.basis = Some(basis),
+        }
         samples
             .admitted
             .push_back((now, stats.total_admitted, stats.waiting));
@@ -937,16 +1007,33 @@ impl StatsCache {
         {
             samples.admitted.pop_front();
         }
-        let observed_rate = observed_rate(&samples.admitted);
+        let observed = observed(&samples.admitted);
         samples.latest = Some(CachedStats {
             stats,
-            observed_rate,
+            observed,
+            epoch: samples.epoch,
             last_pass: samples.last_pass,
             read_at: now,
-            eta,
-            eta_forgotten,
+            eta: ledger.report,
+            eta_forgotten: ledger.forgotten,
+            eta_revised: ledger.revised,
             adaptive,
         });
+    }
+
+    /// Tests only: as if the room's line had been seen moving at `rate` for the last
+    /// minute, so its ranges are promises from the start.
+    #[cfg(test)]
+    fn assume_seen(&self, room: &str, rate: f64) {
+        let now = Instant::now();
+        let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
+        let samples = rooms.entry(room.to_owned()).or_default();
+        samples.admitted = [
+            (now - RATE_WINDOW, 0, 1),
+            (now, (rate * RATE_WINDOW.as_secs_f64()) as u64, 1),
+        ]
+        .into_iter()
+        .collect();
     }
 
     fn record_pass(&self, room: &str, took: Duration) {
@@ -956,7 +1043,7 @@ impl StatsCache {
 }
 
 /// Admissions per second over the intervals that began with somebody waiting.
-fn observed_rate(samples: &VecDeque<(Instant, u64, u64)>) -> Option<f64> {
+fn observed(samples: &VecDeque<(Instant, u64, u64)>) -> Option<Observed> {
     let (mut admitted, mut busy) = (0u64, Duration::ZERO);
     for (&(t0, a0, waiting), &(t1, a1, _)) in samples.iter().zip(samples.iter().skip(1)) {
         if waiting > 0 {
@@ -964,7 +1051,11 @@ fn observed_rate(samples: &VecDeque<(Instant, u64, u64)>) -> Option<f64> {
             busy += t1.duration_since(t0);
         }
     }
-    (admitted > 0 && !busy.is_zero()).then(|| admitted as f64 / busy.as_secs_f64())
+    (admitted > 0 && !busy.is_zero()).then(|| Observed {
+        rate: admitted as f64 / busy.as_secs_f64(),
+        admitted,
+        busy,
+    })
 }
 
 /// Whether the store answers, and since when it has not.
@@ -1048,15 +1139,20 @@ mod tests {
 
     #[test]
     fn eta_is_a_range_and_never_negative() {
-        assert_eq!(Eta::for_position(100, 10.0), Eta { min: 8, max: 13 });
-        assert_eq!(Eta::for_position(0, 10.0), Eta { min: 0, max: 0 });
-        assert_eq!(Eta::for_position(5, 0.0), Eta { min: 0, max: 0 });
+        let range = |min, max| Eta {
+            min,
+            max,
+            estimating: false,
+        };
+        assert_eq!(Eta::for_position(100, 10.0), range(8, 13));
+        assert_eq!(Eta::for_position(0, 10.0), range(0, 0));
+        assert_eq!(Eta::for_position(5, 0.0), Eta::estimating(0));
         let e = Eta::for_position(1, 0.5);
         assert!(e.min <= e.max);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn observed_rate_replaces_the_configured_one() {
+    async fn the_room_estimates_until_it_has_seen_its_line_move() {
         let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
         // Configured for 100 a second, but the site holds 10 whose sessions last a second:
         // the line really moves at about 10 a second.
@@ -1079,8 +1175,8 @@ mod tests {
         let admission = Arc::new(Admission::new(store.clone(), None, EventSink::disabled()));
         let rooms = vec!["main".to_owned()];
         admission.refresh_stats(&rooms).await;
-        // Nothing observed yet: the configured rate stands in.
-        assert_eq!(admission.eta("main", 100), Eta::for_position(100, 100.0));
+        // Nothing observed yet (and paused): estimating.
+        assert_eq!(admission.eta("main", 100), Eta::estimating(0));
         store
             .update_settings("main", &crate::queue::SettingsPatch::resume())
             .await
@@ -1093,7 +1189,7 @@ mod tests {
         let rate = admission
             .cached_stats("main")
             .unwrap()
-            .observed_rate
+            .observed_rate()
             .unwrap();
         assert!((rate - 10.0).abs() < 1.0, "observed {rate}");
         assert_eq!(admission.eta("main", 100), Eta::for_position(100, rate));
@@ -1113,9 +1209,16 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        assert_eq!(observed_rate(&samples), Some(5.0));
+        assert_eq!(
+            observed(&samples),
+            Some(Observed {
+                rate: 5.0,
+                admitted: 50,
+                busy: Duration::from_secs(10)
+            })
+        );
         let idle: VecDeque<_> = [(at(0), 0, 0), (at(30), 9, 0)].into_iter().collect();
-        assert_eq!(observed_rate(&idle), None);
+        assert_eq!(observed(&idle), None);
     }
 
     async fn room_with(max_active: u64, session_ttl: Duration) -> (Arc<MemoryStore>, Admission) {
@@ -1333,10 +1436,11 @@ mod tests {
         }
     }
 
-    /// The honest ETA through the product's own path (SPEC §14): ten visitors wait at one a
-    /// second, are shown `Eta::for_position(p, 1.0)` = [⌊0.8p⌋, ⌈1.25p⌉] and reload later
-    /// (the first range stands); five go in on time, then a pause from 6 s to 10 s makes the
-    /// other five late by 5 s. Waiting while paused is not a range shown.
+    /// The honest ETA through the product's own path (SPEC §14): ten visitors wait in a room
+    /// seen moving at one a second, are shown the room's ranges for their places and reload
+    /// later (the first range stands); five go in on time, then a pause from 6 s to 10 s
+    /// makes the other five 5 s later than the room's pace. Waiting while paused is not a
+    /// range shown.
     #[tokio::test(start_paused = true)]
     async fn admissions_feed_the_honest_eta_exactly() {
         let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
@@ -1365,10 +1469,21 @@ mod tests {
         assert_eq!(admission.eta_ledger().tracked("main"), 0, "paused");
 
         admission.update_settings("main", &resume).await.unwrap();
+        admission.stats.assume_seen("main", 1.0);
         admission.refresh_stats(&rooms).await;
+        let pace = admission.cached_stats("main").unwrap().pace();
+        let mut first = Vec::new();
         for (p, &v) in (1u64..).zip(&visitors) {
-            assert_eq!(show(v).await, Eta::for_position(p, 1.0));
+            let shown = show(v).await;
+            assert!(!shown.estimating);
+            assert_eq!(shown, pace.eta(p));
+            first.push(shown);
         }
+        let seen = pace.observed.unwrap();
+        assert!((seen.rate - 1.0).abs() < 0.01, "{seen:?}");
+        // 100th: the margin of a rate measured over 60 admissions, 1 + 2/√60.
+        let margin = 1.0 + 2.0 / (seen.admitted as f64).sqrt();
+        assert_eq!(pace.eta(100), Eta::within(100, seen.rate, margin));
         assert_eq!(admission.eta_ledger().tracked("main"), 10);
         for t in 1..=15u64 {
             tokio::time::advance(Duration::from_secs(1)).await;
@@ -1405,14 +1520,17 @@ mod tests {
         }
         admission.heartbeat("main", &visitors).await.unwrap();
         admission.refresh_stats(&rooms).await;
-        // Waits 1..5 s against ranges [0,2] [1,3] [2,4] [3,5] [4,7]: all within, errors
-        // 0 0 0 0 0.5. Waits 11..15 s against [4,8] [5,9] [6,10] [7,12] [8,13]: none within,
-        // errors 5 5 5 4.5 4.5. The (lower) median error is 0.5, in the 0–1 s bucket.
-        let want = EtaReport {
-            admitted: 10,
-            within_range: Some(0.5),
-            median_error_secs: Some(0.5),
-        };
+        // Waits 1..5 s and, after the pause, 11..15 s, each against the range first shown.
+        let mut summary = crate::fairness::eta::EtaSummary::default();
+        for (i, shown) in first.iter().enumerate() {
+            let waited = if i < 5 { i + 1 } else { i + 6 };
+            summary.record(*shown, Duration::from_secs(waited as u64));
+        }
+        let want = summary.report();
+        assert_eq!(want.admitted, 10);
+        // The first five (1 to 5 s) lie at their ranges' middles or near; the late five 5 s
+        // past theirs: the lower median error is one of the on-time five's.
+        assert!(want.median_error_secs.is_some_and(|e| e < 2.0), "{want:?}");
         assert_eq!(admission.cached_stats("main").unwrap().eta, want);
         assert_eq!(admission.eta_ledger().report("main"), want);
         assert_eq!(admission.eta_ledger().tracked("main"), 0);
@@ -1442,17 +1560,28 @@ mod tests {
             .update_settings("main", &crate::queue::SettingsPatch::resume())
             .await
             .unwrap();
+        shows.stats.assume_seen("main", 1.0);
         shows.refresh_stats(&["main".to_owned()]).await;
         let Decision::Waiting(place) = shows.decide("main", v, anyone()).await else {
             panic!("waiting");
         };
-        assert_eq!(shows.show_eta("main", v, &place), Eta { min: 0, max: 2 });
+        // Next in line, at one a second: the last places go one session at a time.
+        let eta = Eta::within(1, 1.0, 3.0);
+        assert_eq!(
+            eta,
+            Eta {
+                min: 0,
+                max: 3,
+                estimating: false
+            }
+        );
+        assert_eq!(shows.show_eta("main", v, &place), eta);
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(passes.admit_pass("main").await.unwrap().admitted, vec![v]);
-        tokio::time::advance(Duration::from_secs(2)).await;
+        tokio::time::advance(Duration::from_secs(3)).await;
         shows.heartbeat("main", &[v, other]).await.unwrap();
         shows.decide("main", v, anyone()).await;
-        // Seen admitted 3 s after the range [0, 2]: late, error |3 − 1| = 2.
+        // Seen admitted 4 s after the range [0, 3]: late, error |4 − 1.5| = 2.5.
         assert_eq!(
             shows.eta_ledger().report("main"),
             EtaReport {

@@ -363,7 +363,7 @@ impl Collector for CacheCollector {
             .filter_map(|room| Some((room.as_str(), self.admission.cached_stats(room)?)))
             .collect();
         type Extract = fn(&crate::admission::CachedStats) -> Option<Value>;
-        let families: [(&str, &str, Extract); 21] = [
+        let families: [(&str, &str, Extract); 22] = [
             ("anteroom_waiting", "Visitors in line", |c| {
                 int(c.stats.waiting)
             }),
@@ -411,7 +411,7 @@ impl Collector for CacheCollector {
             (
                 "anteroom_observed_admission_rate",
                 "Admissions per second observed over the last minute",
-                |c| Some(Value::Float(c.observed_rate.unwrap_or(0.0))),
+                |c| Some(Value::Float(c.observed_rate().unwrap_or(0.0))),
             ),
             (
                 "anteroom_admission_pass_seconds",
@@ -465,6 +465,11 @@ impl Collector for CacheCollector {
                 "anteroom_eta_forgotten",
                 "Waiting visitors whose first range this replica forgot before they were admitted (its cap, or waiting over 12 hours)",
                 |c| Some(Value::Counter(c.eta_forgotten)),
+            ),
+            (
+                "anteroom_eta_revised",
+                "Waiting visitors whose promised range was made again because the room's limits moved by more than its margin",
+                |c| Some(Value::Counter(c.eta_revised)),
             ),
         ];
         for (name, help, extract) in &families {

@@ -321,3 +321,124 @@ async fn a_slow_origin_lowers_the_rate_on_both_replicas_and_recovery_restores_it
         started.elapsed()
     );
 }
+
+/// `max_inflight` saturated in front of an origin that answers every request in 200 ms
+/// (under the 300 ms target): the wait for a slot is what visitors feel, so the effective
+/// rate falls within 5 s of that wait passing the target, with the product's own tuning
+/// (a 10 s window), and rises again once the crowd at the door thins out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saturated_inflight_cap_lowers_the_rate_and_clearing_it_raises_it() {
+    let origin = SlowOrigin::start().await;
+    origin.set_delay(Duration::from_millis(200));
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        &format!("http://{}", origin.addr),
+        dir.path(),
+        &format!(
+            "    rate: {RATE}\n    max_active: 100000\n    max_sessions_per_client: 0\n    \
+             join_limit_per_ip: 0\n    max_inflight: 2\n    inflight_wait: 10s\n    \
+             adaptive: {{target_latency: 300ms, min_rate: {MIN_RATE}}}"
+        ),
+    );
+    let running = start(&config).await;
+    let http = client();
+
+    // 16 visitors on the site, each browsing one page after another: 8 in line for each
+    // of the 2 slots, so a request waits about 1.4 s for its slot and takes 1.6 s in all,
+    // though the origin itself answers in 200 ms.
+    let mut cookies = Vec::new();
+    for _ in 0..16 {
+        let page = http
+            .get(format!("http://{}/", running.addr))
+            .send()
+            .await
+            .unwrap();
+        cookies.push(visitor_cookie(&page).unwrap());
+    }
+    let (http2, addr) = (http.clone(), running.addr);
+    let (rate, effective, reason, stats) = rates(&http2, &running).await;
+    assert_eq!(
+        (rate, effective, reason.as_str()),
+        (RATE, RATE, "configured"),
+        "{stats}"
+    );
+
+    // Each browser stops when its own flag is set: most leave later, two stay.
+    let stops: Vec<Arc<AtomicBool>> = (0..cookies.len())
+        .map(|_| Arc::new(AtomicBool::new(false)))
+        .collect();
+    let saturated_since = Instant::now();
+    let mut browsing = Vec::new();
+    for (cookie, stop) in cookies.into_iter().zip(stops.iter().cloned()) {
+        let http = http2.clone();
+        browsing.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let sent = http
+                    .get(format!("http://{addr}/page"))
+                    .header("cookie", format!("ar_visitor={cookie}"))
+                    .send()
+                    .await;
+                if let Ok(response) = sent {
+                    assert_ne!(response.status(), 503, "inflight_wait is long enough");
+                    let _ = response.bytes().await;
+                }
+            }
+        }));
+    }
+
+    // The first request to wait past the target does so 300 ms in; from then, 5 s.
+    let fell = loop {
+        let (_, effective, reason, stats) = rates(&http, &running).await;
+        if effective < RATE {
+            assert_eq!(reason, "latency", "{stats}");
+            assert!(
+                stats["adaptive"]["origin_p95_ms"].as_u64().unwrap() > 300,
+                "{stats}"
+            );
+            break saturated_since.elapsed();
+        }
+        assert!(
+            saturated_since.elapsed() < Duration::from_millis(5_300),
+            "the rate fell within 5 s of the slot wait passing the target: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("effective rate fell {fell:?} after the cap saturated");
+
+    // The door clears: 14 leave, 2 stay (one per slot, no wait). Once the slow requests
+    // leave the 10 s window the rate climbs back.
+    for stop in &stops[2..] {
+        stop.store(true, Ordering::SeqCst);
+    }
+    let cleared_since = Instant::now();
+    let mut lowest = RATE;
+    loop {
+        let (_, effective, reason, stats) = rates(&http, &running).await;
+        lowest = lowest.min(effective);
+        if effective > lowest {
+            assert_eq!(
+                stats["adaptive"]["origin_p95_ms"]
+                    .as_u64()
+                    .map(|p| p <= 300),
+                Some(true),
+                "{stats}"
+            );
+            assert!(
+                matches!(reason.as_str(), "recovering" | "configured"),
+                "{stats}"
+            );
+            break;
+        }
+        assert!(
+            cleared_since.elapsed() < Duration::from_secs(20),
+            "the rate rose again once the door cleared: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for stop in &stops {
+        stop.store(true, Ordering::SeqCst);
+    }
+    for b in browsing {
+        b.await.unwrap();
+    }
+}

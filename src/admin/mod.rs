@@ -590,11 +590,13 @@ fn room_view(room: &str, cached: Option<CachedStats>, limits: RoomLimits) -> Val
         "total_expired": s.total_expired,
         "total_abandoned": s.total_abandoned,
         "total_refused": s.total_refused,
-        "observed_rate": c.observed_rate,
+        "observed_rate": c.observed_rate(),
         "last_pass_ms": c.last_pass.map(|d| d.as_secs_f64() * 1000.0),
         "stats_age_secs": c.read_at.elapsed().as_secs_f64(),
         // This replica's honest-ETA figures over the last hour (SPEC §14).
         "eta": c.eta,
+        "eta_revised": c.eta_revised,
+        "estimating": c.pace().eta(1).estimating,
         // This replica's origin in-flight cap (null: none) and the queue breaker (0: off).
         "inflight": limits.inflight.map(|i| json!({ "now": i.now, "max": i.max })),
         "max_waiting": limits.max_waiting,

@@ -329,9 +329,12 @@ impl App {
     /// An admitted request to the origin, through the room's in-flight cap if it has one.
     /// `admitted` is as for [`App::proxy`]: the visitor the store let in, with since when.
     ///
-    /// Its time to response headers and status feed the proxy metrics and closed-loop
-    /// admission (SPEC §14); the wait for an in-flight slot is not the origin's and is not
-    /// counted. The proxy is awaited in one place: this future is inside every admitted
+    /// Its time to response headers and status feed the proxy metrics (the origin's own
+    /// time) and closed-loop admission, which judges the site as visitors see it: the wait
+    /// for an in-flight slot counts as latency, and a request refused at the door after
+    /// `inflight_wait` as a 503 (docs/fairness.md, "Closed-loop admission"), so a saturated
+    /// `max_inflight` lowers the rate rather than hiding behind an origin that answers
+    /// quickly. The proxy is awaited in one place: this future is inside every admitted
     /// request's, and each further await of it would add its kilobytes again.
     pub(super) async fn to_origin(
         &self,
@@ -341,6 +344,7 @@ impl App {
         admitted: Option<(VisitorId, u64)>,
     ) -> Response<Body> {
         let name = &room.config.name;
+        let arrived = tokio::time::Instant::now();
         let slot = match &room.inflight {
             None => None,
             Some(inflight) => {
@@ -350,6 +354,7 @@ impl App {
                 let Ok(Ok(permit)) = waited else {
                     // Timed out (or, never, closed): the origin is at its cap.
                     self.metrics.count_inflight_rejected(name);
+                    self.admission.observe_origin(name, arrived.elapsed(), 503);
                     return busy();
                 };
                 inflight.gauge.inc();
@@ -361,10 +366,10 @@ impl App {
         };
         let started = tokio::time::Instant::now();
         let response = self.proxy(room, req, identity, admitted, None).await;
-        let took = started.elapsed();
-        self.metrics.observe_proxy(name, response.status(), took);
+        self.metrics
+            .observe_proxy(name, response.status(), started.elapsed());
         self.admission
-            .observe_origin(name, took, response.status().as_u16());
+            .observe_origin(name, arrived.elapsed(), response.status().as_u16());
         match slot {
             Some(slot) => hold(response, slot),
             None => response,

@@ -172,7 +172,7 @@ impl App {
             room: room.config.name.clone(),
             position: None,
             waiting: self.cached_waiting(room),
-            eta_secs: Eta { min: 0, max: 0 },
+            eta_secs: Eta::estimating(0),
             retry_after_secs,
             phase,
             paused: false,
@@ -301,6 +301,12 @@ fn secs_until(at: SystemTime) -> u64 {
 
 /// How long a waiting client should wait before asking again: the soonest they could be
 /// let in, kept between 2 and 30 seconds.
+/// When a waiting client should ask again: not before the line could have reached it, and
+/// every 5 s at most while the room is still estimating, so a range is shown soon.
 fn retry_after(eta: Eta) -> u64 {
-    eta.min.clamp(2, 30)
+    if eta.estimating {
+        eta.min.clamp(2, 5)
+    } else {
+        eta.min.clamp(2, 30)
+    }
 }

@@ -390,7 +390,11 @@ impl Pages {
                 message => text.message,
                 position => view.position,
                 waiting => view.waiting,
-                eta_text => t.eta(view.eta_secs.min, view.eta_secs.max),
+                eta_text => if view.eta_secs.estimating {
+                    t.eta_estimating.to_owned()
+                } else {
+                    t.eta(view.eta_secs.min, view.eta_secs.max)
+                },
                 announce => view.position.map(|p| t.announce(p)),
                 paused => view.paused,
                 reference => view.reference,
@@ -687,7 +691,11 @@ mod tests {
             room: "main".into(),
             position: Some(7),
             waiting: 42,
-            eta_secs: Eta { min: 3, max: 5 },
+            eta_secs: Eta {
+                min: 3,
+                max: 5,
+                estimating: false,
+            },
             retry_after_secs: 5,
             phase: Phase::Queueing,
             paused: false,
@@ -724,7 +732,11 @@ mod tests {
             room: "main".into(),
             position: Some(3),
             waiting: 3,
-            eta_secs: Eta { min: 1, max: 2 },
+            eta_secs: Eta {
+                min: 1,
+                max: 2,
+                estimating: false,
+            },
             retry_after_secs: 5,
             phase: Phase::Queueing,
             paused: false,
@@ -748,7 +760,11 @@ mod tests {
             room: "main".into(),
             position,
             waiting,
-            eta_secs: Eta { min: 120, max: 300 },
+            eta_secs: Eta {
+                min: 120,
+                max: 300,
+                estimating: false,
+            },
             retry_after_secs: 7,
             phase,
             paused: false,

@@ -5,6 +5,7 @@
 export interface Strings {
   announce: string; // "You are number {n} in line."
   eta_under_minute: string;
+  eta_estimating: string; // until the room has seen its line move enough for a range
   eta_secs: string; // "{n} s"
   eta_mins: string; // "{n} min"
   eta_range: string; // "{min} – {max}"
@@ -27,10 +28,13 @@ export function fill(template: string, values: Record<string, string | number>):
 export interface Eta {
   min: number;
   max: number;
+  /** The room has not seen its line move enough to stand behind a range yet. */
+  estimating?: boolean;
 }
 
 /** The estimated wait as the page shows it: a range, never negative, never "0 s". */
 export function formatEta(eta: Eta | undefined, s: Strings): string {
+  if (eta?.estimating) return s.eta_estimating;
   if (!eta || !(eta.max > 0)) return s.eta_under_minute;
   const one = (secs: number): string =>
     secs < 90

@@ -8,6 +8,7 @@ import { fill, formatEta, type Strings } from './strings';
 const strings: Strings = {
   announce: 'You are number {n} in line.',
   eta_under_minute: 'under a minute',
+  eta_estimating: 'estimating…',
   eta_secs: '{n} s',
   eta_mins: '{n} min',
   eta_range: '{min} – {max}',
@@ -93,6 +94,7 @@ describe('strings and time', () => {
     expect(formatEta({ min: -5, max: -1 }, strings)).toBe('under a minute');
     expect(formatEta({ min: 10, max: 40 }, strings)).toBe('10 s – 40 s');
     expect(formatEta({ min: 120, max: 300 }, strings)).toBe('2 min – 5 min');
+    expect(formatEta({ min: 120, max: 120, estimating: true }, strings)).toBe('estimating…');
     expect(formatEta({ min: 300, max: 300 }, strings)).toBe('5 min');
     expect(formatEta({ min: 0, max: 20 }, strings)).toBe('1 s – 20 s');
   });

@@ -2,7 +2,11 @@
 //! replicas of the real binary, each with two serving workers, and started again on the
 //! same port. From the moment it answers again, no request on any worker of any replica is
 //! answered `stalled`: every Redis connection (each worker's own and the shared one) is
-//! mended when Redis is back, or repeats its call once (`queue::redis_client`).
+//! mended when Redis is back, or repeats its call once (`queue::redis_client`). Twice per
+//! test: a quiet outage (nobody asks during it, so every worker's connection is left broken
+//! until Redis is back, as on a replica nobody visited; the outage is seen through each
+//! replica's `anteroom_store_up`), then a busy one (visitors on every worker meet it).
+//! Newcomers and visitors waiting in line (a room with `rate: 0.2`) both ask.
 //!
 //! Every worker is probed: each round opens [`BURST`] fresh connections to each replica at
 //! once (connected together, they wait in the accept queue together, and the server's
@@ -101,7 +105,7 @@ async fn round(
 
 /// Three replicas on `url`; `down` SIGKILLs (part of) Redis, `up` starts it again and
 /// returns once it answers (for a Cluster: every slot served again).
-async fn no_stall_once_redis_answers(url: &str, down: impl FnOnce(), up: impl FnOnce()) {
+async fn no_stall_once_redis_answers(url: &str, down: impl Fn(), up: impl Fn()) {
     let origin = Origin::start().await;
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut replicas = Vec::new();
@@ -129,26 +133,70 @@ async fn no_stall_once_redis_answers(url: &str, down: impl FnOnce(), up: impl Fn
         kept.push(clients);
     }
 
-    down();
-    // The outage seen on every replica, through every kept connection's worker too: rounds
-    // until one answers `stalled` (bounded).
+    // A quiet outage first (no visitor asks during it: each worker's Redis connection is
+    // left broken, as on a replica nobody visited), then a busy one (visitors on every
+    // worker meet it).
+    for busy in [false, true] {
+        down();
+        outage_seen(&replicas, &kept, &waiting, busy).await;
+        up();
+        probe_every_worker(&replicas, &kept, &waiting).await;
+    }
+}
+
+/// Waits (bounded) until every replica has seen the outage: through its
+/// `anteroom_store_up` gauge (the admission loop's failed pass; no visitor asks) when
+/// `busy` is false, else through visitors on every kept connection and fresh ones until one
+/// is answered `stalled`.
+async fn outage_seen(
+    replicas: &[BinaryReplica],
+    kept: &[Vec<reqwest::Client>],
+    waiting: &[Vec<String>],
+    busy: bool,
+) {
+    let http = client();
     let deadline = Instant::now() + Duration::from_secs(30);
     for (i, replica) in replicas.iter().enumerate() {
         let mut n = 1;
         loop {
-            let answers = round(replica.addr, &kept[i], &waiting[i], n).await;
-            if answers.iter().any(Answer::stalled) {
+            let seen = if busy {
+                let answers = round(replica.addr, &kept[i], &waiting[i], n).await;
+                answers.iter().any(Answer::stalled)
+            } else {
+                let metrics = http
+                    .get(format!(
+                        "http://{}/__anteroom/admin/api/metrics",
+                        replica.addr
+                    ))
+                    .bearer_auth(ADMIN_TOKEN)
+                    .send()
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap();
+                metrics.lines().any(|l| l == "anteroom_store_up 0")
+            };
+            if seen {
                 break;
             }
             assert!(
                 Instant::now() < deadline,
-                "the outage is never seen: {answers:?}"
+                "replica {i} never saw the outage"
             );
             n += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
 
-    up();
+/// From now (Redis answers again) for [`PROBING`]: rounds on every replica, none of whose
+/// answers may be `stalled`.
+async fn probe_every_worker(
+    replicas: &[BinaryReplica],
+    kept: &[Vec<reqwest::Client>],
+    waiting: &[Vec<String>],
+) {
     let back = Instant::now();
     let mut probes = 0usize;
     let mut n = 0usize;
@@ -167,8 +215,10 @@ async fn no_stall_once_redis_answers(url: &str, down: impl FnOnce(), up: impl Fn
             let stalled: Vec<&Answer> = answers.iter().filter(|a| a.stalled()).collect();
             assert!(
                 stalled.is_empty(),
-                "replica {i}, round {n}, {:?} after Redis answered: {stalled:?}",
-                back.elapsed()
+                "replica {i}, round {n}, {:?} after Redis answered: {} of {} stalled: {stalled:?}",
+                back.elapsed(),
+                stalled.len(),
+                answers.len()
             );
         }
     }

@@ -87,9 +87,12 @@
 //!   admission loop comes back within a tick anyway), `flush` (would also flush who joined
 //!   in between), `front` (an admin's move, answered to the admin), `session end` (a second
 //!   run answers "there was none"), `open_room` (at start, which retries itself).
+//!
 //! A response timeout is never repeated: the connection is not known broken, and a second
-//! wait would double a visitor's. A Cluster connection also follows redirections and
-//! reconnects a node itself, below this.
+//! wait would double a visitor's. Below all this, a Cluster connection (redis-rs) follows
+//! redirections and, after reconnecting a node, sends a request again by itself, whatever
+//! the operation (it is not told which are safe; the repeat flag of `resolve` is not set
+//! then).
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -1639,7 +1642,7 @@ mod tests {
         for eval in [false, true] {
             let server = RedisServer::start();
             let proxy = ReplyDropper::start(server.port()).await;
-            let store = frozen(&[proxy.url.clone()], None).await;
+            let store = frozen(std::slice::from_ref(&proxy.url), None).await;
             if eval {
                 store.use_eval_for_tests();
             }

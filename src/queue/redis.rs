@@ -65,7 +65,7 @@
 //! every half second by a [`KeepAlive`] on its own runtime, so it is reconnected when Redis
 //! answers again rather than by the first visitor who uses it; and a call that meets a
 //! broken connection anyway (between Redis's return and the next PING) is sent once more
-//! before it is answered as unavailable ([`once_more!`](super::redis_client::once_more)), when that is safe.
+//! before it is answered as unavailable (`redis_client::once_more!`), when that is safe.
 //! Whether a call may be repeated ([`Repeat`]) depends on what running it twice does, for a
 //! reset or closed connection cannot tell whether the script ran before the connection died
 //! (a refused connection can: nothing was sent, and every call may then be repeated):

@@ -18,7 +18,7 @@
 //! Broken connections, for every user of these connections (the queue store, the abuse
 //! registry):
 //! - a call whose connection turns out broken is sent once more before it fails
-//!   ([`once_more!`]), if its [`Repeat`] allows: a single-node
+//!   (`once_more!`), if its [`Repeat`] allows: a single-node
 //!   [`ConnectionManager`] that meets a broken connection starts its reconnect before it
 //!   returns the error, so the second attempt waits for the new connection; a Cluster
 //!   connection reconnects the node the same way. A response timeout is not repeated: the
@@ -145,7 +145,7 @@ impl ConnectionLike for RedisConn {
     }
 }
 
-/// Whether a call may be sent again after its connection failed (see [`once_more!`]).
+/// Whether a call may be sent again after its connection failed (see `once_more!`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Repeat {
     /// Running it twice does what running it once does: repeated whenever the connection

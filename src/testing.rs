@@ -373,6 +373,17 @@ impl RedisCluster {
         Self::start_with_tls(None)
     }
 
+    /// With each node's append-only file on and fsynced on every write, so a node
+    /// SIGKILLed and restarted ([`RedisCluster::node_mut`]) comes back with its data.
+    pub fn start_durable() -> RedisCluster {
+        Self::start_with(true, None)
+    }
+
+    /// One node, to kill and restart.
+    pub fn node_mut(&mut self, index: usize) -> &mut RedisServer {
+        &mut self.nodes[index]
+    }
+
     /// Every node TLS only, the cluster bus too (`--tls-cluster yes`), so nodes announce
     /// their TLS ports to clients.
     pub fn start_tls(ca: Arc<TestCa>) -> RedisCluster {
@@ -380,6 +391,10 @@ impl RedisCluster {
     }
 
     fn start_with_tls(tls: Option<Arc<TestCa>>) -> RedisCluster {
+        Self::start_with(false, tls)
+    }
+
+    fn start_with(aof: bool, tls: Option<Arc<TestCa>>) -> RedisCluster {
         let mut extra = vec![
             "--cluster-enabled",
             "yes",
@@ -392,7 +407,7 @@ impl RedisCluster {
             extra.extend(["--tls-cluster", "yes"]);
         }
         let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| RedisServer::start_with_tls(false, &extra, tls.clone()))
+            .map(|_| RedisServer::start_with_tls(aof, &extra, tls.clone()))
             .collect();
         let addrs: Vec<String> = nodes
             .iter()

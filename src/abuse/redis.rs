@@ -1,5 +1,13 @@
 //! The abuse registry's Redis side: strikes, bans and the ban log shared by every replica,
 //! through one script (`abuse.lua`) whose keys all carry the hash tag `{abuse}`.
+//!
+//! Broken connections are handled as for the queue store (see
+//! [`crate::queue::redis_client`]): the connection is PINGed by a [`KeepAlive`], and a call
+//! that meets a broken one is sent once more when that is safe ([`Repeat`]): reads (`log`,
+//! the version, the ban set) after any broken connection; `strike`, `ban`, `unban` and
+//! `sweep` only when nothing was sent (a second strike, ban log entry or sweep report must
+//! not come of one call, and a strike or a sweep lost to an outage is only a strike or a
+//! tick).
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +18,7 @@ use redis::{Script, Value};
 
 use super::{AbuseError, AbusePolicy, Ban, BanSource, LOG_CAP, LogEntry};
 use crate::clock::ms;
-use crate::queue::redis_client::{self, RedisConn, Timeouts};
+use crate::queue::redis_client::{self, KeepAlive, RedisConn, Repeat, Timeouts, once_more};
 use crate::tls::CaFile;
 
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("abuse.lua")));
@@ -59,6 +67,8 @@ pub(super) enum BanReply {
 #[derive(Clone)]
 pub struct RedisAbuse {
     conn: RedisConn,
+    /// PINGs `conn` while any clone of this lives.
+    _keep_alive: std::sync::Arc<KeepAlive>,
     /// Unique per process, so two replicas' strikes in the same millisecond stay distinct.
     nonce_prefix: u64,
     nonce: std::sync::Arc<AtomicU64>,
@@ -89,6 +99,7 @@ impl RedisAbuse {
         let mut seed = [0u8; 8];
         let _ = getrandom::fill(&mut seed);
         Ok(RedisAbuse {
+            _keep_alive: std::sync::Arc::new(KeepAlive::start(&conn)),
             conn,
             nonce_prefix: u64::from_le_bytes(seed),
             nonce: Default::default(),
@@ -97,6 +108,7 @@ impl RedisAbuse {
 
     async fn call(
         &self,
+        repeat: Repeat,
         op: &str,
         now: u64,
         extra_keys: &[String],
@@ -114,9 +126,7 @@ impl RedisAbuse {
             inv.arg(a.as_str());
         }
         let mut conn = self.conn.clone();
-        inv.invoke_async::<Value>(&mut conn)
-            .await
-            .map_err(redis_err)
+        once_more!(repeat, |_again| inv.invoke_async::<Value>(&mut conn).await).map_err(redis_err)
     }
 
     pub(super) async fn strike(
@@ -148,7 +158,9 @@ impl RedisAbuse {
             nonce,
             policy.max_bans.to_string(),
         ];
-        let reply = self.call("strike", now, &keys, &args).await?;
+        let reply = self
+            .call(Repeat::IfUnsent, "strike", now, &keys, &args)
+            .await?;
         let Value::Array(items) = &reply else {
             return Err(bad("strike", reply));
         };
@@ -183,7 +195,7 @@ impl RedisAbuse {
             if replace { "replace" } else { "extend" }.to_owned(),
             max_bans.to_string(),
         ];
-        let reply = self.call("ban", now, &[], &args).await?;
+        let reply = self.call(Repeat::IfUnsent, "ban", now, &[], &args).await?;
         let Value::Array(items) = &reply else {
             return Err(bad("ban", reply));
         };
@@ -199,7 +211,10 @@ impl RedisAbuse {
     }
 
     pub(super) async fn unban(&self, target: IpNet, now: u64) -> Result<Option<Ban>, AbuseError> {
-        match self.call("unban", now, &[], &[target.to_string()]).await? {
+        match self
+            .call(Repeat::IfUnsent, "unban", now, &[], &[target.to_string()])
+            .await?
+        {
             Value::Nil => Ok(None),
             other => Ok(Some(parse("unban", &text(&other)?)?)),
         }
@@ -208,7 +223,13 @@ impl RedisAbuse {
     /// Removes the bans that ended by `now`; returns those this call removed.
     pub(super) async fn sweep(&self, now: u64) -> Result<Vec<Ban>, AbuseError> {
         let reply = self
-            .call("sweep", now, &[], &[SWEEP_BUDGET.to_string()])
+            .call(
+                Repeat::IfUnsent,
+                "sweep",
+                now,
+                &[],
+                &[SWEEP_BUDGET.to_string()],
+            )
             .await?;
         list(&reply)?.iter().map(|j| parse("sweep", j)).collect()
     }
@@ -223,28 +244,29 @@ impl RedisAbuse {
             count.to_string(),
         ];
         // `now` is unused by this op; 0 keeps the argument list uniform.
-        let reply = self.call("log", 0, &[], &args).await?;
+        let reply = self.call(Repeat::Safe, "log", 0, &[], &args).await?;
         list(&reply)?.iter().map(|j| parse("log", j)).collect()
     }
 
     /// The shared ban set's version (0 before the first ban ever).
     pub(super) async fn version(&self) -> Result<u64, AbuseError> {
         let mut conn = self.conn.clone();
-        let v: Option<u64> = redis::cmd("GET")
-            .arg(K_VER)
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
+        let v: Option<u64> = once_more!(Repeat::Safe, |_again| {
+            redis::cmd("GET").arg(K_VER).query_async(&mut conn).await
+        })
+        .map_err(redis_err)?;
         Ok(v.unwrap_or(0))
     }
 
     pub(super) async fn all_bans(&self) -> Result<Vec<Ban>, AbuseError> {
         let mut conn = self.conn.clone();
-        let all: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(K_BANS)
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
+        let all: Vec<(String, String)> = once_more!(Repeat::Safe, |_again| {
+            redis::cmd("HGETALL")
+                .arg(K_BANS)
+                .query_async(&mut conn)
+                .await
+        })
+        .map_err(redis_err)?;
         // One unreadable entry (a newer replica's format) must not drop every other ban.
         Ok(all
             .into_iter()

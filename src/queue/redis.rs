@@ -60,6 +60,39 @@
 //! that reconnects in the background, so a dead Redis answers "unavailable" within a couple
 //! of seconds and recovery needs no restart. Time the store was unreachable (or every replica
 //! was down) is forgiven in the reaping clock, so an outage never abandons the line.
+//!
+//! After an outage: every connection (the shared one and each serving worker's) is PINGed
+//! every half second by a [`KeepAlive`] on its own runtime, so it is reconnected when Redis
+//! answers again rather than by the first visitor who uses it; and a call that meets a
+//! broken connection anyway (between Redis's return and the next PING) is sent once more
+//! before it is answered as unavailable (`redis_client::once_more!`), when that is safe.
+//! Whether a call may be repeated ([`Repeat`]) depends on what running it twice does, for a
+//! reset or closed connection cannot tell whether the script ran before the connection died
+//! (a refused connection can: nothing was sent, and every call may then be repeated):
+//! - repeated after any broken connection ([`Repeat::Safe`]), since a second run does what
+//!   the first did: `heartbeat` (heartbeats are times, set again to now; doors open by the
+//!   clock), `stats`, `queue` and `draw` (reads, and the doors), `grant` (`SET NX` with the
+//!   visitor: a second run by the same visitor answers "spent by you", which admits as
+//!   "fresh" does), `session touch` (activity times), `update_settings` (absolute values;
+//!   a resume's empty bucket only on the first), `adaptive` (a replica's report replaces
+//!   its own; a repeated exchange finds the claim taken, by itself, and skips one decision),
+//!   and `resolve`, made safe by telling the script it repeats (`ARGV[7]`): a visitor the
+//!   first attempt admitted or placed is in `active` or in line and is answered as such
+//!   (never a second admission, token or place; only the reply's `newly` / `joined` flag is
+//!   then false, so at most one admitted or joined event is missed, never doubled), and a
+//!   repeat counts no refusal, in the join-limit window or in `total_refused` (at worst one
+//!   goes uncounted);
+//! - repeated only when nothing was sent ([`Repeat::IfUnsent`]): `admit_pass` (a second pass
+//!   would report only its own admissions, and the first's would never be published; the
+//!   admission loop comes back within a tick anyway), `flush` (would also flush who joined
+//!   in between), `front` (an admin's move, answered to the admin), `session end` (a second
+//!   run answers "there was none"), `open_room` (at start, which retries itself).
+//!
+//! A response timeout is never repeated: the connection is not known broken, and a second
+//! wait would double a visitor's. Below all this, a Cluster connection (redis-rs) follows
+//! redirections and, after reconnecting a node, sends a request again by itself, whatever
+//! the operation (it is not told which are safe; the repeat flag of `resolve` is not set
+//! then).
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,7 +101,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{Script, Value};
 
-use super::redis_client::{Connector, RedisConn, Timeouts};
+use super::redis_client::{Connector, KeepAlive, RedisConn, Repeat, Timeouts, once_more};
 use super::{
     AdaptiveState, ClientKey, GrantUse, Join, OriginExchange, OriginReport, PassReport, Phase,
     Place, QueueQuery, QueueStore, RefusedReason, Resolution, RoomPolicy, RoomSettings, RoomStats,
@@ -100,20 +133,27 @@ struct Op {
     /// Function flags: `no-writes` for a script that only reads, so it still runs when
     /// Redis is out of memory, as a read-only `EVAL` script does.
     read_only: bool,
+    /// Whether a call that met a broken connection is sent again (see the module doc).
+    repeat: Repeat,
+    /// Whether the script takes one more argument, `1` on a repeat and `0` on a first
+    /// attempt (`resolve`, which counts no refusal on a repeat).
+    marks_repeat: bool,
     eval: LazyLock<Script>,
     /// Its function's name in the [`Library`].
     function: LazyLock<String>,
 }
 
 macro_rules! op {
-    ($name:literal) => {
-        op!($name, false)
+    ($name:literal, $repeat:expr) => {
+        op!($name, $repeat, read_only: false, marks_repeat: false)
     };
-    ($name:literal, $read_only:expr) => {
+    ($name:literal, $repeat:expr, read_only: $read_only:expr, marks_repeat: $marks:expr) => {
         Op {
             name: $name,
             body: include_str!(concat!("lua/", $name, ".lua")),
             read_only: $read_only,
+            repeat: $repeat,
+            marks_repeat: $marks,
             eval: LazyLock::new(|| {
                 Script::new(concat!(
                     include_str!("lua/common.lua"),
@@ -126,19 +166,21 @@ macro_rules! op {
     };
 }
 
-static OPEN_ROOM: Op = op!("open_room");
-static RESOLVE: Op = op!("resolve");
-static HEARTBEAT: Op = op!("heartbeat");
-static ADMIT_PASS: Op = op!("admit_pass");
-static STATS: Op = op!("stats", true);
-static UPDATE_SETTINGS: Op = op!("update_settings");
-static FLUSH: Op = op!("flush");
-static QUEUE: Op = op!("queue");
-static FRONT: Op = op!("front");
-static SESSION: Op = op!("session");
-static GRANT: Op = op!("grant");
-static DRAW: Op = op!("draw");
-static ADAPTIVE: Op = op!("adaptive");
+// Which calls are repeated after a broken connection, and why each is safe: the module doc.
+static OPEN_ROOM: Op = op!("open_room", Repeat::IfUnsent);
+static RESOLVE: Op = op!("resolve", Repeat::Safe, read_only: false, marks_repeat: true);
+static HEARTBEAT: Op = op!("heartbeat", Repeat::Safe);
+static ADMIT_PASS: Op = op!("admit_pass", Repeat::IfUnsent);
+static STATS: Op = op!("stats", Repeat::Safe, read_only: true, marks_repeat: false);
+static UPDATE_SETTINGS: Op = op!("update_settings", Repeat::Safe);
+static FLUSH: Op = op!("flush", Repeat::IfUnsent);
+static QUEUE: Op = op!("queue", Repeat::Safe);
+static FRONT: Op = op!("front", Repeat::IfUnsent);
+/// `touch` is safe to repeat; `end` is called as [`Repeat::IfUnsent`].
+static SESSION: Op = op!("session", Repeat::Safe);
+static GRANT: Op = op!("grant", Repeat::Safe);
+static DRAW: Op = op!("draw", Repeat::Safe);
+static ADAPTIVE: Op = op!("adaptive", Repeat::Safe);
 
 static OPS: [&Op; 13] = [
     &OPEN_ROOM,
@@ -229,6 +271,8 @@ pub struct RedisStore {
     conn: RedisConn,
     /// Makes each serving worker's own connection.
     connector: Connector,
+    /// PINGs the shared connection (each worker's has its own, in [`Local::Ready`]).
+    _keep_alive: KeepAlive,
     /// The serving workers' own connections, by runtime.
     local: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<tokio::runtime::Id, Local>>>,
     /// Each room's keys, formatted once (a call sends all twelve).
@@ -257,7 +301,11 @@ pub struct RedisStore {
 enum Local {
     /// Being made; calls use the shared one meanwhile.
     Connecting,
-    Ready(RedisConn),
+    /// Made, and PINGed by its [`KeepAlive`] on the worker's runtime until the store goes.
+    Ready {
+        conn: RedisConn,
+        _keep_alive: KeepAlive,
+    },
 }
 
 fn unavailable(e: redis::RedisError) -> StoreError {
@@ -298,6 +346,7 @@ impl RedisStore {
         let connector = client.connector(TIMEOUTS).map_err(fail)?;
         let conn = connector.connect().await.map_err(fail)?;
         Ok(RedisStore {
+            _keep_alive: KeepAlive::start(&conn),
             conn,
             connector,
             local: Default::default(),
@@ -397,15 +446,18 @@ impl RedisStore {
             return Ok(salt.clone());
         }
         let mut conn = self.conn.clone();
-        let salt: Option<Vec<u8>> = redis::cmd("HGET")
-            .arg(format!("ar:{{{room}}}:state"))
-            .arg("salt")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| {
-                self.recovering.store(true, Ordering::SeqCst);
-                unavailable(e)
-            })?;
+        let key = format!("ar:{{{room}}}:state");
+        let salt: Option<Vec<u8>> = once_more!(Repeat::Safe, |_again| {
+            redis::cmd("HGET")
+                .arg(&key)
+                .arg("salt")
+                .query_async(&mut conn)
+                .await
+        })
+        .map_err(|e| {
+            self.recovering.store(true, Ordering::SeqCst);
+            unavailable(e)
+        })?;
         let salt = salt.unwrap_or_default();
         if !salt.is_empty() {
             self.salts
@@ -425,17 +477,19 @@ impl RedisStore {
         let mut cursor = 0u64;
         let mut hashes = Vec::new();
         loop {
-            let (next, pairs): (u64, Vec<Vec<u8>>) = redis::cmd("HSCAN")
-                .arg(&key)
-                .arg(cursor)
-                .arg("COUNT")
-                .arg(DRAW_SCAN_STEP)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| {
-                    self.recovering.store(true, Ordering::SeqCst);
-                    unavailable(e)
-                })?;
+            let (next, pairs): (u64, Vec<Vec<u8>>) = once_more!(Repeat::Safe, |_again| {
+                redis::cmd("HSCAN")
+                    .arg(&key)
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(DRAW_SCAN_STEP)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .map_err(|e| {
+                self.recovering.store(true, Ordering::SeqCst);
+                unavailable(e)
+            })?;
             for value in pairs.chunks_exact(2).map(|pair| &pair[1]) {
                 let bytes = <[u8; 32]>::try_from(value.as_slice()).map_err(|_| {
                     StoreError::Unavailable(format!(
@@ -473,20 +527,21 @@ impl RedisStore {
     /// thread there to send, and was woken back with the reply, two thread switches a call
     /// on a box where the load, Redis and anteroom share two cores. Elsewhere (background
     /// loops, tests), and while a worker's own is being made (in the background, so no
-    /// request waits on a connect, even with Redis down), the shared one. Returns the
-    /// worker's runtime when the connection is its own, for [`RedisStore::failed`].
-    fn conn(&self) -> (RedisConn, Option<tokio::runtime::Id>) {
+    /// request waits on a connect, even with Redis down), the shared one. A worker's own
+    /// connection is kept through outages: it reconnects itself, PINGed by its
+    /// [`KeepAlive`].
+    fn conn(&self) -> RedisConn {
         if !crate::worker::on_serving_worker() {
-            return (self.conn.clone(), None);
+            return self.conn.clone();
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return (self.conn.clone(), None);
+            return self.conn.clone();
         };
         let id = runtime.id();
         let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
         match local.get(&id) {
-            Some(Local::Ready(conn)) => return (conn.clone(), Some(id)),
-            Some(Local::Connecting) => return (self.conn.clone(), None),
+            Some(Local::Ready { conn, .. }) => return conn.clone(),
+            Some(Local::Connecting) => return self.conn.clone(),
             None => {}
         }
         local.insert(id, Local::Connecting);
@@ -497,7 +552,8 @@ impl RedisStore {
             let mut local = local.lock().unwrap_or_else(|p| p.into_inner());
             match made {
                 Ok(conn) => {
-                    local.insert(id, Local::Ready(conn));
+                    let _keep_alive = KeepAlive::start(&conn);
+                    local.insert(id, Local::Ready { conn, _keep_alive });
                 }
                 // The next call on this worker tries again; the shared one serves meanwhile.
                 Err(_) => {
@@ -505,32 +561,37 @@ impl RedisStore {
                 }
             }
         });
-        (self.conn.clone(), None)
+        self.conn.clone()
     }
 
-    /// A call failed as unavailable. A worker's own connection is dropped: its next calls
-    /// go through the shared one (which the admission passes keep trying, so it is the
-    /// first to be back after an outage) while a new one is made. Otherwise the first call
-    /// on each worker after an outage would fail once more, on a connection only it uses.
-    fn failed(&self, own: Option<tokio::runtime::Id>) {
+    /// A call failed as unavailable (after its repeat, if any): the next successful pass
+    /// forgives the time since the room's last one as downtime.
+    fn failed(&self) {
         self.recovering.store(true, Ordering::SeqCst);
-        if let Some(id) = own {
-            self.local
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
-        }
     }
 
     /// Runs one script on `room` with `args` after the clock offset.
     async fn call(&self, op: &Op, room: &str, args: impl FnOnce(&mut Args)) -> StoreResult<Value> {
-        self.call_with(op, room, None, args).await
+        self.call_as(op, op.repeat, room, None, args).await
     }
 
     /// [`RedisStore::call`] with one more key after the room's.
     async fn call_with(
         &self,
         op: &Op,
+        room: &str,
+        extra_key: Option<String>,
+        args: impl FnOnce(&mut Args),
+    ) -> StoreResult<Value> {
+        self.call_as(op, op.repeat, room, extra_key, args).await
+    }
+
+    /// [`RedisStore::call_with`], repeated after a broken connection as `repeat` says
+    /// (rather than as the operation's default).
+    async fn call_as(
+        &self,
+        op: &Op,
+        repeat: Repeat,
         room: &str,
         extra_key: Option<String>,
         args: impl FnOnce(&mut Args),
@@ -544,12 +605,15 @@ impl RedisStore {
         let mut rest = Args::default();
         rest.arg(self.clock_arg());
         args(&mut rest);
-        let (mut conn, own) = self.conn();
-        let result = if self.eval_only.load(Ordering::Relaxed) {
-            Self::eval(op, &keys, rest, &mut conn).await
-        } else {
-            self.fcall(op, &keys, rest, &mut conn).await
-        };
+        let mut conn = self.conn();
+        let result = once_more!(repeat, |again| {
+            let mark = op.marks_repeat.then_some(if again { "1" } else { "0" });
+            if self.eval_only.load(Ordering::Relaxed) {
+                Self::eval(op, &keys, &rest, mark, &mut conn).await
+            } else {
+                self.fcall(op, &keys, &rest, mark, &mut conn).await
+            }
+        });
         match result {
             Ok(value) => {
                 if let Value::Array(items) = &value
@@ -560,25 +624,29 @@ impl RedisStore {
                 Ok(value)
             }
             Err(e) => {
-                self.failed(own);
+                self.failed();
                 Err(unavailable(e))
             }
         }
     }
 
-    /// `op` as its own `EVALSHA` script (loaded on NOSCRIPT).
+    /// `op` as its own `EVALSHA` script (loaded on NOSCRIPT), `mark` its last argument.
     async fn eval(
         op: &Op,
         keys: &[&str],
-        args: Args,
+        args: &Args,
+        mark: Option<&str>,
         conn: &mut RedisConn,
     ) -> redis::RedisResult<Value> {
         let mut invocation = op.eval.prepare_invoke();
         for key in keys {
             invocation.key(key);
         }
-        for arg in args.0 {
-            invocation.arg(arg);
+        for arg in &args.0 {
+            invocation.arg(&arg[..]);
+        }
+        if let Some(mark) = mark {
+            invocation.arg(mark);
         }
         invocation.invoke_async(conn).await
     }
@@ -589,13 +657,17 @@ impl RedisStore {
         &self,
         op: &Op,
         keys: &[&str],
-        args: Args,
+        args: &Args,
+        mark: Option<&str>,
         conn: &mut RedisConn,
     ) -> redis::RedisResult<Value> {
         let mut fcall = redis::cmd("FCALL");
         fcall.arg(op.function.as_str()).arg(keys.len()).arg(keys);
         for arg in &args.0 {
             fcall.arg(&arg[..]);
+        }
+        if let Some(mark) = mark {
+            fcall.arg(mark);
         }
         match fcall.query_async(conn).await {
             Err(e) if function_missing(&e) => {}
@@ -619,7 +691,7 @@ impl RedisStore {
                          EVAL script instead (more Redis CPU a call)"
                     );
                 }
-                Self::eval(op, keys, args, conn).await
+                Self::eval(op, keys, args, mark, conn).await
             }
             Err(e) => Err(e),
         }
@@ -877,7 +949,7 @@ impl QueueStore for RedisStore {
 
     async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
         let reply = self
-            .call(&SESSION, room, |inv| {
+            .call_as(&SESSION, Repeat::IfUnsent, room, None, |inv| {
                 inv.arg("end").arg(&visitor.0[..]);
             })
             .await?;
@@ -1143,11 +1215,14 @@ impl QueueStore for RedisStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
-        let (mut conn, own) = self.conn();
-        match redis::cmd("PING").query_async::<String>(&mut conn).await {
+        let mut conn = self.conn();
+        let pong = once_more!(Repeat::Safe, |_again| {
+            redis::cmd("PING").query_async::<String>(&mut conn).await
+        });
+        match pong {
             Ok(_) => Ok(()),
             Err(e) => {
-                self.failed(own);
+                self.failed();
                 Err(unavailable(e))
             }
         }
@@ -1349,7 +1424,10 @@ mod tests {
                     .unwrap();
                 let ready = |store: &RedisStore| {
                     let local = store.local.lock().unwrap();
-                    matches!(local.values().collect::<Vec<_>>()[..], [Local::Ready(_)])
+                    matches!(
+                        local.values().collect::<Vec<_>>()[..],
+                        [Local::Ready { .. }]
+                    )
                 };
                 for _ in 0..500 {
                     if ready(&store) {
@@ -1372,6 +1450,264 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    /// A loopback proxy in front of a Redis that, when told, passes the next command on
+    /// but closes the client's connection instead of passing its reply back: the command
+    /// ran, and the client sees its connection reset, as when Redis or the network fails
+    /// after the write.
+    struct ReplyDropper {
+        url: String,
+        drop_next: Arc<AtomicBool>,
+    }
+
+    impl ReplyDropper {
+        async fn start(upstream: u16) -> ReplyDropper {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("redis://{}", listener.local_addr().unwrap());
+            let drop_next = Arc::new(AtomicBool::new(false));
+            let dropping = drop_next.clone();
+            tokio::spawn(async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let dropping = dropping.clone();
+                    tokio::spawn(async move {
+                        let Ok(server) =
+                            tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                        else {
+                            return;
+                        };
+                        let (mut cr, mut cw) = client.into_split();
+                        let (mut sr, mut sw) = server.into_split();
+                        let up = async {
+                            let mut buf = vec![0u8; 65536];
+                            while let Ok(n @ 1..) = cr.read(&mut buf).await {
+                                if sw.write_all(&buf[..n]).await.is_err() {
+                                    break;
+                                }
+                            }
+                        };
+                        let down = async {
+                            let mut buf = vec![0u8; 65536];
+                            while let Ok(n @ 1..) = sr.read(&mut buf).await {
+                                // A keep-alive's PONG is not the reply meant.
+                                if !buf[..n].starts_with(b"+PONG")
+                                    && dropping.swap(false, Ordering::SeqCst)
+                                {
+                                    break;
+                                }
+                                if cw.write_all(&buf[..n]).await.is_err() {
+                                    break;
+                                }
+                            }
+                        };
+                        // Either way ends both: the client's socket is closed whole.
+                        tokio::select! {
+                            () = up => {}
+                            () = down => {}
+                        }
+                    });
+                }
+            });
+            ReplyDropper { url, drop_next }
+        }
+
+        /// The next reply from Redis is dropped and its connection closed.
+        fn drop_next_reply(&self) {
+            self.drop_next.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Redis SIGKILLed and started again: the first call on the shared connection and the
+    /// first on a serving worker's own succeed, with no call in between and no wait after
+    /// Redis answers PING (a broken connection is repeated once, or was already mended by
+    /// its keep-alive).
+    #[test]
+    fn the_first_call_after_redis_restarts_succeeds() {
+        let server = std::sync::Mutex::new(RedisServer::start_durable());
+        let urls = vec![server.lock().unwrap().url()];
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                crate::worker::serve_here_for_tests();
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async {
+                    let store = connect(&urls).await;
+                    let seed = conformance::settings(1_000.0, 100);
+                    store
+                        .open_room("main", &seed, &RoomPolicy::default(), false)
+                        .await
+                        .unwrap();
+                    let own = |store: &RedisStore| {
+                        let local = store.local.lock().unwrap();
+                        matches!(
+                            local.values().collect::<Vec<_>>()[..],
+                            [Local::Ready { .. }]
+                        )
+                    };
+                    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                    while !own(&store) {
+                        assert!(std::time::Instant::now() < deadline, "no own connection");
+                        store.stats("main").await.unwrap();
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    for round in 0..3 {
+                        server.lock().unwrap().kill();
+                        // The outage seen (or not: round 0 restarts at once).
+                        if round > 0 {
+                            assert!(store.stats("main").await.is_err());
+                        }
+                        server.lock().unwrap().restart();
+                        // The worker's own connection, then the shared one (a pass).
+                        let joined = store.resolve("main", VisitorId::random(), anyone()).await;
+                        assert!(
+                            matches!(joined, Ok(Resolution::Admitted { newly: true })),
+                            "round {round}: {joined:?}"
+                        );
+                        assert!(own(&store), "round {round}: the worker kept its connection");
+                    }
+                    assert_eq!(store.stats("main").await.unwrap().active, 3);
+                });
+            });
+        });
+    }
+
+    /// The same on the shared connection (background loops, and calls off the workers).
+    #[tokio::test]
+    async fn the_first_call_on_the_shared_connection_after_a_restart_succeeds() {
+        let mut server = RedisServer::start_durable();
+        let store = connect(&[server.url()]).await;
+        let seed = conformance::settings(1_000.0, 100);
+        store
+            .open_room("main", &seed, &RoomPolicy::default(), false)
+            .await
+            .unwrap();
+        for round in 0..3 {
+            server.kill();
+            if round > 0 {
+                assert!(store.admit_pass("main").await.is_err());
+            }
+            server.restart();
+            let stats = store.stats("main").await;
+            assert!(stats.is_ok(), "round {round}: {stats:?}");
+            store.admit_pass("main").await.unwrap();
+            store.ping().await.unwrap();
+        }
+    }
+
+    /// A call repeated after its connection broke: one that may not be repeated is not
+    /// run twice (the counter says once, and the caller is told it failed); one that may
+    /// is run again even though the first ran (why only idempotent calls may).
+    #[tokio::test]
+    async fn only_calls_safe_to_repeat_are_repeated_when_the_first_may_have_run() {
+        use super::super::redis_client::build;
+        let server = RedisServer::start();
+        let proxy = ReplyDropper::start(server.port()).await;
+        let mut conn = build(&[&proxy.url], None)
+            .unwrap()
+            .connect(TIMEOUTS)
+            .await
+            .unwrap();
+        let incr = redis::cmd("INCR").arg("n").clone();
+        let count = || server.cli(&["GET", "n"]).trim().to_owned();
+        proxy.drop_next_reply();
+        let once: redis::RedisResult<i64> =
+            once_more!(Repeat::IfUnsent, |_again| incr.query_async(&mut conn).await);
+        assert!(once.is_err(), "{once:?}");
+        assert_eq!(count(), "1", "ran once, not repeated");
+        // Reconnected before the next reply is dropped (not the new connection's setup's).
+        let _: () = once_more!(Repeat::Safe, |_again| {
+            redis::cmd("PING").query_async::<String>(&mut conn).await
+        })
+        .map(drop)
+        .unwrap();
+        proxy.drop_next_reply();
+        let twice: redis::RedisResult<i64> =
+            once_more!(Repeat::Safe, |_again| incr.query_async(&mut conn).await);
+        assert_eq!(twice.unwrap(), 3, "repeated on the new connection");
+        assert_eq!(count(), "3");
+        // With nothing broken, one run.
+        let once: redis::RedisResult<i64> =
+            once_more!(Repeat::Safe, |_again| incr.query_async(&mut conn).await);
+        assert_eq!(once.unwrap(), 4);
+    }
+
+    /// `resolve` is repeated after a reset connection, and a repeat whose first attempt
+    /// ran admits or places nobody twice and counts no refusal twice (the store's state
+    /// says so), on a single node and through the `EVALSHA` fallback.
+    #[tokio::test]
+    async fn a_repeated_resolve_applies_once() {
+        for eval in [false, true] {
+            let server = RedisServer::start();
+            let proxy = ReplyDropper::start(server.port()).await;
+            let store = frozen(std::slice::from_ref(&proxy.url), None).await;
+            if eval {
+                store.use_eval_for_tests();
+            }
+            let policy = RoomPolicy {
+                join_limit_per_ip: 2,
+                join_limit_window: Duration::from_secs(60),
+                ..Default::default()
+            };
+            store
+                .open_room("main", &conformance::settings(1.0, 1), &policy, false)
+                .await
+                .unwrap();
+            // Every script loaded first (the `EVALSHA` fallback loads one on its first
+            // call): the reply dropped is the script's, not a `NOSCRIPT`.
+            store
+                .open_room("warm", &conformance::settings(1.0, 1), &policy, false)
+                .await
+                .unwrap();
+            store
+                .resolve("warm", VisitorId::random(), anyone())
+                .await
+                .unwrap();
+            store.stats("warm").await.unwrap();
+            let stats = || async { store.stats("main").await.unwrap() };
+            // Admitted on the spot by the first attempt: the repeat finds them on the site.
+            proxy.drop_next_reply();
+            let first = VisitorId::random();
+            let admitted = store.resolve("main", first, anyone()).await.unwrap();
+            assert!(
+                matches!(admitted, Resolution::Admitted { .. }),
+                "{admitted:?}"
+            );
+            let s = stats().await;
+            assert_eq!((s.active, s.total_admitted, s.waiting), (1, 1, 0));
+            // Placed by the first attempt: the repeat finds them in line.
+            proxy.drop_next_reply();
+            let second = VisitorId::random();
+            let placed = store.resolve("main", second, anyone()).await.unwrap();
+            assert!(
+                matches!(placed, Resolution::Waiting { ref place, .. } if place.position == Some(1)),
+                "{placed:?}"
+            );
+            let s = stats().await;
+            assert_eq!((s.waiting, s.total_joined), (1, 1));
+            // Refused by the join limit (the third join of this client): counted once.
+            proxy.drop_next_reply();
+            let refused = store
+                .resolve("main", VisitorId::random(), anyone())
+                .await
+                .unwrap();
+            assert!(
+                matches!(
+                    refused,
+                    Resolution::Refused {
+                        reason: RefusedReason::JoinLimit,
+                        ..
+                    }
+                ),
+                "{refused:?}"
+            );
+            assert_eq!(stats().await.total_refused, 1);
+            let key = format!("ar:{{main}}:joins:{}", anyone());
+            assert_eq!(server.cli(&["HGET", &key, "n"]).trim(), "3");
+            assert_eq!(stats().await.waiting, 1);
+        }
     }
 
     /// On Redis 7 the operations run as the Functions library, not the fallback; a library

@@ -14,13 +14,28 @@
 //!   choice for every node it discovers).
 //! - `#insecure` (the Redis crate's switch to skip certificate checks) is refused:
 //!   certificate checks are never off; trust a private CA with `redis.ca_file` instead.
+//!
+//! Broken connections, for every user of these connections (the queue store, the abuse
+//! registry):
+//! - a call whose connection turns out broken is sent once more before it fails
+//!   (`once_more!`), if its [`Repeat`] allows: a single-node
+//!   [`ConnectionManager`] that meets a broken connection starts its reconnect before it
+//!   returns the error, so the second attempt waits for the new connection; a Cluster
+//!   connection reconnects the node the same way. A response timeout is not repeated: the
+//!   connection is not known broken, and a second wait would double what the request waits;
+//! - each connection is PINGed every [`KEEP_ALIVE_EVERY`] by a small task on its own
+//!   runtime ([`KeepAlive`]), so one left broken by an outage is found and reconnected when
+//!   Redis answers again, not by the first request that uses it. One PING a connection
+//!   every half second is nothing next to the traffic, and it never waits in a request's
+//!   way (the connection is multiplexed). The task ends with its [`KeepAlive`].
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, TlsCertificates, Value};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, TlsCertificates, Value};
+use tokio_util::sync::CancellationToken;
 
 use crate::tls::CaFile;
 
@@ -129,6 +144,113 @@ impl ConnectionLike for RedisConn {
         }
     }
 }
+
+/// Whether a call may be sent again after its connection failed (see `once_more!`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Repeat {
+    /// Running it twice does what running it once does: repeated whenever the connection
+    /// broke, even if the first attempt may have run.
+    Safe,
+    /// Repeated only when the error proves it never reached Redis (the connection was
+    /// refused, or a Cluster had no connection for its slot).
+    IfUnsent,
+}
+
+impl Repeat {
+    /// Whether a call that failed with `e` is sent once more.
+    pub fn allows(self, e: &RedisError) -> bool {
+        match self {
+            Repeat::Safe => broken(e),
+            Repeat::IfUnsent => never_sent(e),
+        }
+    }
+}
+
+/// Whether `e` is the connection failing (refused, reset, closed, a dead connection task),
+/// so that a new connection may do better; not a reply of Redis, and not a timeout.
+pub fn broken(e: &RedisError) -> bool {
+    !e.is_timeout()
+        && (e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.kind() == ErrorKind::ClusterConnectionNotFound)
+}
+
+/// Whether `e` proves the command was never written: the connection was refused (a
+/// reconnect that failed, the only kind a request meets once the [`KeepAlive`] has seen
+/// the outage), or a Cluster had no connection for the slot. A reset or closed connection
+/// does not prove it: the command may have been written, and run, before the connection
+/// died.
+pub fn never_sent(e: &RedisError) -> bool {
+    e.is_connection_refusal() || e.kind() == ErrorKind::ClusterConnectionNotFound
+}
+
+/// How often [`KeepAlive`] PINGs its connection.
+pub const KEEP_ALIVE_EVERY: Duration = Duration::from_millis(500);
+
+/// A task PINGing one connection every [`KEEP_ALIVE_EVERY`] on the runtime it was started
+/// on (the connection's), so a connection broken by an outage reconnects as soon as Redis
+/// answers again. A failed PING is followed at once by a second one, which waits for the
+/// reconnect the failure started. Stops when dropped.
+#[derive(Debug)]
+pub struct KeepAlive(CancellationToken);
+
+impl KeepAlive {
+    /// Starts PINGing `conn` on the current runtime.
+    pub fn start(conn: &RedisConn) -> KeepAlive {
+        let stop = CancellationToken::new();
+        let (mut conn, stopped) = (conn.clone(), stop.clone());
+        async fn ping(conn: &mut RedisConn) -> Result<Value, RedisError> {
+            redis::cmd("PING").query_async::<Value>(conn).await
+        }
+        tokio::spawn(async move {
+            stopped
+                .run_until_cancelled(async move {
+                    loop {
+                        tokio::time::sleep(KEEP_ALIVE_EVERY).await;
+                        if let Err(e) = ping(&mut conn).await
+                            && broken(&e)
+                        {
+                            let _ = ping(&mut conn).await;
+                        }
+                    }
+                })
+                .await;
+        });
+        KeepAlive(stop)
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// Evaluates `$call` (a future's `.await`, a `Result<_, RedisError>`) and, if it failed
+/// because the connection broke and `$repeat` ([`Repeat`]) allows it, evaluates it once
+/// more, with `$again` bound to `true` (`false` the first time), so a script can be told it
+/// is a repeat. The second attempt goes through the same connection, which began
+/// reconnecting when it met the failure (a [`ConnectionManager`] swaps in a reconnect
+/// before it returns the error; a Cluster connection reconnects the node). The last
+/// attempt's result is the value.
+///
+/// A macro rather than a function taking a closure: the call borrows the connection and
+/// its arguments, and an async closure's future of a borrowed argument cannot be proven
+/// `Send` for every lifetime, which the store's `async_trait` futures must be.
+macro_rules! once_more {
+    ($repeat:expr, |$again:ident| $call:expr) => {{
+        let $again = false;
+        match $call {
+            Err(e) if $crate::queue::redis_client::Repeat::allows($repeat, &e) => {
+                let $again = true;
+                $call
+            }
+            done => done,
+        }
+    }};
+}
+pub(crate) use once_more;
 
 /// Builds the client for `nodes` (each a URL), trusting `ca` for `rediss://` if given.
 /// The error names the node (password masked) and what is wrong with it.

@@ -1,7 +1,12 @@
 -- resolve(id, client, front): ARGV[2] = visitor id, ARGV[3] = client (16 bytes), ARGV[4] =
 -- '1' for a priority join (position 1), ARGV[5] = the visitor's lottery score and ARGV[6]
 -- their 32-byte draw hash (see KEYS[6] and KEYS[10]), used only to enter a draw.
--- KEYS[13] = this client's join-limit window.
+-- KEYS[13] = this client's join-limit window. ARGV[7] = '1' when this call repeats one
+-- whose connection broke (the replica's one repeat, see redis_client.rs): the first may
+-- have run, so a repeat counts no refusal (neither in the window nor in total_refused).
+-- Everything else is safe to repeat as it is: a visitor the first attempt admitted or
+-- placed is found in `active` or in line and answered as such, never admitted or placed
+-- twice; a repeated front join moves them to the front again, where they already are.
 -- Returns {-1} unknown room, {1, newly} admitted (newly = 1 when this call admitted them),
 -- {2, position, waiting, paused, joined, phase} waiting (joined = 1 when this call added
 -- them; position 0 = none yet, in a lottery draw), {3, retry_after_ms, reason} refused
@@ -12,6 +17,14 @@ if not r then
   return {-1}
 end
 local id, client, front = ARGV[2], ARGV[3], ARGV[4] == '1'
+local again = ARGV[7] == '1'
+-- A refusal: counted in total_refused, except on a repeat.
+local function refused(reply)
+  if not again then
+    redis.call('HINCRBY', K_STATE, 'total_refused', 1)
+  end
+  return reply
+end
 local ph = phase_of(r)
 open_doors(ph)
 
@@ -75,24 +88,25 @@ if r.jl_limit > 0 and r.jl_window > 0 then
     start, n = NOW, 0
   end
   n = n + 1
-  redis.call('HSET', K_JOINS, 's', string.format('%d', start), 'n', n)
-  if n == 1 then
-    redis.call('PEXPIRE', K_JOINS, r.jl_window + 1000)
+  -- A repeat decides as a first call would but counts nothing in the window: the first
+  -- attempt may have counted this request already (at worst one join goes uncounted).
+  if not again then
+    redis.call('HSET', K_JOINS, 's', string.format('%d', start), 'n', n)
+    if n == 1 then
+      redis.call('PEXPIRE', K_JOINS, r.jl_window + 1000)
+    end
   end
   if n > r.jl_limit then
-    redis.call('HINCRBY', K_STATE, 'total_refused', 1)
-    return {3, math.max(start + r.jl_window - NOW, 1), 0}
+    return refused({3, math.max(start + r.jl_window - NOW, 1), 0})
   end
 end
 
 -- The client's shares (SPEC §10): not strikes, but counted as refusals.
 if r.max_places > 0 and places_of(client, r.max_places) >= r.max_places then
-  redis.call('HINCRBY', K_STATE, 'total_refused', 1)
-  return {3, 0, 1}
+  return refused({3, 0, 1})
 end
 if r.max_sessions > 0 and (tonumber(redis.call('HGET', K_SCOUNT, client)) or 0) >= r.max_sessions then
-  redis.call('HINCRBY', K_STATE, 'total_refused', 1)
-  return {3, 0, 2}
+  return refused({3, 0, 2})
 end
 
 if ph == QUEUEING then
@@ -111,8 +125,7 @@ end
 
 -- The breaker; the fast path above only runs with nobody waiting, so it is never affected.
 if not front and r.max_waiting > 0 and waiting_count() >= r.max_waiting then
-  redis.call('HINCRBY', K_STATE, 'total_refused', 1)
-  return {6}
+  return refused({6})
 end
 
 add_place(r, client, id)

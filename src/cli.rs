@@ -210,7 +210,8 @@ pub fn mint_grant(
                 .to_string(),
         });
     };
-    crate::priority::mint_for(secret.expose(), room, ttl, now).map_err(ConfigError::Usage)
+    crate::priority::mint_for(secret.expose(), room, ttl, now)
+        .map_err(|e| ConfigError::Usage(e.into()))
 }
 
 /// Parse `std::env::args` and the process environment. Usage errors and `--help` print

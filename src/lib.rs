@@ -63,6 +63,7 @@ pub mod gate;
 pub mod glob;
 pub mod http;
 pub mod identity;
+pub mod invalid;
 pub mod live;
 pub mod log_limiter;
 pub mod logging;

@@ -167,12 +167,17 @@ pub fn random_nonce() -> String {
 
 /// `anteroom grant --room R --ttl T`: a grant for `room` valid for `ttl` from `now` (unix
 /// seconds), with a fresh nonce. `ttl` must be between 1 s and [`MAX_GRANT_TTL`].
-pub fn mint_for(secret: &[u8], room: &str, ttl: Duration, now: u64) -> Result<String, String> {
+pub fn mint_for(
+    secret: &[u8],
+    room: &str,
+    ttl: Duration,
+    now: u64,
+) -> Result<String, crate::invalid::Invalid> {
     if ttl < Duration::from_secs(1) || ttl > MAX_GRANT_TTL {
-        return Err(format!(
+        return Err(crate::invalid::Invalid(format!(
             "--ttl must be between 1s and 7d (got {})",
             humantime::format_duration(ttl)
-        ));
+        )));
     }
     Ok(mint(secret, room, now + ttl.as_secs(), &random_nonce()))
 }

@@ -52,29 +52,77 @@ impl std::fmt::Debug for CaFile {
     }
 }
 
+/// Why a CA file, or the platform's trust store, cannot be used. The message says what is
+/// wrong; the caller adds the key.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The file cannot be read.
+    #[error("cannot read the CA file {}: {source}", path.display())]
+    Read {
+        /// The CA file.
+        path: PathBuf,
+        /// What reading it said.
+        source: std::io::Error,
+    },
+    /// The file is not PEM.
+    #[error("{} is not a PEM CA file: {reason}", path.display())]
+    NotPem {
+        /// The CA file.
+        path: PathBuf,
+        /// What the PEM parser said.
+        reason: String,
+    },
+    /// The file holds no certificate.
+    #[error(
+        "{} holds no certificate (expected one or more -----BEGIN CERTIFICATE----- blocks)",
+        path.display()
+    )]
+    NoCertificate {
+        /// The CA file.
+        path: PathBuf,
+    },
+    /// None of the file's certificates can be a trust anchor.
+    #[error("{}: none of its {count} certificate(s) can be used as a trust anchor", path.display())]
+    NoAnchor {
+        /// The CA file.
+        path: PathBuf,
+        /// How many certificates it holds.
+        count: usize,
+    },
+    /// No CA file was given and the platform's store is empty.
+    #[error(
+        "no CA certificates found in the system store (install the ca-certificates package, \
+         or set origin_ca_file)"
+    )]
+    NoSystemRoots,
+    /// rustls refused the configuration.
+    #[error("TLS setup: {0}")]
+    Setup(#[from] rustls::Error),
+}
+
 impl CaFile {
     /// Reads `path` and checks that it holds at least one parsable PEM certificate.
-    /// The error says what is wrong; the caller adds the key.
-    pub fn read(path: &Path) -> Result<CaFile, String> {
-        let pem = std::fs::read(path)
-            .map_err(|e| format!("cannot read the CA file {}: {e}", path.display()))?;
-        let certs =
-            parse_pem(&pem).map_err(|e| format!("{} is not a PEM CA file: {e}", path.display()))?;
+    pub fn read(path: &Path) -> Result<CaFile, TlsError> {
+        let pem = std::fs::read(path).map_err(|source| TlsError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let certs = parse_pem(&pem).map_err(|e| TlsError::NotPem {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
         if certs.is_empty() {
-            return Err(format!(
-                "{} holds no certificate (expected one or more \
-                 -----BEGIN CERTIFICATE----- blocks)",
-                path.display()
-            ));
+            return Err(TlsError::NoCertificate {
+                path: path.to_owned(),
+            });
         }
         let mut store = RootCertStore::empty();
         let (added, _) = store.add_parsable_certificates(certs.iter().cloned());
         if added == 0 {
-            return Err(format!(
-                "{}: none of its {} certificate(s) can be used as a trust anchor",
-                path.display(),
-                certs.len()
-            ));
+            return Err(TlsError::NoAnchor {
+                path: path.to_owned(),
+                count: certs.len(),
+            });
         }
         Ok(CaFile {
             path: path.to_owned(),
@@ -91,10 +139,8 @@ impl CaFile {
     }
 }
 
-fn parse_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
-    CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())
+fn parse_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, rustls::pki_types::pem::Error> {
+    CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>()
 }
 
 /// Makes `ring` rustls's process-wide provider. The Redis crate builds its rustls config
@@ -110,7 +156,7 @@ pub fn install_crypto_provider() {
 
 /// The platform's trust store. Unreadable entries are skipped with a warning; an empty
 /// store is an error, because then no `https://` origin could ever be reached.
-fn platform_roots() -> Result<RootCertStore, String> {
+fn platform_roots() -> Result<RootCertStore, TlsError> {
     let found = rustls_native_certs::load_native_certs();
     for error in &found.errors {
         tracing::warn!(%error, "skipping part of the system CA store");
@@ -118,9 +164,7 @@ fn platform_roots() -> Result<RootCertStore, String> {
     let mut store = RootCertStore::empty();
     store.add_parsable_certificates(found.certs);
     if store.is_empty() {
-        return Err("no CA certificates found in the system store (install the \
-                    ca-certificates package, or set origin_ca_file)"
-            .to_owned());
+        return Err(TlsError::NoSystemRoots);
     }
     Ok(store)
 }
@@ -129,7 +173,7 @@ fn platform_roots() -> Result<RootCertStore, String> {
 /// given, else the platform's store. ALPN is left to `hyper-rustls`, which offers only
 /// `http/1.1` as the client is built (like the plain client, so the pool, keep-alive and
 /// WebSocket upgrades behave the same over TLS).
-pub fn origin_tls_config(ca: Option<&CaFile>) -> Result<rustls::ClientConfig, String> {
+pub fn origin_tls_config(ca: Option<&CaFile>) -> Result<rustls::ClientConfig, TlsError> {
     install_crypto_provider();
     let roots = match ca {
         Some(ca) => ca.roots(),
@@ -138,8 +182,7 @@ pub fn origin_tls_config(ca: Option<&CaFile>) -> Result<rustls::ClientConfig, St
     Ok(rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| format!("TLS setup: {e}"))?
+    .with_safe_default_protocol_versions()?
     .with_root_certificates(roots)
     .with_no_client_auth())
 }
@@ -210,12 +253,15 @@ mod tests {
     fn a_ca_file_must_exist_and_hold_a_certificate() {
         let dir = tempfile::tempdir().unwrap();
         let missing = CaFile::read(&dir.path().join("nope.pem")).unwrap_err();
-        assert!(missing.contains("cannot read the CA file"), "{missing}");
+        assert!(
+            missing.to_string().contains("cannot read the CA file"),
+            "{missing}"
+        );
 
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "just some text\n").unwrap();
         let err = CaFile::read(&empty).unwrap_err();
-        assert!(err.contains("holds no certificate"), "{err}");
+        assert!(err.to_string().contains("holds no certificate"), "{err}");
 
         let broken = dir.path().join("broken.pem");
         std::fs::write(
@@ -224,7 +270,7 @@ mod tests {
         )
         .unwrap();
         let err = CaFile::read(&broken).unwrap_err();
-        assert!(err.contains("is not a PEM CA file"), "{err}");
+        assert!(err.to_string().contains("is not a PEM CA file"), "{err}");
 
         let ca = crate::testing::TestCa::new();
         let good = dir.path().join("ca.pem");

@@ -15,6 +15,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "clock",
             "fsutil",
+            "invalid",
             "glob",
             "log_limiter",
             "priority",

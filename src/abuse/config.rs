@@ -188,8 +188,8 @@ impl AbuseConfig {
 mod tests {
     use super::*;
 
-    fn parse(yaml: &str) -> Result<AbuseConfig, String> {
-        serde_saphyr::from_str::<AbuseConfig>(yaml).map_err(|e| e.to_string())
+    fn parse(yaml: &str) -> Result<AbuseConfig, serde_saphyr::Error> {
+        serde_saphyr::from_str::<AbuseConfig>(yaml)
     }
 
     #[test]
@@ -228,8 +228,18 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_bad_durations_are_refused() {
-        assert!(parse("strike: 3").unwrap_err().contains("strike"));
-        assert!(parse("window: soon").unwrap_err().contains("soon"));
+        assert!(
+            parse("strike: 3")
+                .unwrap_err()
+                .to_string()
+                .contains("strike")
+        );
+        assert!(
+            parse("window: soon")
+                .unwrap_err()
+                .to_string()
+                .contains("soon")
+        );
     }
 
     #[test]

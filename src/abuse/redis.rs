@@ -92,7 +92,7 @@ impl RedisAbuse {
     /// for the queue store.
     pub async fn connect(nodes: &[&str], ca: Option<&CaFile>) -> Result<Self, AbuseError> {
         let conn = redis_client::build(nodes, ca)
-            .map_err(AbuseError::Redis)?
+            .map_err(|e| AbuseError::Redis(e.into()))?
             .connect(TIMEOUTS)
             .await
             .map_err(redis_err)?;

@@ -54,20 +54,21 @@ impl Target {
     /// A file is opened here as the writer will open it (created 0600 if missing), so a
     /// directory, a symlink or an unwritable path is refused when the config is loaded
     /// rather than when the first request is logged.
-    pub fn parse(text: &str) -> Result<Target, String> {
+    pub fn parse(text: &str) -> Result<Target, crate::invalid::Invalid> {
         match text.trim() {
             "" | "off" | "false" => Ok(Target::Off),
             "stdout" => Ok(Target::Stdout),
             path => {
                 let path = PathBuf::from(path);
                 if path.is_dir() {
-                    return Err(format!(
+                    return Err(crate::invalid::Invalid(format!(
                         "{} is a directory (name a file in it, e.g. {}/access.log)",
                         path.display(),
                         path.display()
-                    ));
+                    )));
                 }
-                open_file(&path).map_err(|e| describe_open_error(&path, &e))?;
+                open_file(&path)
+                    .map_err(|e| crate::invalid::Invalid(describe_open_error(&path, &e)))?;
                 Ok(Target::File(path))
             }
         }
@@ -638,13 +639,13 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         let e = Target::parse(dir.path().to_str().unwrap()).unwrap_err();
-        assert!(e.contains("is a directory"), "{e}");
+        assert!(e.0.contains("is a directory"), "{e}");
         let e = Target::parse(dir.path().join("no/such/dir/x.log").to_str().unwrap()).unwrap_err();
-        assert!(e.contains("cannot open"), "{e}");
+        assert!(e.0.contains("cannot open"), "{e}");
         let link = dir.path().join("link.log");
         std::os::unix::fs::symlink(&path, &link).unwrap();
         let e = Target::parse(link.to_str().unwrap()).unwrap_err();
-        assert!(e.contains("symbolic link"), "{e}");
+        assert!(e.0.contains("symbolic link"), "{e}");
     }
 
     /// Polls `path` until it has `n` lines (the writer is another thread).

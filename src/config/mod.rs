@@ -272,21 +272,21 @@ impl Secret {
     /// A cookie key as written in config: 64 or more hex characters (even count) are
     /// decoded; any other text is taken as raw bytes. Either way the key must be at least
     /// 32 bytes.
-    pub fn cookie_key(text: &str) -> Result<Secret, String> {
+    pub fn cookie_key(text: &str) -> Result<Secret, crate::invalid::Invalid> {
         let is_hex = text.len() >= 64
             && text.len().is_multiple_of(2)
             && text.bytes().all(|b| b.is_ascii_hexdigit());
         let bytes = if is_hex {
-            hex::decode(text).map_err(|e| e.to_string())?
+            hex::decode(text).map_err(|e| crate::invalid::Invalid(e.to_string()))?
         } else {
             text.as_bytes().to_vec()
         };
         if bytes.len() < 32 {
-            return Err(format!(
+            return Err(crate::invalid::Invalid(format!(
                 "must be at least 32 bytes (64 hex characters); got {} bytes \
                  (`anteroom init` generates one)",
                 bytes.len()
-            ));
+            )));
         }
         Ok(Secret {
             text: text.to_string(),
@@ -446,7 +446,7 @@ impl RoomPolicy {
 /// (no `https://` origin, so nothing to trust, and no need for a system CA store). Both
 /// `anteroom check` and the server call this, so a missing system store is caught by
 /// `check` too. The error names the key to fix.
-pub fn origins_tls_config(config: &Config) -> Result<rustls::ClientConfig, String> {
+pub fn origins_tls_config(config: &Config) -> Result<rustls::ClientConfig, crate::tls::TlsError> {
     let any_https = config
         .rooms
         .iter()

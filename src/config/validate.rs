@@ -1,6 +1,7 @@
 //! Turning the merged text values into a [`Config`], with one error per bad value naming
 //! its key and where it came from.
 
+use crate::invalid::Invalid;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -206,11 +207,13 @@ impl RawFile {
                 minijinja::Environment::new()
                     .template_from_str(text)
                     .map(|_| ())
-                    .map_err(|e| format!("is not a valid template: {e}"))
+                    .map_err(|e| Invalid(format!("is not a valid template: {e}")))
             })?,
             stylesheet: page_file(&cx, "waiting_stylesheet", &d.waiting_stylesheet, |text| {
                 if text.to_ascii_lowercase().contains("</style") {
-                    Err("must not contain `</style` (it is placed inside a <style> element)".into())
+                    Err(Invalid::new(
+                        "must not contain `</style` (it is placed inside a <style> element)",
+                    ))
                 } else {
                     Ok(())
                 }
@@ -498,8 +501,8 @@ impl RawFile {
         };
         // What the origin client will trust, built as the server builds it.
         crate::config::origins_tls_config(&config).map_err(|m| match &d.origin_ca_file {
-            Some(v) => cx.fail("origin_ca_file", v, m),
-            None => cx.fail_key(&["origin_ca_file"], m),
+            Some(v) => cx.fail("origin_ca_file", v, m.to_string()),
+            None => cx.fail_key(&["origin_ca_file"], m.to_string()),
         })?;
         Ok(config)
     }
@@ -971,7 +974,7 @@ fn page_file(
     cx: &Ctx<'_>,
     key: &str,
     v: &Option<V>,
-    check: impl Fn(&str) -> Result<(), String>,
+    check: impl Fn(&str) -> Result<(), Invalid>,
 ) -> Result<Option<PageFile>, ConfigError> {
     const MAX_BYTES: u64 = 256 * 1024;
     let Some(v) = v.as_ref().filter(|v| !v.text.trim().is_empty()) else {
@@ -997,9 +1000,13 @@ fn boolean(cx: &Ctx<'_>, key: &str, v: &V) -> Result<bool, ConfigError> {
 }
 
 /// `:8080`, `8080`, `127.0.0.1:8080`, `[::1]:8080`, `localhost:8080`.
-fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+fn parse_listen(text: &str) -> Result<SocketAddr, Invalid> {
     let t = text.trim();
-    let bad = || format!("must be an address like :8080, 127.0.0.1:8080 or [::1]:8080 (got {t:?})");
+    let bad = || {
+        Invalid(format!(
+            "must be an address like :8080, 127.0.0.1:8080 or [::1]:8080 (got {t:?})"
+        ))
+    };
     if let Some(port) = t.strip_prefix(':') {
         let port: u16 = port.parse().map_err(|_| bad())?;
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port));
@@ -1040,7 +1047,7 @@ fn bearer_token(cx: &Ctx<'_>, key: &str, v: &V) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn parse_net(text: &str) -> Result<ipnet::IpNet, String> {
+fn parse_net(text: &str) -> Result<ipnet::IpNet, Invalid> {
     let t = text.trim();
     if let Ok(net) = t.parse::<ipnet::IpNet>() {
         return Ok(net.trunc());
@@ -1048,39 +1055,41 @@ fn parse_net(text: &str) -> Result<ipnet::IpNet, String> {
     if let Ok(ip) = t.parse::<IpAddr>() {
         return Ok(ipnet::IpNet::from(ip));
     }
-    Err(format!(
+    Err(Invalid(format!(
         "must be a CIDR like 10.0.0.0/8 or an IP address (got {t:?})"
-    ))
+    )))
 }
 
-fn parse_origin(text: &str) -> Result<http::Uri, String> {
+fn parse_origin(text: &str) -> Result<http::Uri, Invalid> {
     let t = text.trim();
     let uri: http::Uri = t.parse().map_err(|e| {
-        format!("is not a valid URL ({e}); expected e.g. http://127.0.0.1:3000 (got {t:?})")
+        Invalid(format!(
+            "is not a valid URL ({e}); expected e.g. http://127.0.0.1:3000 (got {t:?})"
+        ))
     })?;
     match uri.scheme_str() {
         Some("http" | "https") => {}
         Some(other) => {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "must be an http:// or https:// URL, not {other}:// (got {t:?})"
-            ));
+            )));
         }
         None => {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "must be an absolute URL like http://127.0.0.1:3000 (got {t:?})"
-            ));
+            )));
         }
     }
     match uri.authority() {
         Some(a) if !a.host().is_empty() => {
             if a.as_str().contains('@') {
-                return Err(format!("must not contain credentials (got {t:?})"));
+                return Err(Invalid(format!("must not contain credentials (got {t:?})")));
             }
         }
-        _ => return Err(format!("must include a host (got {t:?})")),
+        _ => return Err(Invalid(format!("must include a host (got {t:?})"))),
     }
     if uri.query().is_some() {
-        return Err(format!("must not have a query string (got {t:?})"));
+        return Err(Invalid(format!("must not have a query string (got {t:?})")));
     }
     Ok(uri)
 }
@@ -1097,10 +1106,10 @@ fn ca_file(
     };
     crate::tls::CaFile::read(std::path::Path::new(v.text.trim()))
         .map(Some)
-        .map_err(|m| cx.fail(key, v, m))
+        .map_err(|m| cx.fail(key, v, m.to_string()))
 }
 
-fn validate_redis_url(url: &str) -> Result<(), String> {
+fn validate_redis_url(url: &str) -> Result<(), Invalid> {
     if url.is_empty() {
         return Ok(());
     }
@@ -1109,19 +1118,19 @@ fn validate_redis_url(url: &str) -> Result<(), String> {
             .strip_prefix("redis://")
             .or_else(|| node.strip_prefix("rediss://"))
             .ok_or_else(|| {
-                format!(
+                Invalid(format!(
                     "must start with redis:// or rediss:// (got {:?}); leave empty for the \
                      embedded store",
                     super::describe::redact_url(node)
-                )
+                ))
             })?;
         let authority = rest.split('/').next().unwrap_or("");
         let host = authority.rsplit('@').next().unwrap_or("");
         if host.is_empty() || host.starts_with(':') {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "must include a host, e.g. redis://localhost:6379 (got {:?})",
                 super::describe::redact_url(node)
-            ));
+            )));
         }
     }
     Ok(())

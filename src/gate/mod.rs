@@ -87,7 +87,7 @@ pub enum AppError {
     /// Whom to trust for `https://` origins (`origin_ca_file`, else the system's CAs)
     /// could not be loaded.
     #[error("origin_ca_file: {0}")]
-    OriginTls(String),
+    OriginTls(#[from] crate::tls::TlsError),
     /// The access log's file could not be opened (or its writer thread started).
     #[error("access_log: {0}")]
     AccessLog(#[source] std::io::Error),

@@ -330,11 +330,10 @@ impl RedisStore {
         nodes: &[&str],
         ca: Option<&crate::tls::CaFile>,
     ) -> StoreResult<Self> {
-        let client =
-            super::redis_client::build(nodes, ca).map_err(|reason| StoreError::Invalid {
-                field: "redis.url",
-                reason,
-            })?;
+        let client = super::redis_client::build(nodes, ca).map_err(|e| StoreError::Invalid {
+            field: "redis.url",
+            reason: e.into(),
+        })?;
         let describe = nodes
             .iter()
             .map(|n| super::redis_client::redact_url(n))

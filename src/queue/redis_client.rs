@@ -37,6 +37,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, TlsCertificates, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::invalid::Invalid;
 use crate::tls::CaFile;
 
 /// A client for one node or for a Cluster, not yet connected.
@@ -254,34 +255,33 @@ pub(crate) use once_more;
 
 /// Builds the client for `nodes` (each a URL), trusting `ca` for `rediss://` if given.
 /// The error names the node (password masked) and what is wrong with it.
-pub fn build(nodes: &[&str], ca: Option<&CaFile>) -> Result<RedisClient, String> {
+pub fn build(nodes: &[&str], ca: Option<&CaFile>) -> Result<RedisClient, Invalid> {
     let Some(first) = nodes.first() else {
-        return Err("no Redis node given".to_owned());
+        return Err(Invalid::new("no Redis node given"));
     };
     let tls = first.starts_with("rediss://");
     for node in nodes {
         let shown = redact_url(node);
         if node.starts_with("rediss://") != tls {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "{shown}: every node must use the same scheme (all redis:// or all rediss://)"
-            ));
+            )));
         }
         if node.contains('#') {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "{shown}: URL fragments such as #insecure are not accepted; certificate \
                  checks cannot be turned off (trust a private CA with redis.ca_file)"
-            ));
+            )));
         }
         // The Redis crate's own parser: what it refuses here it would refuse at connect.
         redis::IntoConnectionInfo::into_connection_info(*node)
-            .map_err(|e| format!("{shown}: {e}"))?;
+            .map_err(|e| Invalid(format!("{shown}: {e}")))?;
     }
     if ca.is_some() && !tls {
-        return Err(
+        return Err(Invalid::new(
             "redis.ca_file is set but redis.url is not rediss:// (the CA file is only used \
-             for TLS)"
-                .to_owned(),
-        );
+             for TLS)",
+        ));
     }
     if tls {
         crate::tls::install_crypto_provider();
@@ -297,7 +297,7 @@ pub fn build(nodes: &[&str], ca: Option<&CaFile>) -> Result<RedisClient, String>
         } else {
             redis::Client::open(*first)
         }
-        .map_err(|e| format!("{}: {e}", shown()))?;
+        .map_err(|e| Invalid(format!("{}: {e}", shown())))?;
         return Ok(RedisClient::Single(client));
     }
     let builder = || {
@@ -306,7 +306,9 @@ pub fn build(nodes: &[&str], ca: Option<&CaFile>) -> Result<RedisClient, String>
     };
     // Built once here to have the crate check the node list as a whole; the caller adds
     // its timeouts to a fresh builder and builds that.
-    let _: ClusterClient = builder().build().map_err(|e| format!("{}: {e}", shown()))?;
+    let _: ClusterClient = builder()
+        .build()
+        .map_err(|e| Invalid(format!("{}: {e}", shown())))?;
     Ok(RedisClient::Cluster(builder()))
 }
 
@@ -343,7 +345,7 @@ mod tests {
     use super::*;
 
     fn err(nodes: &[&str]) -> String {
-        build(nodes, None).err().expect("refused")
+        build(nodes, None).err().expect("refused").into()
     }
 
     #[test]
@@ -376,7 +378,7 @@ mod tests {
         let ca = crate::testing::TestCa::new();
         let ca = CaFile::read(&ca.ca_path()).unwrap();
         let e = build(&["redis://a:6379"], Some(&ca)).err().unwrap();
-        assert!(e.contains("redis.ca_file"), "{e}");
+        assert!(e.0.contains("redis.ca_file"), "{e}");
         assert!(build(&["rediss://a:6380"], Some(&ca)).is_ok());
     }
 }

@@ -601,8 +601,10 @@ Load average (1, 5, 15 min) {load} → {}.\n",
         smoke,
         &date,
         &s,
-        &table,
-        &site_bound,
+        Tables {
+            results: &table,
+            site_bound: &site_bound,
+        },
         &rows,
         &failures,
         started.elapsed(),
@@ -627,16 +629,25 @@ Load average (1, 5, 15 min) {load} → {}.\n",
     Ok(())
 }
 
+/// The two tables of the document: every scenario's rows, and site-bound's own.
+struct Tables<'a> {
+    results: &'a str,
+    site_bound: &'a str,
+}
+
 fn document(
     smoke: bool,
     date: &str,
     s: &Sizes,
-    table: &str,
-    site_bound: &str,
+    tables: Tables<'_>,
     rows: &[Row],
     failures: &[String],
     took: std::time::Duration,
 ) -> String {
+    let Tables {
+        results: table,
+        site_bound,
+    } = tables;
     let scale = if smoke {
         "smoke (small scale; the targets are for the full sizes)"
     } else {

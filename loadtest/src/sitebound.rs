@@ -480,6 +480,9 @@ pub struct CaseResult {
     pub product: serde_json::Value,
     /// How long the crowd took, from the first arrival to the last visitor leaving.
     pub took: Duration,
+    /// The lowest `effective_rate` of room stats during the run, and every `rate_reason`
+    /// seen (sampled once a second).
+    pub effective_rate: String,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -516,6 +519,7 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
     ));
 
     let tally = Arc::new(Tally::default());
+    let rates = Arc::new(std::sync::Mutex::new(String::new()));
     let shared = Arc::new(case.clone());
     let start = Instant::now() + Duration::from_millis(200);
     let gap = case.arrive_over.as_secs_f64() / case.visitors.max(1) as f64;
@@ -545,6 +549,33 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
             anyhow::Ok(())
         })
     });
+    // The rate the room actually used (adaptive lowers it), sampled once a second.
+    let sampler = {
+        let addr = ant.addr;
+        let rates = rates.clone();
+        tokio::spawn(async move {
+            let Ok(mut admin) = Admin::connect(addr).await else {
+                return;
+            };
+            let mut lowest = f64::INFINITY;
+            let mut reasons: Vec<String> = Vec::new();
+            loop {
+                if let Ok(stats) = admin.stats_json().await {
+                    if let Some(rate) = stats["effective_rate"].as_f64() {
+                        lowest = lowest.min(rate);
+                    }
+                    if let Some(reason) = stats["rate_reason"].as_str()
+                        && !reasons.iter().any(|r| r == reason)
+                    {
+                        reasons.push(reason.to_owned());
+                    }
+                }
+                let text = format!("lowest {lowest}/s; {}", reasons.join(", "));
+                *rates.lock().expect("rates") = text;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
     let deadline = start + case.limit;
     let mut outcomes = Vec::with_capacity(case.visitors);
     let mut failures = Vec::new();
@@ -557,6 +588,8 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
         }
     }
     let took = start.elapsed();
+    sampler.abort();
+    let effective_rate = rates.lock().expect("rates").clone();
     if outcomes.len() + failures.len() < case.visitors {
         for t in &tasks {
             t.abort();
@@ -639,6 +672,7 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
         origin_pages,
         product,
         took,
+        effective_rate,
     })
 }
 
@@ -660,8 +694,8 @@ async fn product_eta(addr: SocketAddr, waited: usize) -> anyhow::Result<serde_js
 /// The compact table: one line per case.
 pub fn table(results: &[CaseResult]) -> String {
     let mut out = String::from(
-        "| case | visitors (waited / let straight in) | within range | median error | median wait (median range) | product's within range (admitted) | product's median error | 5xx | origin pages/s |\n\
-         |---|---|---|---|---|---|---|---|---|\n",
+        "| case | visitors (waited / let straight in) | within range | median error | median wait (median range) | product's within range (admitted) | product's median error | 5xx | origin pages/s | effective rate (reasons) |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in results {
         let p = &r.product;
@@ -672,7 +706,7 @@ pub fn table(results: &[CaseResult]) -> String {
             .as_f64()
             .map_or("—".into(), |e| format!("{e:.1} s"));
         out.push_str(&format!(
-            "| {}. {} | {} ({} / {}) | {:.2} | {:.1} s | {:.1} s ({}–{} s) | {} ({}) | {} | {} | {:.1} |\n",
+            "| {}. {} | {} ({} / {}) | {:.2} | {:.1} s | {:.1} s ({}–{} s) | {} ({}) | {} | {} | {:.1} | {} |\n",
             r.case.number,
             r.case.name,
             r.case.visitors,
@@ -688,6 +722,7 @@ pub fn table(results: &[CaseResult]) -> String {
             product_error,
             r.status_5xx,
             r.origin_pages_per_sec,
+            r.effective_rate,
         ));
     }
     out
@@ -716,6 +751,7 @@ pub fn to_json(results: &[CaseResult]) -> serde_json::Value {
                     "origin_pages_per_sec": r.origin_pages_per_sec,
                     "product_eta": r.product,
                     "took_secs": r.took.as_secs_f64(),
+                    "effective_rate": r.effective_rate,
                 })
             })
             .collect(),
@@ -731,7 +767,7 @@ pub fn rows(results: &[CaseResult]) -> Vec<Row> {
             let met = r.within_range >= TARGET && r.status_5xx == 0;
             Row {
                 ours: format!(
-                    "{:.2} of {} waited (median error {:.1} s; median wait {:.1} s, range {}–{} s); product's ledger {} of {} (median error {}); 5xx {}; origin {:.1} pages/s; {:.0} s",
+                    "{:.2} of {} waited (median error {:.1} s; median wait {:.1} s, range {}–{} s); product's ledger {} of {} (median error {}); 5xx {}; origin {:.1} pages/s; effective rate {}; {:.0} s",
                     r.within_range,
                     r.waited,
                     r.median_error_secs,
@@ -747,6 +783,7 @@ pub fn rows(results: &[CaseResult]) -> Vec<Row> {
                         .map_or("—".into(), |e| format!("{e:.1} s")),
                     r.status_5xx,
                     r.origin_pages_per_sec,
+                    r.effective_rate,
                     r.took.as_secs_f64(),
                 ),
                 ..Row::new(

@@ -5,39 +5,58 @@
 //! must be admitted within the first range they were shown, with no 5xx.
 //!
 //! Needs Debian's php-fpm and nginx (`scripts/test-tools.sh`) and the release `anteroom`
-//! binary, which this test builds first (`cargo build --release --bin anteroom`; a no-op when
-//! it is fresh) unless `ANTEROOM_BIN` names one. Run it alone with
-//! `cargo test --release -p anteroom-loadtest --test site_bound -- --nocapture`.
+//! binary beside `anteroom-loadtest` (or `ANTEROOM_BIN`); the test refuses a binary older
+//! than the sources. Run it alone with
+//! `cargo build --release --bin anteroom && cargo test --release -p anteroom-loadtest --test site_bound -- --nocapture`
+//! (`make test-site-bound` does both).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-/// The whole run, build excluded, is bounded by this.
+/// The whole run is bounded by this.
 const LIMIT: Duration = Duration::from_secs(150);
 
-/// The release `anteroom` binary, built now unless `ANTEROOM_BIN` is set.
+/// The newest modification time of the files under `dir`.
+fn newest(dir: &Path) -> SystemTime {
+    let mut newest = SystemTime::UNIX_EPOCH;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let time = if path.is_dir() {
+            newest(&path)
+        } else {
+            entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        };
+        newest = newest.max(time);
+    }
+    newest
+}
+
+/// `ANTEROOM_BIN`, or the release `anteroom` beside `anteroom-loadtest`, which must be
+/// newer than every file of the product's `src/` (else it would measure old code).
 fn anteroom_binary() -> PathBuf {
     if let Ok(bin) = std::env::var("ANTEROOM_BIN") {
         return bin.into();
     }
-    let loadtest = PathBuf::from(env!("CARGO_BIN_EXE_anteroom-loadtest"));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "--locked",
-            "-p",
-            "anteroom",
-            "--bin",
-            "anteroom",
-        ])
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .status()
-        .expect("cargo build --release --bin anteroom");
-    assert!(status.success(), "building the release anteroom failed");
-    loadtest.with_file_name("anteroom")
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_anteroom-loadtest")).with_file_name("anteroom");
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} is missing: cargo build --release --bin anteroom (or set ANTEROOM_BIN)",
+                bin.display()
+            )
+        });
+    let sources = newest(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../src")));
+    assert!(
+        built >= sources,
+        "{} is older than src/: cargo build --release --bin anteroom",
+        bin.display()
+    );
+    bin
 }
 
 #[test]

@@ -19,7 +19,7 @@ const LIMIT: Duration = Duration::from_secs(150);
 
 /// The newest modification time of the files under `dir`.
 fn newest(dir: &Path) -> SystemTime {
-    let mut newest = SystemTime::UNIX_EPOCH;
+    let mut latest = SystemTime::UNIX_EPOCH;
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();
         let time = if path.is_dir() {
@@ -30,9 +30,9 @@ fn newest(dir: &Path) -> SystemTime {
                 .and_then(|m| m.modified())
                 .unwrap_or(SystemTime::UNIX_EPOCH)
         };
-        newest = newest.max(time);
+        latest = latest.max(time);
     }
-    newest
+    latest
 }
 
 /// `ANTEROOM_BIN`, or the release `anteroom` beside `anteroom-loadtest`, which must be

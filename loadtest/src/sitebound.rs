@@ -480,8 +480,8 @@ pub struct CaseResult {
     pub product: serde_json::Value,
     /// How long the crowd took, from the first arrival to the last visitor leaving.
     pub took: Duration,
-    /// The lowest `effective_rate` of room stats during the run, and every `rate_reason`
-    /// seen (sampled once a second).
+    /// The lowest `effective_rate` of room stats during the run, every `rate_reason` seen
+    /// and, under `adaptive`, the highest `origin_p95_ms` (sampled once a second).
     pub effective_rate: String,
 }
 
@@ -558,11 +558,15 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
                 return;
             };
             let mut lowest = f64::INFINITY;
+            let mut p95 = 0.0f64;
             let mut reasons: Vec<String> = Vec::new();
             loop {
                 if let Ok(stats) = admin.stats_json().await {
                     if let Some(rate) = stats["effective_rate"].as_f64() {
                         lowest = lowest.min(rate);
+                    }
+                    if let Some(ms) = stats["adaptive"]["origin_p95_ms"].as_f64() {
+                        p95 = p95.max(ms);
                     }
                     if let Some(reason) = stats["rate_reason"].as_str()
                         && !reasons.iter().any(|r| r == reason)
@@ -570,7 +574,10 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
                         reasons.push(reason.to_owned());
                     }
                 }
-                let text = format!("lowest {lowest}/s; {}", reasons.join(", "));
+                let mut text = format!("lowest {lowest}/s; {}", reasons.join(", "));
+                if p95 > 0.0 {
+                    text.push_str(&format!("; highest origin p95 {p95:.0} ms"));
+                }
                 *rates.lock().expect("rates") = text;
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }

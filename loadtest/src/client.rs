@@ -352,6 +352,17 @@ impl Admin {
         Ok(sum)
     }
 
+    /// `PUT …/rooms/main/config` with `body` (`{"rate": 5}`): the settings after the change.
+    pub async fn config(&mut self, body: serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        self.call(Method::PUT, "config", Some(body.to_string()))
+            .await
+    }
+
+    /// `GET …/rooms/main/stats` as it is (the one-second statistics cache).
+    pub async fn stats_json(&mut self) -> anyhow::Result<serde_json::Value> {
+        self.call(Method::GET, "stats", None).await
+    }
+
     pub async fn pause(&mut self) -> anyhow::Result<()> {
         self.call(Method::POST, "pause", None).await.map(drop)
     }

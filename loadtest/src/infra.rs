@@ -351,6 +351,24 @@ impl Nginx {
         )
     }
 
+    /// nginx in front of a FastCGI server (`php`), every path running its one script, as
+    /// a PHP site is served: `workers` nginx workers, no caching, FastCGI connections not
+    /// kept alive (nginx's default).
+    pub fn fastcgi(php: &PhpFpm, workers: usize) -> anyhow::Result<Nginx> {
+        let location = format!(
+            "location / {{ fastcgi_pass {addr}; \
+             fastcgi_param SCRIPT_FILENAME {script}; fastcgi_param SCRIPT_NAME /page.php; \
+             fastcgi_param REQUEST_METHOD $request_method; fastcgi_param REQUEST_URI $request_uri; \
+             fastcgi_param QUERY_STRING $query_string; fastcgi_param CONTENT_TYPE $content_type; \
+             fastcgi_param CONTENT_LENGTH $content_length; fastcgi_param SERVER_PROTOCOL $server_protocol; \
+             fastcgi_param REMOTE_ADDR $remote_addr; fastcgi_param SERVER_NAME $server_name; \
+             fastcgi_read_timeout 120s; }}",
+            addr = php.addr,
+            script = php.script.display(),
+        );
+        Self::start(workers, &location, "")
+    }
+
     fn start(workers: usize, location: &str, http_extra: &str) -> anyhow::Result<Nginx> {
         let dir = Scratch::new("nginx")?;
         let port = free_port()?;
@@ -506,4 +524,128 @@ pub fn machine() -> String {
         .map(|o| String::from_utf8_lossy(&o.stderr).trim().to_owned())
         .unwrap_or_default();
     format!("{cores} cores ({cpu}), {mem} RAM; Redis {redis}; {nginx}; wrk (Debian)")
+}
+
+/// The first of `/usr/sbin/php-fpm*` (Debian names it by version: `php-fpm8.2`), or
+/// `php-fpm` on the `PATH`.
+pub fn php_fpm_binary() -> anyhow::Result<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/sbin")
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("php-fpm"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    if let Some(bin) = found.pop() {
+        return Ok(bin);
+    }
+    let on_path = Command::new("sh")
+        .args(["-c", "command -v php-fpm"])
+        .output()
+        .context("looking for php-fpm")?;
+    let path = String::from_utf8_lossy(&on_path.stdout).trim().to_owned();
+    if path.is_empty() {
+        bail!("php-fpm not found (scripts/test-tools.sh installs Debian's php-fpm)");
+    }
+    Ok(path.into())
+}
+
+/// PHP-FPM (Debian's) in the foreground with its own config in a temporary directory: one
+/// pool, `pm = static` with `workers` children, listening on a loopback port, serving
+/// one script that sleeps `page_ms` and then answers a few bytes. A real slow origin with
+/// few workers: a request beyond the children waits in the listen backlog.
+pub struct PhpFpm {
+    /// Where the pool listens (FastCGI).
+    pub addr: SocketAddr,
+    /// The script every request runs.
+    pub script: PathBuf,
+    proc: Proc,
+    _dir: Scratch,
+}
+
+impl PhpFpm {
+    /// Starts the pool and waits until it listens (bounded).
+    pub fn start(workers: usize, page_ms: u64) -> anyhow::Result<PhpFpm> {
+        let dir = Scratch::new("php-fpm")?;
+        let port = free_port()?;
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        let d = dir.0.display();
+        let script = dir.0.join("page.php");
+        std::fs::write(
+            &script,
+            format!(
+                "<?php\nusleep({us});\nheader('Content-Type: text/html; charset=utf-8');\n\
+                 echo \"page \", htmlspecialchars($_SERVER['REQUEST_URI'] ?? '/'), \"\\n\";\n",
+                us = page_ms * 1000
+            ),
+        )?;
+        // Running as root needs -R and no user/group lines; otherwise the pool runs as
+        // whoever starts it.
+        let conf = format!(
+            r#"[global]
+pid = {d}/php-fpm.pid
+error_log = {d}/php-fpm.log
+daemonize = no
+log_level = error
+
+[site]
+listen = {addr}
+listen.backlog = 4096
+pm = static
+pm.max_children = {workers}
+pm.max_requests = 0
+request_terminate_timeout = 60s
+catch_workers_output = yes
+clear_env = no
+"#
+        );
+        let path = dir.0.join("php-fpm.conf");
+        std::fs::write(&path, conf)?;
+        let bin = php_fpm_binary()?;
+        let child = Command::new(&bin)
+            .arg("--nodaemonize")
+            .arg("--fpm-config")
+            .arg(&path)
+            .arg("--allow-to-run-as-root")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        let mut proc = Proc { child };
+        wait_listening(addr, &mut proc.child, "php-fpm")?;
+        Ok(PhpFpm {
+            addr,
+            script,
+            proc,
+            _dir: dir,
+        })
+    }
+}
+
+impl Drop for PhpFpm {
+    /// SIGQUIT stops the master and its children (a SIGKILLed master would orphan them);
+    /// bounded, then `Proc` kills whatever is left.
+    fn drop(&mut self) {
+        let pid = self.proc.child.id().to_string();
+        if Command::new("kill")
+            .args(["-QUIT", &pid])
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.proc.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
 }

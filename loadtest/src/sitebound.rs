@@ -1,0 +1,843 @@
+//! Issue 27, SPEC §14 "Honest when the site is the limit": a crowd against a real slow
+//! origin with few workers, measured from the visitors' side.
+//!
+//! The site is PHP-FPM (Debian's) with `pm = static`, four children and a page that sleeps
+//! 200 ms, behind nginx (Debian's) over FastCGI: at most 20 pages a second, a request beyond
+//! the four children waiting in the pool's listen backlog. anteroom (the release binary,
+//! embedded store) is in front of nginx. Everything is on 127.0.0.1 and is stopped when its
+//! case ends.
+//!
+//! Each visitor behaves like a person whose waiting page speaks JSON: it asks for `/` with
+//! `Accept: application/json` (a waiting visitor gets `{"status":"waiting", "eta_secs":
+//! {"min","max"}, "retry_after_secs", …}` and the `ar_visitor` cookie), then holds the live
+//! stream (`GET /__anteroom/events`) with its cookie, as the built-in waiting page does, and
+//! is told `admitted` there; if the stream ends without that, it asks for `/` again after
+//! `retry_after_secs` (at most 2 s) and opens the stream again. The first range it is shown
+//! is the first `eta_secs` (the join's JSON or a `position` event) without
+//! `"estimating": true`, with the moment it arrived. Once admitted it loads the page (the
+//! reload the waiting page does), then browses a few more pages one after another with a
+//! think time between them, and then simply leaves: it sends nothing more, and its session
+//! ends the way a visitor's does when they close the tab, after `session_ttl` without a
+//! request.
+//!
+//! The measurement is the visitors' own, independent of anteroom's ledger: waited =
+//! admitted_at − first_shown_at; within = round(waited) ∈ [min, max]; error = |waited −
+//! (min + max) / 2|. The stream is read at each of anteroom's ticks (2 s), so admitted_at is
+//! late by up to one tick, as a real page's is. The product's own figure (`eta` in `GET
+//! …/rooms/main/stats`) is read at the end for comparison.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use tokio::time::Instant;
+
+use crate::client::{Admin, Conn, Reply};
+use crate::infra::{Anteroom, AnteroomSpec, Nginx, PhpFpm};
+use crate::report::Row;
+use crate::scenarios::say;
+
+/// PHP-FPM children (`pm.max_children`, `pm = static`).
+pub const PHP_WORKERS: usize = 4;
+/// How long the origin's page takes (`usleep`).
+pub const PAGE_MS: u64 = 200;
+/// The within-range share SPEC §14 asks for.
+pub const TARGET: f64 = 0.90;
+
+/// One of SPEC §14's five cases: what anteroom is configured with and how the crowd behaves.
+#[derive(Clone, Debug)]
+pub struct Case {
+    /// 1 to 5, as in the issue.
+    pub number: u8,
+    /// What bounds admission, in a few words.
+    pub name: &'static str,
+    /// Visitors in the crowd.
+    pub visitors: usize,
+    /// They arrive evenly spaced over this long.
+    pub arrive_over: Duration,
+    /// `rate` of the room (visitors admitted per second).
+    pub rate: f64,
+    /// `max_active` of the room.
+    pub max_active: u64,
+    /// `max_inflight` of the room, if any.
+    pub max_inflight: Option<u64>,
+    /// `adaptive: {target_latency: …}` of the room, if any.
+    pub adaptive: Option<&'static str>,
+    /// `session_ttl` of the room: how long after a visitor's last page their slot is
+    /// given back.
+    pub session_ttl: &'static str,
+    /// When this share of the crowd has been admitted, the rate is halved through
+    /// `PUT …/rooms/main/config`.
+    pub halve_at: Option<f64>,
+    /// Pages each admitted visitor loads, the first being the reload on admission.
+    pub pages: usize,
+    /// Think time between two pages.
+    pub think: Duration,
+    /// The case fails if the crowd has not been through within this long.
+    pub limit: Duration,
+}
+
+impl Case {
+    /// The five cases at full size (`small`: case sizes for a quick run, about a third).
+    pub fn all(small: bool) -> Vec<Case> {
+        let n = |full: usize| if small { full / 3 } else { full };
+        let base = Case {
+            number: 0,
+            name: "",
+            visitors: 0,
+            arrive_over: Duration::from_secs(10),
+            rate: 3.0,
+            max_active: 1_000,
+            max_inflight: None,
+            adaptive: None,
+            session_ttl: "5s",
+            halve_at: None,
+            pages: 4,
+            think: Duration::from_millis(500),
+            limit: Duration::from_secs(180),
+        };
+        vec![
+            Case {
+                number: 1,
+                name: "steady rate (3/s, the site could take 5 visitors/s)",
+                visitors: n(200),
+                ..base.clone()
+            },
+            Case {
+                number: 2,
+                name: "rate halved mid-drop (3/s → 1.5/s at half admitted)",
+                visitors: n(200),
+                halve_at: Some(0.5),
+                ..base.clone()
+            },
+            Case {
+                number: 3,
+                name: "bound by max_active (20, rate 50, 2 s think time)",
+                visitors: n(150),
+                rate: 50.0,
+                max_active: 20,
+                think: Duration::from_secs(2),
+                ..base.clone()
+            },
+            Case {
+                number: 4,
+                name: "bound by max_inflight (4, rate 15, max_active 40)",
+                visitors: n(300),
+                rate: 15.0,
+                max_active: 40,
+                max_inflight: Some(4),
+                ..base.clone()
+            },
+            Case {
+                number: 5,
+                name: "as 4, with adaptive (target_latency 400ms)",
+                visitors: n(300),
+                rate: 15.0,
+                max_active: 40,
+                max_inflight: Some(4),
+                adaptive: Some("400ms"),
+                ..base
+            },
+        ]
+    }
+
+    /// The room's YAML lines beyond what [`AnteroomSpec`] writes.
+    fn room_extra(&self) -> String {
+        let mut extra = String::new();
+        if let Some(n) = self.max_inflight {
+            extra.push_str(&format!("    max_inflight: {n}\n"));
+        }
+        if let Some(latency) = self.adaptive {
+            extra.push_str(&format!("    adaptive:\n      target_latency: {latency}\n"));
+        }
+        extra
+    }
+
+    /// The configuration, in one line, for the report.
+    pub fn config_text(&self) -> String {
+        let mut s = format!(
+            "rate {}, max_active {}, session_ttl {}",
+            self.rate, self.max_active, self.session_ttl
+        );
+        if let Some(n) = self.max_inflight {
+            s.push_str(&format!(", max_inflight {n}"));
+        }
+        if let Some(l) = self.adaptive {
+            s.push_str(&format!(", adaptive target_latency {l}"));
+        }
+        if let Some(at) = self.halve_at {
+            s.push_str(&format!(
+                ", rate → {} once {:.0} % are admitted",
+                self.rate / 2.0,
+                at * 100.0
+            ));
+        }
+        s.push_str(&format!(
+            "; {} visitors over {} s, {} pages each, {} ms think time",
+            self.visitors,
+            self.arrive_over.as_secs_f64(),
+            self.pages,
+            self.think.as_millis()
+        ));
+        s
+    }
+}
+
+/// A wait range as shown: `eta_secs`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shown {
+    /// `eta_secs.min`.
+    pub min: u64,
+    /// `eta_secs.max`.
+    pub max: u64,
+    /// When the visitor got it.
+    pub at: Instant,
+}
+
+/// The range in a waiting answer or a `position` event, unless it is still estimating.
+fn shown_in(v: &serde_json::Value, at: Instant) -> Option<Shown> {
+    let eta = &v["eta_secs"];
+    if eta["estimating"].as_bool() == Some(true) {
+        return None;
+    }
+    Some(Shown {
+        min: eta["min"].as_u64()?,
+        max: eta["max"].as_u64()?,
+        at,
+    })
+}
+
+/// What one visitor saw.
+#[derive(Clone, Debug, Default)]
+struct Outcome {
+    shown: Option<Shown>,
+    admitted: Option<Instant>,
+    /// Let in on arrival (nobody waiting): never shown a range.
+    fast_path: bool,
+    pages: usize,
+    /// When each origin page arrived.
+    page_times: Vec<Instant>,
+}
+
+/// Counters shared by the crowd.
+#[derive(Default)]
+struct Tally {
+    admitted: AtomicUsize,
+    done: AtomicUsize,
+    status_5xx: AtomicU64,
+    /// An admitted visitor answered by anteroom instead of the site (their session lost).
+    sent_back: AtomicU64,
+    /// Streams that ended without `admitted` (the visitor asked again).
+    stream_drops: AtomicU64,
+}
+
+/// What anteroom answered a request for a page.
+enum Answer {
+    /// The site's page.
+    Origin,
+    /// Anteroom's waiting answer (JSON).
+    Waiting(serde_json::Value),
+    /// A 5xx from anyone.
+    Error5xx,
+}
+
+fn classify(reply: &Reply) -> anyhow::Result<Answer> {
+    if reply.status.is_server_error() {
+        return Ok(Answer::Error5xx);
+    }
+    if reply.status.is_success() && reply.body.starts_with(b"page ") {
+        return Ok(Answer::Origin);
+    }
+    match serde_json::from_slice::<serde_json::Value>(&reply.body) {
+        Ok(v) if v["status"] == "waiting" => Ok(Answer::Waiting(v)),
+        _ => bail!(
+            "unexpected answer {}: {}",
+            reply.status,
+            String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)])
+        ),
+    }
+}
+
+/// How a live stream ended.
+enum StreamEnd {
+    Admitted,
+    Closed,
+}
+
+/// Holds `GET /__anteroom/events` with `cookie` until `admitted` or the stream ends, noting
+/// the first range shown.
+async fn watch(
+    addr: SocketAddr,
+    cookie: &str,
+    shown: &mut Option<Shown>,
+) -> anyhow::Result<StreamEnd> {
+    let stream = crate::client::tcp(addr, None).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let req = Request::builder()
+        .method(Method::GET)
+        .uri("/__anteroom/events")
+        .header("host", addr.to_string())
+        .header("accept", "text/event-stream")
+        .header("cookie", cookie)
+        .header("user-agent", "anteroom-loadtest")
+        .body(Empty::<Bytes>::new())?;
+    let response = tokio::time::timeout(Duration::from_secs(30), sender.send_request(req))
+        .await
+        .context("events: no head within 30 s")??;
+    if !response.status().is_success() {
+        bail!("events answered {}", response.status());
+    }
+    let mut body = response.into_body();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut event = String::new();
+    loop {
+        // A tick every 2 s sends the position: 30 s of silence is a dead stream.
+        let frame = match tokio::time::timeout(Duration::from_secs(30), body.frame()).await {
+            Err(_) | Ok(None) => return Ok(StreamEnd::Closed),
+            Ok(Some(frame)) => frame?,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        buf.extend_from_slice(&data);
+        while let Some(i) = buf.iter().position(|&b| b == b'\n') {
+            let line = String::from_utf8_lossy(&buf[..i])
+                .trim_end_matches('\r')
+                .to_owned();
+            buf.drain(..=i);
+            if let Some(name) = line.strip_prefix("event:") {
+                event = name.trim().to_owned();
+            } else if let Some(data) = line.strip_prefix("data:") {
+                match event.as_str() {
+                    "admitted" => return Ok(StreamEnd::Admitted),
+                    "position" if shown.is_none() => {
+                        if let Ok(v) = serde_json::from_str::<serde_json::Value>(data.trim()) {
+                            *shown = shown_in(&v, Instant::now());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// A GET on the visitor's keep-alive connection, made again on a new one if it fails
+/// (anteroom closes a connection idle past its header-read timeout, as a visitor's is
+/// while they wait on the stream).
+async fn fetch(
+    conn: &mut Option<Conn>,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> anyhow::Result<Reply> {
+    if let Some(c) = conn.as_mut()
+        && let Ok(reply) = c.get(path, headers).await
+    {
+        return Ok(reply);
+    }
+    let mut fresh = Conn::connect(addr).await?;
+    let reply = fresh.get(path, headers).await;
+    *conn = Some(fresh);
+    reply
+}
+
+const JSON: (&str, &str) = ("accept", "application/json");
+const HTML: (&str, &str) = ("accept", "text/html,application/xhtml+xml");
+
+/// One visitor, from arrival to leaving.
+async fn visitor(
+    addr: SocketAddr,
+    case: Arc<Case>,
+    arrive: Instant,
+    tally: Arc<Tally>,
+) -> anyhow::Result<Outcome> {
+    tokio::time::sleep_until(arrive).await;
+    let mut out = Outcome::default();
+    let mut conn: Option<Conn> = None;
+    let mut cookie: Option<String> = None;
+    let mut retry = Duration::from_secs(2);
+    // Arrive: the page, as JSON.
+    loop {
+        let reply = fetch(&mut conn, addr, "/", &[JSON]).await?;
+        if let Some(c) = &reply.set_cookie {
+            cookie = Some(c.clone());
+        }
+        match classify(&reply)? {
+            Answer::Origin => {
+                out.fast_path = true;
+                out.admitted = Some(Instant::now());
+                out.pages = 1;
+                out.page_times.push(Instant::now());
+                break;
+            }
+            Answer::Waiting(v) => {
+                out.shown = shown_in(&v, Instant::now());
+                retry = Duration::from_secs(v["retry_after_secs"].as_u64().unwrap_or(2).min(2));
+                break;
+            }
+            Answer::Error5xx => {
+                tally.status_5xx.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+    let cookie = cookie.context("no ar_visitor cookie on the waiting answer")?;
+    // Wait, on the live stream; ask again (after retry_after_secs, at most 2 s) if it ends.
+    while out.admitted.is_none() {
+        match watch(addr, &cookie, &mut out.shown).await {
+            Ok(StreamEnd::Admitted) => out.admitted = Some(Instant::now()),
+            Ok(StreamEnd::Closed) | Err(_) => {
+                tally.stream_drops.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(retry).await;
+                let reply = fetch(&mut conn, addr, "/", &[JSON, ("cookie", &cookie)]).await?;
+                match classify(&reply)? {
+                    Answer::Origin => {
+                        out.admitted = Some(Instant::now());
+                        out.pages = 1;
+                        out.page_times.push(Instant::now());
+                    }
+                    Answer::Waiting(v) => {
+                        if out.shown.is_none() {
+                            out.shown = shown_in(&v, Instant::now());
+                        }
+                        retry =
+                            Duration::from_secs(v["retry_after_secs"].as_u64().unwrap_or(2).min(2));
+                    }
+                    Answer::Error5xx => {
+                        tally.status_5xx.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+    tally.admitted.fetch_add(1, Ordering::Relaxed);
+    // Browse: the reload on admission, then the next pages after a think time each.
+    let mut page = out.pages;
+    while page < case.pages {
+        if page > 0 {
+            tokio::time::sleep(case.think).await;
+        }
+        let path = format!("/page/{}", page + 1);
+        let reply = fetch(&mut conn, addr, &path, &[HTML, ("cookie", &cookie)]).await?;
+        if reply.status.is_server_error() {
+            // A person reloads after a moment.
+            tally.status_5xx.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
+        if reply.status.is_success() && reply.body.starts_with(b"page ") {
+            out.page_times.push(Instant::now());
+            page += 1;
+            out.pages = page;
+        } else {
+            tally.sent_back.fetch_add(1, Ordering::Relaxed);
+            break;
+        }
+    }
+    // Leave: nothing more is sent; the session idles out after session_ttl.
+    tally.done.fetch_add(1, Ordering::Relaxed);
+    Ok(out)
+}
+
+/// What one case measured.
+#[derive(Clone, Debug)]
+pub struct CaseResult {
+    /// The case run.
+    pub case: Case,
+    /// Visitors who were shown a range and then admitted.
+    pub waited: usize,
+    /// Visitors let in on arrival, never shown a range.
+    pub fast_path: usize,
+    /// Share of `waited` admitted within the first range shown.
+    pub within_range: f64,
+    /// Median |waited − middle of the first range shown|, seconds.
+    pub median_error_secs: f64,
+    /// Median wait of those who waited, seconds.
+    pub median_wait_secs: f64,
+    /// Median of the first range shown: (min, max), seconds.
+    pub median_range: (u64, u64),
+    /// Answers with a 5xx status, from joins, polls and pages.
+    pub status_5xx: u64,
+    /// Admitted visitors answered by anteroom instead of the site.
+    pub sent_back: u64,
+    /// Live streams that ended before `admitted`.
+    pub stream_drops: u64,
+    /// The site's pages a second, from the first page to the last.
+    pub origin_pages_per_sec: f64,
+    /// Pages the site served.
+    pub origin_pages: usize,
+    /// The product's own `eta` from room stats at the end.
+    pub product: serde_json::Value,
+    /// How long the crowd took, from the first arrival to the last visitor leaving.
+    pub took: Duration,
+    /// The lowest `effective_rate` of room stats during the run, every `rate_reason` seen
+    /// and, under `adaptive`, the highest `origin_p95_ms` (sampled once a second).
+    pub effective_rate: String,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs one case: starts PHP-FPM, nginx and anteroom, sends the crowd, measures.
+pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
+    let php = PhpFpm::start(PHP_WORKERS, PAGE_MS)?;
+    let nginx = Nginx::fastcgi(&php, 1)?;
+    let mut spec = AnteroomSpec::new(None);
+    spec.origin = format!("http://{}", nginx.addr);
+    spec.rate = case.rate;
+    spec.max_active = case.max_active;
+    spec.session_ttl = case.session_ttl;
+    spec.server_extra =
+        "  max_connections_per_client: 8192\n  max_streams_per_client: 8192\n".into();
+    spec.room_extra = case.room_extra();
+    let ant = Anteroom::start(&spec)?;
+    say(format!(
+        "site-bound case {}: {} ({})",
+        case.number,
+        case.name,
+        case.config_text()
+    ));
+
+    let tally = Arc::new(Tally::default());
+    let rates = Arc::new(std::sync::Mutex::new(String::new()));
+    let shared = Arc::new(case.clone());
+    let start = Instant::now() + Duration::from_millis(200);
+    let gap = case.arrive_over.as_secs_f64() / case.visitors.max(1) as f64;
+    let mut tasks = Vec::with_capacity(case.visitors);
+    for i in 0..case.visitors {
+        let arrive = start + Duration::from_secs_f64(i as f64 * gap);
+        tasks.push(tokio::spawn(visitor(
+            ant.addr,
+            shared.clone(),
+            arrive,
+            tally.clone(),
+        )));
+    }
+    // The operator's change, halfway through.
+    let halver = case.halve_at.map(|at| {
+        let tally = tally.clone();
+        let addr = ant.addr;
+        let want = ((case.visitors as f64) * at).ceil() as usize;
+        let rate = case.rate / 2.0;
+        tokio::spawn(async move {
+            while tally.admitted.load(Ordering::Relaxed) < want {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let mut admin = Admin::connect(addr).await?;
+            admin.config(serde_json::json!({ "rate": rate })).await?;
+            say(format!("site-bound: rate set to {rate}/s"));
+            anyhow::Ok(())
+        })
+    });
+    // The rate the room actually used (adaptive lowers it), sampled once a second.
+    let sampler = {
+        let addr = ant.addr;
+        let rates = rates.clone();
+        tokio::spawn(async move {
+            let Ok(mut admin) = Admin::connect(addr).await else {
+                return;
+            };
+            let mut lowest = f64::INFINITY;
+            let mut p95 = 0.0f64;
+            let mut reasons: Vec<String> = Vec::new();
+            loop {
+                if let Ok(stats) = admin.stats_json().await {
+                    if let Some(rate) = stats["effective_rate"].as_f64() {
+                        lowest = lowest.min(rate);
+                    }
+                    if let Some(ms) = stats["adaptive"]["origin_p95_ms"].as_f64() {
+                        p95 = p95.max(ms);
+                    }
+                    if let Some(reason) = stats["rate_reason"].as_str()
+                        && !reasons.iter().any(|r| r == reason)
+                    {
+                        reasons.push(reason.to_owned());
+                    }
+                }
+                let mut text = format!("lowest {lowest}/s; {}", reasons.join(", "));
+                if p95 > 0.0 {
+                    text.push_str(&format!("; highest origin p95 {p95:.0} ms"));
+                }
+                *rates.lock().expect("rates") = text;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+    let deadline = start + case.limit;
+    let mut outcomes = Vec::with_capacity(case.visitors);
+    let mut failures = Vec::new();
+    for task in tasks.iter_mut() {
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(Ok(o))) => outcomes.push(o),
+            Ok(Ok(Err(e))) => failures.push(format!("{e:#}")),
+            Ok(Err(e)) => failures.push(format!("{e}")),
+            Err(_) => break,
+        }
+    }
+    let took = start.elapsed();
+    sampler.abort();
+    let effective_rate = rates.lock().expect("rates").clone();
+    if outcomes.len() + failures.len() < case.visitors {
+        for t in &tasks {
+            t.abort();
+        }
+        if let Some(h) = &halver {
+            h.abort();
+        }
+        bail!(
+            "case {} did not drain within {} s: {} of {} visitors admitted, {} done",
+            case.number,
+            case.limit.as_secs(),
+            tally.admitted.load(Ordering::Relaxed),
+            case.visitors,
+            tally.done.load(Ordering::Relaxed)
+        );
+    }
+    if let Some(h) = halver {
+        h.await??;
+    }
+    if !failures.is_empty() {
+        bail!(
+            "case {}: {} visitor(s) failed, e.g. {}",
+            case.number,
+            failures.len(),
+            failures[0]
+        );
+    }
+
+    let mut within = 0usize;
+    let mut errors = Vec::new();
+    let mut waits = Vec::new();
+    let (mut mins, mut maxs) = (Vec::new(), Vec::new());
+    let mut fast_path = 0;
+    for o in &outcomes {
+        if o.fast_path {
+            fast_path += 1;
+            continue;
+        }
+        let (Some(shown), Some(admitted)) = (o.shown, o.admitted) else {
+            continue;
+        };
+        let waited = admitted.saturating_duration_since(shown.at).as_secs_f64();
+        let rounded = waited.round() as u64;
+        if (shown.min..=shown.max).contains(&rounded) {
+            within += 1;
+        }
+        errors.push((waited - (shown.min + shown.max) as f64 / 2.0).abs());
+        waits.push(waited);
+        mins.push(shown.min as f64);
+        maxs.push(shown.max as f64);
+    }
+    let waited = errors.len();
+    let mut times: Vec<Instant> = outcomes
+        .iter()
+        .flat_map(|o| o.page_times.iter().copied())
+        .collect();
+    times.sort();
+    let origin_pages = times.len();
+    let origin_pages_per_sec = match (times.first(), times.last()) {
+        (Some(a), Some(b)) if b > a => (origin_pages - 1) as f64 / (*b - *a).as_secs_f64(),
+        _ => 0.0,
+    };
+    let product = product_eta(ant.addr, waited).await?;
+    Ok(CaseResult {
+        case: case.clone(),
+        waited,
+        fast_path,
+        within_range: if waited == 0 {
+            0.0
+        } else {
+            within as f64 / waited as f64
+        },
+        median_error_secs: median(errors),
+        median_wait_secs: median(waits),
+        median_range: (median(mins) as u64, median(maxs) as u64),
+        status_5xx: tally.status_5xx.load(Ordering::Relaxed),
+        sent_back: tally.sent_back.load(Ordering::Relaxed),
+        stream_drops: tally.stream_drops.load(Ordering::Relaxed),
+        origin_pages_per_sec,
+        origin_pages,
+        product,
+        took,
+        effective_rate,
+    })
+}
+
+/// The product's `eta` from room stats, once it counts at least `waited` admissions or
+/// after 10 s (its ledger may see a visitor admitted later than the visitor did).
+async fn product_eta(addr: SocketAddr, waited: usize) -> anyhow::Result<serde_json::Value> {
+    let mut admin = Admin::connect(addr).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = admin.stats_json().await?;
+        let eta = stats["eta"].clone();
+        if eta["admitted"].as_u64().unwrap_or(0) as usize >= waited || Instant::now() > deadline {
+            return Ok(eta);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The compact table: one line per case.
+pub fn table(results: &[CaseResult]) -> String {
+    let mut out = String::from(
+        "| case | visitors (waited / let straight in) | within range | median error | median wait (median range) | product's within range (admitted) | product's median error | 5xx | origin pages/s | effective rate (reasons) |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in results {
+        let p = &r.product;
+        let product_within = p["within_range"]
+            .as_f64()
+            .map_or("—".into(), |w| format!("{w:.2}"));
+        let product_error = p["median_error_secs"]
+            .as_f64()
+            .map_or("—".into(), |e| format!("{e:.1} s"));
+        out.push_str(&format!(
+            "| {}. {} | {} ({} / {}) | {:.2} | {:.1} s | {:.1} s ({}–{} s) | {} ({}) | {} | {} | {:.1} | {} |\n",
+            r.case.number,
+            r.case.name,
+            r.case.visitors,
+            r.waited,
+            r.fast_path,
+            r.within_range,
+            r.median_error_secs,
+            r.median_wait_secs,
+            r.median_range.0,
+            r.median_range.1,
+            product_within,
+            p["admitted"].as_u64().unwrap_or(0),
+            product_error,
+            r.status_5xx,
+            r.origin_pages_per_sec,
+            r.effective_rate,
+        ));
+    }
+    out
+}
+
+/// The results as JSON (for the test, and anyone who wants them).
+pub fn to_json(results: &[CaseResult]) -> serde_json::Value {
+    serde_json::Value::Array(
+        results
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "case": r.case.number,
+                    "name": r.case.name,
+                    "config": r.case.config_text(),
+                    "visitors": r.case.visitors,
+                    "waited": r.waited,
+                    "fast_path": r.fast_path,
+                    "within_range": r.within_range,
+                    "median_error_secs": r.median_error_secs,
+                    "median_wait_secs": r.median_wait_secs,
+                    "status_5xx": r.status_5xx,
+                    "sent_back": r.sent_back,
+                    "stream_drops": r.stream_drops,
+                    "origin_pages": r.origin_pages,
+                    "origin_pages_per_sec": r.origin_pages_per_sec,
+                    "product_eta": r.product,
+                    "took_secs": r.took.as_secs_f64(),
+                    "effective_rate": r.effective_rate,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// Report rows, one per case (the crate's table style).
+pub fn rows(results: &[CaseResult]) -> Vec<Row> {
+    results
+        .iter()
+        .map(|r| {
+            let p = &r.product;
+            let met = r.within_range >= TARGET && r.status_5xx == 0;
+            Row {
+                ours: format!(
+                    "{:.2} of {} waited (median error {:.1} s; median wait {:.1} s, range {}–{} s); product's ledger {} of {} (median error {}); 5xx {}; origin {:.1} pages/s; effective rate {}; {:.0} s",
+                    r.within_range,
+                    r.waited,
+                    r.median_error_secs,
+                    r.median_wait_secs,
+                    r.median_range.0,
+                    r.median_range.1,
+                    p["within_range"]
+                        .as_f64()
+                        .map_or("—".into(), |w| format!("{w:.2}")),
+                    p["admitted"].as_u64().unwrap_or(0),
+                    p["median_error_secs"]
+                        .as_f64()
+                        .map_or("—".into(), |e| format!("{e:.1} s")),
+                    r.status_5xx,
+                    r.origin_pages_per_sec,
+                    r.effective_rate,
+                    r.took.as_secs_f64(),
+                ),
+                ..Row::new(
+                    "site-bound",
+                    format!(
+                        "case {}, {}: admitted within the first range shown ({})",
+                        r.case.number,
+                        r.case.name,
+                        r.case.config_text()
+                    ),
+                    r.within_range,
+                    "",
+                )
+                .target("≥ 0.90 and no 5xx", met)
+                .why(
+                    "the range shown is position ÷ the observed admission rate; when the \
+                     site, not the rate, is the limit, that rate is not the one the line \
+                     moves at (SPEC §14, issue 27)",
+                )
+            }
+        })
+        .collect()
+}
+
+/// Every case asked for (`only`: their numbers; empty: all five), one after another.
+pub async fn site_bound(
+    small: bool,
+    only: &[u8],
+    visitors: Option<usize>,
+) -> anyhow::Result<Vec<CaseResult>> {
+    let mut results = Vec::new();
+    for mut case in Case::all(small) {
+        if !only.is_empty() && !only.contains(&case.number) {
+            continue;
+        }
+        if let Some(n) = visitors {
+            case.visitors = n;
+        }
+        let r = run_case(&case).await?;
+        say(format!(
+            "site-bound case {}: within {:.2} of {}, median error {:.1} s, 5xx {}, product {}",
+            case.number, r.within_range, r.waited, r.median_error_secs, r.status_5xx, r.product
+        ));
+        results.push(r);
+    }
+    if results.is_empty() {
+        bail!("no such case: {only:?} (1 to 5)");
+    }
+    Ok(results)
+}

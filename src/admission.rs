@@ -30,7 +30,7 @@ use crate::fairness::adaptive::{
     AdaptiveConfig, AdaptiveController, AdaptiveState, OriginRecorder, Tuning,
 };
 pub use crate::fairness::eta::Eta;
-use crate::fairness::eta::{EtaLedger, EtaReport, MIN_SPREAD, Observed, Pace};
+use crate::fairness::eta::{EtaLedger, EtaReport, MIN_SPREAD, Observed, Pace, SessionLengths};
 use crate::queue::{
     ClientKey, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore, RefusedReason,
     Resolution, RoomStats, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState,
@@ -71,6 +71,8 @@ pub struct Admission {
     /// The ranges this replica showed waiting visitors first, and what came of them (the
     /// honest ETA, SPEC §14).
     eta: EtaLedger,
+    /// How long sessions last, for the rooms' turnover (see [`Pace`]).
+    lengths: SessionLengths,
     /// The store's clock when it has one in this process, else the system's: waits are
     /// timed on it.
     clock: Clock,
@@ -181,6 +183,7 @@ impl Admission {
             stats: StatsCache::default(),
             health: StoreHealth::new(fail_open_after),
             eta: EtaLedger::default(),
+            lengths: SessionLengths::default(),
             clock,
             adaptive: AdaptiveRooms {
                 replica: VisitorId::random().to_hex(),
@@ -487,6 +490,7 @@ impl Admission {
                     self.eta.admitted(room, visitor, self.clock.now_ms());
                 }
                 if newly {
+                    self.lengths.started(room, visitor, self.clock.now_ms());
                     self.events
                         .publish(Event::visitor(EventKind::VisitorAdmitted, room, visitor));
                 }
@@ -541,6 +545,7 @@ impl Admission {
         self.sessions.forget(room, visitor);
         let ended = self.observe(self.store.end_session(room, visitor).await)?;
         if ended {
+            self.lengths.ended(room, visitor, self.clock.now_ms());
             self.events
                 .publish(Event::visitor(EventKind::SessionExpired, room, visitor));
         }
@@ -675,6 +680,10 @@ impl Admission {
         let now = self.clock.now_ms();
         for &visitor in &report.admitted {
             self.eta.admitted(room, visitor, now);
+            self.lengths.started(room, visitor, now);
+        }
+        for &visitor in &report.expired {
+            self.lengths.ended(room, visitor, now);
         }
         for &visitor in &report.abandoned {
             self.eta.forget(room, visitor);
@@ -694,6 +703,7 @@ impl Admission {
                         report: self.eta.report(room),
                         forgotten: self.eta.forgotten(room),
                         revised: self.eta.revised(room),
+                        session_length: self.lengths.mean(room),
                     };
                     self.stats.record(room, stats, ledger, adaptive)
                 }
@@ -870,6 +880,8 @@ struct LedgerView {
     report: EtaReport,
     forgotten: u64,
     revised: u64,
+    /// The sessions' mean length and how many it rests on.
+    session_length: Option<(Duration, usize)>,
 }
 
 /// A room's counters as last read, with what this replica derived from them.
@@ -897,6 +909,9 @@ pub struct CachedStats {
     pub eta_forgotten: u64,
     /// Promises replaced by a later range because the room's limits moved, since start.
     pub eta_revised: u64,
+    /// The mean length of the room's latest sessions seen by this replica and how many
+    /// it rests on (`None` until enough have ended).
+    pub session_length: Option<(Duration, usize)>,
     /// Closed-loop admission's effective rate and why (SPEC §14); `None` without
     /// `adaptive:`.
     pub adaptive: Option<RateView>,
@@ -918,9 +933,16 @@ impl CachedStats {
 
     /// What the room knows of its line's speed, for the waiting visitors' ranges.
     pub fn pace(&self) -> Pace {
+        let s = &self.stats;
+        let full = s.settings.max_active > 0 && s.active >= s.settings.max_active;
+        let turnover = self
+            .session_length
+            .filter(|(length, _)| full && !length.is_zero())
+            .map(|(length, n)| (s.settings.max_active as f64 / length.as_secs_f64(), n));
         Pace {
             admitting: self.admitting(),
             observed: self.observed,
+            turnover,
         }
     }
 
@@ -1008,6 +1030,14 @@ impl StatsCache {
             samples.admitted.pop_front();
         }
         let observed = observed(&samples.admitted);
+        if observed.is_none() {
+            // Nothing has left a waiting line yet: the wait before the first admission says
+            // how long the first sessions last, not how fast the line moves, so the
+            // observation starts with the interval of the first admission.
+            let last = samples.admitted.pop_back();
+            samples.admitted.clear();
+            samples.admitted.extend(last);
+        }
         samples.latest = Some(CachedStats {
             stats,
             observed,
@@ -1017,6 +1047,7 @@ impl StatsCache {
             eta: ledger.report,
             eta_forgotten: ledger.forgotten,
             eta_revised: ledger.revised,
+            session_length: ledger.session_length,
             adaptive,
         });
     }

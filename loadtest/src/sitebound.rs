@@ -354,14 +354,24 @@ async fn fetch(
 const JSON: (&str, &str) = ("accept", "application/json");
 const HTML: (&str, &str) = ("accept", "text/html,application/xhtml+xml");
 
-/// One visitor, from arrival to leaving.
+/// One visitor, from arrival to leaving (`seed`: their own reading pace).
 async fn visitor(
     addr: SocketAddr,
     case: Arc<Case>,
     arrive: Instant,
+    seed: u64,
     tally: Arc<Tally>,
 ) -> anyhow::Result<Outcome> {
     tokio::time::sleep_until(arrive).await;
+    // People read at their own pace: each think time is the case's, times 0.5 to 1.5
+    // (a deterministic sequence per visitor, so a run is reproducible).
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut think = move |base: Duration| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        base.mul_f64(0.5 + (state >> 11) as f64 / (1u64 << 53) as f64)
+    };
     let mut out = Outcome::default();
     let mut conn: Option<Conn> = None;
     let mut cookie: Option<String> = None;
@@ -425,7 +435,7 @@ async fn visitor(
     let mut page = out.pages;
     while page < case.pages {
         if page > 0 {
-            tokio::time::sleep(case.think).await;
+            tokio::time::sleep(think(case.think)).await;
         }
         let path = format!("/page/{}", page + 1);
         let reply = fetch(&mut conn, addr, &path, &[HTML, ("cookie", &cookie)]).await?;
@@ -530,6 +540,7 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
             ant.addr,
             shared.clone(),
             arrive,
+            i as u64,
             tally.clone(),
         )));
     }

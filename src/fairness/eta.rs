@@ -92,6 +92,73 @@ impl Eta {
     }
 }
 
+/// Session lengths a room must have seen before `max_active` over their mean is a known
+/// limit (see [`Pace`]).
+pub const MIN_SESSIONS: usize = 8;
+/// The lengths kept per room: the mean of the latest.
+const SESSIONS_KEPT: usize = 128;
+/// Sessions whose start one room tracks at most (admitted by this replica and not ended).
+const SESSIONS_TRACKED: usize = 200_000;
+
+/// How long sessions last, per room: from when this replica saw a visitor admitted to when
+/// it saw their session end (idle past `session_ttl`, or ended by the origin). With a full
+/// `max_active`, one leaves the site (and one is admitted) every `mean length / max_active`
+/// on average, which is known as soon as the first sessions end, long before a line moving
+/// in bursts (a whole generation of sessions ending together) has shown its average pace.
+#[derive(Default)]
+pub struct SessionLengths {
+    rooms: Mutex<HashMap<String, RoomSessions>>,
+}
+
+#[derive(Default)]
+struct RoomSessions {
+    /// Visitor → admitted at (unix ms).
+    started: HashMap<VisitorId, u64>,
+    /// The latest lengths, in ms.
+    lengths: std::collections::VecDeque<u64>,
+}
+
+impl SessionLengths {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, RoomSessions>> {
+        self.rooms.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `visitor` was admitted to `room` at `now_ms`.
+    pub fn started(&self, room: &str, visitor: VisitorId, now_ms: u64) {
+        let mut rooms = self.lock();
+        let r = rooms.entry(room.to_owned()).or_default();
+        if r.started.len() < SESSIONS_TRACKED {
+            r.started.entry(visitor).or_insert(now_ms);
+        }
+    }
+
+    /// `visitor`'s session in `room` ended at `now_ms`.
+    pub fn ended(&self, room: &str, visitor: VisitorId, now_ms: u64) {
+        let mut rooms = self.lock();
+        let Some(r) = rooms.get_mut(room) else {
+            return;
+        };
+        if let Some(at) = r.started.remove(&visitor) {
+            if r.lengths.len() == SESSIONS_KEPT {
+                r.lengths.pop_front();
+            }
+            r.lengths.push_back(now_ms.saturating_sub(at));
+        }
+    }
+
+    /// The mean length of `room`'s latest sessions and how many it rests on, once there
+    /// are [`MIN_SESSIONS`].
+    pub fn mean(&self, room: &str) -> Option<(Duration, usize)> {
+        let rooms = self.lock();
+        let r = rooms.get(room)?;
+        let n = r.lengths.len();
+        (n >= MIN_SESSIONS).then(|| {
+            let total: u64 = r.lengths.iter().sum();
+            (Duration::from_millis(total / n as u64), n)
+        })
+    }
+}
+
 /// How fast a room's line has been seen to move: admissions per second over the stretches
 /// when somebody waited (an idle room's quiet is not slowness), and how much that rests on.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -108,10 +175,12 @@ pub struct Observed {
 /// computed (docs/fairness.md, "Honest ETA").
 ///
 /// The line moves at the rate the room actually achieves, never faster than the rate it
-/// admits at (`rate`, or closed-loop admission's lower one), whatever holds it back (a full
-/// `max_active`, a saturated `max_inflight`, a slow origin). So: until [`MIN_OBSERVED`]
-/// admissions over [`MIN_BUSY`] have been seen, "estimating" with the wait at the admitting
-/// rate as a floor; then the lower of the observed and the admitting rate, with a margin of
+/// admits at (`rate`, or closed-loop admission's lower one), nor, while `max_active` is
+/// full, than places on the site free up (its turnover, from [`SessionLengths`]), whatever
+/// holds it back (a full `max_active`, a saturated `max_inflight`, a slow origin). So: until
+/// [`MIN_OBSERVED`] admissions over [`MIN_BUSY`] have been seen, the turnover when it is
+/// known, else "estimating" with the wait at the admitting rate as a floor; then the lowest
+/// of the observed rate and those limits, with a margin of
 /// the larger of [`MIN_SPREAD`] and `1 + 2/√n`, where `n` is the fewer of the admissions
 /// observed and the visitors ahead: a rate measured over few admissions is uncertain, and
 /// the last few places ahead are admitted one at a time, at the pace of single sessions.
@@ -121,6 +190,9 @@ pub struct Pace {
     pub admitting: f64,
     /// What has been observed since the room's limits last moved, if anything.
     pub observed: Option<Observed>,
+    /// While `max_active` is full: `max_active` over the sessions' mean length (the rate at
+    /// which places on the site free up), and how many sessions that mean rests on.
+    pub turnover: Option<(f64, usize)>,
 }
 
 impl Pace {
@@ -133,18 +205,29 @@ impl Pace {
                 0
             }
         };
+        let margin = |n: u64| MIN_SPREAD.max(1.0 + 2.0 / (n.min(position).max(1) as f64).sqrt());
+        // The tightest limit known without watching the line: the admitting rate and, with
+        // the site full, its turnover.
+        let limit = match self.turnover {
+            Some((turnover, _)) if self.admitting > 0.0 => turnover.min(self.admitting),
+            Some((turnover, _)) => turnover,
+            None => self.admitting,
+        };
         match self.observed {
             Some(o) if o.admitted >= MIN_OBSERVED && o.busy >= MIN_BUSY && o.rate > 0.0 => {
-                let rate = if self.admitting > 0.0 {
-                    o.rate.min(self.admitting)
+                let rate = if limit > 0.0 {
+                    o.rate.min(limit)
                 } else {
                     o.rate
                 };
-                let n = o.admitted.min(position).max(1) as f64;
-                let spread = MIN_SPREAD.max(1.0 + 2.0 / n.sqrt());
-                Eta::within(position, rate, spread)
+                Eta::within(position, rate, margin(o.admitted))
             }
-            _ => Eta::estimating(floor(self.admitting)),
+            _ => match self.turnover {
+                Some((_, sessions)) if limit > 0.0 => {
+                    Eta::within(position, limit, margin(sessions as u64))
+                }
+                _ => Eta::estimating(floor(self.admitting)),
+            },
         }
     }
 }
@@ -654,6 +737,7 @@ mod tests {
         let nothing = Pace {
             admitting: 10.0,
             observed: None,
+            turnover: None,
         };
         // Nothing seen: "estimating", at least the wait at the admitting rate.
         assert_eq!(nothing.eta(100), Eta::estimating(10));
@@ -673,6 +757,7 @@ mod tests {
         let rate_bound = Pace {
             admitting: 5.0,
             observed: Some(observed(10.0, 400, 40)),
+            turnover: None,
         };
         assert_eq!(rate_bound.eta(100), Eta::for_position(100, 5.0));
         // Few admissions behind the rate, or few places ahead: a wider range.
@@ -690,6 +775,41 @@ mod tests {
                 estimating: false
             }
         );
+        // A full site whose sessions are known: its turnover is a limit before the line has
+        // been watched, and after (a burst of a whole generation leaving is not the pace).
+        let full = Pace {
+            turnover: Some((1.5, 16)),
+            ..nothing
+        };
+        assert_eq!(full.eta(100), Eta::within(100, 1.5, 1.5));
+        let burst = Pace {
+            observed: Some(observed(6.0, 30, 5)),
+            ..full
+        };
+        assert_eq!(
+            burst.eta(100),
+            Eta::within(100, 1.5, 1.0 + 2.0 / 30f64.sqrt())
+        );
+    }
+
+    #[test]
+    fn session_lengths_are_known_once_enough_have_ended() {
+        let lengths = SessionLengths::default();
+        for n in 0..MIN_SESSIONS as u8 {
+            lengths.started("main", v(n), 1_000);
+        }
+        lengths.ended("main", v(200), 5_000); // never seen admitted here
+        for n in 0..MIN_SESSIONS as u8 - 1 {
+            lengths.ended("main", v(n), 11_000 + u64::from(n) * 2_000);
+        }
+        assert_eq!(lengths.mean("main"), None, "one short");
+        lengths.ended("main", v(MIN_SESSIONS as u8 - 1), 25_000);
+        // 10, 12, …, 24 s: a mean of 17 s.
+        assert_eq!(
+            lengths.mean("main"),
+            Some((Duration::from_secs(17), MIN_SESSIONS))
+        );
+        assert_eq!(lengths.mean("other"), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -138,3 +138,77 @@ fn negative_rates_and_zero_max_active_are_refused_by_validation() {
         }
     }
 }
+
+#[tokio::test]
+async fn refusals_render_as_problem_json_with_their_status_and_field() {
+    use crate::abuse::BanError;
+    use http_body_util::BodyExt;
+    use serde_json::Value;
+
+    let invalid = StoreError::Invalid {
+        field: "session_ttl",
+        reason: "must be positive".to_owned(),
+    };
+    let cases = [
+        (
+            AdminError::from(invalid),
+            400,
+            Some("session_ttl_secs"),
+            "session_ttl_secs: must be positive; nothing was changed",
+        ),
+        (
+            AdminError::from(StoreError::Unavailable("down".to_owned())),
+            503,
+            None,
+            "Nothing was changed: down",
+        ),
+        (
+            AdminError::from(BanError::InvalidDuration),
+            422,
+            Some("duration_secs"),
+            "duration_secs: duration_secs must be at least 1 (or null for a permanent ban); \
+             nothing was changed",
+        ),
+        (
+            AdminError::from(BanError::NotFound("192.0.2.1".to_owned())),
+            404,
+            Some("target"),
+            "no active ban on `192.0.2.1`",
+        ),
+        (
+            AdminError::Unprocessable(FieldError::new("limit", "too big")),
+            422,
+            Some("limit"),
+            "limit: too big",
+        ),
+        (
+            AdminError::BodyTooLarge,
+            413,
+            Some("body"),
+            "The request body may be at most 65536 bytes.",
+        ),
+    ];
+    for (error, status, field, detail) in cases {
+        assert_eq!(error.status().as_u16(), status, "{error:?}");
+        let stalled = matches!(error, AdminError::StoreUnavailable(_));
+        let response = error.into_response();
+        assert_eq!(response.status().as_u16(), status);
+        assert_eq!(
+            response.headers()[http::header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+        assert_eq!(
+            response
+                .headers()
+                .get(crate::http::pages::STATUS_HEADER)
+                .is_some(),
+            stalled
+        );
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body["type"], "about:blank");
+        assert_eq!(body["status"], status);
+        assert_eq!(body["detail"], detail);
+        assert_eq!(body.get("field").and_then(Value::as_str), field);
+    }
+}

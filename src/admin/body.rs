@@ -1,0 +1,39 @@
+//! Reading a request body: at most [`MAX_BODY_BYTES`], in full within
+//! `server.body_timeout`, so an admin call whose body is too large or stalls neither fills
+//! memory nor holds its connection (RELIABILITY.md, F3).
+
+use std::time::Duration;
+
+use http::{Request, header};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use super::{AdminError, FieldError, MAX_BODY_BYTES};
+
+/// The request body, at most [`MAX_BODY_BYTES`] (else 413, before reading when the
+/// declared length says so), in full within `deadline` (else 408).
+pub(super) async fn read_body(
+    req: Request<Incoming>,
+    deadline: Duration,
+) -> Result<bytes::Bytes, AdminError> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(AdminError::BodyTooLarge);
+    }
+    let read = Limited::new(req.into_body(), MAX_BODY_BYTES).collect();
+    match tokio::time::timeout(deadline, read).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(AdminError::BodyTooLarge),
+        Ok(Err(e)) => Err(AdminError::BadRequest(FieldError::new(
+            "body",
+            format!("could not be read: {e}"),
+        ))),
+        Err(_) => Err(AdminError::BodyTooSlow {
+            secs: deadline.as_secs(),
+        }),
+    }
+}

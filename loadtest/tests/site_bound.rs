@@ -4,10 +4,10 @@
 //! `max_active: 40`) with 100 visitors instead of 300. At least 90 % of those who waited
 //! must be admitted within the first range they were shown, with no 5xx.
 //!
-//! Needs Debian's php-fpm and nginx (`scripts/test-tools.sh`) and the release `anteroom`
-//! binary beside `anteroom-loadtest` (or `ANTEROOM_BIN`); the test refuses a binary older
+//! Needs Debian's php-fpm and nginx (`scripts/test-tools.sh`) and the `anteroom`
+//! binary of the same profile beside `anteroom-loadtest` (or `ANTEROOM_BIN`); the test refuses a binary older
 //! than the sources. Run it alone with
-//! `cargo build --release --bin anteroom && cargo test --release -p anteroom-loadtest --test site_bound -- --nocapture`
+//! `cargo build --bin anteroom && cargo test -p anteroom-loadtest --test site_bound -- --nocapture`
 //! (`make test-site-bound` does both).
 
 use std::path::{Path, PathBuf};
@@ -35,7 +35,7 @@ fn newest(dir: &Path) -> SystemTime {
     latest
 }
 
-/// `ANTEROOM_BIN`, or the release `anteroom` beside `anteroom-loadtest`, which must be
+/// `ANTEROOM_BIN`, or the `anteroom` of the same profile beside `anteroom-loadtest`, which must be
 /// newer than every file of the product's `src/` (else it would measure old code).
 fn anteroom_binary() -> PathBuf {
     if let Ok(bin) = std::env::var("ANTEROOM_BIN") {
@@ -46,14 +46,14 @@ fn anteroom_binary() -> PathBuf {
         .and_then(|m| m.modified())
         .unwrap_or_else(|_| {
             panic!(
-                "{} is missing: cargo build --release --bin anteroom (or set ANTEROOM_BIN)",
+                "{} is missing: cargo build --bin anteroom (with this profile; or set ANTEROOM_BIN)",
                 bin.display()
             )
         });
     let sources = newest(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../src")));
     assert!(
         built >= sources,
-        "{} is older than src/: cargo build --release --bin anteroom",
+        "{} is older than src/: cargo build --bin anteroom (with this profile)",
         bin.display()
     );
     bin

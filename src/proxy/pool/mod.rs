@@ -3,11 +3,12 @@
 //! Why not hyper-util's pooled client: it runs every origin connection as a task of its
 //! own, so each proxied request is pushed to that task through a channel, and its response
 //! and every body chunk come back through another, two task wake-ups and several channel
-//! operations a request more than nginx's one event loop (BENCHMARKS.md). Here a request checks a connection out, drives it itself while it waits for
-//! the response head, and hands it to the response body, which drives it while the server
-//! polls the body and puts it back when the body is complete. The request, its origin
-//! connection and its body are then polled by one task, on one worker's thread (the pool is
-//! per worker: `worker::PerWorker`).
+//! operations a request more than nginx's one event loop (BENCHMARKS.md). Here a request
+//! checks a connection out, drives it itself while it waits for the response head, and
+//! hands it to the response body, which drives it while the server polls the body and puts
+//! it back when the body is complete. The request, its origin connection and its body are
+//! then polled by one task, on one worker's thread (the pool is per worker:
+//! `worker::PerWorker`).
 //!
 //! A connection is reused only when its exchange finished cleanly: a body dropped half-read,
 //! an error, an origin's `Connection: close`, or an upgrade retire it. Idle connections are

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::lock;
 
-/// What the caller of [`OriginClient::forward_holding`] has an upgraded tunnel hold: a
+/// What the caller of [`super::OriginClient::forward_holding`] has an upgraded tunnel hold: a
 /// guard kept alive as long as the tunnel, and a token that ends it.
 pub struct TunnelHold {
     /// Dropped when the tunnel closes (a stream's slot under `stream_cap`, …).

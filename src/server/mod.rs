@@ -35,7 +35,7 @@
 //!   caps until it closes.
 //! - **Workers**: [`serve_on_workers`] runs one accept loop per worker thread on clones of
 //!   one socket; a connection one worker accepts is handed to the worker serving the fewest.
-//! - **Handoff** ([`handoff`]): an HTTP/1.1 response marked [`LongLived`] (the waiting
+//! - **Handoff** (`handoff.rs`): an HTTP/1.1 response marked [`LongLived`] (the waiting
 //!   page's live stream) is written from outside hyper once its head is out, so a held
 //!   stream does not keep hyper's buffers; its slot goes with it.
 //!

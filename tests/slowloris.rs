@@ -233,7 +233,7 @@ async fn slow_clients_are_cut_off_while_a_real_visitor_is_served() {
         let limit = match kind {
             Slow::Silent | Slow::HeaderDribble => HEADER_READ_TIMEOUT,
             // hyper's header timer also runs between keep-alive requests, so an idle
-            // connection goes after min(idle, header read) (see src/server.rs).
+            // connection goes after min(idle, header read) (see src/server/mod.rs).
             Slow::IdleKeepAlive => IDLE_TIMEOUT.min(HEADER_READ_TIMEOUT),
             // The proxied request waits on the origin reading the body; the origin timeout
             // answers 504, and a connection whose body was never finished is not reused.

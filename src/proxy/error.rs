@@ -1,0 +1,75 @@
+//! Why a request could not be forwarded ([`ProxyError`], and the status the visitor gets
+//! for it), and reading an error's chain of causes: for a log line, and to tell a timeout
+//! from another failure.
+
+use std::error::Error as StdError;
+use std::io;
+
+use http::StatusCode;
+
+use crate::http::body::BoxError;
+
+/// Why a request could not be forwarded; [`ProxyError::status`] maps it to the status the
+/// visitor gets.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The origin could not be reached (refused, unreachable, DNS).
+    #[error("origin unreachable: {0}")]
+    Connect(#[source] BoxError),
+    /// The origin did not connect, answer or keep sending in time.
+    #[error("origin timed out")]
+    Timeout,
+    /// The origin broke the exchange (reset, malformed response, unexpected upgrade).
+    #[error("origin failed: {0}")]
+    Upstream(#[source] BoxError),
+    /// The visitor's request cannot be forwarded (CONNECT, a target with no path, ...).
+    #[error("request cannot be forwarded: {0}")]
+    BadRequest(String),
+    /// The configured origin URI is not usable (checked when the config is loaded).
+    #[error("invalid origin: {0}")]
+    InvalidOrigin(String),
+    /// The visitor's request body did not arrive within `body_timeout`.
+    #[error("request body not received in time")]
+    BodyTimeout,
+}
+
+impl ProxyError {
+    /// The status the visitor gets when forwarding failed this way.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::Connect(_) | ProxyError::Upstream(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::InvalidOrigin(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ProxyError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+        }
+    }
+}
+
+/// `error: cause: cause…`, for a log line that says what really went wrong.
+pub(super) fn with_causes(error: &(dyn StdError + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut current = error.source();
+    while let Some(e) = current {
+        let cause = e.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+        current = e.source();
+    }
+    text
+}
+
+pub(super) fn caused_by_timeout(error: &(dyn StdError + 'static)) -> bool {
+    let mut current: Option<&(dyn StdError + 'static)> = Some(error);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<io::Error>()
+            && io.kind() == io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}

@@ -946,12 +946,15 @@ impl CachedStats {
         }
     }
 
-    /// The admitting rate, 0 while paused.
+    /// The rate the line can never outrun: the configured one, 0 while paused. Not
+    /// closed-loop admission's: that moves every second by design, lowered while the site
+    /// struggles and raised as it recovers, so over a visitor's wait the line moves at its
+    /// average, which is what the observed rate measures.
     fn admitting(&self) -> f64 {
         if self.stats.settings.paused {
             0.0
         } else {
-            self.effective_rate()
+            self.stats.settings.rate
         }
     }
 }
@@ -1001,10 +1004,11 @@ impl StatsCache {
         let now = Instant::now();
         let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
         let samples = rooms.entry(room.to_owned()).or_default();
-        let admitting = match (&adaptive, stats.settings.paused) {
-            (_, true) => 0.0,
-            (Some(a), false) => a.effective_rate,
-            (None, false) => stats.settings.rate,
+        // As `CachedStats::admitting`: the configured rate, not closed-loop admission's.
+        let admitting = if stats.settings.paused {
+            0.0
+        } else {
+            stats.settings.rate
         };
         let basis = (admitting, stats.settings.max_active);
         let seen = observed(&samples.admitted).map(|o| o.rate);
@@ -1012,7 +1016,7 @@ impl StatsCache {
             Some(old) if !moved(old, basis, seen) => {}
             Some(_) => {
                 // What was seen was a line under other limits; the basis moves only here,
-                // so many small steps (closed-loop recovery) add up to one change.
+                // so many small steps add up to one change.
                 samples.admitted.clear();
                 samples.epoch += 1;
                 samples.basis = Some(basis);

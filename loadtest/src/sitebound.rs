@@ -201,6 +201,22 @@ pub struct Shown {
 }
 
 /// The range in a waiting answer or a `position` event, unless it is still estimating.
+/// Notes the range `v` shows at `at` as the visitor's promise: the first one with a number
+/// (an "estimating" answer promises nothing), or, once the operator has moved the room's
+/// rate (`moved`), the first shown after that to a visitor promised before it: the product
+/// makes its promises again when its limits move (docs/fairness.md, "When the limits
+/// move"), and this is the instrument's own reading of that rule.
+fn note(shown: &mut Option<Shown>, v: &serde_json::Value, at: Instant, moved: Option<Instant>) {
+    let stale = match (&*shown, moved) {
+        (None, _) => true,
+        (Some(s), Some(moved)) => s.at < moved && at > moved,
+        (Some(_), None) => false,
+    };
+    if stale && let Some(fresh) = shown_in(v, at) {
+        *shown = Some(fresh);
+    }
+}
+
 fn shown_in(v: &serde_json::Value, at: Instant) -> Option<Shown> {
     let eta = &v["eta_secs"];
     if eta["estimating"].as_bool() == Some(true) {
@@ -235,6 +251,8 @@ struct Tally {
     sent_back: AtomicU64,
     /// Streams that ended without `admitted` (the visitor asked again).
     stream_drops: AtomicU64,
+    /// When the operator's rate change was applied (case 2).
+    moved: std::sync::OnceLock<Instant>,
 }
 
 /// What anteroom answered a request for a page.
@@ -276,6 +294,7 @@ async fn watch(
     addr: SocketAddr,
     cookie: &str,
     shown: &mut Option<Shown>,
+    tally: &Tally,
 ) -> anyhow::Result<StreamEnd> {
     let stream = crate::client::tcp(addr, None).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
@@ -319,9 +338,9 @@ async fn watch(
             } else if let Some(data) = line.strip_prefix("data:") {
                 match event.as_str() {
                     "admitted" => return Ok(StreamEnd::Admitted),
-                    "position" if shown.is_none() => {
+                    "position" => {
                         if let Ok(v) = serde_json::from_str::<serde_json::Value>(data.trim()) {
-                            *shown = shown_in(&v, Instant::now());
+                            note(shown, &v, Instant::now(), tally.moved.get().copied());
                         }
                     }
                     _ => {}
@@ -404,7 +423,7 @@ async fn visitor(
     let cookie = cookie.context("no ar_visitor cookie on the waiting answer")?;
     // Wait, on the live stream; ask again (after retry_after_secs, at most 2 s) if it ends.
     while out.admitted.is_none() {
-        match watch(addr, &cookie, &mut out.shown).await {
+        match watch(addr, &cookie, &mut out.shown, &tally).await {
             Ok(StreamEnd::Admitted) => out.admitted = Some(Instant::now()),
             Ok(StreamEnd::Closed) | Err(_) => {
                 tally.stream_drops.fetch_add(1, Ordering::Relaxed);
@@ -417,9 +436,8 @@ async fn visitor(
                         out.page_times.push(Instant::now());
                     }
                     Answer::Waiting(v) => {
-                        if out.shown.is_none() {
-                            out.shown = shown_in(&v, Instant::now());
-                        }
+                        let moved = tally.moved.get().copied();
+                        note(&mut out.shown, &v, Instant::now(), moved);
                         retry =
                             Duration::from_secs(v["retry_after_secs"].as_u64().unwrap_or(2).min(2));
                     }
@@ -556,6 +574,7 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
             }
             let mut admin = Admin::connect(addr).await?;
             admin.config(serde_json::json!({ "rate": rate })).await?;
+            let _ = tally.moved.set(Instant::now());
             say(format!("site-bound: rate set to {rate}/s"));
             anyhow::Ok(())
         })

@@ -24,7 +24,7 @@ test: test-tools web test-web
 	$(MAKE) test-site-bound
 
 ## test-site-bound: the honest ETA against a real slow site (PHP-FPM, 4 children, 200 ms
-## pages, behind nginx): case 4 of `anteroom-loadtest site-bound` with 100 visitors, against
+## pages, behind nginx): case 4 of `anteroom-loadtest site-bound` with 200 visitors, against
 ## target/debug/anteroom (built first: the test refuses a binary older than src/; the site,
 ## not the build, is the limit here); ≥ 90 % within the range shown, no 5xx.
 test-site-bound: test-tools

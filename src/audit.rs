@@ -64,6 +64,17 @@ impl AuditEntry {
     }
 }
 
+/// An entry that could not be written: the log's path and what the file system said.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the audit log {}: {source}", path.display())]
+pub struct AuditError {
+    /// The audit log's file.
+    pub path: PathBuf,
+    /// Why the write failed.
+    #[source]
+    pub source: io::Error,
+}
+
 /// The audit log of one process. Cheap to clone.
 #[derive(Clone)]
 pub struct AuditLog {
@@ -103,7 +114,7 @@ impl AuditLog {
 
     /// Appends `entry`, off the async runtime. On failure, logs an error, remembers it for
     /// the status endpoint, and returns it.
-    pub async fn append(&self, entry: &AuditEntry) -> Result<(), String> {
+    pub async fn append(&self, entry: &AuditEntry) -> Result<(), AuditError> {
         let mut line = serde_json::to_string(entry).expect("an audit entry always serializes");
         line.push('\n');
         let inner = self.inner.clone();
@@ -119,11 +130,14 @@ impl AuditLog {
                 *last = None;
                 Ok(())
             }
-            Err(e) => {
-                let message = format!("cannot write the audit log {}: {e}", self.path().display());
-                tracing::error!(room = %entry.room, action = entry.action, "{message}");
-                *last = Some(message.clone());
-                Err(message)
+            Err(source) => {
+                let error = AuditError {
+                    path: self.path(),
+                    source,
+                };
+                tracing::error!(room = %entry.room, action = entry.action, "{error}");
+                *last = Some(error.to_string());
+                Err(error)
             }
         }
     }
@@ -261,7 +275,7 @@ mod tests {
         let blocked = dir.path().join("not-a-dir");
         std::fs::write(&blocked, b"").unwrap();
         let log = AuditLog::new(&blocked);
-        let err = log.append(&entry(1)).await.unwrap_err();
+        let err = log.append(&entry(1)).await.unwrap_err().to_string();
         assert!(err.contains("audit log"), "{err}");
         assert_eq!(log.last_error(), Some(err));
     }

@@ -33,6 +33,6 @@ pub(super) async fn audit(
 pub(super) async fn write_audit(app: &AdminContext<'_>, entry: AuditEntry) -> Value {
     match app.admin.audit.append(&entry).await {
         Ok(()) => json!({ "written": true }),
-        Err(error) => json!({ "written": false, "error": error }),
+        Err(error) => json!({ "written": false, "error": error.to_string() }),
     }
 }

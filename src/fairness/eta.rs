@@ -595,7 +595,475 @@ impl EtaLedger {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
 
+    fn eta(min: u64, max: u64) -> Eta {
+        Eta {
+            min,
+            max,
+            estimating: false,
+        }
+    }
+
+    #[test]
+    fn within_and_median() {
+        let mut s = EtaSummary::default();
+        s.record(eta(8, 12), Duration::from_secs(10));
+        s.record(eta(8, 12), Duration::from_millis(12_400)); // shows as 12: within
+        s.record(eta(8, 12), Duration::from_secs(30));
+        let r = s.report();
+        assert_eq!(r.admitted, 3);
+        assert!((r.within_range.unwrap() - 2.0 / 3.0).abs() < 1e-9);
+        // Errors 0, 2.4, 20: the median is 2.4, reported as its 1 s bucket's middle.
+        assert_eq!(r.median_error_secs, Some(2.5));
+        assert_eq!(EtaSummary::default().report().within_range, None);
+    }
+
+    #[test]
+    fn histogram_buckets_cover_every_error() {
+        for err in [
+            0.0,
+            0.5,
+            63.9,
+            64.0,
+            100.0,
+            1983.9,
+            1984.0,
+            21_183.0,
+            1e12,
+            f64::NAN,
+        ] {
+            let i = error_bucket(err);
+            assert!(i < ERROR_BUCKETS);
+            let (lo, hi) = bucket_bounds(i);
+            assert!(
+                !err.is_finite() || err >= 1e9 || (lo <= err && err < hi),
+                "{err} in {lo}..{hi}"
+            );
+        }
+    }
+
+    #[test]
+    fn summaries_merge_across_replicas() {
+        let (mut a, mut b) = (EtaSummary::default(), EtaSummary::default());
+        a.record(eta(0, 5), Duration::from_secs(3));
+        b.record(eta(0, 5), Duration::from_secs(60));
+        a.merge(&b);
+        assert_eq!(a.admitted, 2);
+        assert_eq!(a.within, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_window_is_the_last_hour_and_memory_is_fixed() {
+        let mut t = EtaTracker::new(Instant::now());
+        t.record(Instant::now(), eta(1, 2), Duration::from_secs(1));
+        tokio::time::advance(Duration::from_secs(1800)).await;
+        t.record(Instant::now(), eta(1, 2), Duration::from_secs(9));
+        assert_eq!(t.report(Instant::now()).admitted, 2);
+        tokio::time::advance(Duration::from_secs(1800)).await;
+        // The first minute has left the window.
+        let r = t.report(Instant::now());
+        assert_eq!(r.admitted, 1);
+        assert_eq!(r.within_range, Some(0.0));
+        // Hours of traffic never grow the ring.
+        for _ in 0..500 {
+            tokio::time::advance(Duration::from_secs(37)).await;
+            t.record(Instant::now(), eta(1, 2), Duration::from_secs(2));
+        }
+        assert_eq!(t.ring.len(), BUCKETS);
+        assert!(t.report(Instant::now()).admitted <= 100);
+    }
+
+    fn v(n: u8) -> VisitorId {
+        VisitorId([n; 16])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_ledger_keeps_the_first_range_and_records_each_admission_once() {
+        let ledger = EtaLedger::default();
+        ledger.shown("main", v(1), eta(8, 12), 1_000, 0);
+        // Shown again, narrower and later: the first showing stands.
+        ledger.shown("main", v(1), eta(1, 2), 9_000, 0);
+        ledger.shown("main", v(2), eta(0, 5), 1_000, 0);
+        ledger.shown("other", v(1), eta(0, 1), 1_000, 0);
+        assert_eq!(ledger.tracked("main"), 2);
+        // 10 s after the first showing: within 8..12, error |10 - 10| = 0.
+        assert!(ledger.admitted("main", v(1), 11_000));
+        // Seen admitted again (another request, a stream tick): nothing more is recorded.
+        assert!(!ledger.admitted("main", v(1), 12_000));
+        // Never shown a range here (another replica's visitor, or the fast path).
+        assert!(!ledger.admitted("main", v(3), 12_000));
+        // Left the line: forgotten, never recorded.
+        ledger.forget("main", v(2));
+        assert!(!ledger.admitted("main", v(2), 12_000));
+        assert_eq!(
+            ledger.report("main"),
+            EtaReport {
+                admitted: 1,
+                within_range: Some(1.0),
+                median_error_secs: Some(0.5),
+            }
+        );
+        assert_eq!(ledger.report("other").admitted, 0);
+        assert_eq!(ledger.report("nowhere").within_range, None);
+        assert_eq!((ledger.tracked("main"), ledger.forgotten("main")), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn estimating_promises_nothing_and_moved_limits_revise_the_promise() {
+        let ledger = EtaLedger::default();
+        ledger.shown("main", v(1), Eta::estimating(3), 1_000, 0);
+        assert_eq!(ledger.tracked("main"), 0, "estimating is not a promise");
+        // The first range with a number is the promise, from when it was shown.
+        ledger.shown("main", v(1), eta(4, 6), 2_000, 0);
+        ledger.shown("main", v(1), eta(1, 2), 3_000, 0);
+        // The limits moved (epoch 1): the range shown now replaces the promise.
+        ledger.shown("main", v(1), eta(9, 11), 4_000, 1);
+        ledger.shown("main", v(1), eta(1, 2), 5_000, 1);
+        assert_eq!((ledger.tracked("main"), ledger.revised("main")), (1, 1));
+        // Admitted 10 s after the revised range was shown: within 9..11.
+        assert!(ledger.admitted("main", v(1), 14_000));
+        assert_eq!(ledger.report("main").within_range, Some(1.0));
+    }
+
+    #[test]
+    fn a_pace_estimates_until_it_has_seen_enough_then_trusts_the_slower_rate() {
+        let observed = |rate: f64, admitted: u64, busy: u64| Observed {
+            rate,
+            admitted,
+            busy: Duration::from_secs(busy),
+        };
+        let nothing = Pace {
+            admitting: 10.0,
+            observed: None,
+            turnover: None,
+        };
+        // Nothing seen: "estimating", at least the wait at the admitting rate.
+        assert_eq!(nothing.eta(100), Eta::estimating(10));
+        for too_little in [observed(2.0, 9, 30), observed(2.0, 50, 4)] {
+            let pace = Pace {
+                observed: Some(too_little),
+                ..nothing
+            };
+            assert!(pace.eta(100).estimating, "{too_little:?}");
+        }
+        // Seen enough: the slower of the observed and the admitting rate.
+        let site_bound = Pace {
+            observed: Some(observed(2.0, 400, 200)),
+            ..nothing
+        };
+        assert_eq!(site_bound.eta(100), Eta::for_position(100, 2.0));
+        let rate_bound = Pace {
+            admitting: 5.0,
+            observed: Some(observed(10.0, 400, 40)),
+            turnover: None,
+        };
+        assert_eq!(rate_bound.eta(100), Eta::for_position(100, 5.0));
+        // Few admissions behind the rate, or few places ahead: a wider range.
+        let early = Pace {
+            observed: Some(observed(2.0, 16, 8)),
+            ..nothing
+        };
+        assert_eq!(early.eta(100), Eta::within(100, 2.0, 1.5));
+        assert_eq!(site_bound.eta(4), Eta::within(4, 2.0, 2.0));
+        assert_eq!(
+            site_bound.eta(1),
+            Eta {
+                min: 0,
+                max: 2,
+                estimating: false
+            }
+        );
+        // A full site whose sessions are known: its turnover is a limit before the line has
+        // been watched, and after (a burst of a whole generation leaving is not the pace).
+        let full = Pace {
+            turnover: Some((1.5, 16)),
+            ..nothing
+        };
+        assert_eq!(full.eta(100), Eta::within(100, 1.5, 1.5));
+        let burst = Pace {
+            observed: Some(observed(6.0, 30, 5)),
+            ..full
+        };
+        assert_eq!(
+            burst.eta(100),
+            Eta::within(100, 1.5, 1.0 + 2.0 / 30f64.sqrt())
+        );
+    }
+
+    #[test]
+    fn session_lengths_are_known_once_enough_have_ended() {
+        let lengths = SessionLengths::default();
+        for n in 0..MIN_SESSIONS as u8 {
+            lengths.started("main", v(n), 1_000);
+        }
+        lengths.ended("main", v(200), 5_000); // never seen admitted here
+        for n in 0..MIN_SESSIONS as u8 - 1 {
+            lengths.ended("main", v(n), 11_000 + u64::from(n) * 2_000);
+        }
+        assert_eq!(lengths.mean("main"), None, "one short");
+        lengths.ended("main", v(MIN_SESSIONS as u8 - 1), 25_000);
+        // 10, 12, …, 24 s: a mean of 17 s.
+        assert_eq!(
+            lengths.mean("main"),
+            Some((Duration::from_secs(17), MIN_SESSIONS))
+        );
+        assert_eq!(lengths.mean("other"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_ledger_is_capped_and_forgets_the_oldest_and_the_stale() {
+        let ledger = EtaLedger::with_cap(3);
+        for n in 1..=5 {
+            ledger.shown("main", v(n), eta(0, 9), u64::from(n) * 1_000, 0);
+        }
+        // The two oldest made room.
+        assert_eq!((ledger.tracked("main"), ledger.forgotten("main")), (3, 2));
+        assert!(!ledger.admitted("main", v(1), 6_000));
+        assert!(!ledger.admitted("main", v(2), 6_000));
+        assert!(ledger.admitted("main", v(3), 6_000));
+        // Far later, the rest are older than the horizon: forgotten, counted.
+        ledger.prune(4_000 + crate::clock::ms(LEDGER_MAX_AGE) + 1);
+        assert_eq!((ledger.tracked("main"), ledger.forgotten("main")), (1, 3));
+        assert!(ledger.admitted("main", v(5), 6_000));
+        assert_eq!(ledger.report("main").admitted, 2);
+    }
+}
+
+/// The simulation of SPEC §14: the product's own estimator (the observed-rate ETA of
+/// [`crate::admission::Admission`], over the embedded store, driven exactly as the pass
+/// driver and statistics loop drive it) against simulated crowds on a paused clock.
 #[cfg(test)]
-mod simulation;
+mod simulation {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::admission::{Admission, Decision};
+    use crate::clock::Clock;
+    use crate::events::EventSink;
+    use crate::queue::conformance::{anyone, settings};
+    use crate::queue::{
+        MemoryStore, QueueStore, RoomPolicy, SettingsPatch, VisitorId, VisitorState,
+    };
+
+    const PASS: Duration = Duration::from_millis(250);
+
+    struct Scenario {
+        name: &'static str,
+        rate: f64,
+        /// Arrivals per second while they last (above `rate`, so a line forms).
+        arrivals_per_sec: f64,
+        visitors: usize,
+        /// Halve the rate at this many seconds in.
+        halve_at: Option<u64>,
+        /// One in this many waiters stops heartbeating after a while (0: none).
+        abandon_one_in: u64,
+        /// When set, (max_active, session_ttl): the site, not the bucket, sets the pace.
+        site_bound: Option<(u64, Duration)>,
+    }
+
+    /// A tiny deterministic generator (xorshift), so a run is reproducible.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        /// Uniform in [0, 1).
+        fn unit(&mut self) -> f64 {
+            (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    /// Runs one crowd and returns (hit ratio, admitted with a range shown).
+    async fn run(s: &Scenario) -> EtaReport {
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(
+            1_700_000_000_000,
+        )));
+        let mut seed = settings(s.rate, 1_000_000);
+        seed.abandon_after = Duration::from_secs(20);
+        if let Some((max_active, ttl)) = s.site_bound {
+            seed.max_active = max_active;
+            seed.session_ttl = ttl;
+        }
+        store
+            .open_room("main", &seed, &RoomPolicy::default(), false)
+            .await
+            .unwrap();
+        let admission = Admission::new(store.clone(), None, EventSink::disabled());
+        let rooms = vec!["main".to_owned()];
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut tracker = EtaTracker::new(Instant::now());
+        // Waiting visitors: id → (the promise: when shown, the range, the room's epoch then;
+        // none while the room is estimating), stops heartbeating at.
+        type Promise = Option<(Instant, Eta, u64)>;
+        let mut waiting: HashMap<VisitorId, (Promise, Option<Instant>)> = HashMap::new();
+        let epoch = |admission: &Admission| admission.cached_stats("main").map_or(0, |c| c.epoch);
+        // The rule of the product's ledger, kept here independently: the first range with a
+        // number, replaced by one shown after the room's limits moved.
+        let keep = |promise: &mut Promise, shown: Eta, epoch: u64| {
+            if !shown.estimating && promise.is_none_or(|(_, _, e)| e < epoch) {
+                *promise = Some((Instant::now(), shown, epoch));
+            }
+        };
+        let start = Instant::now();
+        let (mut joined, mut next_arrival) = (0usize, Duration::ZERO);
+        let mut step = 0u64;
+        admission.refresh_stats(&rooms).await;
+        while joined < s.visitors || !waiting.is_empty() {
+            let elapsed = start.elapsed();
+            // Arrivals due by now: exponential gaps (a Poisson crowd).
+            while joined < s.visitors && next_arrival <= elapsed {
+                let v = VisitorId::random();
+                if let Decision::Waiting(place) = admission.decide("main", v, anyone()).await {
+                    // As the waiting page shows it, which enters it in the product's ledger.
+                    let shown = admission.show_eta("main", v, &place);
+                    let leaves = (s.abandon_one_in > 0
+                        && rng.next().is_multiple_of(s.abandon_one_in))
+                    .then(|| Instant::now() + Duration::from_secs_f64(5.0 + 60.0 * rng.unit()));
+                    let mut promise = None;
+                    keep(&mut promise, shown, epoch(&admission));
+                    waiting.insert(v, (promise, leaves));
+                }
+                joined += 1;
+                let gap = -(1.0 - rng.unit()).ln() / s.arrivals_per_sec;
+                next_arrival += Duration::from_secs_f64(gap);
+            }
+            if s.halve_at
+                .is_some_and(|t| elapsed.as_secs() == t && step.is_multiple_of(4))
+            {
+                let patch = SettingsPatch {
+                    rate: Some(s.rate / 2.0),
+                    ..Default::default()
+                };
+                store.update_settings("main", &patch).await.unwrap();
+            }
+            tokio::time::advance(PASS).await;
+            step += 1;
+            // The pass driver's own step, which settles the product's ledger too.
+            let report = admission.admit_pass("main").await.unwrap();
+            for v in report.admitted {
+                if let Some((Some((at, shown, _)), _)) = waiting.remove(&v) {
+                    tracker.record(Instant::now(), shown, at.elapsed());
+                }
+            }
+            for v in report.abandoned {
+                waiting.remove(&v);
+            }
+            if step.is_multiple_of(4) {
+                admission.refresh_stats(&rooms).await;
+            }
+            if step.is_multiple_of(8) {
+                // The live stream's heartbeat and position event, every 2 s, to those still
+                // on the page.
+                let now = Instant::now();
+                let live: Vec<VisitorId> = waiting
+                    .iter()
+                    .filter(|(_, (_, leaves))| leaves.is_none_or(|t| now < t))
+                    .map(|(v, _)| *v)
+                    .collect();
+                let states = admission.heartbeat("main", &live).await.unwrap();
+                let epoch = epoch(&admission);
+                for (v, state) in live.into_iter().zip(states) {
+                    let VisitorState::Waiting(place) = state else {
+                        continue;
+                    };
+                    let shown = admission.show_eta("main", v, &place);
+                    if let Some((promise, _)) = waiting.get_mut(&v) {
+                        keep(promise, shown, epoch);
+                    }
+                }
+            }
+            assert!(step < 400_000, "{}: the line never drained", s.name);
+        }
+        let report = tracker.report(Instant::now());
+        // The product's wiring (ledger and tracker inside `Admission`) saw the same crowd.
+        assert_eq!(admission.eta_ledger().report("main"), report, "{}", s.name);
+        assert_eq!(admission.eta_ledger().tracked("main"), 0, "{}", s.name);
+        println!(
+            "ETA simulation [{}]: admitted {} after a wait, within range {:.1} %, median error {:.1} s",
+            s.name,
+            report.admitted,
+            100.0 * report.within_range.unwrap_or(0.0),
+            report.median_error_secs.unwrap_or(0.0)
+        );
+        report
+    }
+
+    fn steady(name: &'static str, rate: f64) -> Scenario {
+        Scenario {
+            name,
+            rate,
+            arrivals_per_sec: rate * 2.0,
+            visitors: 3_000,
+            halve_at: None,
+            abandon_one_in: 0,
+            site_bound: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn steady_rates_are_within_range_at_least_90_percent() {
+        for s in [steady("steady 5/s", 5.0), steady("steady 20/s", 20.0)] {
+            let r = run(&s).await;
+            assert!(
+                r.admitted >= 1_000,
+                "{}: only {} waited",
+                s.name,
+                r.admitted
+            );
+            let hit = r.within_range.unwrap();
+            assert!(
+                hit >= 0.9,
+                "{}: only {:.1} % within range",
+                s.name,
+                hit * 100.0
+            );
+        }
+    }
+
+    /// SPEC §14's other crowds: the rate halved mid-drop (the promises of those in line are
+    /// made again once: the limits moved), abandonment, and a site that sets the pace below
+    /// `rate`; each at least 90 % within the promised range.
+    #[tokio::test(start_paused = true)]
+    async fn changing_rates_abandonment_and_a_site_bound_line_are_within_range() {
+        let halved = Scenario {
+            name: "rate halved mid-run",
+            halve_at: Some(120),
+            ..steady("", 10.0)
+        };
+        let abandoning = Scenario {
+            name: "steady 10/s, 1 in 5 abandon",
+            abandon_one_in: 5,
+            ..steady("", 10.0)
+        };
+        // Configured for 50/s, but 50 on the site whose sessions end after 10 s idle: the
+        // line moves at about 5/s, which only the observed rate knows.
+        let site_bound = Scenario {
+            name: "site-bound ~5/s (rate 50, max_active 50, 10 s sessions)",
+            arrivals_per_sec: 10.0,
+            site_bound: Some((50, Duration::from_secs(10))),
+            ..steady("", 50.0)
+        };
+        for s in [halved, abandoning, site_bound] {
+            let r = run(&s).await;
+            assert!(
+                r.admitted >= 1_000,
+                "{}: only {} waited",
+                s.name,
+                r.admitted
+            );
+            let hit = r.within_range.unwrap();
+            assert!(
+                hit >= 0.9,
+                "{}: only {:.1} % within range",
+                s.name,
+                hit * 100.0
+            );
+        }
+    }
+}

@@ -8,7 +8,7 @@
 //! Time is unix milliseconds from the caller ([`crate::clock::Clock`] in production, so
 //! paused tokio time drives it in tests), because slots must line up across replicas.
 //!
-//! Wiring (`admission.rs`, the stores): each replica records every admitted request's time
+//! Wiring (`admission/`, the stores): each replica records every admitted request's time
 //! to response headers and status into an [`OriginRecorder`] per room (a fixed ring of
 //! one-second slots under a short mutex: no allocation per request). Once a second, from
 //! the pass driver, it publishes the ring as an [`OriginReport`] through

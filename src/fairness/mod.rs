@@ -2,7 +2,7 @@
 //! operators and origins check anteroom's claims. Each piece is a pure component with its
 //! own tests; the request path uses the admission token (`gate::respond`) and the draw
 //! (`gate::draw`: the public document and receipts); admission keeps the honest-ETA ledger
-//! (`admission.rs`: room stats, metrics) and drives the adaptive controller
+//! (`admission/`: room stats, metrics) and drives the adaptive controller
 //! (`Admission::adapt`, fed by `gate::classes`'s admitted requests, its effective rate
 //! applied by the store).
 //!

@@ -1433,6 +1433,19 @@ mod tests {
     use crate::queue::conformance::{self, Harness};
     use std::time::Duration;
 
+    #[test]
+    fn the_published_hash_is_what_orders_the_embedded_draw() {
+        let salt = [0x5a; 16];
+        for i in 0..50u8 {
+            let v = VisitorId([i; 16]);
+            assert_eq!(
+                crate::fairness::draw::DrawHash::of(&salt, v).score(),
+                lottery_score(&salt, v),
+                "the embedded store must order the draw by the published hash"
+            );
+        }
+    }
+
     struct MemoryHarness {
         store: Arc<MemoryStore>,
         dir: tempfile::TempDir,

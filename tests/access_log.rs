@@ -232,15 +232,7 @@ async fn one_line_per_request_then_a_sighup_reopens_the_file() {
     assert_eq!(mode, 0o600, "the fresh file is private too");
 
     // Nothing was dropped, and the counter is exported.
-    let metrics = c
-        .get(format!("{base}/__anteroom/admin/api/metrics"))
-        .bearer_auth(common::ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = common::admin_metrics(&c, ar.addr).await;
     assert!(
         metrics.contains("anteroom_access_log_dropped_total 0"),
         "{metrics}"
@@ -347,15 +339,7 @@ async fn a_banned_clients_lines_are_capped_and_counted() {
         "{bot_lines} lines in {secs} s"
     );
     assert!(bot_lines >= 10, "the first ten of a second are written");
-    let metrics = client()
-        .get(format!("{base}/__anteroom/admin/api/metrics"))
-        .bearer_auth(common::ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = common::admin_metrics(&client(), ar.addr).await;
     let suppressed: usize = metrics
         .lines()
         .find_map(|l| l.strip_prefix("anteroom_access_log_suppressed_total "))

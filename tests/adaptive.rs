@@ -237,18 +237,7 @@ async fn a_slow_origin_lowers_the_rate_on_both_replicas_and_recovery_restores_it
         assert_eq!(rates(&http, r).await.1, MIN_RATE, "still at the floor");
     }
     // And the metrics say so.
-    let metrics = http
-        .get(format!(
-            "http://{}/__anteroom/admin/api/metrics",
-            replicas[1].addr
-        ))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = admin_metrics(&http, replicas[1].addr).await;
     let metric = |name: &str| -> f64 {
         let prefix = format!("{name}{{room=\"main\"}} ");
         metrics

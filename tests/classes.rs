@@ -96,15 +96,7 @@ async fn a_webhook_and_a_preflight_pass_while_a_line_exists_and_create_nothing()
         (before.waiting, before.active, before.total_joined),
         "a bypass, a preflight and OPTIONS * create no session and no place"
     );
-    let metrics = http
-        .get(format!("http://{}/__anteroom/admin/api/metrics", ar.addr))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = admin_metrics(&http, ar.addr).await;
     assert!(
         metrics.contains("anteroom_bypass_requests_total{room=\"main\"} 2"),
         "{metrics}"
@@ -391,15 +383,7 @@ async fn a_request_past_inflight_wait_gets_503() {
     statuses.sort_unstable();
     assert_eq!(statuses, [200, 200, 200, 200, 503, 503, 503, 503]);
     assert_eq!(origin.peak.load(Ordering::SeqCst), 4);
-    let metrics = http
-        .get(format!("http://{}/__anteroom/admin/api/metrics", ar.addr))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = admin_metrics(&http, ar.addr).await;
     assert!(
         metrics.contains("anteroom_inflight_rejected_total{room=\"main\"} 4"),
         "{metrics}"

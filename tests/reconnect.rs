@@ -163,18 +163,7 @@ async fn outage_seen(
                 let answers = round(replica.addr, &kept[i], &waiting[i], n).await;
                 answers.iter().any(Answer::stalled)
             } else {
-                let metrics = http
-                    .get(format!(
-                        "http://{}/__anteroom/admin/api/metrics",
-                        replica.addr
-                    ))
-                    .bearer_auth(ADMIN_TOKEN)
-                    .send()
-                    .await
-                    .unwrap()
-                    .text()
-                    .await
-                    .unwrap();
+                let metrics = admin_metrics(&http, replica.addr).await;
                 metrics.lines().any(|l| l == "anteroom_store_up 0")
             };
             if seen {

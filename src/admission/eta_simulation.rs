@@ -172,23 +172,29 @@ fn steady(name: &'static str, rate: f64) -> Scenario {
     }
 }
 
+/// Runs `s`: at least 1,000 waited, and at least 90 % of them were admitted within the
+/// range promised.
+async fn assert_honest(s: &Scenario) {
+    let r = run(s).await;
+    assert!(
+        r.admitted >= 1_000,
+        "{}: only {} waited",
+        s.name,
+        r.admitted
+    );
+    let hit = r.within_range.unwrap();
+    assert!(
+        hit >= 0.9,
+        "{}: only {:.1} % within range",
+        s.name,
+        hit * 100.0
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn steady_rates_are_within_range_at_least_90_percent() {
     for s in [steady("steady 5/s", 5.0), steady("steady 20/s", 20.0)] {
-        let r = run(&s).await;
-        assert!(
-            r.admitted >= 1_000,
-            "{}: only {} waited",
-            s.name,
-            r.admitted
-        );
-        let hit = r.within_range.unwrap();
-        assert!(
-            hit >= 0.9,
-            "{}: only {:.1} % within range",
-            s.name,
-            hit * 100.0
-        );
+        assert_honest(&s).await;
     }
 }
 
@@ -216,19 +222,6 @@ async fn changing_rates_abandonment_and_a_site_bound_line_are_within_range() {
         ..steady("", 50.0)
     };
     for s in [halved, abandoning, site_bound] {
-        let r = run(&s).await;
-        assert!(
-            r.admitted >= 1_000,
-            "{}: only {} waited",
-            s.name,
-            r.admitted
-        );
-        let hit = r.within_range.unwrap();
-        assert!(
-            hit >= 0.9,
-            "{}: only {:.1} % within range",
-            s.name,
-            hit * 100.0
-        );
+        assert_honest(&s).await;
     }
 }

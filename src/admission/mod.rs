@@ -639,20 +639,14 @@ impl Admission {
     /// admission rate it achieves, or "estimating" until it has seen enough of it.
     pub fn eta(&self, room: &str, position: u64) -> Eta {
         self.stats
-            .get(room)
-            .map_or(Eta::estimating(0), |s| s.pace().eta(position))
+            .pace(room)
+            .map_or(Eta::estimating(0), |(pace, _)| pace.eta(position))
     }
 
     /// The estimated wait of a waiting visitor. Without a position (a lottery draw) their
     /// place could be anywhere in the draw: from no wait to the whole draw's.
     pub fn eta_for(&self, room: &str, place: &crate::queue::Place) -> Eta {
-        match place.position {
-            Some(position) => self.eta(room, position),
-            None => {
-                let whole = self.eta(room, place.waiting);
-                Eta { min: 0, ..whole }
-            }
-        }
+        eta_at(self.stats.pace(room).map(|(pace, _)| pace), place)
     }
 
     /// The estimated wait [`Admission::eta_for`] gives a waiting visitor, as it is about to
@@ -662,9 +656,10 @@ impl Admission {
     /// to the doors, which the page counts down instead) nor while the room is paused (the
     /// page says so; the range assumes a moving line).
     pub fn show_eta(&self, room: &str, visitor: VisitorId, place: &Place) -> Eta {
-        let eta = self.eta_for(room, place);
+        let pace = self.stats.pace(room);
+        let eta = eta_at(pace.map(|(pace, _)| pace), place);
         if place.position.is_some() && place.phase == Phase::Queueing && !place.paused {
-            let epoch = self.stats.get(room).map_or(0, |s| s.epoch);
+            let epoch = pace.map_or(0, |(_, epoch)| epoch);
             self.eta
                 .shown(room, visitor, eta, self.clock.now_ms(), epoch);
         }
@@ -703,9 +698,9 @@ impl Admission {
                         report: self.eta.report(room),
                         forgotten: self.eta.forgotten(room),
                         revised: self.eta.revised(room),
-                        session_length: self.lengths.mean(room),
                     };
-                    self.stats.record(room, stats, ledger, adaptive)
+                    let lengths = self.lengths.mean(room);
+                    self.stats.record(room, stats, ledger, lengths, adaptive)
                 }
                 Err(StoreError::Unavailable(_)) => {}
                 Err(other) => tracing::error!(room, error = %other, "cannot read room stats"),
@@ -880,8 +875,6 @@ struct LedgerView {
     report: EtaReport,
     forgotten: u64,
     revised: u64,
-    /// The sessions' mean length and how many it rests on.
-    session_length: Option<(Duration, usize)>,
 }
 
 /// A room's counters as last read, with what this replica derived from them.
@@ -1000,7 +993,22 @@ impl StatsCache {
         rooms.get(room).and_then(|r| r.latest.clone())
     }
 
-    fn record(&self, room: &str, stats: RoomStats, ledger: LedgerView, adaptive: Option<RateView>) {
+    /// The room's pace and limits epoch, read without copying the rest (every waiting
+    /// page and stream event asks).
+    fn pace(&self, room: &str) -> Option<(Pace, u64)> {
+        let rooms = self.rooms.read().unwrap_or_else(|p| p.into_inner());
+        let latest = rooms.get(room)?.latest.as_ref()?;
+        Some((latest.pace(), latest.epoch))
+    }
+
+    fn record(
+        &self,
+        room: &str,
+        stats: RoomStats,
+        ledger: LedgerView,
+        session_length: Option<(Duration, usize)>,
+        adaptive: Option<RateView>,
+    ) {
         let now = Instant::now();
         let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
         let samples = rooms.entry(room.to_owned()).or_default();
@@ -1051,7 +1059,7 @@ impl StatsCache {
             eta: ledger.report,
             eta_forgotten: ledger.forgotten,
             eta_revised: ledger.revised,
-            session_length: ledger.session_length,
+            session_length,
             adaptive,
         });
     }
@@ -1074,6 +1082,20 @@ impl StatsCache {
     fn record_pass(&self, room: &str, took: Duration) {
         let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
         rooms.entry(room.to_owned()).or_default().last_pass = Some(took);
+    }
+}
+
+/// The wait of a visitor at `place` at `pace` ("estimating" without one). Without a
+/// position (a lottery draw) their place could be anywhere in the draw: from no wait to the
+/// whole draw's.
+fn eta_at(pace: Option<Pace>, place: &Place) -> Eta {
+    let at = |position| pace.map_or(Eta::estimating(0), |pace| pace.eta(position));
+    match place.position {
+        Some(position) => at(position),
+        None => Eta {
+            min: 0,
+            ..at(place.waiting)
+        },
     }
 }
 

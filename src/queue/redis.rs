@@ -1402,53 +1402,73 @@ mod tests {
         conformance::suite!(unpaused: RedisHarness::single_eval().await);
     }
 
+    /// Runs `body` as a serving worker does: on a thread marked as one, on a runtime of its
+    /// own, with a store connected to `urls` whose room `main` is open at `rate`.
+    fn on_a_serving_worker<F: std::future::Future<Output = ()>>(
+        urls: &[String],
+        rate: f64,
+        body: impl FnOnce(RedisStore) -> F + Send,
+    ) {
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                crate::worker::serve_here_for_tests();
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async {
+                    let store = connect(urls).await;
+                    let seed = conformance::settings(rate, 100);
+                    store
+                        .open_room("main", &seed, &RoomPolicy::default(), false)
+                        .await
+                        .unwrap();
+                    body(store).await;
+                });
+            });
+        });
+    }
+
+    /// Whether the calling worker's connection of its own is ready (the only one made).
+    fn has_its_own_connection(store: &RedisStore) -> bool {
+        let local = store.local.lock().unwrap();
+        matches!(
+            local.values().collect::<Vec<_>>()[..],
+            [Local::Ready { .. }]
+        )
+    }
+
+    /// Polls (with calls that make the worker ask for it) until the worker's own connection
+    /// is ready, for at most 5 s.
+    async fn until_it_has_its_own_connection(store: &RedisStore) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !has_its_own_connection(store) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no connection of the worker's own"
+            );
+            store.stats("main").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// A serving worker's calls go through a connection of its own, made in the background
     /// on its runtime while the shared one serves.
     #[test]
     fn a_serving_worker_gets_its_own_connection() {
         let server = RedisServer::start();
-        let urls = vec![server.url()];
-        std::thread::spawn(move || {
-            crate::worker::serve_here_for_tests();
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
+        on_a_serving_worker(&[server.url()], 1.0, |store| async move {
+            until_it_has_its_own_connection(&store).await;
+            let joined = store
+                .resolve("main", VisitorId::random(), anyone())
+                .await
                 .unwrap();
-            runtime.block_on(async {
-                let store = connect(&urls).await;
-                let seed = conformance::settings(1.0, 100);
-                store
-                    .open_room("main", &seed, &RoomPolicy::default(), false)
-                    .await
-                    .unwrap();
-                let ready = |store: &RedisStore| {
-                    let local = store.local.lock().unwrap();
-                    matches!(
-                        local.values().collect::<Vec<_>>()[..],
-                        [Local::Ready { .. }]
-                    )
-                };
-                for _ in 0..500 {
-                    if ready(&store) {
-                        break;
-                    }
-                    store.stats("main").await.unwrap();
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                assert!(ready(&store), "no connection of the worker's own");
-                let joined = store
-                    .resolve("main", VisitorId::random(), anyone())
-                    .await
-                    .unwrap();
-                assert!(
-                    matches!(joined, Resolution::Admitted { newly: true }),
-                    "{joined:?}"
-                );
-                assert_eq!(store.stats("main").await.unwrap().active, 1);
-            });
-        })
-        .join()
-        .unwrap();
+            assert!(
+                matches!(joined, Resolution::Admitted { newly: true }),
+                "{joined:?}"
+            );
+            assert_eq!(store.stats("main").await.unwrap().active, 1);
+        });
     }
 
     /// A loopback proxy in front of a Redis that, when told, passes the next command on
@@ -1525,51 +1545,27 @@ mod tests {
     fn the_first_call_after_redis_restarts_succeeds() {
         let server = std::sync::Mutex::new(RedisServer::start_durable());
         let urls = vec![server.lock().unwrap().url()];
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                crate::worker::serve_here_for_tests();
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                runtime.block_on(async {
-                    let store = connect(&urls).await;
-                    let seed = conformance::settings(1_000.0, 100);
-                    store
-                        .open_room("main", &seed, &RoomPolicy::default(), false)
-                        .await
-                        .unwrap();
-                    let own = |store: &RedisStore| {
-                        let local = store.local.lock().unwrap();
-                        matches!(
-                            local.values().collect::<Vec<_>>()[..],
-                            [Local::Ready { .. }]
-                        )
-                    };
-                    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-                    while !own(&store) {
-                        assert!(std::time::Instant::now() < deadline, "no own connection");
-                        store.stats("main").await.unwrap();
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                    for round in 0..3 {
-                        server.lock().unwrap().kill();
-                        // The outage seen (or not: round 0 restarts at once).
-                        if round > 0 {
-                            assert!(store.stats("main").await.is_err());
-                        }
-                        server.lock().unwrap().restart();
-                        // The worker's own connection, then the shared one (a pass).
-                        let joined = store.resolve("main", VisitorId::random(), anyone()).await;
-                        assert!(
-                            matches!(joined, Ok(Resolution::Admitted { newly: true })),
-                            "round {round}: {joined:?}"
-                        );
-                        assert!(own(&store), "round {round}: the worker kept its connection");
-                    }
-                    assert_eq!(store.stats("main").await.unwrap().active, 3);
-                });
-            });
+        on_a_serving_worker(&urls, 1_000.0, |store| async move {
+            until_it_has_its_own_connection(&store).await;
+            for round in 0..3 {
+                server.lock().unwrap().kill();
+                // The outage seen (or not: round 0 restarts at once).
+                if round > 0 {
+                    assert!(store.stats("main").await.is_err());
+                }
+                server.lock().unwrap().restart();
+                // The worker's own connection, then the shared one (a pass).
+                let joined = store.resolve("main", VisitorId::random(), anyone()).await;
+                assert!(
+                    matches!(joined, Ok(Resolution::Admitted { newly: true })),
+                    "round {round}: {joined:?}"
+                );
+                assert!(
+                    has_its_own_connection(&store),
+                    "round {round}: the worker kept its connection"
+                );
+            }
+            assert_eq!(store.stats("main").await.unwrap().active, 3);
         });
     }
 

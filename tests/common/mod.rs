@@ -153,6 +153,18 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// A replica's metrics, as Prometheus text, through the admin API.
+pub async fn admin_metrics(http: &reqwest::Client, addr: SocketAddr) -> String {
+    http.get(format!("http://{addr}/__anteroom/admin/api/metrics"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// The `ar_visitor` cookie value a response set.
 pub fn visitor_cookie(response: &reqwest::Response) -> Option<String> {
     response

@@ -391,7 +391,7 @@ async fn lines_carry_the_user_agent_referer_protocol_and_origin_time_and_one_ref
     let top = format!(
         "access_log: \"{}\"\nadmission_key: \"{}\"\n",
         path.display(),
-        key.to_config_text()
+        key.to_config_text().as_str()
     );
     let (_origin, _dir, ar) = front_with(&top, ONE_THEN_QUEUE).await;
     let base = format!("http://{}", ar.addr);

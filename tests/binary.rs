@@ -466,3 +466,67 @@ async fn a_log_line_about_a_request_carries_its_request_id() {
         "{log:#?}"
     );
 }
+
+/// `anteroom probe ARGS`: its exit code and its one line of output (stdout or stderr).
+fn probe(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .arg("probe")
+        .args(args)
+        .env_remove("ANTEROOM_CONFIG")
+        .env_remove("ANTEROOM_LISTEN")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.trim_end().lines().count(), 1, "one line: {text:?}");
+    (out.status.code(), text.trim_end().to_owned())
+}
+
+#[tokio::test]
+async fn probe_answers_for_a_healthy_a_draining_and_a_missing_instance() {
+    // Nothing listening: a one-line reason naming the address, non-zero.
+    let nobody = free_port().to_string();
+    let (code, line) = probe(&["--address", &nobody]);
+    assert_eq!(code, Some(1), "{line}");
+    assert!(line.contains(&nobody) && line.contains("cannot connect"), "{line}");
+
+    // Healthy: the address comes from the config file, as the container's check uses it.
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = free_port();
+    let config = write_config(
+        dir.path(),
+        listen,
+        &origin.url(),
+        "server:\n  drain_delay: 3s",
+    );
+    let config = config.to_str().unwrap();
+    let mut process = spawn(None, Path::new(config));
+    wait_ready(listen).await;
+    let (code, line) = probe(&["--config", config]);
+    assert_eq!(code, Some(0), "{line}");
+    assert!(line.contains("/__anteroom/healthz"), "live by default: {line}");
+    let (code, line) = probe(&["--config", config, "--ready"]);
+    assert_eq!((code, line.contains("ready")), (Some(0), true), "{line}");
+
+    // Draining: not ready (with the reason), still alive, until it stops.
+    sigterm(&process);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let line = loop {
+        let (code, line) = probe(&["--config", config, "--ready"]);
+        if code == Some(1) {
+            break line;
+        }
+        assert!(Instant::now() < deadline, "still ready after SIGTERM: {line}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(line.contains("503") && line.contains("draining"), "{line}");
+    let (code, line) = probe(&["--config", config, "--live"]);
+    assert_eq!(code, Some(0), "alive while draining: {line}");
+    assert_eq!(wait_exit(&mut process, Duration::from_secs(15)).code(), Some(0));
+    let (code, line) = probe(&["--config", config]);
+    assert_eq!(code, Some(1), "stopped: {line}");
+}

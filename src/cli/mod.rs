@@ -1,5 +1,6 @@
 //! The command line (SPEC §2): run (default), `init`, `check`, `demo`, `verify-draw`,
-//! `grant` (SPEC §10), `--version`.
+//! `grant` (SPEC §10), `probe` (a health check of a running instance, [`probe`]),
+//! `--version`.
 //!
 //! Flags are parsed with clap; the environment is read through an injectable lookup so
 //! tests never touch the process environment. Clap's own errors (unknown flag, bad value)
@@ -12,6 +13,8 @@ use std::path::PathBuf;
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Config, ConfigError, Generated, Overrides};
+
+pub mod probe;
 
 /// What the process should do.
 #[derive(Debug)]
@@ -37,6 +40,13 @@ pub enum Command {
         config: Config,
         room: String,
         ttl: std::time::Duration,
+    },
+    /// `probe`: ask the instance at `addr` for `check`'s endpoint within `timeout`
+    /// ([`probe::probe`]).
+    Probe {
+        addr: std::net::SocketAddr,
+        check: probe::Check,
+        timeout: std::time::Duration,
     },
 }
 
@@ -183,6 +193,23 @@ enum Sub {
         #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
         ttl: std::time::Duration,
     },
+    /// Ask a running instance for its liveness (default) or readiness, at the config's
+    /// listen address (--config FILE, the environment, or :8080): exit 0 on 200, 1 with
+    /// the reason otherwise. For container health checks; needs no curl
+    Probe {
+        /// Readiness (/__anteroom/readyz): 503 while draining or the store is down
+        #[arg(long, conflicts_with = "live")]
+        ready: bool,
+        /// Liveness (/__anteroom/healthz), the default
+        #[arg(long)]
+        live: bool,
+        /// Probe this address instead of the config's listen address
+        #[arg(long, value_name = "ADDR")]
+        address: Option<std::net::SocketAddr>,
+        /// Give up after this long (e.g. 2s, 500ms)
+        #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
 }
 
 /// `anteroom grant`: a fresh grant for `room` valid for `ttl` from `now` (unix seconds).
@@ -285,6 +312,27 @@ where
                 config: loaded.config,
                 room,
                 ttl,
+            })
+        }
+        Some(Sub::Probe {
+            ready,
+            live: _,
+            address,
+            timeout,
+        }) => {
+            let addr = match address {
+                Some(addr) => addr,
+                None => probe::probe_address(config::load(&overrides, env)?.config.listen),
+            };
+            let check = if ready {
+                probe::Check::Ready
+            } else {
+                probe::Check::Live
+            };
+            Ok(Command::Probe {
+                addr,
+                check,
+                timeout,
             })
         }
         Some(Sub::Check) => {

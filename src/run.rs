@@ -14,10 +14,10 @@ use crate::admission::Admission;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::gate::App;
+use crate::metrics::Listener;
 use crate::queue::{
     MemoryStore, QueueStore, RedisStore, RoomPolicy, RoomSettings, Seeded, StoreError,
 };
-use crate::metrics::Listener;
 use crate::server::{self, ServerLimits};
 
 /// Why an instance could not start or did not stop cleanly.

@@ -405,7 +405,10 @@ async fn lines_carry_the_user_agent_referer_protocol_and_origin_time_and_one_ref
         .get(format!("{base}/in/2"))
         .visitor(&a)
         .header("user-agent", "Mozilla/5.0 (test)")
-        .header("referer", "https://shop.example/from?ar_grant=v1.secret#frag")
+        .header(
+            "referer",
+            "https://shop.example/from?ar_grant=v1.secret#frag",
+        )
         .send()
         .await
         .unwrap();
@@ -421,7 +424,8 @@ async fn lines_carry_the_user_agent_referer_protocol_and_origin_time_and_one_ref
     wait.bytes().await.unwrap();
     // A hostile client: a user agent of 20,000 bytes with a tab, quotes, a backslash and
     // bytes that are not UTF-8, and a referer that tries to close the JSON object.
-    let mut hostile = b"GET /raw HTTP/1.1\r\nHost: x\r\nConnection: close\r\nUser-Agent: bad\t\"\\\xff".to_vec();
+    let mut hostile =
+        b"GET /raw HTTP/1.1\r\nHost: x\r\nConnection: close\r\nUser-Agent: bad\t\"\\\xff".to_vec();
     hostile.extend(std::iter::repeat_n(b'A', 20_000));
     hostile.extend_from_slice(b"\r\nReferer: x\"}{\"status\":1\r\n\r\n");
     let answer = raw(ar.addr, &hostile).await;
@@ -441,7 +445,9 @@ async fn lines_carry_the_user_agent_referer_protocol_and_origin_time_and_one_ref
         "the referer without its query or fragment: {line}"
     );
     assert_eq!(line["protocol"], "HTTP/1.1", "{line}");
-    let origin_ms = line["origin_ms"].as_f64().expect("proxied: the origin's time");
+    let origin_ms = line["origin_ms"]
+        .as_f64()
+        .expect("proxied: the origin's time");
     assert!(
         origin_ms > 0.0 && origin_ms <= line["duration_ms"].as_f64().unwrap(),
         "{line}"

@@ -491,7 +491,10 @@ async fn probe_answers_for_a_healthy_a_draining_and_a_missing_instance() {
     let nobody = free_port().to_string();
     let (code, line) = probe(&["--address", &nobody]);
     assert_eq!(code, Some(1), "{line}");
-    assert!(line.contains(&nobody) && line.contains("cannot connect"), "{line}");
+    assert!(
+        line.contains(&nobody) && line.contains("cannot connect"),
+        "{line}"
+    );
 
     // Healthy: the address comes from the config file, as the container's check uses it.
     let origin = Origin::start().await;
@@ -508,7 +511,10 @@ async fn probe_answers_for_a_healthy_a_draining_and_a_missing_instance() {
     wait_ready(listen).await;
     let (code, line) = probe(&["--config", config]);
     assert_eq!(code, Some(0), "{line}");
-    assert!(line.contains("/__anteroom/healthz"), "live by default: {line}");
+    assert!(
+        line.contains("/__anteroom/healthz"),
+        "live by default: {line}"
+    );
     let (code, line) = probe(&["--config", config, "--ready"]);
     assert_eq!((code, line.contains("ready")), (Some(0), true), "{line}");
 
@@ -520,13 +526,19 @@ async fn probe_answers_for_a_healthy_a_draining_and_a_missing_instance() {
         if code == Some(1) {
             break line;
         }
-        assert!(Instant::now() < deadline, "still ready after SIGTERM: {line}");
+        assert!(
+            Instant::now() < deadline,
+            "still ready after SIGTERM: {line}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(line.contains("503") && line.contains("draining"), "{line}");
     let (code, line) = probe(&["--config", config, "--live"]);
     assert_eq!(code, Some(0), "alive while draining: {line}");
-    assert_eq!(wait_exit(&mut process, Duration::from_secs(15)).code(), Some(0));
+    assert_eq!(
+        wait_exit(&mut process, Duration::from_secs(15)).code(),
+        Some(0)
+    );
     let (code, line) = probe(&["--config", config]);
     assert_eq!(code, Some(1), "stopped: {line}");
 }

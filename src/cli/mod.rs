@@ -241,6 +241,37 @@ pub fn mint_grant(
         .map_err(|e| ConfigError::Usage(e.into()))
 }
 
+/// Whether a config file is named (`--config` or `ANTEROOM_CONFIG`).
+fn has_config_file(overrides: &Overrides, env: &dyn Fn(&str) -> Option<String>) -> bool {
+    overrides.config.is_some() || env("ANTEROOM_CONFIG").is_some_and(|v| !v.is_empty())
+}
+
+/// The address the server would listen on: the config file's `listen` as the server
+/// loads it (file, environment, flags); without a file, `--listen`, `ANTEROOM_LISTEN` or
+/// the default `:8080`, so a probe needs no origin or room to know where to ask.
+fn listen_of(
+    overrides: &Overrides,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<std::net::SocketAddr, ConfigError> {
+    if has_config_file(overrides, env) {
+        return Ok(config::load(overrides, env)?.config.listen);
+    }
+    let (key, text) = match (
+        &overrides.listen,
+        env("ANTEROOM_LISTEN").filter(|v| !v.is_empty()),
+    ) {
+        (Some(flag), _) => ("--listen", flag.clone()),
+        (None, Some(var)) => ("ANTEROOM_LISTEN", var),
+        (None, None) => ("--listen", ":8080".to_owned()),
+    };
+    config::parse_listen(&text).map_err(|e| ConfigError::Invalid {
+        file: None,
+        line: None,
+        key: key.to_owned(),
+        message: e.0,
+    })
+}
+
 /// Parse `std::env::args` and the process environment. Usage errors and `--help` print
 /// clap's message and exit (code 2, or 0 for help); configuration errors are returned.
 pub fn parse() -> Result<Command, ConfigError> {
@@ -322,7 +353,7 @@ where
         }) => {
             let addr = match address {
                 Some(addr) => addr,
-                None => probe::probe_address(config::load(&overrides, env)?.config.listen),
+                None => probe::probe_address(listen_of(&overrides, env)?),
             };
             let check = if ready {
                 probe::Check::Ready
@@ -336,9 +367,7 @@ where
             })
         }
         Some(Sub::Check) => {
-            let has_config =
-                overrides.config.is_some() || env("ANTEROOM_CONFIG").is_some_and(|v| !v.is_empty());
-            if !has_config {
+            if !has_config_file(&overrides, env) {
                 return Err(ConfigError::Usage(
                     "check needs a config file: anteroom check --config FILE".to_string(),
                 )
@@ -375,6 +404,67 @@ mod tests {
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn probe_asks_where_the_server_would_listen() {
+        let probed =
+            |args: &[&str], env: &dyn Fn(&str) -> Option<String>| match parse_from(args, env)
+                .unwrap()
+            {
+                Command::Probe { addr, check, .. } => (addr.to_string(), check),
+                other => panic!("{other:?}"),
+            };
+        let live = probe::Check::Live;
+        assert_eq!(
+            probed(&["anteroom", "probe"], &no_env),
+            ("127.0.0.1:8080".into(), live)
+        );
+        let env = env_of(&[("ANTEROOM_LISTEN", "[::]:9090")]);
+        assert_eq!(
+            probed(&["anteroom", "probe", "--ready"], &env),
+            ("[::1]:9090".into(), probe::Check::Ready)
+        );
+        assert_eq!(
+            probed(
+                &["anteroom", "--listen", "10.0.0.5:7000", "probe", "--live"],
+                &env
+            ),
+            ("10.0.0.5:7000".into(), live)
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("anteroom.yaml");
+        std::fs::write(
+            &file,
+            "listen: \":7443\"\nrooms:\n  main:\n    origin: http://127.0.0.1:3000\n",
+        )
+        .unwrap();
+        let file = file.to_str().unwrap();
+        // The secrets from the environment, as the server gets them in a container.
+        let secrets = env_of(&[
+            ("ANTEROOM_COOKIE_SECRET", &"ab".repeat(32)),
+            ("ANTEROOM_ADMIN_TOKEN", "probe-test-admin-token-0123456789"),
+            ("ANTEROOM_LISTEN", "127.0.0.1:1"),
+        ]);
+        assert_eq!(
+            probed(&["anteroom", "probe", "--config", file], &secrets),
+            ("127.0.0.1:1".into(), live),
+            "the environment overrides the file, as for the server"
+        );
+        let secrets = env_of(&[
+            ("ANTEROOM_COOKIE_SECRET", &"ab".repeat(32)),
+            ("ANTEROOM_ADMIN_TOKEN", "probe-test-admin-token-0123456789"),
+        ]);
+        assert_eq!(
+            probed(&["anteroom", "probe", "--config", file], &secrets),
+            ("127.0.0.1:7443".into(), live)
+        );
+        assert!(parse_from(["anteroom", "probe", "--ready", "--live"], &no_env).is_err());
+        let e = parse_from(
+            ["anteroom", "probe"],
+            &env_of(&[("ANTEROOM_LISTEN", "nope")]),
+        );
+        assert!(matches!(e, Err(CliError::Config(ref c)) if c.key() == Some("ANTEROOM_LISTEN")));
     }
 
     fn run(args: &[&str], env: &dyn Fn(&str) -> Option<String>) -> Result<Command, CliError> {

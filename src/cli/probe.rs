@@ -79,7 +79,11 @@ pub fn probe_address(listen: SocketAddr) -> SocketAddr {
 }
 
 /// Asks `addr` for `check`'s endpoint; `Ok` with the answer's first line on a 200.
-pub async fn probe(addr: SocketAddr, check: Check, timeout: Duration) -> Result<String, ProbeError> {
+pub async fn probe(
+    addr: SocketAddr,
+    check: Check,
+    timeout: Duration,
+) -> Result<String, ProbeError> {
     let url = format!("http://{addr}{}", check.path());
     match tokio::time::timeout(timeout, ask(addr, check, &url)).await {
         Ok(answer) => answer,

@@ -78,10 +78,7 @@ impl App {
             admission,
         };
         // The origin's time for the access log's `origin_ms` (only while the log is on).
-        let forwarded = self
-            .access_log
-            .as_ref()
-            .map(|_| std::time::Instant::now());
+        let forwarded = self.access_log.as_ref().map(|_| std::time::Instant::now());
         match self
             .origin_clients
             .get()

@@ -16,10 +16,10 @@ pub(super) struct ProcessCollector;
 #[cfg(target_os = "linux")]
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use procfs::process::{LimitValue, Process};
         use prometheus_client::encoding::EncodeMetric;
         use prometheus_client::metrics::counter::ConstCounter;
         use prometheus_client::metrics::gauge::ConstGauge;
-        use procfs::process::{LimitValue, Process};
 
         let Ok(me) = Process::myself() else {
             return Ok(());
@@ -54,8 +54,7 @@ impl Collector for ProcessCollector {
         gauge(
             "process_resident_memory_bytes",
             "Resident memory size in bytes.",
-            stat.as_ref()
-                .map(|s| (s.rss * procfs::page_size()) as f64),
+            stat.as_ref().map(|s| (s.rss * procfs::page_size()) as f64),
         )?;
         gauge(
             "process_virtual_memory_bytes",

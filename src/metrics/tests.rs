@@ -25,7 +25,12 @@ async fn metrics_on(store: Arc<MemoryStore>) -> (Arc<Admission>, Metrics) {
 async fn room(rate: f64, max_active: u64) -> Arc<MemoryStore> {
     let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
     store
-        .open_room("main", &settings(rate, max_active), &RoomPolicy::default(), false)
+        .open_room(
+            "main",
+            &settings(rate, max_active),
+            &RoomPolicy::default(),
+            false,
+        )
         .await
         .unwrap();
     store
@@ -76,7 +81,10 @@ async fn the_build_and_the_process_are_in_the_scrape() {
         .map(|_| std::fs::File::open("/proc/self/stat").unwrap())
         .collect();
     let more = value(&metrics.render(0), "process_open_fds").unwrap();
-    assert!(more >= open + 20.0 - 5.0, "{more} after opening 20 more than {open}");
+    assert!(
+        more >= open + 20.0 - 5.0,
+        "{more} after opening 20 more than {open}"
+    );
     drop(files);
 }
 
@@ -86,7 +94,10 @@ async fn time_in_line_is_observed_when_a_pass_lets_a_visitor_out_of_the_line() {
     let (admission, metrics) = metrics_on(store.clone()).await;
     // The fast path (nobody waiting) is not a wait in line.
     let first = store.resolve("main", VisitorId::random(), anyone()).await;
-    assert!(matches!(first, Ok(crate::queue::Resolution::Admitted { .. })));
+    assert!(matches!(
+        first,
+        Ok(crate::queue::Resolution::Admitted { .. })
+    ));
     store
         .update_settings("main", &SettingsPatch::pause())
         .await
@@ -102,7 +113,11 @@ async fn time_in_line_is_observed_when_a_pass_lets_a_visitor_out_of_the_line() {
         .await
         .unwrap();
     let series = "anteroom_time_in_line_seconds_count{room=\"main\"}";
-    assert_eq!(value(&metrics.render(0), series), None, "nobody let out yet");
+    assert_eq!(
+        value(&metrics.render(0), series),
+        None,
+        "nobody let out yet"
+    );
     tokio::time::advance(Duration::from_secs(5)).await;
     let report = admission.admit_pass("main").await.unwrap();
     assert_eq!(report.admitted.len(), 1, "one second's burst at 1 a second");
@@ -171,7 +186,12 @@ async fn listeners_count_their_open_connections_and_http2_streams() {
     let connections = "anteroom_open_connections{listener=\"public\"}";
     let streams = "anteroom_open_http2_streams{listener=\"public\"}";
     until(&metrics, connections, 0.0).await;
-    until(&metrics, "anteroom_open_connections{listener=\"admin\"}", 0.0).await;
+    until(
+        &metrics,
+        "anteroom_open_connections{listener=\"admin\"}",
+        0.0,
+    )
+    .await;
 
     let plain = tokio::net::TcpStream::connect(addr).await.unwrap();
     until(&metrics, connections, 1.0).await;
@@ -193,7 +213,10 @@ async fn listeners_count_their_open_connections_and_http2_streams() {
     until(&metrics, connections, 2.0).await;
     until(&metrics, streams, 3.0).await;
     assert_eq!(
-        value(&metrics.render(0), "anteroom_open_http2_streams{listener=\"admin\"}"),
+        value(
+            &metrics.render(0),
+            "anteroom_open_http2_streams{listener=\"admin\"}"
+        ),
         Some(0.0)
     );
 

@@ -41,25 +41,26 @@ pub(super) struct ReplicaCollector {
 
 impl Collector for ReplicaCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let mut build = encoder.encode_descriptor(
-            "anteroom_build_info",
-            "Always 1; its labels name the build: version, and whether the waiting page's front-end is built in.",
-            None,
-            MetricType::Gauge,
-        )?;
-        let labels = [
-            ("version", env!("CARGO_PKG_VERSION")),
-            (
-                "frontend",
-                if crate::http::pages::FRONTEND_BUILT_IN {
-                    "built_in"
-                } else {
-                    "plain"
-                },
-            ),
-        ];
-        ConstGauge::new(1i64).encode(build.encode_family(&labels)?)?;
-        drop(build);
+        {
+            let mut build = encoder.encode_descriptor(
+                "anteroom_build_info",
+                "Always 1; its labels name the build: version, and whether the waiting page's front-end is built in.",
+                None,
+                MetricType::Gauge,
+            )?;
+            let labels = [
+                ("version", env!("CARGO_PKG_VERSION")),
+                (
+                    "frontend",
+                    if crate::http::pages::FRONTEND_BUILT_IN {
+                        "built_in"
+                    } else {
+                        "plain"
+                    },
+                ),
+            ];
+            ConstGauge::new(1i64).encode(build.encode_family(&labels)?)?;
+        }
         type Read = fn(&Census) -> u64;
         let families: [(&str, &str, Read); 2] = [
             (

@@ -255,16 +255,12 @@ struct ReasonLabel {
 impl Collector for AbuseCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let abuse = &self.0;
-        {
-            let gauge = ConstGauge::new(i64::try_from(abuse.bans_active()).unwrap_or(i64::MAX));
-            let metric = encoder.encode_descriptor(
-                "anteroom_bans_active",
-                "Bans in force (addresses and ranges), as this replica enforces them.",
-                None,
-                gauge.metric_type(),
-            )?;
-            gauge.encode(metric)?;
-        }
+        gauge(
+            &mut encoder,
+            "anteroom_bans_active",
+            "Bans in force (addresses and ranges), as this replica enforces them.",
+            i64::try_from(abuse.bans_active()).unwrap_or(i64::MAX),
+        )?;
         for (name, help, value) in [
             (
                 "anteroom_banned_requests",
@@ -324,6 +320,21 @@ enum Value {
     Counter(u64),
 }
 
+/// Encodes one gauge without labels: `name`, its `help` and `value`.
+fn gauge<N>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: N,
+) -> Result<(), std::fmt::Error>
+where
+    ConstGauge<N>: EncodeMetric,
+{
+    let gauge = ConstGauge::new(value);
+    let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+    gauge.encode(metric)
+}
+
 fn label(room: &str) -> RoomLabel {
     RoomLabel {
         room: room.to_owned(),
@@ -337,40 +348,30 @@ fn int(n: u64) -> Option<Value> {
 impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let health = self.admission.health();
-        let scalar = |encoder: &mut DescriptorEncoder, name: &str, help: &str, v: i64| {
-            let gauge = ConstGauge::new(v);
-            let help = format!("{help}.");
-            let metric = encoder.encode_descriptor(name, &help, None, gauge.metric_type())?;
-            gauge.encode(metric)
-        };
-        scalar(
+        gauge(
             &mut encoder,
             "anteroom_store_up",
-            "1 when the queue store answered its last operation, 0 during an outage",
+            "1 when the queue store answered its last operation, 0 during an outage.",
             i64::from(health.is_up()),
         )?;
-        scalar(
+        gauge(
             &mut encoder,
             "anteroom_fail_open_enabled",
-            "1 when fail_open is configured",
+            "1 when fail_open is configured.",
             i64::from(self.fail_open),
         )?;
-        scalar(
+        gauge(
             &mut encoder,
             "anteroom_fail_open",
-            "1 while failing open: the store has been down past fail_open_after and every visitor is proxied unqueued",
+            "1 while failing open: the store has been down past fail_open_after and every visitor is proxied unqueued.",
             i64::from(health.failing_open()),
         )?;
-        {
-            let gauge = ConstGauge::new(health.down_for().map_or(0.0, |d| d.as_secs_f64()));
-            let metric = encoder.encode_descriptor(
-                "anteroom_store_down_seconds",
-                "How long the queue store has been unreachable (0 while it answers).",
-                None,
-                gauge.metric_type(),
-            )?;
-            gauge.encode(metric)?;
-        }
+        gauge(
+            &mut encoder,
+            "anteroom_store_down_seconds",
+            "How long the queue store has been unreachable (0 while it answers).",
+            health.down_for().map_or(0.0, |d| d.as_secs_f64()),
+        )?;
 
         for (name, help, n) in [
             (

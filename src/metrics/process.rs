@@ -19,18 +19,13 @@ impl Collector for ProcessCollector {
         use procfs::process::{LimitValue, Process};
         use prometheus_client::encoding::EncodeMetric;
         use prometheus_client::metrics::counter::ConstCounter;
-        use prometheus_client::metrics::gauge::ConstGauge;
 
         let Ok(me) = Process::myself() else {
             return Ok(());
         };
-        let mut gauge = |name: &str, help: &str, value: Option<f64>| {
-            let Some(value) = value else {
-                return Ok(());
-            };
-            let gauge = ConstGauge::new(value);
-            let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
-            gauge.encode(metric)
+        let mut gauge = |name: &str, help: &str, value: Option<f64>| match value {
+            Some(value) => super::gauge(&mut encoder, name, help, value),
+            None => Ok(()),
         };
         gauge(
             "process_open_fds",

@@ -195,14 +195,7 @@ async fn listeners_count_their_open_connections_and_http2_streams() {
 
     let plain = tokio::net::TcpStream::connect(addr).await.unwrap();
     until(&metrics, connections, 1.0).await;
-    let h2 = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(h2),
-    )
-    .await
-    .unwrap();
-    let conn = tokio::spawn(conn);
+    let (mut sender, conn) = crate::testing::h2c_client(addr).await;
     let mut requests = Vec::new();
     for _ in 0..3 {
         let request = Request::get(format!("http://{addr}/"))

@@ -815,7 +815,7 @@ async fn metrics_parse_as_prometheus_text_with_the_room_counters() {
         ("anteroom_sse_streams", &[][..], 0.0),
         (
             "anteroom_proxy_request_duration_seconds_count",
-            &[("room", "main"), ("class", "2xx")][..],
+            &[("room", "main"), ("status_class", "2xx")][..],
             1.0,
         ),
     ];

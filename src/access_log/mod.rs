@@ -21,7 +21,10 @@
 //! What the request path adds per request for these is cheap on purpose: the two header
 //! values are kept as clones (a reference count on the request head's bytes, no copy), the
 //! protocol as the request's `Version`, and the origin's time as an [`OriginTime`] on the
-//! response, set only while the log is on; formatting happens on the writer's thread.
+//! response, set only while the log is on; formatting happens on the writer's thread. Only
+//! a long-lived response (a live stream, a tunnel), whose line waits for as long as it
+//! lasts, has the two values copied out (bounded), so a held stream does not keep its
+//! request's head in memory.
 
 use std::fmt;
 use std::fs::File;
@@ -153,6 +156,26 @@ pub struct Started {
     /// The protocol the request came over (HTTP/1.1 or HTTP/2, h2c).
     pub version: Version,
 }
+
+impl Started {
+    /// Copies the header values kept out of the request head, at most [`MAX_HEADER`]
+    /// bytes each, so the head's buffer is not held for as long as this line waits.
+    fn own_headers(&mut self) {
+        for value in [&mut self.user_agent, &mut self.referer]
+            .into_iter()
+            .flatten()
+        {
+            let bytes = value.as_bytes();
+            if let Ok(copy) = HeaderValue::from_bytes(&bytes[..bytes.len().min(MAX_HEADER)]) {
+                *value = copy;
+            }
+        }
+    }
+}
+
+/// The classes whose response lasts as long as the client stays: a waiting page's live
+/// stream (`events`) and an admitted visitor's stream or WebSocket tunnel (`stream`).
+const LONG_LIVED: [&str; 2] = ["events", "stream"];
 
 /// How long the origin took to send its response headers, noted on a proxied response (in
 /// its extensions) for the line's `origin_ms`; absent when the request was not proxied.
@@ -408,7 +431,7 @@ impl AccessLog {
     /// line is sent to the writer.
     pub fn finish(
         &self,
-        started: Started,
+        mut started: Started,
         class: &'static str,
         decision: &'static str,
         response: Response<Body>,
@@ -418,6 +441,9 @@ impl AccessLog {
         {
             self.shared.suppressed.inc();
             return response;
+        }
+        if LONG_LIVED.contains(&class) {
+            started.own_headers();
         }
         let origin = response
             .extensions()

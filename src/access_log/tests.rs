@@ -305,3 +305,29 @@ fn a_body_dropped_early_is_logged_as_not_completed() {
     );
     assert_eq!(v[1]["completed"], true, "a HEAD answer has no body to send");
 }
+
+#[test]
+fn a_long_lived_line_keeps_bounded_copies_of_the_header_values() {
+    let mut s = started("/__anteroom/events");
+    let long = "U".repeat(MAX_HEADER * 4);
+    s.user_agent = Some(HeaderValue::from_str(&long).unwrap());
+    s.own_headers();
+    let ua = s.user_agent.as_ref().unwrap();
+    assert_eq!(ua.as_bytes(), &long.as_bytes()[..MAX_HEADER]);
+    assert_eq!(
+        s.referer.as_ref().unwrap().as_bytes(),
+        b"https://shop.example/launch?ar_grant=v1.secret#top",
+        "a short value is copied whole (its query is cut when written)"
+    );
+    let entry = Entry {
+        started: s,
+        class: "events",
+        decision: "served",
+        status: 200,
+        bytes: 0,
+        duration: Duration::ZERO,
+        origin: None,
+        completed: true,
+    };
+    assert_eq!(line(&entry)["referer"], "https://shop.example/launch");
+}

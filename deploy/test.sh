@@ -8,16 +8,24 @@
 #     with SIGHUP, which reopens the access log), and `systemd-analyze security` rates it 2.0
 #     or better.
 #  3. Dockerfile: hadolint passes; every COPY source exists; its build steps are the
-#     Makefile's `make build` steps; non-root, /data volume, HEALTHCHECK on healthz.
+#     Makefile's `make build` steps; non-root, /data volume, a HEALTHCHECK that is
+#     `anteroom probe` on the CMD's config file (no curl, no fixed port).
 #     compose.yaml: parses, has anteroom + Redis with AOF + an origin, mounts files that
 #     exist, takes secrets from the environment; its anteroom.yaml passes `anteroom check`.
 #  4. Live: a real target/debug/anteroom in front of a tiny origin, a real `prometheus`
 #     scraping its metrics with the bearer token (the shipped prometheus.yml, retargeted),
 #     queried through Prometheus's HTTP API: the room's rate and waiting count come back,
 #     the alert rules load and evaluate.
+# 4b. The line moves: the room is resumed and its three visitors are let out of the line,
+#     so the time-in-line histogram has data in the scrape and in Prometheus.
 #  5. Every metric named by the dashboard and the alert rules is in the live scrape and in
 #     Prometheus (except PENDING_METRICS, still being built), and every dashboard query is
 #     valid PromQL to the real Prometheus.
+#  6. What operators watch of the replica: `promtool check metrics` finds nothing to say
+#     about a real scrape; build info, process metrics (every `process_*` the kit names),
+#     open connections and streams per listener are in it with sane values; and
+#     `anteroom probe` answers for the live instance (address from the environment's
+#     listen, as in the container) and fails for a port nobody listens on.
 #
 # Needs: promtool and prometheus (Debian `prometheus`), systemd-analyze (Debian `systemd`),
 # hadolint (target/test-tools/hadolint), python3 with PyYAML, curl: scripts/test-tools.sh
@@ -103,7 +111,7 @@ step "3. Dockerfile (hadolint, context, build steps) and compose.yaml"
 "$HADOLINT" deploy/Dockerfile
 echo "hadolint: OK"
 python3 - <<'PY'
-import os, re, sys, shlex, yaml
+import json, os, re, sys, shlex, yaml
 
 def fail(msg):
     sys.exit(f"deploy/test.sh: FAIL: {msg}")
@@ -146,8 +154,17 @@ if not any(l.upper().startswith("VOLUME ") and "/data" in l for l in ins):
 if not any("ANTEROOM_DATA_DIR=/data" in l for l in ins):
     fail("/data is not the data_dir (ANTEROOM_DATA_DIR=/data)")
 hc = [l for l in ins if l.upper().startswith("HEALTHCHECK ")]
-if not hc or "/__anteroom/healthz" not in hc[0]:
-    fail("no HEALTHCHECK on /__anteroom/healthz")
+cmd = [l for l in ins if l.upper().startswith("CMD ")]
+if not hc or " CMD " not in hc[0]:
+    fail("no HEALTHCHECK CMD")
+probe = json.loads(hc[0].split(" CMD ", 1)[1])
+conf_of = lambda argv: argv[argv.index("--config") + 1] if "--config" in argv else None
+if probe[:2] != ["/usr/local/bin/anteroom", "probe"] or "--ready" in probe:
+    fail(f"the HEALTHCHECK is not `anteroom probe` on liveness: {probe}")
+if not cmd or conf_of(probe) != conf_of(json.loads(cmd[-1][4:])):
+    fail("the HEALTHCHECK probes another config file than the one CMD runs")
+if re.search(r"\bcurl\b", runs + " ".join(hc)):
+    fail("the image still installs or uses curl")
 if "front-end: built in" not in runs:
     fail("the Dockerfile does not check that the front-end is built in")
 
@@ -272,6 +289,13 @@ wait_for 10 "Prometheus to load and evaluate the 6 alert rules" rules_ok
 echo "Prometheus loaded the alert rules and evaluates them (health ok)"
 
 # ---------------------------------------------------------------------------------------
+step "4b. the line moves: visitors let out of it are timed"
+curl -fsS -m 5 -X POST -H "Authorization: Bearer $TOKEN" "$ADMIN/__anteroom/admin/api/rooms/main/resume" >/dev/null
+wait_for 15 "Prometheus to count 3 visitors let out of the line" \
+  is 'sum(anteroom_time_in_line_seconds_count{room="main"})' 3
+echo "Prometheus API: anteroom_time_in_line_seconds_count{room=\"main\"} = 3 after the resume"
+
+# ---------------------------------------------------------------------------------------
 step "5. every metric the dashboard and the alerts name is exported"
 curl -fsS -m 5 -H "Authorization: Bearer $METRICS_TOKEN" "$ADMIN/metrics" >"$tmp/scrape.txt"
 curl -fsS -m 5 -G "$PROM/api/v1/query" \
@@ -328,4 +352,63 @@ for e in dash_exprs + alert_exprs:
         fail(f"Prometheus rejected {fill(e)!r}: {d}")
 print(f"{len(dash_exprs)} dashboard queries and {len(alert_exprs)} alert expressions run in Prometheus")
 PY
+# ---------------------------------------------------------------------------------------
+step "6. what operators watch: promtool check metrics, process and listener metrics, probe"
+curl -fsS -m 5 -H "Authorization: Bearer $METRICS_TOKEN" "$ADMIN/metrics" >"$tmp/scrape6.txt"
+promtool check metrics <"$tmp/scrape6.txt" >"$tmp/lint.txt" 2>&1 || true
+[ ! -s "$tmp/lint.txt" ] || fail "promtool check metrics on a real scrape: $(cat "$tmp/lint.txt")"
+echo "promtool check metrics: nothing to report on a real scrape"
+SCRAPE="$tmp/scrape6.txt" python3 - <<'PY'
+import json, os, re, sys
+
+def fail(msg):
+    sys.exit(f"deploy/test.sh: FAIL: {msg}")
+
+samples = {}
+for line in open(os.environ["SCRAPE"]):
+    if line.strip() and not line.startswith("#"):
+        series, value = line.rsplit(" ", 1)
+        samples[series] = float(value)
+def one(series):
+    if series not in samples:
+        fail(f"{series} is not in the scrape")
+    return samples[series]
+builds = [s for s in samples if s.startswith("anteroom_build_info{")]
+if len(builds) != 1 or samples[builds[0]] != 1 or 'version="' not in builds[0]:
+    fail(f"anteroom_build_info is not one series of value 1 with a version: {builds}")
+fds, limit = one("process_open_fds"), one("process_max_fds")
+if not 0 < fds < limit:
+    fail(f"process_open_fds {fds} against process_max_fds {limit}")
+if one("process_resident_memory_bytes") < 1e6:
+    fail("process_resident_memory_bytes under a megabyte")
+if one("process_start_time_seconds") < 1.6e9:
+    fail("process_start_time_seconds is not a unix time")
+for listener in ("public", "admin"):
+    one(f'anteroom_open_connections{{listener="{listener}"}}')
+    one(f'anteroom_open_http2_streams{{listener="{listener}"}}')
+if one('anteroom_open_connections{listener="admin"}') < 1:
+    fail("the scrape's own connection to the admin listener is not counted")
+# The kit's process_* names (step 5 covers anteroom_*): all exported.
+rules = open("deploy/prometheus/alerts.yml").read()
+dash = json.load(open("deploy/grafana/anteroom.json"))
+exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+used = set(re.findall(r"\bprocess_[a-z_]+", rules + " ".join(exprs)))
+names = {re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", s).group(0) for s in samples}
+missing = sorted(used - names)
+if missing:
+    fail(f"named in the kit but not exported: {missing}")
+print(f"build info, process metrics ({sorted(used)} used by the kit) and listener gauges: OK")
+PY
+ANTEROOM_LISTEN="127.0.0.1:$AR_PORT" "$BIN" probe >"$tmp/probe.out" 2>&1 ||
+  fail "anteroom probe (liveness) failed on the live instance: $(cat "$tmp/probe.out")"
+ANTEROOM_LISTEN="127.0.0.1:$AR_PORT" "$BIN" probe --ready >"$tmp/probe.out" 2>&1 ||
+  fail "anteroom probe --ready failed on the live instance: $(cat "$tmp/probe.out")"
+if "$BIN" probe --address "127.0.0.1:$PROM_PORT" --timeout 2s >"$tmp/probe.out" 2>&1; then
+  fail "anteroom probe passed against Prometheus, which has no healthz of anteroom's"
+fi
+if "$BIN" probe --address 127.0.0.1:1 >"$tmp/probe.out" 2>&1; then
+  fail "anteroom probe passed with nothing listening"
+fi
+echo "anteroom probe: 0 for the live instance (live and ready), 1 elsewhere: $(cat "$tmp/probe.out")"
+
 echo "deploy/test.sh: all deployment kit checks passed"

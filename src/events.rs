@@ -224,7 +224,8 @@ impl Event {
         }
     }
 
-    /// The JSON body: `type`, `room`, `visitor_id` where there is one, `ts` in RFC 3339 with
+    /// The JSON body: `type`, `room`, `visitor_id` and its `ref` (the reference the visitor's
+    /// page shows, which support is given) where there is one, `ts` in RFC 3339 with
     /// milliseconds, and any detail fields.
     pub fn to_json(&self) -> String {
         let mut body = serde_json::json!({
@@ -234,6 +235,7 @@ impl Event {
         });
         if let Some(v) = self.visitor_id {
             body["visitor_id"] = v.to_hex().into();
+            body["ref"] = v.reference().as_str().into();
         }
         if let Some(serde_json::Value::Object(detail)) = &self.detail {
             for (k, v) in detail {
@@ -518,6 +520,7 @@ mod tests {
         assert_eq!(json["type"], "visitor_joined");
         assert_eq!(json["room"], "main");
         assert_eq!(json["visitor_id"], "ab".repeat(16));
+        assert_eq!(json["ref"], v.reference().as_str());
         assert_eq!(json["ts"], "2023-11-14T22:13:20.123Z");
         assert_eq!(event.key(), format!("main:{}", "ab".repeat(16)));
         let changed = Event::config_changed(

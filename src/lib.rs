@@ -3,7 +3,7 @@
 //! The map, in the order a request meets it:
 //!
 //! - [`config`]   — the YAML file, `ANTEROOM_*` environment and flags, merged and validated.
-//! - [`cli`]      — the command line: run, `init`, `check`, `demo`, `--version`.
+//! - [`cli`]      — the command line: run, `init`, `check`, `demo`, `probe`, `--version`.
 //! - [`server`]   — the accept loop: connection cap, header-read timeout, graceful drain.
 //! - [`gate`]     — the one request path: identify, classify (SPEC §10 order), decide,
 //!   respond, and its one error type.

@@ -63,6 +63,11 @@ fn main() -> ExitCode {
             exit(serve_demo())
         }
         Command::VerifyDraw(args) => verify_draw(&args),
+        Command::Probe {
+            addr,
+            check,
+            timeout,
+        } => probe(addr, check, timeout),
         Command::Grant { config, room, ttl } => {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -78,6 +83,34 @@ fn main() -> ExitCode {
                     ExitCode::from(1)
                 }
             }
+        }
+    }
+}
+
+/// `anteroom probe`: 0 on a 200, 1 with the reason on one line otherwise.
+fn probe(
+    addr: std::net::SocketAddr,
+    check: cli::probe::Check,
+    timeout: std::time::Duration,
+) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("anteroom probe: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(cli::probe::probe(addr, check, timeout)) {
+        Ok(reason) => {
+            println!("ok: {} {reason}", check.path());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("anteroom probe: {e}");
+            ExitCode::from(1)
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::admission::Admission;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::gate::App;
+use crate::metrics::Listener;
 use crate::queue::{
     MemoryStore, QueueStore, RedisStore, RoomPolicy, RoomSettings, Seeded, StoreError,
 };
@@ -205,6 +206,7 @@ pub async fn start(
         trusted_proxies: config.trusted_proxies.clone().into(),
         http2_max_streams: config.server.http2_max_streams,
         shutdown_grace: config.server.shutdown_grace,
+        census: app.metrics.census(Listener::Public),
     };
     let drain_delay = config.server.drain_delay;
     let workers = config.server.workers;
@@ -243,7 +245,10 @@ pub async fn start(
             let admin_served = admin_listener.map(|admin_listener| {
                 let app = app.clone();
                 let closing = closing.clone();
-                let limits = limits.clone();
+                let limits = ServerLimits {
+                    census: app.metrics.census(Listener::Admin),
+                    ..limits.clone()
+                };
                 tokio::spawn(async move {
                     let handler = move |req, peer| {
                         let app = app.clone();

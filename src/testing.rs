@@ -7,7 +7,8 @@
 //! with the `openssl` command (so these fixtures need no crate the product does not), and
 //! servers listening with TLS only (`--port 0`).
 //!
-//! Also [`xorshift`], the deterministic generator the in-process model tests draw from.
+//! Also [`xorshift`], the deterministic generator the in-process model tests draw from,
+//! and [`h2c_client`], an HTTP/2 client connection for the tests that count streams.
 //!
 //! A missing `redis-server` is a test failure with a clear message, never a silent pass:
 //! `.ci/run` installs it.
@@ -463,4 +464,24 @@ pub fn xorshift(state: &mut u64) -> u64 {
     *state ^= *state >> 7;
     *state ^= *state << 17;
     *state
+}
+
+/// An HTTP/2 client connection without TLS (h2c, prior knowledge) to `addr`, and the task
+/// driving it (it ends when the sender is dropped and the server closes).
+pub async fn h2c_client(
+    addr: std::net::SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+) {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect for HTTP/2");
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("an HTTP/2 handshake");
+    (sender, tokio::spawn(connection))
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{AsVisitor, client, front_with, visitor_cookie};
+use common::{AsVisitor, client, front_with, reference_of, visitor_cookie};
 
 /// The first visitor is let in; everyone after waits (one admission per 100 s).
 const ONE_THEN_QUEUE: &str = "    rate: 0.01\n    max_active: 1000\n    bypass_paths: [\"/hooks/**\"]\n    asset_paths: [\"/static/**\"]";
@@ -31,14 +31,6 @@ async fn lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
         path.display(),
         std::fs::read_to_string(path).unwrap_or_default()
     );
-}
-
-/// The reference of the visitor a cookie names (what the waiting page shows them).
-fn reference_of(cookie: &str) -> String {
-    let secret = hex::decode(common::COOKIE_SECRET).unwrap();
-    let keys = anteroom::token::CookieKeys::new(&secret, &[] as &[&[u8]]);
-    let claim = keys.verify(cookie, std::time::SystemTime::now()).unwrap();
-    claim.visitor.reference().as_str().to_owned()
 }
 
 #[tokio::test]
@@ -352,5 +344,145 @@ async fn a_banned_clients_lines_are_capped_and_counted() {
         SENT + 1,
         "every request written or counted"
     );
+    ar.shutdown().await.unwrap();
+}
+
+/// Sends `request` (raw bytes) on a fresh connection and reads the answer to its end.
+async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("the answer ends (Connection: close)")
+        .unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// `GET path` over HTTP/2 without TLS (h2c, prior knowledge), as a visitor with `cookie`.
+async fn get_h2(addr: std::net::SocketAddr, path: &str, cookie: &str) -> u16 {
+    let (mut sender, _connection) = anteroom::testing::h2c_client(addr).await;
+    let request = http::Request::get(format!("http://{addr}{path}"))
+        .header("cookie", format!("ar_visitor={cookie}"))
+        .header("user-agent", "h2-client/1")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap();
+    status
+}
+
+#[tokio::test]
+async fn lines_carry_the_user_agent_referer_protocol_and_origin_time_and_one_ref() {
+    let logs = tempfile::tempdir().unwrap();
+    let path = logs.path().join("access.log");
+    let key = anteroom::fairness::admission_token::AdmissionKey::generate().unwrap();
+    let top = format!(
+        "access_log: \"{}\"\nadmission_key: \"{}\"\n",
+        path.display(),
+        key.to_config_text().as_str()
+    );
+    let (_origin, _dir, ar) = front_with(&top, ONE_THEN_QUEUE).await;
+    let base = format!("http://{}", ar.addr);
+    let c = client();
+
+    // A is let in; their second request goes to the origin with the admission token.
+    let first = c.get(format!("{base}/in/1")).send().await.unwrap();
+    let a = visitor_cookie(&first).expect("A gets a cookie");
+    first.bytes().await.unwrap();
+    let proxied = c
+        .get(format!("{base}/in/2"))
+        .visitor(&a)
+        .header("user-agent", "Mozilla/5.0 (test)")
+        .header(
+            "referer",
+            "https://shop.example/from?ar_grant=v1.secret#frag",
+        )
+        .send()
+        .await
+        .unwrap();
+    let echoed: serde_json::Value = proxied.json().await.unwrap();
+    // B waits: answered by anteroom, never proxied.
+    let wait = c
+        .get(format!("{base}/out/1"))
+        .header("user-agent", "waiter")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(common::status_header(&wait).as_deref(), Some("waiting"));
+    wait.bytes().await.unwrap();
+    // A hostile client: a user agent of 20,000 bytes with a tab, quotes, a backslash and
+    // bytes that are not UTF-8, and a referer that tries to close the JSON object.
+    let mut hostile =
+        b"GET /raw HTTP/1.1\r\nHost: x\r\nConnection: close\r\nUser-Agent: bad\t\"\\\xff".to_vec();
+    hostile.extend(std::iter::repeat_n(b'A', 20_000));
+    hostile.extend_from_slice(b"\r\nReferer: x\"}{\"status\":1\r\n\r\n");
+    let answer = raw(ar.addr, &hostile).await;
+    assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+    // HTTP/2 (h2c): A again.
+    assert_eq!(get_h2(ar.addr, "/in/h2", &a).await, 200);
+
+    let all = lines(&path, 5).await;
+    let by_path: HashMap<&str, &serde_json::Value> = all
+        .iter()
+        .map(|l| (l["path"].as_str().unwrap(), l))
+        .collect();
+    let line = by_path["/in/2"];
+    assert_eq!(line["user_agent"], "Mozilla/5.0 (test)", "{line}");
+    assert_eq!(
+        line["referer"], "https://shop.example/from",
+        "the referer without its query or fragment: {line}"
+    );
+    assert_eq!(line["protocol"], "HTTP/1.1", "{line}");
+    let origin_ms = line["origin_ms"]
+        .as_f64()
+        .expect("proxied: the origin's time");
+    assert!(
+        origin_ms > 0.0 && origin_ms <= line["duration_ms"].as_f64().unwrap(),
+        "{line}"
+    );
+    let waited = by_path["/out/1"];
+    assert_eq!(waited["decision"], "waiting", "{waited}");
+    assert_eq!(waited["user_agent"], "waiter");
+    assert!(waited["referer"].is_null(), "{waited}");
+    assert!(waited["origin_ms"].is_null(), "never proxied: {waited}");
+    let h2 = by_path["/in/h2"];
+    assert_eq!(h2["protocol"], "HTTP/2", "{h2}");
+    assert_eq!(h2["user_agent"], "h2-client/1", "{h2}");
+    assert_eq!(h2["ref"], reference_of(&a).as_str(), "{h2}");
+
+    // The hostile line is one line, bounded and escaped.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let raw_line = text
+        .lines()
+        .find(|l| l.contains("\"path\":\"/raw\""))
+        .expect("the hostile request's line");
+    assert!(raw_line.len() < 2_000, "bounded: {} bytes", raw_line.len());
+    let hostile: serde_json::Value = serde_json::from_str(raw_line).unwrap();
+    let ua = hostile["user_agent"].as_str().unwrap();
+    assert!(ua.starts_with("bad\t\"\\\u{fffd}AAA"), "{ua:?}");
+    assert!(ua.len() <= anteroom::access_log::MAX_HEADER + 2, "{ua:?}");
+    assert_eq!(hostile["referer"], "x\"}{\"status\":1");
+    assert_eq!(hostile["status"], answer[9..12].parse::<u16>().unwrap());
+    assert_eq!(text.lines().count(), all.len(), "every line is whole JSON");
+
+    // One reference: the token the origin got names A as A's page and the log do.
+    let token = echoed["headers"]["x-anteroom-admission"]
+        .as_str()
+        .expect("an admitted request carries the token");
+    let payload = token.split('.').nth(1).unwrap();
+    use base64::Engine;
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["ref"], line["ref"], "token {claims} and log {line}");
+    assert_eq!(claims["ref"], reference_of(&a).as_str());
     ar.shutdown().await.unwrap();
 }

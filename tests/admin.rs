@@ -815,7 +815,7 @@ async fn metrics_parse_as_prometheus_text_with_the_room_counters() {
         ("anteroom_sse_streams", &[][..], 0.0),
         (
             "anteroom_proxy_request_duration_seconds_count",
-            &[("room", "main"), ("class", "2xx")][..],
+            &[("room", "main"), ("status_class", "2xx")][..],
             1.0,
         ),
     ];
@@ -841,12 +841,32 @@ async fn metrics_parse_as_prometheus_text_with_the_room_counters() {
         .iter()
         .filter(|s| {
             s.name == "anteroom_proxy_request_duration_seconds_bucket"
-                && s.labels.get("class").map(String::as_str) == Some("2xx")
+                && s.labels.get("status_class").map(String::as_str) == Some("2xx")
         })
         .map(|s| s.value)
         .collect();
     assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
     assert_eq!(buckets.last(), Some(&1.0));
+    // What operators watch of the replica, in the same text: its build, its process, what
+    // its listener has open (this scrape's own connection at least).
+    assert_eq!(
+        types["anteroom_build_info"], "gauge",
+        "the build's labels, value 1"
+    );
+    assert!(
+        samples
+            .iter()
+            .any(|s| s.name == "anteroom_build_info" && s.value == 1.0),
+        "{text}"
+    );
+    let public = [("listener", "public")];
+    assert!(sample(&samples, "anteroom_open_connections", &public).is_some_and(|n| n >= 1.0));
+    assert_eq!(
+        sample(&samples, "anteroom_open_http2_streams", &public),
+        Some(0.0)
+    );
+    let fds = sample(&samples, "process_open_fds", &[]).unwrap();
+    assert!(fds > 0.0 && fds < sample(&samples, "process_max_fds", &[]).unwrap());
     h.ar.shutdown().await.unwrap();
 }
 

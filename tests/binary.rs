@@ -258,19 +258,40 @@ fn wait_exit(process: &mut Process, limit: Duration) -> std::process::ExitStatus
     }
 }
 
-#[tokio::test]
-async fn sigterm_drains_snapshots_and_exits_zero() {
+/// An origin and the binary in front of it with `room_extra` in its config, serving.
+struct Serving {
+    _origin: Origin,
+    dir: tempfile::TempDir,
+    listen: SocketAddr,
+    config: std::path::PathBuf,
+    process: Process,
+}
+
+async fn serving(room_extra: &str) -> Serving {
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
     let listen = free_port();
-    let config = write_config(
-        dir.path(),
-        listen,
-        &origin.url(),
-        "    rate: 0.01\n    max_active: 1000",
-    );
-    let mut process = spawn(None, &config);
+    let config = write_config(dir.path(), listen, &origin.url(), room_extra);
+    let process = spawn(None, &config);
     wait_ready(listen).await;
+    Serving {
+        _origin: origin,
+        dir,
+        listen,
+        config,
+        process,
+    }
+}
+
+#[tokio::test]
+async fn sigterm_drains_snapshots_and_exits_zero() {
+    let Serving {
+        _origin,
+        dir,
+        listen,
+        config,
+        mut process,
+    } = serving("    rate: 0.01\n    max_active: 1000").await;
     let http = client();
     let url = format!("http://{listen}/");
     http.get(&url).send().await.unwrap();
@@ -365,22 +386,13 @@ async fn running_out_of_file_descriptors_is_survived() {
 
 #[tokio::test]
 async fn sigterm_turns_readyz_503_within_100ms_and_serves_for_the_drain_delay() {
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let listen = free_port();
-    let config = write_config(
-        dir.path(),
-        listen,
-        &origin.url(),
-        "server:\n  drain_delay: 1500ms",
-    );
-    let mut process = spawn(None, &config);
-    wait_ready(listen).await;
+    let mut s = serving("server:\n  drain_delay: 1500ms").await;
+    let (listen, process) = (s.listen, &mut s.process);
     let readyz = format!("http://{listen}/__anteroom/readyz");
     assert_eq!(client().get(&readyz).send().await.unwrap().status(), 200);
 
     let signalled = Instant::now();
-    sigterm(&process);
+    sigterm(process);
     loop {
         let status = client().get(&readyz).send().await.unwrap().status();
         if status == 503 {
@@ -399,7 +411,7 @@ async fn sigterm_turns_readyz_503_within_100ms_and_serves_for_the_drain_delay() 
         .unwrap();
     assert_eq!(page.status(), 200, "still serving during the drain delay");
     assert!(signalled.elapsed() < Duration::from_millis(1500));
-    let status = wait_exit(&mut process, Duration::from_secs(15));
+    let status = wait_exit(process, Duration::from_secs(15));
     assert_eq!(status.code(), Some(0));
     assert!(signalled.elapsed() >= Duration::from_millis(1500));
 }
@@ -465,4 +477,68 @@ async fn a_log_line_about_a_request_carries_its_request_id() {
         listening.is_some_and(|l| !l.contains("request_id")),
         "{log:#?}"
     );
+}
+
+/// `anteroom probe ARGS`: its exit code and its one line of output (stdout or stderr).
+fn probe(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .arg("probe")
+        .args(args)
+        .env_remove("ANTEROOM_CONFIG")
+        .env_remove("ANTEROOM_LISTEN")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.trim_end().lines().count(), 1, "one line: {text:?}");
+    (out.status.code(), text.trim_end().to_owned())
+}
+
+#[tokio::test]
+async fn probe_answers_for_a_healthy_a_draining_and_a_missing_instance() {
+    // Nothing listening: a one-line reason naming the address, non-zero.
+    let nobody = free_port().to_string();
+    let (code, line) = probe(&["--address", &nobody]);
+    assert_eq!(code, Some(1), "{line}");
+    assert!(
+        line.contains(&nobody) && line.contains("cannot connect"),
+        "{line}"
+    );
+
+    // Healthy: the address comes from the config file, as the container's check uses it.
+    let mut s = serving("server:\n  drain_delay: 3s").await;
+    let config = s.config.to_str().unwrap().to_owned();
+    let (config, process) = (config.as_str(), &mut s.process);
+    let (code, line) = probe(&["--config", config]);
+    assert_eq!(code, Some(0), "{line}");
+    assert!(
+        line.contains("/__anteroom/healthz"),
+        "live by default: {line}"
+    );
+    let (code, line) = probe(&["--config", config, "--ready"]);
+    assert_eq!((code, line.contains("ready")), (Some(0), true), "{line}");
+
+    // Draining: not ready (with the reason), still alive, until it stops.
+    sigterm(process);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let line = loop {
+        let (code, line) = probe(&["--config", config, "--ready"]);
+        if code == Some(1) {
+            break line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still ready after SIGTERM: {line}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(line.contains("503") && line.contains("draining"), "{line}");
+    let (code, line) = probe(&["--config", config, "--live"]);
+    assert_eq!(code, Some(0), "alive while draining: {line}");
+    assert_eq!(wait_exit(process, Duration::from_secs(15)).code(), Some(0));
+    let (code, line) = probe(&["--config", config]);
+    assert_eq!(code, Some(1), "stopped: {line}");
 }

@@ -42,7 +42,7 @@ pub fn micro(smoke: bool) -> anyhow::Result<Vec<Row>> {
     let claims = |admitted_at: u64| AdmissionClaims {
         kid: String::new(),
         room: "main".to_owned(),
-        visitor_ref: "0123456789abcdef".to_owned(),
+        visitor_ref: "7KQ2M9XD".to_owned(),
         admitted_at,
         exp: 1_700_000_600,
     };

@@ -11,9 +11,20 @@
 //! A banned client's lines are capped per client ([`banned`]); the rest are counted
 //! (`anteroom_access_log_suppressed_total`).
 //!
-//! A line never holds the cookie or any other header value: the visitor is named by their
-//! 8-character reference, and the path is logged without its query (where grants and
-//! tokens travel).
+//! A line never holds the cookie, `Authorization` or any header value but the user agent
+//! and the referer: the visitor is named by their 8-character reference, and the path and
+//! the referer are logged without their query (where grants and tokens travel). The user
+//! agent and the referer are the client's own bytes, so they are cut to [`MAX_HEADER`]
+//! bytes, and written as JSON strings (control characters escaped, bytes that are not
+//! UTF-8 replaced): a hostile value can make a line longer, never break it.
+//!
+//! What the request path adds per request for these is cheap on purpose: the two header
+//! values are kept as clones (a reference count on the request head's bytes, no copy), the
+//! protocol as the request's `Version`, and the origin's time as an [`OriginTime`] on the
+//! response, set only while the log is on; formatting happens on the writer's thread. Only
+//! a long-lived response (a live stream, a tunnel), whose line waits for as long as it
+//! lasts, has the two values copied out (bounded), so a held stream does not keep its
+//! request's head in memory.
 
 use std::fmt;
 use std::fs::File;
@@ -26,7 +37,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::task::Context;
 use std::time::{Duration, Instant, SystemTime};
 
-use http::{HeaderValue, Method, Response, StatusCode};
+use http::{HeaderValue, Method, Response, StatusCode, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use prometheus_client::metrics::counter::Counter;
@@ -104,6 +115,8 @@ fn describe_open_error(path: &std::path::Path, e: &io::Error) -> String {
 pub const CHANNEL_LINES: usize = 16_384;
 /// Longest path logged, in bytes; a longer one is cut (the line stays bounded).
 pub const MAX_PATH: usize = 2048;
+/// Longest user agent or referer logged, in bytes (before escaping); a longer one is cut.
+pub const MAX_HEADER: usize = 512;
 /// The writer writes out once this much is buffered, and whenever the channel is empty.
 const WRITE_CHUNK: usize = 64 * 1024;
 /// After writing a batch, the writer rests this long before it looks again. A writer
@@ -136,7 +149,38 @@ pub struct Started {
     pub room: Option<usize>,
     /// The verified visitor's reference.
     pub reference: Option<VisitorRef>,
+    /// The request's `User-Agent`, as sent.
+    pub user_agent: Option<HeaderValue>,
+    /// The request's `Referer`, as sent (its query is cut when the line is written).
+    pub referer: Option<HeaderValue>,
+    /// The protocol the request came over (HTTP/1.1 or HTTP/2, h2c).
+    pub version: Version,
 }
+
+impl Started {
+    /// Copies the header values kept out of the request head, at most [`MAX_HEADER`]
+    /// bytes each, so the head's buffer is not held for as long as this line waits.
+    fn own_headers(&mut self) {
+        for value in [&mut self.user_agent, &mut self.referer]
+            .into_iter()
+            .flatten()
+        {
+            let bytes = value.as_bytes();
+            if let Ok(copy) = HeaderValue::from_bytes(&bytes[..bytes.len().min(MAX_HEADER)]) {
+                *value = copy;
+            }
+        }
+    }
+}
+
+/// The classes whose response lasts as long as the client stays: a waiting page's live
+/// stream (`events`) and an admitted visitor's stream or WebSocket tunnel (`stream`).
+const LONG_LIVED: [&str; 2] = ["events", "stream"];
+
+/// How long the origin took to send its response headers, noted on a proxied response (in
+/// its extensions) for the line's `origin_ms`; absent when the request was not proxied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OriginTime(pub Duration);
 
 /// `uri`'s path, without the query (grants and tokens travel there), at most [`MAX_PATH`]
 /// bytes.
@@ -214,6 +258,8 @@ struct Entry {
     status: u16,
     bytes: u64,
     duration: Duration,
+    /// The origin's time to response headers, when the request was proxied.
+    origin: Option<Duration>,
     completed: bool,
 }
 
@@ -233,9 +279,45 @@ struct Line<'a> {
     status: u16,
     bytes: u64,
     duration_ms: f64,
+    origin_ms: Option<f64>,
+    protocol: &'static str,
+    user_agent: Option<std::borrow::Cow<'a, str>>,
+    referer: Option<std::borrow::Cow<'a, str>>,
     #[serde(rename = "ref")]
     reference: Option<&'a str>,
     completed: bool,
+}
+
+/// The line's `protocol`, as the request line names it.
+fn protocol(version: Version) -> &'static str {
+    match version {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_11 => "HTTP/1.1",
+        Version::HTTP_2 => "HTTP/2",
+        Version::HTTP_3 => "HTTP/3",
+        _ => "other",
+    }
+}
+
+/// A client's header value as the line writes it: at most [`MAX_HEADER`] bytes, read as
+/// UTF-8 with anything else replaced (JSON escapes the rest).
+fn header_text(value: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(&value[..value.len().min(MAX_HEADER)])
+}
+
+/// A referer without its query or fragment (a grant or a token may be in them).
+fn without_query(value: &[u8]) -> &[u8] {
+    let end = value
+        .iter()
+        .position(|&b| b == b'?' || b == b'#')
+        .unwrap_or(value.len());
+    &value[..end]
+}
+
+/// Milliseconds with three decimals (microsecond precision).
+fn millis(d: Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
 }
 
 impl Entry {
@@ -257,8 +339,14 @@ impl Entry {
             decision: self.decision,
             status: self.status,
             bytes: self.bytes,
-            // Microseconds, written as milliseconds with three decimals.
-            duration_ms: self.duration.as_micros() as f64 / 1000.0,
+            duration_ms: millis(self.duration),
+            origin_ms: self.origin.map(millis),
+            protocol: protocol(s.version),
+            user_agent: s.user_agent.as_ref().map(|v| header_text(v.as_bytes())),
+            referer: s
+                .referer
+                .as_ref()
+                .map(|v| header_text(without_query(v.as_bytes()))),
             reference: reference.as_ref().map(|r| r.as_str()),
             completed: self.completed,
         };
@@ -343,7 +431,7 @@ impl AccessLog {
     /// line is sent to the writer.
     pub fn finish(
         &self,
-        started: Started,
+        mut started: Started,
         class: &'static str,
         decision: &'static str,
         response: Response<Body>,
@@ -354,6 +442,13 @@ impl AccessLog {
             self.shared.suppressed.inc();
             return response;
         }
+        if LONG_LIVED.contains(&class) {
+            started.own_headers();
+        }
+        let origin = response
+            .extensions()
+            .get::<OriginTime>()
+            .map(|OriginTime(took)| *took);
         let (parts, body) = response.into_parts();
         // hyper never polls a body that is already at its end, nor any body of an answer to
         // HEAD: those are complete once the head is written, which is when they are dropped.
@@ -367,6 +462,7 @@ impl AccessLog {
                 status: parts.status.as_u16(),
                 bytes: 0,
                 duration: Duration::ZERO,
+                origin,
                 completed: false,
             })),
             ended: None,
@@ -500,257 +596,4 @@ fn write_loop(rx: Receiver<Msg>, mut sink: Sink, rooms: &[String], reopen: &Atom
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::queue::VisitorId;
-
-    fn started(uri: &str) -> Started {
-        Started {
-            time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
-            at: Instant::now(),
-            request_id: HeaderValue::from_static("0123abcd"),
-            client: "203.0.113.7".parse().unwrap(),
-            peer: "10.0.0.2:51234".parse().unwrap(),
-            method: Method::GET,
-            host: Some("shop.example:8080".into()),
-            path: path_of(&uri.parse().unwrap()),
-            room: Some(1),
-            reference: None,
-        }
-    }
-
-    fn line(entry: &Entry) -> serde_json::Value {
-        let mut out = Vec::new();
-        entry.write_json(&mut out, &["a".into(), "main".into()]);
-        assert_eq!(out.last(), Some(&b'\n'));
-        assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1);
-        serde_json::from_slice(&out).unwrap()
-    }
-
-    #[test]
-    fn a_line_is_one_json_object_with_every_field() {
-        let visitor = VisitorId::random();
-        let mut s = started("/checkout/pay?ar_grant=v1.secret&token=abc");
-        s.reference = Some(visitor.reference());
-        let entry = Entry {
-            started: s,
-            class: "page",
-            decision: "admitted",
-            status: 200,
-            bytes: 1234,
-            duration: Duration::from_micros(12_345),
-            completed: true,
-        };
-        let v = line(&entry);
-        assert_eq!(v["time"], "2023-11-14T22:13:20.123Z");
-        assert_eq!(v["request_id"], "0123abcd");
-        assert_eq!(v["client"], "203.0.113.7");
-        assert_eq!(v["peer"], "10.0.0.2:51234");
-        assert_eq!(v["method"], "GET");
-        assert_eq!(v["host"], "shop.example:8080");
-        assert_eq!(
-            v["path"], "/checkout/pay",
-            "the query never lands in the log"
-        );
-        assert_eq!(v["room"], "main");
-        assert_eq!(v["class"], "page");
-        assert_eq!(v["decision"], "admitted");
-        assert_eq!(v["status"], 200);
-        assert_eq!(v["bytes"], 1234);
-        assert_eq!(v["duration_ms"], 12.345);
-        assert_eq!(v["ref"], visitor.reference().as_str());
-        assert_eq!(v["completed"], true);
-        let text = v.to_string();
-        assert!(!text.contains("secret") && !text.contains("token"));
-        assert!(!text.contains(&visitor.to_hex()), "never the visitor id");
-    }
-
-    #[test]
-    fn missing_parts_are_null_and_paths_are_bounded_and_escaped() {
-        let mut s = started("/");
-        s.host = None;
-        s.room = None;
-        s.path = path_of(&format!("/{}", "a".repeat(5000)).parse().unwrap());
-        assert_eq!(s.path.len(), MAX_PATH);
-        s.path = "/\"quoted\"\\%0a".into();
-        let entry = Entry {
-            started: s,
-            class: "invalid",
-            decision: "error",
-            status: 400,
-            bytes: 0,
-            duration: Duration::ZERO,
-            completed: false,
-        };
-        let v = line(&entry);
-        assert!(v["host"].is_null() && v["room"].is_null() && v["ref"].is_null());
-        assert_eq!(v["path"], "/\"quoted\"\\%0a");
-        assert_eq!(v["completed"], false);
-    }
-
-    #[test]
-    fn decisions_come_from_the_answer() {
-        let ok = StatusCode::OK;
-        let hv = HeaderValue::from_static;
-        assert_eq!(decision_of("page", true, None, None, ok), "admitted");
-        assert_eq!(decision_of("bypass", true, None, None, ok), "passed");
-        assert_eq!(decision_of("preflight", true, None, None, ok), "passed");
-        // The origin's own X-Anteroom-Status means nothing: it was proxied.
-        let banned = hv("banned");
-        assert_eq!(
-            decision_of("page", true, None, Some(&banned), ok),
-            "admitted"
-        );
-        assert_eq!(
-            decision_of("page", true, Some(Noted::FAIL_OPEN), None, ok),
-            "fail_open"
-        );
-        let busy = StatusCode::SERVICE_UNAVAILABLE;
-        assert_eq!(
-            decision_of("asset", false, Some(Noted::BUSY), None, busy),
-            "busy"
-        );
-        for s in VISITOR_STATUSES {
-            let v = hv(s.as_str());
-            assert_eq!(decision_of("page", false, None, Some(&v), ok), s.as_str());
-        }
-        let odd = hv("odd");
-        assert_eq!(decision_of("page", false, None, Some(&odd), ok), "served");
-        assert_eq!(decision_of("health", false, None, None, ok), "served");
-        let not_found = StatusCode::NOT_FOUND;
-        assert_eq!(
-            decision_of("reserved", false, None, None, not_found),
-            "error"
-        );
-    }
-
-    #[test]
-    fn targets_parse_and_bad_files_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        assert_eq!(Target::parse("off").unwrap(), Target::Off);
-        assert_eq!(Target::parse("").unwrap(), Target::Off);
-        assert_eq!(Target::parse(" stdout ").unwrap(), Target::Stdout);
-        let path = dir.path().join("access.log");
-        assert_eq!(
-            Target::parse(path.to_str().unwrap()).unwrap(),
-            Target::File(path.clone())
-        );
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        let e = Target::parse(dir.path().to_str().unwrap()).unwrap_err();
-        assert!(e.0.contains("is a directory"), "{e}");
-        let e = Target::parse(dir.path().join("no/such/dir/x.log").to_str().unwrap()).unwrap_err();
-        assert!(e.0.contains("cannot open"), "{e}");
-        let link = dir.path().join("link.log");
-        std::os::unix::fs::symlink(&path, &link).unwrap();
-        let e = Target::parse(link.to_str().unwrap()).unwrap_err();
-        assert!(e.0.contains("symbolic link"), "{e}");
-    }
-
-    /// Polls `path` until it has `n` lines (the writer is another thread).
-    fn lines(path: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
-        for _ in 0..500 {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            if text.lines().count() >= n {
-                return text
-                    .lines()
-                    .map(|l| serde_json::from_str(l).unwrap())
-                    .collect();
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("{} never had {n} lines", path.display());
-    }
-
-    /// Logs one request whose body is `body`, read to the end as hyper would.
-    fn logged(log: &AccessLog, uri: &str, body: &'static str) {
-        let response = Response::new(crate::http::body::full(body));
-        let response = log.finish(started(uri), "page", "served", response);
-        assert_eq!(drain(response.into_body()), body.len());
-    }
-
-    /// Polls `body` to its end (a `Full` body is ready at once, so no runtime is needed)
-    /// and drops it; returns the bytes it gave.
-    fn drain(mut body: Body) -> usize {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut n = 0;
-        loop {
-            match std::pin::Pin::new(&mut body).poll_frame(&mut cx) {
-                std::task::Poll::Ready(Some(Ok(frame))) => {
-                    n += frame.data_ref().map_or(0, |d| d.len());
-                }
-                std::task::Poll::Ready(_) => return n,
-                std::task::Poll::Pending => unreachable!("a full body is ready"),
-            }
-            // hyper stops here, without polling for the end.
-            if body.is_end_stream() {
-                return n;
-            }
-        }
-    }
-
-    #[test]
-    fn lines_are_written_by_the_thread_and_a_reopen_starts_a_fresh_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("access.log");
-        let dropped = Counter::default();
-        let log = AccessLog::open(
-            &Target::File(path.clone()),
-            vec!["a".into(), "main".into()],
-            dropped.clone(),
-            Counter::default(),
-        )
-        .unwrap()
-        .unwrap();
-        logged(&log, "/one?q=1", "hello");
-        let first = lines(&path, 1);
-        assert_eq!(first[0]["path"], "/one");
-        assert_eq!(first[0]["bytes"], 5);
-        assert_eq!(first[0]["completed"], true);
-
-        // logrotate: move the file away, then SIGHUP (which calls this).
-        let rotated = dir.path().join("access.log.1");
-        std::fs::rename(&path, &rotated).unwrap();
-        log.reopen();
-        // Until the writer has reopened, a line may still land in the moved file; keep
-        // logging until one reaches the fresh file.
-        for _ in 0..500 {
-            logged(&log, "/two", "hi");
-            if std::fs::read_to_string(&path).is_ok_and(|t| !t.is_empty()) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let fresh = lines(&path, 1);
-        assert_eq!(fresh[0]["path"], "/two");
-        assert_eq!(lines(&rotated, 1)[0]["path"], "/one");
-        assert_eq!(dropped.get(), 0);
-    }
-
-    #[test]
-    fn a_body_dropped_early_is_logged_as_not_completed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("access.log");
-        let log = AccessLog::open(
-            &Target::File(path.clone()),
-            vec![],
-            Counter::default(),
-            Counter::default(),
-        )
-        .unwrap()
-        .unwrap();
-        let response = Response::new(crate::http::body::full("never sent"));
-        drop(log.finish(started("/gone"), "page", "admitted", response));
-        let mut head = started("/head");
-        head.method = Method::HEAD;
-        let response = Response::new(crate::http::body::full("not sent for HEAD"));
-        drop(log.finish(head, "page", "admitted", response));
-        let v = lines(&path, 2);
-        assert_eq!(
-            (v[0]["completed"].clone(), v[0]["bytes"].clone()),
-            (false.into(), 0.into())
-        );
-        assert_eq!(v[1]["completed"], true, "a HEAD answer has no body to send");
-    }
-}
+mod tests;

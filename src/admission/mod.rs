@@ -21,6 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -79,6 +82,27 @@ pub struct Admission {
     /// Closed-loop admission (SPEC §14): the rooms with `adaptive:`, their observations of
     /// the origin and the shared state as last seen.
     adaptive: AdaptiveRooms,
+    /// How long visitors admitted out of the line waited, by room (see [`TimeInLine`]).
+    time_in_line: TimeInLine,
+}
+
+/// The room a series is about.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoomLabel {
+    /// The room's name.
+    pub room: String,
+}
+
+/// Time in line, by room: from joining the line to being admitted out of it by a pass,
+/// both times the store's. Observed by the replica whose pass admitted the visitor (the one
+/// place that knows both), so each admission counts once across replicas and a sum over
+/// replicas is the room's distribution; the fast path, a grant and a move to the front
+/// are not waits in line and are not observed.
+pub type TimeInLine = Family<RoomLabel, Histogram, fn() -> Histogram>;
+
+/// The buckets of [`TimeInLine`]: 1 s to about 9 hours, doubling.
+fn time_in_line_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 16))
 }
 
 /// This replica's side of closed-loop admission; see [`crate::fairness::adaptive`].
@@ -190,7 +214,13 @@ impl Admission {
                 rooms: RwLock::default(),
                 tuning: RwLock::new(Tuning::default()),
             },
+            time_in_line: Family::new_with_constructor(time_in_line_histogram),
         }
+    }
+
+    /// Time in line by room (what `anteroom_time_in_line_seconds` exports).
+    pub fn time_in_line(&self) -> &TimeInLine {
+        &self.time_in_line
     }
 
     /// Turns closed-loop admission on (`Some`) or off for `room` (SPEC §14). Off clears
@@ -676,6 +706,14 @@ impl Admission {
         for &visitor in &report.admitted {
             self.eta.admitted(room, visitor, now);
             self.lengths.started(room, visitor, now);
+        }
+        if report.joined_ms.iter().any(Option::is_some) {
+            let waits = self.time_in_line.get_or_create(&RoomLabel {
+                room: room.to_owned(),
+            });
+            for &joined in report.joined_ms.iter().flatten() {
+                waits.observe(now.saturating_sub(joined) as f64 / 1000.0);
+            }
         }
         for &visitor in &report.expired {
             self.lengths.ended(room, visitor, now);

@@ -33,7 +33,7 @@ pub use crate::queue::Schedule;
 pub use describe::redact_url;
 pub use init::init_yaml;
 pub use load::{Generated, Loaded, Overrides, from_yaml_str, load};
-pub use validate::{MAX_DURATION, parse_rfc3339};
+pub use validate::{MAX_DURATION, parse_listen, parse_rfc3339};
 
 /// The whole validated configuration.
 #[derive(Clone, Debug)]

@@ -1000,7 +1000,7 @@ fn boolean(cx: &Ctx<'_>, key: &str, v: &V) -> Result<bool, ConfigError> {
 }
 
 /// `:8080`, `8080`, `127.0.0.1:8080`, `[::1]:8080`, `localhost:8080`.
-fn parse_listen(text: &str) -> Result<SocketAddr, Invalid> {
+pub fn parse_listen(text: &str) -> Result<SocketAddr, Invalid> {
     let t = text.trim();
     let bad = || {
         Invalid(format!(

@@ -88,7 +88,10 @@ pub struct AdmissionClaims {
     /// The signing key's id.
     pub kid: String,
     pub room: String,
-    /// The visitor's public reference ([`super::visitor_ref`]), never their id.
+    /// The visitor's reference ([`VisitorId::reference`]): the same 8 characters their
+    /// waiting page shows and the access log's `ref`, so an origin's log line, a visitor's
+    /// report and anteroom's own lines name a visitor alike. Never their id (40 of its 128
+    /// bits, which admit nobody without the signed cookie).
     #[serde(rename = "ref")]
     pub visitor_ref: String,
     /// When the visitor was admitted, unix seconds.
@@ -354,7 +357,7 @@ impl AdmissionSigner {
         let token = self.key.sign(&AdmissionClaims {
             kid: String::new(),
             room: room.to_owned(),
-            visitor_ref: super::visitor_ref(visitor),
+            visitor_ref: visitor.reference().as_str().to_owned(),
             admitted_at,
             exp,
         });
@@ -401,7 +404,7 @@ mod tests {
         AdmissionClaims {
             kid: String::new(),
             room: "main".to_owned(),
-            visitor_ref: "0123456789abcdef".to_owned(),
+            visitor_ref: "7KQ2M9XD".to_owned(),
             admitted_at: 1_700_000_000,
             exp: 1_700_000_600,
         }
@@ -536,7 +539,7 @@ mod tests {
         assert_ne!(renewed, first);
         let claims = public.verify(renewed.to_str().unwrap(), 1_300).unwrap();
         assert_eq!(claims.exp, 1_900);
-        assert_eq!(claims.visitor_ref, super::super::visitor_ref(v));
+        assert_eq!(claims.visitor_ref, v.reference().as_str());
         // A re-admission (new admitted_at) never reuses the old token.
         assert_ne!(signer.header_for("main", v, 200, 1_301).unwrap(), renewed);
         // Bounded: a third session in a cache of two starts it over.

@@ -16,33 +16,3 @@ pub mod adaptive;
 pub mod admission_token;
 pub mod draw;
 pub mod eta;
-
-use sha2::{Digest, Sha256};
-
-use crate::visitor::VisitorId;
-
-/// A visitor's public reference: 16 hex characters derived from their id by a one-way
-/// hash. It names a visitor in the admission token and on the draw receipt without giving
-/// away the id itself (which, with the cookie, is what proves a place in line).
-pub fn visitor_ref(visitor: VisitorId) -> String {
-    let digest = Sha256::new()
-        .chain_update(b"anteroom/visitor-ref/v1\0")
-        .chain_update(visitor.0)
-        .finalize();
-    hex::encode(&digest[..8])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn visitor_ref_is_stable_short_and_not_the_id() {
-        let v = VisitorId([7; 16]);
-        let r = visitor_ref(v);
-        assert_eq!(r.len(), 16);
-        assert_eq!(r, visitor_ref(v));
-        assert!(!v.to_hex().contains(&r));
-        assert_ne!(r, visitor_ref(VisitorId([8; 16])));
-    }
-}

@@ -230,6 +230,10 @@ fn access_started<B>(
         path: access_log::path_of(req.uri()),
         room: identity.room,
         reference: identity.visitor.map(|v| v.reference()),
+        // Clones share the request head's bytes (a reference count, not a copy).
+        user_agent: req.headers().get(http::header::USER_AGENT).cloned(),
+        referer: req.headers().get(http::header::REFERER).cloned(),
+        version: req.version(),
     }
 }
 

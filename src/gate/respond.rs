@@ -77,6 +77,8 @@ impl App {
             request_id: Some(identity.request_id.clone()),
             admission,
         };
+        // The origin's time for the access log's `origin_ms` (only while the log is on).
+        let forwarded = self.access_log.as_ref().map(|_| std::time::Instant::now());
         match self
             .origin_clients
             .get()
@@ -85,6 +87,11 @@ impl App {
         {
             Ok(mut response) => {
                 response.extensions_mut().insert(Proxied);
+                if let Some(forwarded) = forwarded {
+                    response
+                        .extensions_mut()
+                        .insert(crate::access_log::OriginTime(forwarded.elapsed()));
+                }
                 // The origin's word to us, never shown to the visitor.
                 let end = ends_session(response.headers().get(&END_SESSION_HEADER));
                 response.headers_mut().remove(END_SESSION_HEADER);

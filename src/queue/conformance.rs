@@ -364,7 +364,11 @@ pub async fn max_active_is_held<H: Harness>(h: &mut H) {
         .await
         .unwrap();
     h.advance(Duration::from_millis(250)).await;
-    assert_eq!(store.admit_pass(ROOM).await.unwrap().admitted.len(), 3);
+    let report = store.admit_pass(ROOM).await.unwrap();
+    assert_eq!(report.admitted.len(), 3);
+    // Each admitted visitor's join time comes with them (their time in line starts there):
+    // everyone joined at the harness's start.
+    assert_eq!(report.joined_ms, vec![Some(START_MS); 3]);
 }
 
 pub async fn idle_sessions_are_reclaimed<H: Harness>(h: &mut H) {

@@ -1077,6 +1077,7 @@ impl Room {
                 // Charged to the client it is first used from (see `session_request`).
                 self.start_session(w.visitor, now, None);
                 report.admitted.push(w.visitor);
+                report.joined_ms.push(Some(w.joined_ms()));
             }
         }
         report

@@ -387,6 +387,10 @@ pub enum VisitorState {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PassReport {
     pub admitted: Vec<VisitorId>,
+    /// When each of `admitted` joined the line (unix ms, the store's clock), in the same
+    /// order: what their time in line is measured from. `None` where the store does not
+    /// know (an entry older than the record of it).
+    pub joined_ms: Vec<Option<u64>>,
     pub abandoned: Vec<VisitorId>,
     pub expired: Vec<VisitorId>,
 }

@@ -1031,11 +1031,23 @@ impl QueueStore for RedisStore {
         let Value::Array(parts) = reply else {
             return Err(bad_reply("admit_pass", reply));
         };
-        let Ok::<[Value; 3], _>([admitted, abandoned, expired]) = parts.try_into() else {
-            return Err(bad_reply("admit_pass", "not three lists"));
+        let Ok::<[Value; 4], _>([admitted, abandoned, expired, joined]) = parts.try_into() else {
+            return Err(bad_reply("admit_pass", "not four lists"));
+        };
+        let joined_ms = match joined {
+            Value::Array(times) => times
+                .into_iter()
+                .map(|t| match t {
+                    Value::Int(ms) if ms > 0 => Ok(Some(ms as u64)),
+                    Value::Int(_) => Ok(None),
+                    other => Err(bad_reply("the admitted's join times", other)),
+                })
+                .collect::<StoreResult<Vec<_>>>()?,
+            other => return Err(bad_reply("the admitted's join times", other)),
         };
         Ok(PassReport {
             admitted: ids("the admitted list", admitted)?,
+            joined_ms,
             abandoned: ids("the abandoned list", abandoned)?,
             expired: ids("the expired list", expired)?,
         })

@@ -119,6 +119,7 @@ where
             _permit: permit,
             _peer: peer_count,
             _seat: seat_taken,
+            _open: limits.census.connection(),
             handoff: handoff::Handoff::default(),
         });
         if let Err(error) = stream.set_nodelay(true) {
@@ -130,6 +131,7 @@ where
         let watcher = graceful.watcher();
         let first_request_deadline = limits.header_read_timeout;
         let idle_timeout = limits.idle_timeout;
+        let census = limits.census.clone();
         connections.spawn(async move {
             let activity = Activity::new();
             let service = {
@@ -143,7 +145,8 @@ where
                         req.extensions_mut().insert(slot.clone());
                     }
                     let version = req.version();
-                    let guard = activity.begin();
+                    let stream = (version == http::Version::HTTP_2).then(|| census.http2_stream());
+                    let guard = activity.begin(stream);
                     // Boxed at once: the handler's future is kilobytes, and hyper moves what
                     // this returns into its connection state; moving a pointer is free.
                     let response = Box::pin(handler(req, peer));

@@ -341,6 +341,7 @@ mod tests {
             _permit: Arc::new(Semaphore::new(1)).acquire_owned().await.unwrap(),
             _peer: None,
             _seat: None,
+            _open: super::super::Census::default().connection(),
             handoff: Handoff::default(),
         });
         *slot.handoff.body.lock().unwrap() = Some(crate::http::body::full("never written"));

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::census::OpenStream;
 use crate::http::body::{BoxError, Watch};
 
 /// What the idle watchdog of one connection needs to know, kept in atomics so a request
@@ -41,11 +42,15 @@ impl Activity {
         }))
     }
 
-    /// A request begins: in flight until the returned guard drops.
-    pub(super) fn begin(&self) -> InFlight {
+    /// A request begins: in flight until the returned guard drops, and with it `stream`
+    /// (its count among the listener's open HTTP/2 streams, for one on HTTP/2).
+    pub(super) fn begin(&self, stream: Option<OpenStream>) -> InFlight {
         self.0.in_flight.fetch_add(1, Ordering::AcqRel);
         self.0.served.store(true, Ordering::Release);
-        InFlight(self.0.clone())
+        InFlight {
+            state: self.0.clone(),
+            _stream: stream,
+        }
     }
 
     /// Resolves once the connection has had no request in flight for `idle` (or, before
@@ -81,13 +86,17 @@ impl Activity {
     }
 }
 
-/// Marks one request as in flight until dropped (with the response body).
+/// Marks one request as in flight until dropped (with the response body), and holds its
+/// HTTP/2 stream's count for as long.
 #[derive(Debug)]
-pub(super) struct InFlight(Arc<ActivityState>);
+pub(super) struct InFlight {
+    state: Arc<ActivityState>,
+    _stream: Option<OpenStream>,
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let state = &self.0;
+        let state = &self.state;
         // Stamp before the count drops, so the watchdog never sees zero with an old stamp.
         let now = state.origin.elapsed().as_millis() as u64;
         state.idle_since_ms.fetch_max(now, Ordering::AcqRel);

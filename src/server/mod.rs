@@ -49,6 +49,7 @@
 //! | `seats.rs` | spreading connections over the workers (which worker serves one) |
 //! | `idle.rs` | a connection's idle watchdog and the requests it counts as in flight |
 //! | `handoff.rs` | a long-lived HTTP/1.1 response taken back from hyper |
+//! | `census.rs` | what a listener has open (connections, HTTP/2 streams), for the metrics |
 
 use std::future::Future;
 use std::io;
@@ -63,10 +64,12 @@ use tokio_util::sync::CancellationToken;
 
 mod accept;
 mod caps;
+mod census;
 mod handoff;
 mod idle;
 mod seats;
 
+pub use census::Census;
 pub use handoff::LongLived;
 
 use crate::http::body::Body;
@@ -83,7 +86,7 @@ pub const MAX_H2_HEADER_LIST: u32 = 64 * 1024;
 pub const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Limits of the public listener.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ServerLimits {
     /// A request head (and the first request of a connection) must arrive within this.
     pub header_read_timeout: Duration,
@@ -99,6 +102,8 @@ pub struct ServerLimits {
     pub http2_max_streams: u32,
     /// After shutdown is signalled, in-flight requests get this long to finish.
     pub shutdown_grace: Duration,
+    /// Where the listener counts what it has open; each listener its own (see [`Census`]).
+    pub census: Census,
 }
 
 impl Default for ServerLimits {
@@ -111,6 +116,7 @@ impl Default for ServerLimits {
             trusted_proxies: TrustedProxies::default(),
             http2_max_streams: 100,
             shutdown_grace: Duration::from_secs(30),
+            census: Census::default(),
         }
     }
 }
@@ -124,6 +130,7 @@ pub struct ConnectionSlot {
     _permit: OwnedSemaphorePermit,
     _peer: Option<PeerCount>,
     _seat: Option<SeatTaken>,
+    _open: census::OpenConnection,
     handoff: handoff::Handoff,
 }
 

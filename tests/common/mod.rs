@@ -176,6 +176,15 @@ pub fn visitor_cookie(response: &reqwest::Response) -> Option<String> {
         .map(|v| v.split(';').next().unwrap_or("").to_owned())
 }
 
+/// The reference of the visitor a cookie names: what their waiting page shows, the access
+/// log's `ref` and the admission token's `ref`.
+pub fn reference_of(cookie: &str) -> String {
+    let secret = hex::decode(COOKIE_SECRET).unwrap();
+    let keys = anteroom::token::CookieKeys::new(&secret, &[] as &[&[u8]]);
+    let claim = keys.verify(cookie, std::time::SystemTime::now()).unwrap();
+    claim.visitor.reference().as_str().to_owned()
+}
+
 pub fn status_header(response: &reqwest::Response) -> Option<String> {
     response
         .headers()

@@ -1,6 +1,7 @@
 -- admit_pass: ARGV[2] = reap budget, ARGV[3] = 1 when this replica has just seen the store
 -- fail (forgive the time since the last pass as downtime).
--- Returns {-1} unknown room, else {admitted ids, abandoned ids, expired ids}.
+-- Returns {-1} unknown room, else {admitted ids, abandoned ids, expired ids, join times of
+-- the admitted (unix ms, 0 when unknown)}.
 local r = load_room()
 if not r then
   return {-1}
@@ -64,7 +65,7 @@ drain_draw(budget)
 
 -- Admit from the head while both limits allow; nobody before the doors or after closing.
 refill(r)
-local admitted = {}
+local admitted, joined = {}, {}
 if ph == QUEUEING and not r.paused and r.tokens >= 1 then
   local room_left = r.max_active - redis.call('ZCARD', K_ACTIVE)
   local n = math.min(math.floor(r.tokens), room_left)
@@ -74,7 +75,7 @@ if ph == QUEUEING and not r.paused and r.tokens >= 1 then
     n = math.min(n, line_upto(nxt))
   end
   if n > 0 then
-    admitted = line_pop(n)
+    admitted, joined = line_pop(n)
     if #admitted > 0 then
       r.tokens = r.tokens - #admitted
       chunked('ZADD', K_ACTIVE, admitted, r.live)
@@ -83,4 +84,4 @@ if ph == QUEUEING and not r.paused and r.tokens >= 1 then
   end
 end
 save_bucket(r)
-return {admitted, abandoned, expired}
+return {admitted, abandoned, expired, joined}

@@ -582,9 +582,10 @@ local function line_del(id, o)
   line_left(1)
 end
 
--- Pops up to k from the head of the line.
+-- Pops up to k from the head of the line: their ids, and when each joined (unix ms, 0 when
+-- unknown) in the same order.
 local function line_pop(k)
-  local out = {}
+  local out, joined = {}, {}
   while #out < k do
     local head = redis.call('ZRANGE', K_CHUNKS, 0, 0)[1]
     if not head then
@@ -596,6 +597,8 @@ local function line_pop(k)
     for i = 1, #popped, 2 do
       ids[#ids + 1] = popped[i]
       out[#out + 1] = popped[i]
+      local _, j = line_get(popped[i])
+      joined[#joined + 1] = j or 0
     end
     chunk_drop(c, ids, true)
     if #ids == 0 then
@@ -607,7 +610,7 @@ local function line_pop(k)
   if #out > 0 then
     line_left(#out)
   end
-  return out
+  return out, joined
 end
 
 -- How many in line (front lane included) have an ordinal up to o >= 0.

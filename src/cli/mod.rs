@@ -1,5 +1,6 @@
 //! The command line (SPEC §2): run (default), `init`, `check`, `demo`, `verify-draw`,
-//! `grant` (SPEC §10), `--version`.
+//! `grant` (SPEC §10), `probe` (a health check of a running instance, [`probe`]),
+//! `--version`.
 //!
 //! Flags are parsed with clap; the environment is read through an injectable lookup so
 //! tests never touch the process environment. Clap's own errors (unknown flag, bad value)
@@ -12,6 +13,8 @@ use std::path::PathBuf;
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Config, ConfigError, Generated, Overrides};
+
+pub mod probe;
 
 /// What the process should do.
 #[derive(Debug)]
@@ -37,6 +40,13 @@ pub enum Command {
         config: Config,
         room: String,
         ttl: std::time::Duration,
+    },
+    /// `probe`: ask the instance at `addr` for `check`'s endpoint within `timeout`
+    /// ([`probe::probe`]).
+    Probe {
+        addr: std::net::SocketAddr,
+        check: probe::Check,
+        timeout: std::time::Duration,
     },
 }
 
@@ -183,6 +193,23 @@ enum Sub {
         #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
         ttl: std::time::Duration,
     },
+    /// Ask a running instance for its liveness (default) or readiness, at the config's
+    /// listen address (--config FILE, the environment, or :8080): exit 0 on 200, 1 with
+    /// the reason otherwise. For container health checks; needs no curl
+    Probe {
+        /// Readiness (/__anteroom/readyz): 503 while draining or the store is down
+        #[arg(long, conflicts_with = "live")]
+        ready: bool,
+        /// Liveness (/__anteroom/healthz), the default
+        #[arg(long)]
+        live: bool,
+        /// Probe this address instead of the config's listen address
+        #[arg(long, value_name = "ADDR")]
+        address: Option<std::net::SocketAddr>,
+        /// Give up after this long (e.g. 2s, 500ms)
+        #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
 }
 
 /// `anteroom grant`: a fresh grant for `room` valid for `ttl` from `now` (unix seconds).
@@ -212,6 +239,37 @@ pub fn mint_grant(
     };
     crate::priority::mint_for(secret.expose(), room, ttl, now)
         .map_err(|e| ConfigError::Usage(e.into()))
+}
+
+/// Whether a config file is named (`--config` or `ANTEROOM_CONFIG`).
+fn has_config_file(overrides: &Overrides, env: &dyn Fn(&str) -> Option<String>) -> bool {
+    overrides.config.is_some() || env("ANTEROOM_CONFIG").is_some_and(|v| !v.is_empty())
+}
+
+/// The address the server would listen on: the config file's `listen` as the server
+/// loads it (file, environment, flags); without a file, `--listen`, `ANTEROOM_LISTEN` or
+/// the default `:8080`, so a probe needs no origin or room to know where to ask.
+fn listen_of(
+    overrides: &Overrides,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<std::net::SocketAddr, ConfigError> {
+    if has_config_file(overrides, env) {
+        return Ok(config::load(overrides, env)?.config.listen);
+    }
+    let (key, text) = match (
+        &overrides.listen,
+        env("ANTEROOM_LISTEN").filter(|v| !v.is_empty()),
+    ) {
+        (Some(flag), _) => ("--listen", flag.clone()),
+        (None, Some(var)) => ("ANTEROOM_LISTEN", var),
+        (None, None) => ("--listen", ":8080".to_owned()),
+    };
+    config::parse_listen(&text).map_err(|e| ConfigError::Invalid {
+        file: None,
+        line: None,
+        key: key.to_owned(),
+        message: e.0,
+    })
 }
 
 /// Parse `std::env::args` and the process environment. Usage errors and `--help` print
@@ -287,10 +345,29 @@ where
                 ttl,
             })
         }
+        Some(Sub::Probe {
+            ready,
+            live: _,
+            address,
+            timeout,
+        }) => {
+            let addr = match address {
+                Some(addr) => addr,
+                None => probe::probe_address(listen_of(&overrides, env)?),
+            };
+            let check = if ready {
+                probe::Check::Ready
+            } else {
+                probe::Check::Live
+            };
+            Ok(Command::Probe {
+                addr,
+                check,
+                timeout,
+            })
+        }
         Some(Sub::Check) => {
-            let has_config =
-                overrides.config.is_some() || env("ANTEROOM_CONFIG").is_some_and(|v| !v.is_empty());
-            if !has_config {
+            if !has_config_file(&overrides, env) {
                 return Err(ConfigError::Usage(
                     "check needs a config file: anteroom check --config FILE".to_string(),
                 )
@@ -327,6 +404,67 @@ mod tests {
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn probe_asks_where_the_server_would_listen() {
+        let probed =
+            |args: &[&str], env: &dyn Fn(&str) -> Option<String>| match parse_from(args, env)
+                .unwrap()
+            {
+                Command::Probe { addr, check, .. } => (addr.to_string(), check),
+                other => panic!("{other:?}"),
+            };
+        let live = probe::Check::Live;
+        assert_eq!(
+            probed(&["anteroom", "probe"], &no_env),
+            ("127.0.0.1:8080".into(), live)
+        );
+        let env = env_of(&[("ANTEROOM_LISTEN", "[::]:9090")]);
+        assert_eq!(
+            probed(&["anteroom", "probe", "--ready"], &env),
+            ("[::1]:9090".into(), probe::Check::Ready)
+        );
+        assert_eq!(
+            probed(
+                &["anteroom", "--listen", "10.0.0.5:7000", "probe", "--live"],
+                &env
+            ),
+            ("10.0.0.5:7000".into(), live)
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("anteroom.yaml");
+        std::fs::write(
+            &file,
+            "listen: \":7443\"\nrooms:\n  main:\n    origin: http://127.0.0.1:3000\n",
+        )
+        .unwrap();
+        let file = file.to_str().unwrap();
+        // The secrets from the environment, as the server gets them in a container.
+        let secrets = env_of(&[
+            ("ANTEROOM_COOKIE_SECRET", &"ab".repeat(32)),
+            ("ANTEROOM_ADMIN_TOKEN", "probe-test-admin-token-0123456789"),
+            ("ANTEROOM_LISTEN", "127.0.0.1:1"),
+        ]);
+        assert_eq!(
+            probed(&["anteroom", "probe", "--config", file], &secrets),
+            ("127.0.0.1:1".into(), live),
+            "the environment overrides the file, as for the server"
+        );
+        let secrets = env_of(&[
+            ("ANTEROOM_COOKIE_SECRET", &"ab".repeat(32)),
+            ("ANTEROOM_ADMIN_TOKEN", "probe-test-admin-token-0123456789"),
+        ]);
+        assert_eq!(
+            probed(&["anteroom", "probe", "--config", file], &secrets),
+            ("127.0.0.1:7443".into(), live)
+        );
+        assert!(parse_from(["anteroom", "probe", "--ready", "--live"], &no_env).is_err());
+        let e = parse_from(
+            ["anteroom", "probe"],
+            &env_of(&[("ANTEROOM_LISTEN", "nope")]),
+        );
+        assert!(matches!(e, Err(CliError::Config(ref c)) if c.key() == Some("ANTEROOM_LISTEN")));
     }
 
     fn run(args: &[&str], env: &dyn Fn(&str) -> Option<String>) -> Result<Command, CliError> {

@@ -5,7 +5,12 @@
 //! ([`Admission::cached_stats`]), so a scrape costs no store round trip and keeps reporting
 //! the last known values through a store outage (`anteroom_stats_age_seconds` says how old
 //! they are). What only this replica sees (proxied request durations, open streams) is
-//! recorded here as it happens.
+//! recorded here as it happens; what it is and has open (its build, process, listeners'
+//! connections and streams) is read at scrape time too (`replica.rs`, `process.rs`).
+//!
+//! The time in line (`anteroom_time_in_line_seconds`) is kept by [`Admission`], the one
+//! place that knows when a visitor let out of the line had joined it; it is only
+//! registered here.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -24,8 +29,16 @@ use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
 use crate::abuse::{AbuseRegistry, StrikeReason};
-use crate::admission::Admission;
+use crate::admission::{Admission, RoomLabel};
 use crate::http::body::Body;
+use crate::server::Census;
+
+mod process;
+mod replica;
+#[cfg(test)]
+mod tests;
+
+pub use replica::Listener;
 
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
@@ -33,18 +46,14 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 struct ProxyLabels {
     room: String,
     /// `1xx` (WebSocket upgrades), `2xx`, `3xx`, `4xx`, `5xx` (anteroom's own 502/504 included), or `other`.
-    class: &'static str,
+    /// Not `class`, which in the access log is the traffic class (page, asset, …).
+    status_class: &'static str,
 }
 
 /// The status classes of `anteroom_proxy_request_duration_seconds`, by `status / 100 − 1`.
 const STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
 
 type HistogramFamily = Family<ProxyLabels, Histogram, fn() -> Histogram>;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RoomLabel {
-    room: String,
-}
 
 /// This process's registry and the metrics recorded as they happen.
 pub struct Metrics {
@@ -58,6 +67,8 @@ pub struct Metrics {
     bypass: Family<RoomLabel, prometheus_client::metrics::counter::Counter>,
     inflight: Family<RoomLabel, Gauge>,
     inflight_rejected: Family<RoomLabel, prometheus_client::metrics::counter::Counter>,
+    /// Each listener's census, in [`Listener::ALL`]'s order.
+    censuses: [Census; 2],
 }
 
 impl Metrics {
@@ -101,6 +112,16 @@ impl Metrics {
             "Requests answered 503 after waiting inflight_wait for an in-flight slot, by room",
             inflight_rejected.clone(),
         );
+        registry.register(
+            "anteroom_time_in_line_seconds",
+            "Time from joining the line to being admitted out of it by an admission pass, by room (observed by the replica whose pass admitted the visitor)",
+            admission.time_in_line().clone(),
+        );
+        let censuses = [Census::default(), Census::default()];
+        registry.register_collector(Box::new(replica::ReplicaCollector {
+            censuses: censuses.clone(),
+        }));
+        registry.register_collector(Box::new(process::ProcessCollector));
         let proxied_by_room = rooms
             .iter()
             .map(|room| (room.clone(), std::array::from_fn(|_| OnceLock::new())))
@@ -121,7 +142,18 @@ impl Metrics {
             bypass,
             inflight,
             inflight_rejected,
+            censuses,
         }
+    }
+
+    /// Where `listener` counts its open connections and streams (its
+    /// [`crate::server::ServerLimits::census`]).
+    pub fn census(&self, listener: Listener) -> Census {
+        let index = Listener::ALL
+            .iter()
+            .position(|&l| l == listener)
+            .unwrap_or(0);
+        self.censuses[index].clone()
     }
 
     /// One request passed straight through (`bypass_paths`, a CORS preflight).
@@ -184,7 +216,7 @@ impl Metrics {
             self.proxied
                 .get_or_create(&ProxyLabels {
                     room: room.to_owned(),
-                    class: STATUS_CLASSES[class],
+                    status_class: STATUS_CLASSES[class],
                 })
                 .clone()
         };
@@ -223,16 +255,12 @@ struct ReasonLabel {
 impl Collector for AbuseCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let abuse = &self.0;
-        {
-            let gauge = ConstGauge::new(i64::try_from(abuse.bans_active()).unwrap_or(i64::MAX));
-            let metric = encoder.encode_descriptor(
-                "anteroom_bans_active",
-                "Bans in force (addresses and ranges), as this replica enforces them.",
-                None,
-                gauge.metric_type(),
-            )?;
-            gauge.encode(metric)?;
-        }
+        gauge(
+            &mut encoder,
+            "anteroom_bans_active",
+            "Bans in force (addresses and ranges), as this replica enforces them.",
+            i64::try_from(abuse.bans_active()).unwrap_or(i64::MAX),
+        )?;
         for (name, help, value) in [
             (
                 "anteroom_banned_requests",
@@ -292,6 +320,21 @@ enum Value {
     Counter(u64),
 }
 
+/// Encodes one gauge without labels: `name`, its `help` and `value`.
+fn gauge<N>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: N,
+) -> Result<(), std::fmt::Error>
+where
+    ConstGauge<N>: EncodeMetric,
+{
+    let gauge = ConstGauge::new(value);
+    let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+    gauge.encode(metric)
+}
+
 fn label(room: &str) -> RoomLabel {
     RoomLabel {
         room: room.to_owned(),
@@ -305,40 +348,30 @@ fn int(n: u64) -> Option<Value> {
 impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let health = self.admission.health();
-        let scalar = |encoder: &mut DescriptorEncoder, name: &str, help: &str, v: i64| {
-            let gauge = ConstGauge::new(v);
-            let help = format!("{help}.");
-            let metric = encoder.encode_descriptor(name, &help, None, gauge.metric_type())?;
-            gauge.encode(metric)
-        };
-        scalar(
+        gauge(
             &mut encoder,
             "anteroom_store_up",
-            "1 when the queue store answered its last operation, 0 during an outage",
+            "1 when the queue store answered its last operation, 0 during an outage.",
             i64::from(health.is_up()),
         )?;
-        scalar(
+        gauge(
             &mut encoder,
             "anteroom_fail_open_enabled",
-            "1 when fail_open is configured",
+            "1 when fail_open is configured.",
             i64::from(self.fail_open),
         )?;
-        scalar(
+        gauge(
             &mut encoder,
             "anteroom_fail_open",
-            "1 while failing open: the store has been down past fail_open_after and every visitor is proxied unqueued",
+            "1 while failing open: the store has been down past fail_open_after and every visitor is proxied unqueued.",
             i64::from(health.failing_open()),
         )?;
-        {
-            let gauge = ConstGauge::new(health.down_for().map_or(0.0, |d| d.as_secs_f64()));
-            let metric = encoder.encode_descriptor(
-                "anteroom_store_down_seconds",
-                "How long the queue store has been unreachable (0 while it answers).",
-                None,
-                gauge.metric_type(),
-            )?;
-            gauge.encode(metric)?;
-        }
+        gauge(
+            &mut encoder,
+            "anteroom_store_down_seconds",
+            "How long the queue store has been unreachable (0 while it answers).",
+            health.down_for().map_or(0.0, |d| d.as_secs_f64()),
+        )?;
 
         for (name, help, n) in [
             (

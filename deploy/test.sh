@@ -502,7 +502,7 @@ guides = sorted(cache)
 if len(guides) != 1:
     fail(f"the runbooks are spread over {guides}: keep them in one operations guide")
 readme = open("README.md").read()
-if f"({guides[0]}" not in readme:
+if f"]({guides[0]})" not in readme:
     fail(f"README.md does not link the operations guide {guides[0]}")
 print(f"{len(alerts)} alerts, each with a runbook_url whose anchor is a heading of {guides[0]}")
 

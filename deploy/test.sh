@@ -223,6 +223,23 @@ resolved() {
     fail "anteroom check rejects $1: $(cat "$tmp/resolved.out")"
   sed -n 's/.*shutdown grace \([^,]*\), drain delay \(.*\)$/grace=\1 drain=\2/p' "$tmp/resolved.out"
 }
+# What steps 3a–3e share: their failure message, and a duration as anteroom writes and reads it (humantime: 250ms,
+# 30s, 1m 5s, 1day) in seconds.
+cat >"$tmp/kit.py" <<'PY'
+import re, sys
+
+def fail(msg):
+    sys.exit(f"deploy/test.sh: FAIL: {msg}")
+
+UNITS = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "day": 86400, "days": 86400}
+
+def secs(text):
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]+)", str(text))
+    if not parts or "".join(n + u for n, u in parts) != re.sub(r"\s", "", str(text)) \
+            or any(u not in UNITS for _, u in parts):
+        fail(f"cannot read the duration {text!r}")
+    return sum(float(n) * UNITS[u] for n, u in parts)
+PY
 
 step "3a. Kubernetes: kubectl kustomize, kubernetes-validate, probes, grace, security"
 kubectl kustomize deploy/kubernetes >"$tmp/k8s.yaml" 2>"$tmp/kustomize.err" ||
@@ -248,18 +265,9 @@ read -r k8s_times < <(resolved "$tmp/k8s-anteroom.yaml")
 [ -n "$k8s_times" ] || fail "no shutdown grace / drain delay in: $(cat "$tmp/resolved.out")"
 grep -q '^store: *redis redis://' "$tmp/resolved.out" ||
   fail "the Kubernetes config does not use Redis, so its replicas would not share one line"
-K8S=$tmp/k8s.yaml TIMES="$k8s_times" ALLOW=$SNAPSHOT_ALLOWANCE python3 - <<'PY'
+PYTHONPATH=$tmp K8S=$tmp/k8s.yaml TIMES="$k8s_times" ALLOW=$SNAPSHOT_ALLOWANCE python3 - <<'PY'
 import os, re, sys, yaml
-
-def fail(msg):
-    sys.exit(f"deploy/test.sh: FAIL: {msg}")
-
-def secs(text):  # humantime, as `anteroom check` prints it: 30s, 1m 5s, 250ms, 1h
-    units = {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "day": 86400, "days": 86400}
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]+)", text)
-    if not parts:
-        fail(f"cannot read the duration {text!r}")
-    return sum(float(n) * units[u] for n, u in parts)
+from kit import fail, secs
 
 docs = [d for d in yaml.safe_load_all(open(os.environ["K8S"])) if d]
 of = lambda kind: [d for d in docs if d["kind"] == kind]
@@ -374,11 +382,9 @@ PY
 step "3b. LICENSE matches every workspace crate's license"
 cargo metadata --no-deps --offline --format-version 1 >"$tmp/metadata.json" 2>"$tmp/metadata.err" ||
   fail "cargo metadata: $(cat "$tmp/metadata.err")"
-python3 - "$tmp/metadata.json" <<'PY'
+PYTHONPATH=$tmp python3 - "$tmp/metadata.json" <<'PY'
 import hashlib, json, os, sys
-
-def fail(msg):
-    sys.exit(f"deploy/test.sh: FAIL: {msg}")
+from kit import fail
 
 # The licence texts this check knows, by SPDX id: the sha256 of the canonical text.
 KNOWN = {"Apache-2.0": "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"}
@@ -408,18 +414,9 @@ step "3c. stop timeouts exceed drain_delay + shutdown_grace + the snapshot"
 read -r compose_times < <(resolved deploy/anteroom.yaml)
 STOP_UNIT=$(sed -n 's/^TimeoutStopSec=\(.*\)$/\1/p' deploy/anteroom.service) \
   COMPOSE_TIMES="$compose_times" K8S_TIMES="$k8s_times" K8S_CONF="$tmp/k8s-anteroom.yaml" \
-  ALLOW=$SNAPSHOT_ALLOWANCE python3 - <<'PY'
+  ALLOW=$SNAPSHOT_ALLOWANCE PYTHONPATH=$tmp python3 - <<'PY'
 import os, re, sys, yaml
-
-def fail(msg):
-    sys.exit(f"deploy/test.sh: FAIL: {msg}")
-
-def secs(text):
-    units = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "day": 86400, "days": 86400}
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]+)", str(text))
-    if not parts or "".join(n + u for n, u in parts) != re.sub(r"\s", "", str(text)):
-        fail(f"cannot read the duration {text!r}")
-    return sum(float(n) * units[u] for n, u in parts)
+from kit import fail, secs
 
 # The code's defaults for absent keys, where the config is validated.
 src = open("src/config/validate.rs").read()
@@ -452,11 +449,9 @@ print(f"TimeoutStopSec {unit:g}s and compose's stop_grace_period {stop:g}s excee
 PY
 
 step "3d. every alert has a runbook in the operations guide, and tests firing and quiet"
-python3 - <<'PY'
+PYTHONPATH=$tmp python3 - <<'PY'
 import os, re, sys, unicodedata, yaml
-
-def fail(msg):
-    sys.exit(f"deploy/test.sh: FAIL: {msg}")
+from kit import fail
 
 def anchors(path):
     """GitHub's heading anchors: lower case, punctuation but - and _ dropped, spaces to -,
@@ -517,11 +512,9 @@ print(f"alerts.test.yml shows each of the {len(alerts)} alerts firing and quiet"
 PY
 
 step "3e. every healthz/readyz mention is the right probe for its purpose"
-python3 - <<'PY'
+PYTHONPATH=$tmp python3 - <<'PY'
 import os, re, subprocess, sys
-
-def fail(msg):
-    sys.exit(f"deploy/test.sh: FAIL: {msg}")
+from kit import fail
 
 # Taking a replica out of rotation is readiness (readyz: 503 while draining or when the
 # store is down); restarting a process is liveness (healthz). A load balancer on healthz

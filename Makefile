@@ -45,7 +45,8 @@ test-plain:
 	ANTEROOM_FRONTEND=off $(CARGO) test --locked --lib --test core --test admin
 
 ## test-deploy: the deployment kit (deploy/) with real promtool, systemd-analyze, hadolint,
-## and a real Prometheus scraping target/debug/anteroom on loopback (deploy/test.sh)
+## kubectl kustomize and kubernetes-validate, and a real Prometheus scraping
+## target/debug/anteroom on loopback (deploy/test.sh)
 test-deploy:
 	$(CARGO) build --locked
 	timeout 120 bash deploy/test.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the deployment kit (SPEC §13) with the real tools, in `make test-deploy` (part of
+# Checks the deployment kit with the real tools, in `make test-deploy` (part of
 # `make test`). Everything runs on loopback, is bounded in time and is cleaned up on exit.
 #
 #  1. Prometheus rules: `promtool check rules` and `promtool test rules` (every alert shown
@@ -12,6 +12,21 @@
 #     `anteroom probe` on the CMD's config file (no curl, no fixed port).
 #     compose.yaml: parses, has anteroom + Redis with AOF + an origin, mounts files that
 #     exist, takes secrets from the environment; its anteroom.yaml passes `anteroom check`.
+# 3a. Kubernetes: `kubectl kustomize deploy/kubernetes` renders, `kubernetes-validate
+#     --strict` accepts every object; readiness on readyz and liveness on healthz at the
+#     config's listen port, terminationGracePeriodSeconds above drain_delay +
+#     shutdown_grace + the snapshot of its ConfigMap's config, every container non-root
+#     with a read-only root, no escalation, no capabilities, RuntimeDefault seccomp;
+#     secrets mounted as files; the Service, PDB and HPA aim at the Deployment.
+# 3b. LICENSE is the text of the license every workspace crate's Cargo.toml names.
+# 3c. The unit's TimeoutStopSec and compose's stop_grace_period exceed drain_delay +
+#     shutdown_grace + the snapshot of the shipped configs, as `anteroom check` resolves
+#     them and as their YAML says with the defaults in src/config/.
+# 3d. Every alert has a runbook_url whose anchor is a heading of one operations guide
+#     (linked from the README), and alerts.test.yml shows each alert firing and quiet.
+# 3e. Every healthz/readyz mention in README.md, docs/ and deploy/ whose line (or list
+#     item) names its purpose uses the right one: load balancers and readiness readyz,
+#     liveness and container health checks healthz.
 #  4. Live: a real target/debug/anteroom in front of a tiny origin, a real `prometheus`
 #     scraping its metrics with the bearer token (the shipped prometheus.yml, retargeted),
 #     queried through Prometheus's HTTP API: the room's rate and waiting count come back,
@@ -19,7 +34,7 @@
 # 4b. The line moves: the room is resumed and its three visitors are let out of the line,
 #     so the time-in-line histogram has data in the scrape and in Prometheus.
 #  5. Every metric named by the dashboard and the alert rules is in the live scrape and in
-#     Prometheus (except PENDING_METRICS, still being built), and every dashboard query is
+#     Prometheus (except PENDING_METRICS, awaiting export), and every dashboard query is
 #     valid PromQL to the real Prometheus.
 #  6. What operators watch of the replica: `promtool check metrics` finds nothing to say
 #     about a real scrape; build info, process metrics (every `process_*` the kit names),
@@ -28,8 +43,10 @@
 #     listen, as in the container) and fails for a port nobody listens on.
 #
 # Needs: promtool and prometheus (Debian `prometheus`), systemd-analyze (Debian `systemd`),
-# hadolint (target/test-tools/hadolint), python3 with PyYAML, curl: scripts/test-tools.sh
-# installs them. ANTEROOM_BIN overrides the binary (default target/debug/anteroom).
+# hadolint (target/test-tools/hadolint), kubectl (Debian `kubernetes-client`),
+# kubernetes-validate (target/test-tools/venv), python3 with PyYAML, curl, cargo:
+# scripts/test-tools.sh installs them. ANTEROOM_BIN overrides the binary (default
+# target/debug/anteroom).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -97,8 +114,7 @@ for key in LimitNOFILE StateDirectory DynamicUser ProtectSystem=strict NoNewPriv
   KillSignal=SIGTERM TimeoutStopSec 'ExecReload=/bin/kill -HUP \$MAINPID'; do
   grep -q "^$key" deploy/anteroom.service || fail "the unit lacks $key"
 done
-stop=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)s$/\1/p' deploy/anteroom.service)
-[ "${stop:-0}" -gt 30 ] || fail "TimeoutStopSec (${stop:-unset}) must exceed server.shutdown_grace (30s)"
+# TimeoutStopSec against the shipped configs' drain and grace: step 3c.
 sec=$(systemd-analyze security --offline=true "$tmp/unit/anteroom.service" 2>&1 | tail -n 1)
 echo "systemd-analyze security: $sec"
 score=$(sed -n 's/.*exposure level for anteroom.service: \([0-9.]*\).*/\1/p' <<<"$sec")
@@ -208,6 +224,362 @@ grep -q 'redis redis://redis:6379/0' "$tmp/check.out" || fail "unexpected check 
 echo "anteroom check --config deploy/anteroom.yaml: OK"
 
 # ---------------------------------------------------------------------------------------
+# Steps 3a–3e: the kit's static promises (Kubernetes, LICENSE, stop timeouts, runbooks,
+# health-check mentions), checked before the live run.
+KUBE_VALIDATE=${KUBE_VALIDATE:-$ROOT/target/test-tools/venv/bin/kubernetes-validate}
+have kubectl || fail "kubectl not found (run scripts/test-tools.sh)"
+[ -x "$KUBE_VALIDATE" ] || fail "kubernetes-validate not found at $KUBE_VALIDATE (run scripts/test-tools.sh)"
+# What a stop may spend on the final snapshot and the bans after shutdown_grace: every
+# supervisor's stop timeout must exceed drain_delay + shutdown_grace + this.
+SNAPSHOT_ALLOWANCE=10
+# resolved CONFIG: the config's drain delay and shutdown grace in seconds as the binary
+# resolves them (its parser, its defaults), from `anteroom check`.
+resolved() {
+  ANTEROOM_ADMIN_TOKEN=$TOKEN ANTEROOM_COOKIE_SECRET=$(printf '%064d' 0) \
+    "$BIN" check --config "$1" >"$tmp/resolved.out" 2>&1 ||
+    fail "anteroom check rejects $1: $(cat "$tmp/resolved.out")"
+  sed -n 's/.*shutdown grace \([^,]*\), drain delay \(.*\)$/grace=\1 drain=\2/p' "$tmp/resolved.out"
+}
+# What steps 3a–3e share: their failure message, and a duration as anteroom writes and reads it (humantime: 250ms,
+# 30s, 1m 5s, 1day) in seconds.
+cat >"$tmp/kit.py" <<'PY'
+import re, sys
+
+def fail(msg):
+    sys.exit(f"deploy/test.sh: FAIL: {msg}")
+
+UNITS = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "day": 86400, "days": 86400}
+
+def secs(text):
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]+)", str(text))
+    if not parts or "".join(n + u for n, u in parts) != re.sub(r"\s", "", str(text)) \
+            or any(u not in UNITS for _, u in parts):
+        fail(f"cannot read the duration {text!r}")
+    return sum(float(n) * UNITS[u] for n, u in parts)
+PY
+
+step "3a. Kubernetes: kubectl kustomize, kubernetes-validate, probes, grace, security"
+kubectl kustomize deploy/kubernetes >"$tmp/k8s.yaml" 2>"$tmp/kustomize.err" ||
+  fail "kubectl kustomize deploy/kubernetes: $(cat "$tmp/kustomize.err")"
+# --strict: an unknown field (a misspelt readOnlyRootFilesystem) is an error, not ignored.
+"$KUBE_VALIDATE" --strict --quiet "$tmp/k8s.yaml" >"$tmp/validate.out" 2>&1 ||
+  fail "kubernetes-validate: $(cat "$tmp/validate.out")"
+python3 - "$tmp/k8s.yaml" "$tmp/k8s-anteroom.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+kinds = sorted(d["kind"] for d in docs)
+print(f"kubernetes-validate --strict: {len(docs)} objects valid: {', '.join(kinds)}")
+for k in ("Deployment", "Service", "ConfigMap", "PodDisruptionBudget", "HorizontalPodAutoscaler"):
+    if k not in kinds:
+        sys.exit(f"deploy/test.sh: FAIL: deploy/kubernetes renders no {k}")
+cm = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("anteroom-config")]
+if len(cm) != 1 or list(cm[0]["data"]) != ["anteroom.yaml"]:
+    sys.exit("deploy/test.sh: FAIL: no anteroom-config ConfigMap holding anteroom.yaml")
+open(sys.argv[2], "w").write(cm[0]["data"]["anteroom.yaml"])
+PY
+grep -q '^redis:' "$tmp/k8s-anteroom.yaml" || fail "the Kubernetes config has no redis: section"
+read -r k8s_times < <(resolved "$tmp/k8s-anteroom.yaml")
+[ -n "$k8s_times" ] || fail "no shutdown grace / drain delay in: $(cat "$tmp/resolved.out")"
+grep -q '^store: *redis redis://' "$tmp/resolved.out" ||
+  fail "the Kubernetes config does not use Redis, so its replicas would not share one line"
+PYTHONPATH=$tmp K8S=$tmp/k8s.yaml TIMES="$k8s_times" ALLOW=$SNAPSHOT_ALLOWANCE python3 - <<'PY'
+import os, re, sys, yaml
+from kit import fail, secs
+
+docs = [d for d in yaml.safe_load_all(open(os.environ["K8S"])) if d]
+of = lambda kind: [d for d in docs if d["kind"] == kind]
+times = dict(kv.split("=", 1) for kv in os.environ["TIMES"].split())
+drain, grace, allow = secs(times["drain"]), secs(times["grace"]), int(os.environ["ALLOW"])
+need = drain + grace + allow
+
+dep = [d for d in of("Deployment") if d["metadata"]["name"] == "anteroom"]
+if len(dep) != 1:
+    fail("no Deployment named anteroom")
+dep = dep[0]
+pod = dep["spec"]["template"]["spec"]
+labels = dep["spec"]["template"]["metadata"]["labels"]
+c = [c for c in pod["containers"] if c["name"] == "anteroom"]
+if len(c) != 1:
+    fail("the Deployment has no container named anteroom")
+c = c[0]
+cm = yaml.safe_load([d for d in of("ConfigMap") if d["metadata"]["name"].startswith("anteroom-config")][0]["data"]["anteroom.yaml"])
+listen_port = int(str(cm.get("listen", ":8080")).rsplit(":", 1)[1])
+ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
+
+def probe(name, path):
+    p = c.get(name)
+    if not p or "httpGet" not in p:
+        fail(f"the anteroom container has no HTTP {name}")
+    g = p["httpGet"]
+    if g.get("path") != path:
+        fail(f"{name} asks {g.get('path')}, not {path}")
+    port = ports.get(g["port"], g["port"])
+    if port != listen_port:
+        fail(f"{name} probes port {port}, but anteroom listens on {listen_port} (listen in the ConfigMap)")
+probe("readinessProbe", "/__anteroom/readyz")
+probe("livenessProbe", "/__anteroom/healthz")
+if "startupProbe" in c:
+    probe("startupProbe", "/__anteroom/healthz")
+print(f"probes: readiness on readyz, liveness on healthz, port {listen_port} (the config's listen)")
+
+tgp = pod.get("terminationGracePeriodSeconds", 30)
+if not tgp > need:
+    fail(f"terminationGracePeriodSeconds {tgp} must exceed drain_delay {drain:g}s + "
+         f"shutdown_grace {grace:g}s + {allow}s for the snapshot = {need:g}s")
+print(f"terminationGracePeriodSeconds {tgp} > drain {drain:g}s + grace {grace:g}s + snapshot {allow}s")
+
+# Every workload's every container: non-root, read-only root, no privilege escalation,
+# every capability dropped, the runtime's seccomp profile.
+for w in of("Deployment") + of("StatefulSet"):
+    ps = w["spec"]["template"]["spec"]
+    psc = ps.get("securityContext", {})
+    for ct in ps.get("initContainers", []) + ps["containers"]:
+        sc = ct.get("securityContext", {})
+        where = f"{w['kind']}/{w['metadata']['name']} container {ct['name']}"
+        eff = lambda k: sc.get(k, psc.get(k))
+        if eff("runAsNonRoot") is not True:
+            fail(f"{where}: runAsNonRoot is not true")
+        if eff("runAsUser") == 0:
+            fail(f"{where}: runs as uid 0")
+        if (eff("seccompProfile") or {}).get("type") != "RuntimeDefault":
+            fail(f"{where}: seccompProfile is not RuntimeDefault")
+        if sc.get("readOnlyRootFilesystem") is not True:
+            fail(f"{where}: readOnlyRootFilesystem is not true")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            fail(f"{where}: allowPrivilegeEscalation is not false")
+        if sc.get("privileged"):
+            fail(f"{where}: privileged")
+        caps = sc.get("capabilities", {})
+        if caps.get("drop") != ["ALL"] or caps.get("add"):
+            fail(f"{where}: capabilities are not drop [ALL] with nothing added")
+        if not ct.get("resources", {}).get("requests") or not ct["resources"].get("limits", {}).get("memory"):
+            fail(f"{where}: no resource requests and memory limit")
+print("security context: non-root, read-only root, no escalation, drop ALL, RuntimeDefault seccomp (every container)")
+
+# Secrets as files: a Secret volume mounted read-only, no secret value in the pod spec.
+secret_vols = {v["name"]: v["secret"]["secretName"] for v in pod.get("volumes", []) if "secret" in v}
+mounts = [m for m in c.get("volumeMounts", []) if m["name"] in secret_vols]
+if not mounts or not all(m.get("readOnly") for m in mounts):
+    fail("the anteroom container mounts no Secret read-only")
+script = " ".join(c.get("command", []) + c.get("args", []))
+for var in ("ANTEROOM_ADMIN_TOKEN", "ANTEROOM_COOKIE_SECRET"):
+    if any(e["name"] == var for e in c.get("env", [])):
+        fail(f"{var} is in the pod spec's env: secrets are mounted as files")
+    if not re.search(var + r'=\$\(cat "?\$s/', script) or mounts[0]["mountPath"] not in script:
+        fail(f"the container does not read {var} from the mounted Secret")
+if "exec /usr/local/bin/anteroom" not in script:
+    fail("the shell does not exec anteroom (SIGTERM would reach the shell, not anteroom)")
+cfg_mount = [m for m in c["volumeMounts"] if m["name"] in
+             {v["name"] for v in pod["volumes"] if "configMap" in v}]
+if not cfg_mount or f"--config {cfg_mount[0]['mountPath']}/anteroom.yaml" not in script:
+    fail("anteroom is not started on the mounted ConfigMap's anteroom.yaml")
+
+def selects(sel, what):
+    if any(labels.get(k) != v for k, v in sel.items()):
+        fail(f"{what}'s selector {sel} does not select the anteroom pods {labels}")
+svc = [s for s in of("Service") if s["metadata"]["name"] == "anteroom"]
+if not svc:
+    fail("no Service named anteroom")
+selects(svc[0]["spec"]["selector"], "the Service")
+for p in svc[0]["spec"]["ports"]:
+    if ports.get(p["targetPort"], p["targetPort"]) != listen_port:
+        fail(f"the Service sends port {p['port']} to {p['targetPort']}, not the public listener")
+for pdb in of("PodDisruptionBudget"):
+    selects(pdb["spec"]["selector"]["matchLabels"], "the PodDisruptionBudget")
+hpa = of("HorizontalPodAutoscaler")[0]["spec"]
+if hpa["scaleTargetRef"] != {"apiVersion": "apps/v1", "kind": "Deployment", "name": "anteroom"}:
+    fail(f"the HPA scales {hpa['scaleTargetRef']}, not the anteroom Deployment")
+if hpa.get("minReplicas", 1) < 2:
+    fail("the HPA may scale down to one replica, which a drain would empty")
+if not any(m["type"] == "Pods" and m["pods"]["metric"]["name"].startswith("anteroom_") for m in hpa["metrics"]):
+    fail("the HPA does not scale on an anteroom metric")
+print("Service, PodDisruptionBudget and HPA select / scale the anteroom pods; secrets mounted as files")
+PY
+
+step "3b. LICENSE matches every workspace crate's license"
+cargo metadata --no-deps --offline --format-version 1 >"$tmp/metadata.json" 2>"$tmp/metadata.err" ||
+  fail "cargo metadata: $(cat "$tmp/metadata.err")"
+PYTHONPATH=$tmp python3 - "$tmp/metadata.json" <<'PY'
+import hashlib, json, os, sys
+from kit import fail
+
+# The licence texts this check knows, by SPDX id: the sha256 of the canonical text.
+KNOWN = {"Apache-2.0": "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"}
+meta = json.load(open(sys.argv[1]))
+members = set(meta["workspace_members"])
+crates = {p["name"]: p.get("license") for p in meta["packages"] if p["id"] in members}
+if len(crates) < 2:
+    fail(f"cargo metadata lists only {sorted(crates)} as workspace crates")
+ids = set(crates.values())
+if len(ids) != 1 or None in ids:
+    fail(f"the workspace crates do not share one license: {crates}")
+spdx = ids.pop()
+if spdx not in KNOWN:
+    fail(f"Cargo.toml says license = {spdx!r}; LICENSE's check knows only {sorted(KNOWN)}")
+if not os.path.isfile("LICENSE"):
+    fail("no LICENSE file at the repository root")
+digest = hashlib.sha256(open("LICENSE", "rb").read()).hexdigest()
+if digest != KNOWN[spdx]:
+    fail(f"LICENSE is not the {spdx} text (sha256 {digest})")
+print(f"LICENSE is the {spdx} text, the license of {', '.join(sorted(crates))}")
+PY
+
+step "3c. stop timeouts exceed drain_delay + shutdown_grace + the snapshot"
+# The unit may run either shipped config; compose runs deploy/anteroom.yaml; the Deployment
+# (3a) its ConfigMap's. The binary's own parser and defaults resolve each, and the
+# YAML with the defaults written in src/config/ must say the same.
+read -r compose_times < <(resolved deploy/anteroom.yaml)
+STOP_UNIT=$(sed -n 's/^TimeoutStopSec=\(.*\)$/\1/p' deploy/anteroom.service) \
+  COMPOSE_TIMES="$compose_times" K8S_TIMES="$k8s_times" K8S_CONF="$tmp/k8s-anteroom.yaml" \
+  ALLOW=$SNAPSHOT_ALLOWANCE PYTHONPATH=$tmp python3 - <<'PY'
+import os, re, sys, yaml
+from kit import fail, secs
+
+# The code's defaults for absent keys, where the config is validated.
+src = open("src/config/validate.rs").read()
+def default(key):
+    m = re.search(r"or_default\(&d\.server\.%s, \"([^\"]+)\"\)" % key, src)
+    if not m:
+        fail(f"no default for server.{key} in src/config/validate.rs")
+    return m.group(1)
+allow = int(os.environ["ALLOW"])
+needs = {}
+for name, path, times in (("deploy/anteroom.yaml", "deploy/anteroom.yaml", os.environ["COMPOSE_TIMES"]),
+                          ("deploy/kubernetes/anteroom.yaml", os.environ["K8S_CONF"], os.environ["K8S_TIMES"])):
+    server = (yaml.safe_load(open(path)) or {}).get("server") or {}
+    yaml_drain = secs(server.get("drain_delay", default("drain_delay")))
+    yaml_grace = secs(server.get("shutdown_grace", default("shutdown_grace")))
+    t = dict(kv.split("=", 1) for kv in times.split())
+    if (secs(t["drain"]), secs(t["grace"])) != (yaml_drain, yaml_grace):
+        fail(f"{name}: the YAML says drain {yaml_drain}s, grace {yaml_grace}s; anteroom check says {t}")
+    needs[name] = yaml_drain + yaml_grace + allow
+    print(f"{name}: drain_delay {yaml_drain:g}s + shutdown_grace {yaml_grace:g}s + snapshot {allow}s = {needs[name]:g}s")
+
+unit = secs(os.environ["STOP_UNIT"] or "0")
+if not unit > max(needs.values()):
+    fail(f"the unit's TimeoutStopSec ({os.environ['STOP_UNIT'] or 'unset'}) must exceed {max(needs.values()):g}s")
+compose = yaml.safe_load(open("deploy/compose.yaml"))["services"]["anteroom"]
+stop = secs(compose.get("stop_grace_period", "10s"))
+if not stop > needs["deploy/anteroom.yaml"]:
+    fail(f"compose's stop_grace_period ({stop:g}s) must exceed {needs['deploy/anteroom.yaml']:g}s")
+print(f"TimeoutStopSec {unit:g}s and compose's stop_grace_period {stop:g}s exceed them")
+PY
+
+step "3d. every alert has a runbook in the operations guide, and tests firing and quiet"
+PYTHONPATH=$tmp python3 - <<'PY'
+import os, re, sys, unicodedata, yaml
+from kit import fail
+
+def anchors(path):
+    """GitHub's heading anchors: lower case, punctuation but - and _ dropped, spaces to -,
+    a repeated anchor suffixed -1, -2, ...; headings inside code fences do not count."""
+    seen, out, fence = {}, set(), None
+    for line in open(path, encoding="utf-8"):
+        m = re.match(r"^ {0,3}(`{3,}|~{3,})", line)
+        if m:
+            if fence is None:
+                fence = m.group(1)[0]
+            elif m.group(1)[0] == fence:
+                fence = None
+            continue
+        if fence:
+            continue
+        h = re.match(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not h:
+            continue
+        text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", h.group(1))  # a link's text only
+        text = text.replace("`", "").strip().lower()
+        a = "".join(ch for ch in text if ch in " -_" or unicodedata.category(ch)[0] in "LN")
+        a = a.replace(" ", "-")
+        n = seen.get(a, 0)
+        seen[a] = n + 1
+        out.add(a if n == 0 else f"{a}-{n}")
+    return out
+
+rules = yaml.safe_load(open("deploy/prometheus/alerts.yml"))
+alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+cache = {}
+for r in alerts:
+    url = r.get("annotations", {}).get("runbook_url")
+    if not url:
+        fail(f"{r['alert']} has no runbook_url")
+    path, _, anchor = url.partition("#")
+    if not path.startswith("docs/") or not os.path.isfile(path) or not anchor:
+        fail(f"{r['alert']}'s runbook_url {url!r} is not an anchor in a guide under docs/")
+    if path not in cache:
+        cache[path] = anchors(path)
+    if anchor not in cache[path]:
+        fail(f"{r['alert']}'s runbook_url {url!r}: {path} has no heading with that anchor")
+guides = sorted(cache)
+if len(guides) != 1:
+    fail(f"the runbooks are spread over {guides}: keep them in one operations guide")
+readme = open("README.md").read()
+if f"]({guides[0]})" not in readme:
+    fail(f"README.md does not link the operations guide {guides[0]}")
+print(f"{len(alerts)} alerts, each with a runbook_url whose anchor is a heading of {guides[0]}")
+
+# Each alert is shown both firing and quiet in alerts.test.yml.
+tests = yaml.safe_load(open("deploy/prometheus/alerts.test.yml"))["tests"]
+cases = [c for t in tests for c in t.get("alert_rule_test", [])]
+for r in alerts:
+    mine = [c for c in cases if c["alertname"] == r["alert"]]
+    if not any(c.get("exp_alerts") for c in mine) or not any(not c.get("exp_alerts") for c in mine):
+        fail(f"alerts.test.yml does not show {r['alert']} both firing and quiet")
+print(f"alerts.test.yml shows each of the {len(alerts)} alerts firing and quiet")
+PY
+
+step "3e. every healthz/readyz mention is the right probe for its purpose"
+PYTHONPATH=$tmp python3 - <<'PY'
+import os, re, subprocess, sys
+from kit import fail
+
+# Taking a replica out of rotation is readiness (readyz: 503 while draining or when the
+# store is down); restarting a process is liveness (healthz). A load balancer on healthz
+# keeps a draining replica in rotation; a liveness probe on readyz restarts every replica
+# when Redis blips.
+READY = re.compile(r"load.balancer|\bALB\b|HAProxy|httpchk|target.group|target health|"
+                   r"health_check|readiness|in rotation|out of rotation|upstream", re.I)
+LIVE = re.compile(r"liveness|startupProbe|HEALTHCHECK|container health|restarts? (the|a|every)", re.I)
+files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "README.md", "docs", "deploy"],
+                       capture_output=True, text=True, check=True).stdout.split()
+files = [f for f in files if f != "deploy/test.sh" and os.path.isfile(f)]
+checked, bad = 0, []
+for f in files:
+    try:
+        lines = open(f, encoding="utf-8").read().split("\n")
+    except UnicodeDecodeError:
+        continue
+    for i, line in enumerate(lines):
+        has_h, has_r = "healthz" in line, "readyz" in line
+        if not (has_h or has_r):
+            continue
+        # The purpose is said on the line itself, or on the nearest line above it within
+        # the same paragraph, list item or block of YAML, at most three lines up.
+        purpose = None
+        for j in range(i, max(i - 4, -1), -1):
+            if j < i and not lines[j].strip():
+                break
+            ready, live = bool(READY.search(lines[j])), bool(LIVE.search(lines[j]))
+            if ready or live:
+                purpose = "both" if ready and live else ("ready" if ready else "live")
+                break
+            if re.match(r"\s*(?:[-*]|\d+\.)\s", lines[j]):
+                break  # the start of this list item
+        if purpose is None or (has_h and has_r):
+            continue  # no purpose named, or both probes named side by side
+        checked += 1
+        if purpose == "ready" and has_h:
+            bad.append(f"{f}:{i + 1}: readiness / load balancer on healthz: {line.strip()}")
+        elif purpose == "live" and has_r:
+            bad.append(f"{f}:{i + 1}: liveness on readyz: {line.strip()}")
+if bad:
+    fail("health probes used for the wrong purpose:\n  " + "\n  ".join(bad))
+if checked < 8:
+    fail(f"only {checked} healthz/readyz mentions with a purpose found: is the scan broken?")
+print(f"{checked} healthz/readyz mentions with a stated purpose, each the right probe")
+PY
+
+# ---------------------------------------------------------------------------------------
 step "4. a real Prometheus scraping a real anteroom"
 read -r ORIGIN_PORT AR_PORT PROM_PORT ADMIN_PORT < <(python3 -c '
 import socket
@@ -217,7 +589,8 @@ print(*[s.getsockname()[1] for s in ss])')
 python3 -m http.server "$ORIGIN_PORT" --bind 127.0.0.1 --directory deploy/origin \
   >"$tmp/origin.log" 2>&1 &
 pids+=($!)
-ANTEROOM_ADMIN_TOKEN=$TOKEN ANTEROOM_METRICS_TOKEN=$METRICS_TOKEN \
+# The access log on (to a file), as in production: its drop counter is exported only then.
+ANTEROOM_ADMIN_TOKEN=$TOKEN ANTEROOM_METRICS_TOKEN=$METRICS_TOKEN ANTEROOM_ACCESS_LOG="$tmp/access.log" \
   ANTEROOM_ADMIN_LISTEN="127.0.0.1:$ADMIN_PORT" "$BIN" --origin "http://127.0.0.1:$ORIGIN_PORT" --rate "$RATE" \
   --listen "127.0.0.1:$AR_PORT" --data-dir "$tmp/data" >"$tmp/anteroom.log" 2>&1 &
 pids+=($!)
@@ -283,9 +656,10 @@ rules_ok() {
   curl -fsS -m 3 "$PROM/api/v1/rules" | python3 -c 'import json,sys
 g = json.load(sys.stdin)["data"]["groups"]
 rules = [r for x in g for r in x["rules"]]
-sys.exit(0 if len(rules) == 6 and all(r["health"] == "ok" for r in rules) else 1)'
+sys.exit(0 if len(rules) == int(sys.argv[1]) and all(r["health"] == "ok" for r in rules) else 1)' "$n_alerts"
 }
-wait_for 10 "Prometheus to load and evaluate the 6 alert rules" rules_ok
+n_alerts=$(grep -c '^ *- alert: ' deploy/prometheus/alerts.yml)
+wait_for 10 "Prometheus to load and evaluate the $n_alerts alert rules" rules_ok
 echo "Prometheus loaded the alert rules and evaluates them (health ok)"
 
 # ---------------------------------------------------------------------------------------

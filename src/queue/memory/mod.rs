@@ -151,7 +151,7 @@ struct Room {
     /// Draw entrants by last heartbeat, oldest first, for abandonment.
     draw_by_seen: BTreeSet<(u64, VisitorId)>,
     /// The last draw's entrants' hashes, ascending (the order they were drawn in), fixed
-    /// when the doors opened: the published list of SPEC §14. Empty before.
+    /// when the doors opened: the published list (docs/fairness.md). Empty before.
     drawn: Vec<DrawHash>,
     /// Admitted sessions, with their order of last activity for reclaim.
     sessions: Sessions,
@@ -161,9 +161,9 @@ struct Room {
     session_counts: ClientCounts,
     joins: JoinWindows,
     counters: Counters,
-    /// Closed-loop admission (SPEC §14): the controller's state, whose effective rate caps
-    /// the bucket. Not snapshotted: after a restart the controller starts afresh at the
-    /// configured rate, with a new window of observations.
+    /// Closed-loop admission (docs/fairness.md): the controller's state, whose effective
+    /// rate caps the bucket. Not snapshotted: after a restart the controller starts afresh
+    /// at the configured rate, with a new window of observations.
     adaptive: Option<AdaptiveState>,
     adaptive_claim_ms: Option<u64>,
     /// Each replica's latest report and when it came (several replicas share this store
@@ -224,7 +224,7 @@ impl Room {
     }
 
     /// The rate the bucket refills at: the configured one, capped by the closed-loop
-    /// controller's effective rate when it has one (SPEC §14).
+    /// controller's effective rate when it has one.
     fn rate(&self) -> f64 {
         match &self.adaptive {
             Some(a) if a.effective_rate.is_finite() && a.effective_rate > 0.0 => {
@@ -653,7 +653,7 @@ impl Room {
         }
     }
 
-    /// The lottery record (SPEC §14); the doors open here too if their time has come.
+    /// The lottery record; the doors open here too if their time has come.
     fn draw_record(&mut self, now: u64, hashes: bool) -> DrawRecord {
         let phase = self.phase(now);
         let mut record = DrawRecord {

@@ -265,7 +265,7 @@ impl QueueStore for MemoryStore {
             room.settings = next.clone();
             room.tokens = room.tokens.min(room.burst());
             if resuming {
-                // SPEC §3: a resume starts with an empty bucket; paused time earns nothing.
+                // A resume starts with an empty bucket; paused time earns nothing.
                 room.tokens = 0.0;
             }
             Ok(next)

@@ -1,17 +1,17 @@
 //! A room's keys, and the layout of its line in them.
 //!
-//! Keys of room `main` (see `lua/common.lua` for the fields):
-//! `ar:{main}:conf` (runtime settings), `ar:{main}:state` (bucket, counters, the line's
-//! bookkeeping, downtime bookkeeping), the line (below), `ar:{main}:active` (ZSET id → last
-//! activity), `ar:{main}:draw` (ZSET id → lottery score, during a draw) and
-//! `ar:{main}:dseen` (ZSET id → last heartbeat of a draw entrant), `ar:{main}:drawh` (id →
-//! draw hash: the draw's entrants, fixed from the doors on, SPEC §14), `ar:{main}:places`
-//! (client → its visitors' ids, while `max_places_per_client` is set), `ar:{main}:sess`
-//! (session → the clients it was used from) and `ar:{main}:scount` (client → sessions),
-//! while a session cap is set, `ar:{main}:joins:<client>` (one client's join-limit window,
-//! expiring with it), `ar:{main}:origin` (closed-loop admission: each replica's latest
-//! report of the origin's latency and errors, SPEC §14, expiring with its last writer).
-//! Members are the raw 16-byte visitor ids; clients are [`ClientKey::to_bytes`].
+//! Keys of room `main` (see `src/queue/lua/common.lua` for the fields): `ar:{main}:conf`
+//! (runtime settings), `ar:{main}:state` (bucket, counters, the line's bookkeeping,
+//! downtime bookkeeping), the line (below), `ar:{main}:active` (ZSET id → last activity),
+//! `ar:{main}:draw` (ZSET id → lottery score, during a draw) and `ar:{main}:dseen` (ZSET id
+//! → last heartbeat of a draw entrant), `ar:{main}:drawh` (id → draw hash: the draw's
+//! entrants, fixed from the doors on, docs/fairness.md), `ar:{main}:places` (client → its
+//! visitors' ids, while `max_places_per_client` is set), `ar:{main}:sess` (session → the
+//! clients it was used from) and `ar:{main}:scount` (client → sessions), while a session
+//! cap is set, `ar:{main}:joins:<client>` (one client's join-limit window, expiring with
+//! it), `ar:{main}:origin` (closed-loop admission: each replica's latest report of the
+//! origin's latency and errors, expiring with its last writer). Members are the raw 16-byte
+//! visitor ids; clients are [`ClientKey::to_bytes`].
 //!
 //! The line, and why: the goal is ≤ 120 B of Redis memory per waiting visitor. The first
 //! layout kept each waiter in two big sorted sets (`line`: id → ticket, `seen`: id → last
@@ -34,9 +34,10 @@
 //! - `ar:{main}:chunks` lists the non-empty chunks in order (admission pops the first), and
 //!   `ar:{main}:cseen` holds a lower bound of each chunk's oldest heartbeat: a pass reads only
 //!   chunks that may hold someone not heard for `abandon_after`, drops exactly those, when
-//!   they are due (the model test of SPEC §3 holds it to the millisecond), and tightens the
+//!   they are due (the model test holds it to the millisecond), and tightens the
 //!   bound.
-//!   Bounded per pass ([`REAP_BUDGET`] waiters, twice that over 128 chunks read), catching up.
+//!   Bounded per pass ([`REAP_BUDGET`](crate::queue::REAP_BUDGET) waiters, twice that over 128
+//!   chunks read), catching up.
 //!
 //! Upgrade from the first layout: `open_room` finds `ar:{room}:line` / `ar:{room}:seen`
 //! and moves them into this layout in one script, in order, with heartbeats and join times

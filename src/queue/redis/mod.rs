@@ -2,15 +2,16 @@
 //! Valkey, or a Redis Cluster), so any number of replicas share one queue, one rate and one
 //! concurrency budget, and any replica can be restarted mid-spike.
 //!
-//! Every operation is one Lua script (the `.lua` files in `../lua/`, sharing `common.lua`), so
-//! each is one atomic step on one room. They run as one Redis Functions library (see
-//! [`scripts`]): loaded once (`FUNCTION LOAD`, again whenever a call finds it missing) and
-//! called with `FCALL`, so the shared code's functions are made once, at load, rather than
-//! on every call as an `EVAL` script's are (8–10 µs of Redis time a join, a quarter of the
-//! join script's cost). Where Functions are refused (a server or a user without them), each
-//! script runs instead as its own `EVALSHA` script, `common.lua` first. Time is the server's
-//! `TIME`, read once per script, never a replica's clock. Every key of a room carries the
-//! hash tag `{room}`, so a room lives in one Cluster slot; rooms spread over the shards.
+//! Every operation is one Lua script (the `.lua` files in `src/queue/lua/`, sharing
+//! `common.lua`), so each is one atomic step on one room. They run as one Redis Functions
+//! library (see [`scripts`]): loaded once (`FUNCTION LOAD`, again whenever a call finds it
+//! missing) and called with `FCALL`, so the shared code's functions are made once, at load,
+//! rather than on every call as an `EVAL` script's are (8–10 µs of Redis time a join, a
+//! quarter of the join script's cost). Where Functions are refused (a server or a user
+//! without them), each script runs instead as its own `EVALSHA` script, `common.lua` first.
+//! Time is the server's `TIME`, read once per script, never a replica's clock. Every key of
+//! a room carries the hash tag `{room}`, so a room lives in one Cluster slot; rooms spread
+//! over the shards.
 //!
 //! This file owns [`RedisStore`] itself: its connections, its clock offset for tests, and
 //! connecting. The rest, by concern:

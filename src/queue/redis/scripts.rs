@@ -1,9 +1,9 @@
 //! The operations as Lua scripts, and how one runs: every operation is one script of
-//! `../lua/` (sharing `common.lua`), one atomic step on one room. They run as one Redis
-//! Functions library ([`Library`]), loaded once and called with `FCALL`; where Functions
-//! are refused, each script runs as its own `EVALSHA` script instead ([`RedisStore::eval`]).
-//! Each operation also says whether a call of it may be sent again after a broken
-//! connection ([`Op::repeat`]; why each is safe: [`super::calls`]).
+//! `src/queue/lua/` (sharing `common.lua`), one atomic step on one room. They run as one
+//! Redis Functions library ([`Library`]), loaded once and called with `FCALL`; where
+//! Functions are refused, each script runs as its own `EVALSHA` script instead
+//! ([`RedisStore::eval`]). Each operation also says whether a call of it may be sent again
+//! after a broken connection ([`Op::repeat`]; why each is safe: [`super::calls`]).
 
 use std::sync::LazyLock;
 use std::sync::atomic::Ordering;

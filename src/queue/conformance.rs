@@ -1,7 +1,7 @@
-//! The store conformance suite: the admission rules of SPEC §3 and the store side of §10
-//! (per-client shares, the queue breaker, references, priority) and §14 (ending sessions),
-//! written once against [`QueueStore`] and run against every store through a [`Harness`]
-//! that owns its time.
+//! The store conformance suite: the admission rules and the store side of per-client
+//! shares, the queue breaker, references, priority and ending sessions, written once
+//! against [`QueueStore`] and run against every store through a [`Harness`] that owns its
+//! time.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +23,7 @@ pub trait Harness: Send + Sync {
     async fn advance(&self, by: Duration);
     /// Closes the store and opens it again on the same durable state after `downtime`.
     async fn reopen(&mut self, downtime: Duration);
-    /// How many entrants the lottery fairness test draws (SPEC asks for 100k; a store over
+    /// How many entrants the lottery fairness test draws (100k by default; a store over
     /// the network may use fewer to keep debug builds quick).
     fn lottery_entrants(&self) -> usize {
         100_000
@@ -284,7 +284,7 @@ pub async fn rate_is_exact_over_a_minute<H: Harness>(h: &mut H) {
     pause(&*store).await;
     join_all(&*store, &visitors(62_000)).await;
     resume(&*store).await;
-    // A resume starts with an empty bucket (SPEC §3): nothing at the same instant.
+    // A resume starts with an empty bucket: nothing at the same instant.
     let burst = store.admit_pass(ROOM).await.unwrap().admitted.len();
     assert_eq!(burst, 0, "a resume lets no burst in");
     let admitted = run_passes(h, Duration::from_secs(60)).await.len() as i64;
@@ -306,7 +306,7 @@ pub async fn burst_is_capped_after_a_long_pause<H: Harness>(h: &mut H) {
         "paused"
     );
     resume(&*store).await;
-    // SPEC §3: paused time earns no tokens; a resume starts with an empty bucket.
+    // Paused time earns no tokens; a resume starts with an empty bucket.
     let first = store.admit_pass(ROOM).await.unwrap().admitted.len();
     assert_eq!(first, 0, "an hour's pause releases nobody at once");
     h.advance(Duration::from_millis(500)).await;
@@ -432,9 +432,9 @@ pub async fn abandoned_visitors_drop_and_rejoin_at_the_back<H: Harness>(h: &mut 
     assert_eq!((back.position, back.waiting), (Some(3), 3));
 }
 
-/// SPEC §3: a waiter is abandoned once `abandon_after` has passed since their last
-/// heartbeat, not a rounding later (the model test found a store keeping heartbeats in
-/// whole seconds, rounded up, which kept this waiter a second too long).
+/// A waiter is abandoned once `abandon_after` has passed since their last heartbeat, not a
+/// rounding later (the model test found a store keeping heartbeats in whole seconds,
+/// rounded up, which kept this waiter a second too long).
 pub async fn abandonment_is_exact_to_the_millisecond<H: Harness>(h: &mut H) {
     let mut seed = settings(10.0, 100);
     seed.abandon_after = Duration::from_secs(1);
@@ -1099,11 +1099,11 @@ pub async fn lottery_salt_and_draw_survive_a_reopen<H: Harness>(h: &mut H) {
     assert_eq!(positions(&*store, &entrants).await, first_order);
 }
 
-/// SPEC §14 "Auditable lottery": the doors admit the draw in exactly the order the
-/// published rule gives (draw hashes ascending, [`crate::fairness::draw`]) from the salt and
-/// the ids; the record holds every entrant at the doors (not those who left the lot
-/// before), shows no list before them, and never changes after; a second drop in the same
-/// room has a record of its own.
+/// The auditable lottery (docs/fairness.md, "Auditable lottery"): the doors admit the draw
+/// in exactly the order the published rule gives (draw hashes ascending,
+/// [`crate::fairness::draw`]) from the salt and the ids; the record holds every entrant at
+/// the doors (not those who left the lot before), shows no list before them, and never
+/// changes after; a second drop in the same room has a record of its own.
 pub async fn lottery_order_is_the_published_one<H: Harness>(h: &mut H) {
     use crate::fairness::draw::DrawHash;
     let store = h.store();
@@ -1215,7 +1215,7 @@ pub async fn lottery_order_is_the_published_one<H: Harness>(h: &mut H) {
     assert_eq!((record.salt, hashes), (before.salt, want));
 }
 
-// ---- SPEC §10: per-client shares, the queue breaker, references, priority; §14 sessions.
+// ---- Per-client shares, the queue breaker, references, priority; sessions.
 
 /// A distinct client address per `n`.
 fn client(n: u8) -> ClientKey {
@@ -1769,9 +1769,9 @@ pub async fn priority_join_takes_position_one<H: Harness>(h: &mut H) {
     );
 }
 
-/// SPEC §10: each grant nonce works once until its expiry, for one room, on every replica
-/// of the store; the visitor who spent it may come back with it (a reload) without being
-/// refused, and anyone else is.
+/// Each grant nonce works once until its expiry, for one room, on every replica of the
+/// store; the visitor who spent it may come back with it (a reload) without being refused,
+/// and anyone else is.
 pub async fn grant_nonces_are_spent_once<H: Harness>(h: &mut H) {
     let store = open(h, settings(1.0, 10)).await;
     store
@@ -1923,9 +1923,9 @@ fn adaptive_state(effective_rate: f64) -> super::AdaptiveState {
     }
 }
 
-/// SPEC §14: the controller's effective rate is applied as exactly as the rate itself,
-/// never above the configured `rate` (which stays as it was), and clearing it restores the
-/// configured rate.
+/// Closed-loop admission (docs/fairness.md): the controller's effective rate is applied as
+/// exactly as the rate itself, never above the configured `rate` (which stays as it was),
+/// and clearing it restores the configured rate.
 pub async fn effective_rate_caps_the_bucket_exactly<H: Harness>(h: &mut H) {
     let store = open(h, settings(10.0, 100_000)).await;
     pause(&*store).await;
@@ -1992,9 +1992,9 @@ pub async fn effective_rate_caps_the_bucket_exactly<H: Harness>(h: &mut H) {
     );
 }
 
-/// SPEC §14 with replicas: every replica's report is seen by every replica, a stale one is
-/// dropped, only one caller per second claims the decision, and the stored state is what
-/// the next exchange returns (on every replica).
+/// Closed-loop admission with replicas: every replica's report is seen by every replica, a
+/// stale one is dropped, only one caller per second claims the decision, and the stored
+/// state is what the next exchange returns (on every replica).
 pub async fn origin_reports_are_shared_and_one_replica_decides<H: Harness>(h: &mut H) {
     use crate::fairness::adaptive::{OriginReport, OriginSummary};
     let a = open(h, settings(10.0, 100)).await;

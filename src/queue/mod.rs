@@ -156,8 +156,8 @@ pub struct RoomPolicy {
     pub schedule: Schedule,
     /// Visitors collected during the draw are placed by a salted hash of their id.
     pub lottery: bool,
-    /// Places in line at once from one client key (SPEC §10 "One client, one fair share");
-    /// 0: no cap. A newcomer over it is refused with [`RefusedReason::PlacesPerClient`].
+    /// Places in line at once from one client key (one client, one fair share); 0: no cap.
+    /// A newcomer over it is refused with [`RefusedReason::PlacesPerClient`].
     pub max_places_per_client: u32,
     /// Sessions on the site at once from one client key; 0: no cap. A session counts
     /// against the client it is first used from (the fast path's newcomer, or the first
@@ -174,13 +174,13 @@ pub struct RoomPolicy {
 }
 
 impl RoomPolicy {
-    /// SPEC §10's defaults for the per-client shares. [`RoomPolicy::default`] leaves every
-    /// cap off (as it leaves the join limit off), so the config layer opts in explicitly.
+    /// The defaults for the per-client shares. [`RoomPolicy::default`] leaves every cap off
+    /// (as it leaves the join limit off), so the config layer opts in explicitly.
     pub const DEFAULT_MAX_PLACES_PER_CLIENT: u32 = 64;
     pub const DEFAULT_MAX_SESSIONS_PER_CLIENT: u32 = 32;
     pub const DEFAULT_SESSION_CLIENTS: u32 = 4;
 
-    /// `self` with SPEC §10's per-client shares.
+    /// `self` with the default per-client shares.
     pub fn with_default_shares(self) -> Self {
         RoomPolicy {
             max_places_per_client: Self::DEFAULT_MAX_PLACES_PER_CLIENT,
@@ -226,7 +226,7 @@ pub fn unix_ms(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-/// Where a room is in its schedule (SPEC §7), read from the store's clock.
+/// Where a room is in its schedule, read from the store's clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
@@ -260,8 +260,8 @@ pub enum Resolution {
     /// In line (or in the draw). `joined` when this very call put them there.
     Waiting { place: Place, joined: bool },
     /// Refused for `reason`; counted in `total_refused`, except
-    /// [`RefusedReason::SessionClients`], which refuses one request of a visitor on the site
-    /// rather than a visitor. Only [`RefusedReason::JoinLimit`] is a strike (SPEC §10).
+    /// [`RefusedReason::SessionClients`], which refuses one request of a visitor on the
+    /// site rather than a visitor. Only [`RefusedReason::JoinLimit`] is a strike.
     Refused {
         reason: RefusedReason,
         retry_after: Duration,
@@ -291,8 +291,8 @@ pub enum RefusedReason {
 }
 
 impl RefusedReason {
-    /// Whether the caller should strike the client (SPEC §10: only the join limit is; the
-    /// shares are met innocently by shared addresses).
+    /// Whether the caller should strike the client (only the join limit is; the shares are
+    /// met innocently by shared addresses).
     pub fn is_strike(self) -> bool {
         self == RefusedReason::JoinLimit
     }
@@ -308,11 +308,11 @@ pub enum Join {
     /// The back of the line (FIFO).
     #[default]
     Back,
-    /// Position 1, ahead of everyone (a priority grant, SPEC §10): admitted on the spot when
-    /// nobody waits and the limits allow, else by the next pass (the rate and `max_active`
-    /// still apply). A waiting visitor is moved to the front; someone on the site stays so.
-    /// The join limit and per-client shares apply as to any newcomer; the queue breaker
-    /// does not (the site chose to let this visitor in ahead of the line).
+    /// Position 1, ahead of everyone (a priority grant): admitted on the spot when nobody
+    /// waits and the limits allow, else by the next pass (the rate and `max_active` still
+    /// apply). A waiting visitor is moved to the front; someone on the site stays so. The
+    /// join limit and per-client shares apply as to any newcomer; the queue breaker does
+    /// not (the site chose to let this visitor in ahead of the line).
     Front,
 }
 
@@ -408,8 +408,8 @@ pub struct RoomStats {
     pub settings: RoomSettings,
 }
 
-/// A room's lottery as the public draw document needs it (SPEC §14 "Auditable lottery"),
-/// from [`QueueStore::draw`].
+/// A room's lottery as the public draw document needs it (docs/fairness.md, "Auditable
+/// lottery"), from [`QueueStore::draw`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DrawRecord {
     /// The room's lottery salt, fixed when the room was first opened. Secret until the
@@ -484,10 +484,10 @@ pub trait QueueStore: Send + Sync + 'static {
     /// newcomers only: a visitor already waiting is never refused, and one on the site only
     /// by `session_clients`.
     ///
-    /// Per-client shares (SPEC §10): a newcomer is refused when `client` already holds
-    /// `max_places_per_client` places or `max_sessions_per_client` sessions; a request of a
-    /// visitor on the site from one client more than `session_clients` is refused (and does
-    /// not keep the session alive). With `max_waiting` in line, a newcomer gets
+    /// Per-client shares: a newcomer is refused when `client` already holds
+    /// `max_places_per_client` places or `max_sessions_per_client` sessions; a request of
+    /// a visitor on the site from one client more than `session_clients` is refused (and
+    /// does not keep the session alive). With `max_waiting` in line, a newcomer gets
     /// [`Resolution::Full`].
     async fn resolve(
         &self,
@@ -520,11 +520,11 @@ pub trait QueueStore: Send + Sync + 'static {
     /// [`StoreError::NotWaiting`] when nobody waiting has that reference.
     async fn move_to_front(&self, room: &str, reference: VisitorRef) -> StoreResult<Place>;
 
-    /// Spends a priority grant's `nonce` in `room` for `visitor` (SPEC §10 "Priority"): the
-    /// first use is [`GrantUse::Fresh`]; the nonce is then kept until `expires_at_ms` (unix
-    /// ms), and every later use is [`GrantUse::Again`] by the same visitor (a reload of the
-    /// page that carried it, which must not cost them their place) or [`GrantUse::Taken`]
-    /// by anyone else. A nonce whose expiry has passed by the store's clock is
+    /// Spends a priority grant's `nonce` in `room` for `visitor`: the first use is
+    /// [`GrantUse::Fresh`]; the nonce is then kept until `expires_at_ms` (unix ms), and
+    /// every later use is [`GrantUse::Again`] by the same visitor (a reload of the page
+    /// that carried it, which must not cost them their place) or [`GrantUse::Taken`] by
+    /// anyone else. A nonce whose expiry has passed by the store's clock is
     /// [`GrantUse::Taken`] too. Shared by every replica of the store.
     async fn spend_grant(
         &self,
@@ -535,13 +535,13 @@ pub trait QueueStore: Send + Sync + 'static {
     ) -> StoreResult<GrantUse>;
 
     /// Ends a visitor's session now and gives the slot to the next pass (the origin's
-    /// `X-Anteroom-End-Session: 1`, SPEC §14, or a ban). Their client's session share frees
-    /// up. Returns whether there was a session. Coming back is a newcomer.
+    /// `X-Anteroom-End-Session: 1`, or a ban). Their client's session share frees up.
+    /// Returns whether there was a session. Coming back is a newcomer.
     async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool>;
 
     /// Records activity for many sessions of one room at once, keeping them alive past
-    /// `session_ttl` (open WebSocket/SSE streams, SPEC §10; the batched last-seen flush of
-    /// DESIGN "Costs"). Returns, for each, whether the session is still on the site, so a
+    /// `session_ttl` (open WebSocket/SSE streams; the batched last-seen flush of the
+    /// admission layer). Returns, for each, whether the session is still on the site, so a
     /// stream whose session was ended can be closed. Never admits anyone.
     async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<Vec<bool>>;
 
@@ -560,11 +560,11 @@ pub trait QueueStore: Send + Sync + 'static {
 
     async fn stats(&self, room: &str) -> StoreResult<RoomStats>;
 
-    /// The room's lottery record (SPEC §14): its salt, the phase, the entrants, and, with
-    /// `hashes` once the doors are open, every drawn entrant's draw hash. Opens the doors
-    /// on a collected draw whose time has come, like every other operation. The draw is
-    /// ordered by exactly these hashes, ascending, on every store. With Redis the list is
-    /// read in bounded steps, so a large draw never blocks Redis for long.
+    /// The room's lottery record (docs/fairness.md): its salt, the phase, the entrants,
+    /// and, with `hashes` once the doors are open, every drawn entrant's draw hash. Opens
+    /// the doors on a collected draw whose time has come, like every other operation. The
+    /// draw is ordered by exactly these hashes, ascending, on every store. With Redis the
+    /// list is read in bounded steps, so a large draw never blocks Redis for long.
     async fn draw(&self, room: &str, hashes: bool) -> StoreResult<DrawRecord> {
         let _ = (room, hashes);
         Err(StoreError::Unavailable(
@@ -579,12 +579,13 @@ pub trait QueueStore: Send + Sync + 'static {
     /// Empties the line; sessions on the site are untouched. Returns how many were removed.
     async fn flush(&self, room: &str) -> StoreResult<u64>;
 
-    /// Closed-loop admission (SPEC §14), once a second per replica: stores `report` as
-    /// `replica`'s latest observations of the room's origin (replacing its previous one)
-    /// and returns every report received within [`crate::fairness::adaptive::REPORT_STALE_MS`]
-    /// (stale ones are dropped), the room's stored [`AdaptiveState`], and whether this call
-    /// claimed the decision: at most one claim per room per
-    /// [`crate::fairness::adaptive::CLAIM_EVERY_MS`], shared by every replica.
+    /// Closed-loop admission (docs/fairness.md), once a second per replica: stores `report`
+    /// as `replica`'s latest observations of the room's origin (replacing its previous one)
+    /// and returns every report received within
+    /// [`crate::fairness::adaptive::REPORT_STALE_MS`] (stale ones are dropped), the room's
+    /// stored [`AdaptiveState`], and whether this call claimed the decision: at most one
+    /// claim per room per [`crate::fairness::adaptive::CLAIM_EVERY_MS`], shared by every
+    /// replica.
     async fn exchange_origin(
         &self,
         room: &str,
@@ -619,9 +620,9 @@ pub trait QueueStore: Send + Sync + 'static {
     /// store's snapshot); a no-op for stores that are durable themselves.
     async fn persist(&self) -> StoreResult<()>;
 
-    /// The clock the store reads, when it is this process's (the embedded store's), so
-    /// what a replica times itself (the honest ETA's waits, SPEC §14) runs on the store's
-    /// time, which tests drive. `None`: the replica uses the system clock.
+    /// The clock the store reads, when it is this process's (the embedded store's), so what
+    /// a replica times itself (the honest ETA's waits, docs/fairness.md) runs on the
+    /// store's time, which tests drive. `None`: the replica uses the system clock.
     fn clock(&self) -> Option<crate::clock::Clock> {
         None
     }

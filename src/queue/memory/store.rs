@@ -1,0 +1,338 @@
+//! [`MemoryStore`]: the rooms of this process by name, each behind its own mutex, and
+//! [`QueueStore`] on them; each operation takes the room's lock, runs the room's logic at
+//! the store's time, and lets go. Also the one store-wide thing a room does not hold: the
+//! spent priority-grant nonces.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use async_trait::async_trait;
+
+use super::Room;
+use super::snapshot::{SNAPSHOT_FILE, decode_snapshot, write_snapshot};
+use crate::clock::Clock;
+use crate::queue::{
+    AdaptiveState, ClientKey, DrawRecord, GrantUse, Join, OriginExchange, OriginReport, PassReport,
+    Place, QueueQuery, QueueStore, Resolution, RoomPolicy, RoomSettings, RoomStats, Seeded,
+    SettingsPatch, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
+};
+
+pub struct MemoryStore {
+    pub(super) clock: Clock,
+    rooms: RwLock<HashMap<String, Arc<Mutex<Room>>>>,
+    /// Where snapshots go; `None` keeps everything in memory only.
+    data_dir: Option<PathBuf>,
+    /// Spent priority-grant nonces per room. Not snapshotted: a grant is short-lived, and
+    /// a restart of the one embedded replica is rare next to a grant's minutes.
+    grants: Mutex<HashMap<String, SpentGrants>>,
+}
+
+/// The spent nonces of one room until their expiry: a bounded map pruned by expiry.
+#[derive(Default)]
+pub(super) struct SpentGrants {
+    pub(super) by_nonce: HashMap<String, (u64, VisitorId)>,
+    pub(super) by_expiry: BTreeSet<(u64, String)>,
+}
+
+/// Spent nonces one room remembers at once. Past it, new grants are refused until some
+/// expire (fail closed: a nonce is never forgotten before its expiry, so never replayable).
+/// Only grants signed with `priority_secret` get this far, so only the site can fill it.
+pub const MAX_SPENT_GRANTS: usize = 200_000;
+
+impl SpentGrants {
+    pub(super) fn spend(
+        &mut self,
+        nonce: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+        now: u64,
+    ) -> GrantUse {
+        while let Some((at, _)) = self.by_expiry.first()
+            && *at <= now
+        {
+            if let Some((_, n)) = self.by_expiry.pop_first() {
+                self.by_nonce.remove(&n);
+            }
+        }
+        if let Some(&(_, by)) = self.by_nonce.get(nonce) {
+            return if by == visitor {
+                GrantUse::Again
+            } else {
+                GrantUse::Taken
+            };
+        }
+        if expires_at_ms <= now || self.by_nonce.len() >= MAX_SPENT_GRANTS {
+            return GrantUse::Taken;
+        }
+        self.by_nonce
+            .insert(nonce.to_owned(), (expires_at_ms, visitor));
+        self.by_expiry.insert((expires_at_ms, nonce.to_owned()));
+        GrantUse::Fresh
+    }
+}
+
+impl MemoryStore {
+    /// A store that keeps nothing on disk.
+    pub fn in_memory(clock: Clock) -> Self {
+        MemoryStore {
+            clock,
+            rooms: RwLock::default(),
+            data_dir: None,
+            grants: Mutex::default(),
+        }
+    }
+
+    /// A store persisted in `data_dir`, restoring the last snapshot if there is one.
+    pub fn open(clock: Clock, data_dir: &Path) -> StoreResult<Self> {
+        crate::fsutil::private_dir(data_dir).map_err(|e| {
+            StoreError::Unavailable(format!("cannot create {}: {e}", data_dir.display()))
+        })?;
+        let path = data_dir.join(SNAPSHOT_FILE);
+        let now = clock.now_ms();
+        let rooms = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let snapshot = decode_snapshot(&bytes).map_err(|e| {
+                    StoreError::Unavailable(format!(
+                        "snapshot {} is unreadable ({e}); move it aside to start empty",
+                        path.display()
+                    ))
+                })?;
+                snapshot
+                    .rooms
+                    .into_iter()
+                    .map(|(name, room)| (name, Arc::new(Mutex::new(Room::restore(room, now)))))
+                    .collect()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+            Err(e) => {
+                return Err(StoreError::Unavailable(format!(
+                    "cannot read {}: {e}",
+                    path.display()
+                )));
+            }
+        };
+        Ok(MemoryStore {
+            clock,
+            rooms: RwLock::new(rooms),
+            data_dir: Some(data_dir.to_owned()),
+            grants: Mutex::default(),
+        })
+    }
+
+    pub(super) fn room(&self, name: &str) -> StoreResult<Arc<Mutex<Room>>> {
+        self.rooms
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(name)
+            .cloned()
+            .ok_or_else(|| StoreError::UnknownRoom(name.to_owned()))
+    }
+
+    /// Runs `f` on the room under its lock, with the store's current time.
+    fn with_room<T>(&self, name: &str, f: impl FnOnce(&mut Room, u64) -> T) -> StoreResult<T> {
+        let room = self.room(name)?;
+        let mut room = room.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        Ok(f(&mut room, self.clock.now_ms()))
+    }
+
+    pub(super) fn rooms(&self) -> Vec<(String, Arc<Mutex<Room>>)> {
+        self.rooms
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .map(|(name, room)| (name.clone(), room.clone()))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl QueueStore for MemoryStore {
+    async fn open_room(
+        &self,
+        name: &str,
+        seed: &RoomSettings,
+        policy: &RoomPolicy,
+        reseed: bool,
+    ) -> StoreResult<Seeded> {
+        seed.validate()?;
+        let now = self.clock.now_ms();
+        let mut rooms = self
+            .rooms
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(room) = rooms.get(name) else {
+            let mut room = Room::new(seed.clone(), now);
+            room.policy = policy.clone();
+            rooms.insert(name.to_owned(), Arc::new(Mutex::new(room)));
+            return Ok(Seeded::Fresh);
+        };
+        let mut room = room.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // The policy is config: the file always wins. The salt stays.
+        room.policy = policy.clone();
+        Ok(room.reseed(seed, reseed))
+    }
+
+    async fn resolve_with(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        client: ClientKey,
+        join: Join,
+    ) -> StoreResult<Resolution> {
+        self.with_room(room, |room, now| room.resolve(visitor, client, join, now))
+    }
+
+    async fn queue(&self, room: &str, query: QueueQuery) -> StoreResult<Vec<WaitingEntry>> {
+        self.with_room(room, |room, now| {
+            room.phase(now);
+            room.queue(query)
+        })?
+    }
+
+    async fn move_to_front(&self, room: &str, reference: VisitorRef) -> StoreResult<Place> {
+        self.with_room(room, |room, now| {
+            let phase = room.phase(now);
+            let visitor = room.find(reference)?.visitor;
+            room.move_front(visitor, now, phase)
+                .ok_or(StoreError::NotWaiting(reference))
+        })?
+    }
+
+    async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
+        self.with_room(room, |room, _| room.drop_session(visitor))
+    }
+
+    async fn spend_grant(
+        &self,
+        room: &str,
+        nonce: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+    ) -> StoreResult<GrantUse> {
+        // Only known rooms remember nonces, like every other operation.
+        self.room(room)?;
+        let now = self.clock.now_ms();
+        let mut grants = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(grants
+            .entry(room.to_owned())
+            .or_default()
+            .spend(nonce, visitor, expires_at_ms, now))
+    }
+
+    async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<Vec<bool>> {
+        self.with_room(room, |room, now| {
+            visitors
+                .iter()
+                .map(|&v| room.touch_session(v, now))
+                .collect()
+        })
+    }
+
+    async fn heartbeat(
+        &self,
+        room: &str,
+        visitors: &[VisitorId],
+    ) -> StoreResult<Vec<VisitorState>> {
+        self.with_room(room, |room, now| {
+            visitors.iter().map(|&v| room.heartbeat(v, now)).collect()
+        })
+    }
+
+    async fn admit_pass(&self, room: &str) -> StoreResult<PassReport> {
+        self.with_room(room, |room, now| room.admit_pass(now))
+    }
+
+    async fn stats(&self, room: &str) -> StoreResult<RoomStats> {
+        self.with_room(room, |room, _| room.stats())
+    }
+
+    async fn draw(&self, room: &str, hashes: bool) -> StoreResult<DrawRecord> {
+        self.with_room(room, |room, now| room.draw_record(now, hashes))
+    }
+
+    async fn update_settings(
+        &self,
+        room: &str,
+        patch: &SettingsPatch,
+    ) -> StoreResult<RoomSettings> {
+        self.with_room(room, |room, now| {
+            let next = room.settings.patched(patch)?;
+            // Credit the bucket at the old rate up to now, so a rate change applies only
+            // from this moment on.
+            room.refill(now);
+            let resuming = room.settings.paused && !next.paused;
+            room.settings = next.clone();
+            room.tokens = room.tokens.min(room.burst());
+            if resuming {
+                // A resume starts with an empty bucket; paused time earns nothing.
+                room.tokens = 0.0;
+            }
+            Ok(next)
+        })?
+    }
+
+    async fn flush(&self, room: &str) -> StoreResult<u64> {
+        self.with_room(room, |room, _| room.flush())
+    }
+
+    async fn exchange_origin(
+        &self,
+        room: &str,
+        replica: &str,
+        report: &OriginReport,
+    ) -> StoreResult<OriginExchange> {
+        use crate::fairness::adaptive::{CLAIM_EVERY_MS, REPORT_STALE_MS};
+        self.with_room(room, |room, now| {
+            room.origin_reports
+                .insert(replica.to_owned(), (now, report.clone()));
+            room.origin_reports
+                .retain(|_, (at, _)| now.saturating_sub(*at) <= REPORT_STALE_MS);
+            // A claim from the future (a clock stepped back) is void too.
+            let decide = room
+                .adaptive_claim_ms
+                .is_none_or(|at| at > now || now - at >= CLAIM_EVERY_MS);
+            if decide {
+                room.adaptive_claim_ms = Some(now);
+            }
+            OriginExchange {
+                now_ms: now,
+                configured_rate: room.settings.rate,
+                decide,
+                state: room.adaptive.clone(),
+                reports: room.origin_reports.values().cloned().collect(),
+            }
+        })
+    }
+
+    async fn set_adaptive(&self, room: &str, state: Option<&AdaptiveState>) -> StoreResult<()> {
+        self.with_room(room, |room, now| {
+            // Tokens earned so far at the old rate are kept; the new one applies from now.
+            room.refill(now);
+            room.adaptive = state.cloned();
+            if state.is_none() {
+                room.adaptive_claim_ms = None;
+                room.origin_reports.clear();
+            }
+            room.tokens = room.tokens.min(room.burst());
+        })
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn persist(&self) -> StoreResult<()> {
+        let Some(dir) = self.data_dir.clone() else {
+            return Ok(());
+        };
+        let rooms = self.rooms();
+        tokio::task::spawn_blocking(move || write_snapshot(&dir, &rooms))
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("snapshot task failed: {e}")))?
+    }
+
+    fn clock(&self) -> Option<Clock> {
+        Some(self.clock.clone())
+    }
+}

@@ -1,0 +1,589 @@
+//! [`QueueStore`] on Redis: each operation's arguments to its script, and its reply back
+//! to the store's types; plus what is read outside the scripts (the lottery salt, the
+//! draw's published hashes, a search of the line by reference in steps).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::Value;
+
+use super::RedisStore;
+use super::reply::{bad_reply, ids, ints, parse, place, unavailable, waiting_entry};
+use super::scripts::{
+    ADAPTIVE, ADMIT_PASS, DRAW, FLUSH, FRONT, GRANT, HEARTBEAT, OPEN_ROOM, QUEUE, RESOLVE, SESSION,
+    STATS, UPDATE_SETTINGS,
+};
+use crate::clock::ms;
+use crate::fairness::draw::DrawHash;
+use crate::queue::redis_client::{Repeat, once_more};
+use crate::queue::{
+    AdaptiveState, ClientKey, DrawRecord, GrantUse, Join, OriginExchange, OriginReport, PassReport,
+    Place, QueueQuery, QueueStore, REAP_BUDGET, RefusedReason, Resolution, RoomPolicy,
+    RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded, SettingsPatch, StoreError, StoreResult,
+    VisitorId, VisitorRef, VisitorState, WaitingEntry,
+};
+
+/// How many fields of a draw's record one `HSCAN` step asks for: a draw of any size is
+/// read in steps of well under a millisecond of Redis time each.
+const DRAW_SCAN_STEP: usize = 1_000;
+
+/// How many of the line one step of a search by reference reads: a few milliseconds of
+/// Redis time, so an admin's search never blocks the room's admissions for long.
+const FIND_STEP: usize = 20_000;
+
+impl RedisStore {
+    /// The room's lottery salt: cached, else read from the store (and cached once there).
+    /// Empty when the room was never opened.
+    async fn salt(&self, room: &str) -> StoreResult<Vec<u8>> {
+        if let Some(salt) = self
+            .salts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(room)
+        {
+            return Ok(salt.clone());
+        }
+        let mut conn = self.conn.clone();
+        let key = format!("ar:{{{room}}}:state");
+        let salt: Option<Vec<u8>> = once_more!(Repeat::Safe, |_again| {
+            redis::cmd("HGET")
+                .arg(&key)
+                .arg("salt")
+                .query_async(&mut conn)
+                .await
+        })
+        .map_err(|e| {
+            self.recovering.store(true, Ordering::SeqCst);
+            unavailable(e)
+        })?;
+        let salt = salt.unwrap_or_default();
+        if !salt.is_empty() {
+            self.salts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(room.to_owned(), salt.clone());
+        }
+        Ok(salt)
+    }
+
+    /// Every field of the draw's record (`ar:{room}:drawh`), read in `HSCAN` steps of
+    /// [`DRAW_SCAN_STEP`]; the record no longer changes once the doors are open, so the
+    /// scan sees all of it. Sorted, without the repeats a scan may return.
+    async fn drawn_hashes(&self, room: &str) -> StoreResult<Vec<DrawHash>> {
+        let key = format!("ar:{{{room}}}:drawh");
+        let mut conn = self.conn.clone();
+        let mut cursor = 0u64;
+        let mut hashes = Vec::new();
+        loop {
+            let (next, pairs): (u64, Vec<Vec<u8>>) = once_more!(Repeat::Safe, |_again| {
+                redis::cmd("HSCAN")
+                    .arg(&key)
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(DRAW_SCAN_STEP)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .map_err(|e| {
+                self.recovering.store(true, Ordering::SeqCst);
+                unavailable(e)
+            })?;
+            for value in pairs.chunks_exact(2).map(|pair| &pair[1]) {
+                let bytes = <[u8; 32]>::try_from(value.as_slice()).map_err(|_| {
+                    StoreError::Unavailable(format!(
+                        "redis: bad data: a draw hash of {} bytes in {key} (expected 32)",
+                        value.len()
+                    ))
+                })?;
+                hashes.push(DrawHash(bytes));
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        hashes.sort_unstable();
+        hashes.dedup();
+        Ok(hashes)
+    }
+
+    /// The waiting visitor with `reference`: the line from its head, then the draw, in
+    /// steps of [`FIND_STEP`] (each one script, so Redis is never blocked for long; a
+    /// visitor moving between steps may be missed, and the admin simply searches again).
+    /// Chosen over an index by reference, which would cost memory per waiting visitor
+    /// against the ≤ 120 B goal for a rare admin search.
+    async fn find(&self, room: &str, reference: VisitorRef) -> StoreResult<WaitingEntry> {
+        let prefix = reference.prefix();
+        for key in ["line", "draw"] {
+            let mut first = 0i64;
+            loop {
+                let reply = self
+                    .call(&QUEUE, room, |inv| {
+                        inv.arg("find")
+                            .arg(key)
+                            .arg(first)
+                            .arg(FIND_STEP)
+                            .arg(&prefix[..]);
+                    })
+                    .await?;
+                let Value::Array(items) = reply else {
+                    return Err(bad_reply("queue", reply));
+                };
+                match items.split_first() {
+                    Some((Value::Int(1), entry)) => return waiting_entry(entry),
+                    Some((Value::Int(0), [Value::Int(next)])) if *next > first => first = *next,
+                    Some((Value::Int(2), [])) => break,
+                    _ => return Err(bad_reply("queue", items)),
+                }
+            }
+        }
+        Err(StoreError::NotWaiting(reference))
+    }
+}
+
+#[async_trait]
+impl QueueStore for RedisStore {
+    async fn open_room(
+        &self,
+        room: &str,
+        seed: &RoomSettings,
+        policy: &RoomPolicy,
+        reseed: bool,
+    ) -> StoreResult<Seeded> {
+        seed.validate()?;
+        let mut salt = [0u8; 16];
+        getrandom::fill(&mut salt).expect("the operating system's random generator failed");
+        let time = |t: Option<u64>| t.map(|t| t.to_string()).unwrap_or_default();
+        let [opens, admits, closes] = policy.schedule_ms();
+        let reply = self
+            .call(&OPEN_ROOM, room, |inv| {
+                inv.arg(seed.rate.to_string())
+                    .arg(seed.max_active)
+                    .arg(ms(seed.session_ttl))
+                    .arg(ms(seed.abandon_after))
+                    .arg(if reseed { "1" } else { "0" })
+                    .arg(policy.join_limit_per_ip)
+                    .arg(ms(policy.join_limit_window))
+                    .arg(time(opens))
+                    .arg(time(admits))
+                    .arg(time(closes))
+                    .arg(if policy.lottery { "1" } else { "0" })
+                    .arg(&salt[..])
+                    .arg(policy.max_places_per_client)
+                    .arg(policy.max_sessions_per_client)
+                    .arg(policy.session_clients)
+                    .arg(policy.max_waiting);
+            })
+            .await?;
+        // The salt in the store is the one that counts (another replica may have set it).
+        self.salts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(room);
+        self.salt(room).await?;
+        match ints("open_room", reply)?.as_slice() {
+            [0] => Ok(Seeded::Fresh),
+            [1] => Ok(Seeded::Unchanged),
+            [2] => Ok(Seeded::KeptLive(self.stats(room).await?.settings)),
+            [3] => Ok(Seeded::Reseeded),
+            other => Err(bad_reply("open_room", other)),
+        }
+    }
+
+    async fn resolve_with(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        client: ClientKey,
+        join: Join,
+    ) -> StoreResult<Resolution> {
+        // The lottery's order, by the published rule: the draw hash (SHA-256(salt ‖ id))
+        // and its first 52 bits as the score, exact in a ZSET's double.
+        let salt = self.salt(room).await?;
+        let hash = DrawHash::of(&salt, visitor);
+        let score = hash.score() >> 12;
+        let reply = self
+            .call_with(&RESOLVE, room, Some(Self::joins_key(room, client)), |inv| {
+                inv.arg(&visitor.0[..])
+                    .arg(&client.to_bytes()[..])
+                    .arg(if join == Join::Front { "1" } else { "0" })
+                    .arg(score.to_string())
+                    .arg(&hash.0[..]);
+            })
+            .await?;
+        match ints("resolve", reply)?.as_slice() {
+            &[1, newly] => Ok(Resolution::Admitted { newly: newly == 1 }),
+            &[2, position, waiting, paused, joined, phase] => Ok(Resolution::Waiting {
+                place: place(position, waiting, paused, phase)?,
+                joined: joined == 1,
+            }),
+            &[3, retry_after_ms, 0] => Ok(Resolution::Refused {
+                reason: RefusedReason::JoinLimit,
+                retry_after: Duration::from_millis(retry_after_ms.max(1) as u64),
+            }),
+            &[3, _, reason @ 1..=3] => Ok(Resolution::Refused {
+                reason: match reason {
+                    1 => RefusedReason::PlacesPerClient,
+                    2 => RefusedReason::SessionsPerClient,
+                    _ => RefusedReason::SessionClients,
+                },
+                retry_after: SHARE_RETRY_AFTER,
+            }),
+            [4] => Ok(Resolution::NotOpen),
+            [5] => Ok(Resolution::Closed),
+            [6] => Ok(Resolution::Full),
+            other => Err(bad_reply("resolve", other)),
+        }
+    }
+
+    async fn queue(&self, room: &str, query: QueueQuery) -> StoreResult<Vec<WaitingEntry>> {
+        match query {
+            QueueQuery::Head { limit } => {
+                let limit = limit.min(QueueQuery::MAX_LIMIT);
+                let reply = self
+                    .call(&QUEUE, room, |inv| {
+                        inv.arg("head").arg(limit);
+                    })
+                    .await?;
+                let Value::Array(items) = reply else {
+                    return Err(bad_reply("queue", reply));
+                };
+                items.chunks(4).map(waiting_entry).collect()
+            }
+            QueueQuery::Ref(reference) => Ok(vec![self.find(room, reference).await?]),
+        }
+    }
+
+    async fn move_to_front(&self, room: &str, reference: VisitorRef) -> StoreResult<Place> {
+        let visitor = self.find(room, reference).await?.visitor;
+        let reply = self
+            .call(&FRONT, room, |inv| {
+                inv.arg(&visitor.0[..]);
+            })
+            .await?;
+        match ints("front", reply)?.as_slice() {
+            [0] => Err(StoreError::NotWaiting(reference)),
+            &[1, position, waiting, paused, phase] => place(position, waiting, paused, phase),
+            other => Err(bad_reply("front", other)),
+        }
+    }
+
+    async fn spend_grant(
+        &self,
+        room: &str,
+        nonce: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+    ) -> StoreResult<GrantUse> {
+        let reply = self
+            .call_with(&GRANT, room, Some(Self::grant_key(room, nonce)), |inv| {
+                inv.arg(&visitor.0[..]).arg(expires_at_ms);
+            })
+            .await?;
+        match ints("grant", reply)?.as_slice() {
+            [1] => Ok(GrantUse::Fresh),
+            [2] => Ok(GrantUse::Again),
+            [0] => Ok(GrantUse::Taken),
+            other => Err(bad_reply("grant", other)),
+        }
+    }
+
+    async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
+        let reply = self
+            .call_as(&SESSION, Repeat::IfUnsent, room, None, |inv| {
+                inv.arg("end").arg(&visitor.0[..]);
+            })
+            .await?;
+        match ints("end_session", reply)?.as_slice() {
+            [0] => Ok(false),
+            [1] => Ok(true),
+            other => Err(bad_reply("end_session", other)),
+        }
+    }
+
+    async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<Vec<bool>> {
+        if visitors.is_empty() {
+            // Still answers whether the room exists, like every other operation.
+            self.call(&STATS, room, |_| {}).await?;
+            return Ok(Vec::new());
+        }
+        let reply = self
+            .call(&SESSION, room, |inv| {
+                inv.arg("touch");
+                for v in visitors {
+                    inv.arg(&v.0[..]);
+                }
+            })
+            .await?;
+        let on = ints("touch_sessions", reply)?;
+        if on.len() != visitors.len() {
+            return Err(bad_reply("touch_sessions", on));
+        }
+        Ok(on.into_iter().map(|n| n == 1).collect())
+    }
+
+    async fn heartbeat(
+        &self,
+        room: &str,
+        visitors: &[VisitorId],
+    ) -> StoreResult<Vec<VisitorState>> {
+        let reply = self
+            .call(&HEARTBEAT, room, |inv| {
+                for v in visitors {
+                    inv.arg(&v.0[..]);
+                }
+            })
+            .await?;
+        let reply = ints("heartbeat", reply)?;
+        let Some((&[waiting, paused, phase], states)) = reply.split_first_chunk::<3>() else {
+            return Err(bad_reply("heartbeat", &reply));
+        };
+        if states.len() != visitors.len() * 2 {
+            return Err(bad_reply("heartbeat", &reply));
+        }
+        states
+            .chunks_exact(2)
+            .map(|pair| match *pair {
+                [0, _] => Ok(VisitorState::Unknown),
+                [1, _] => Ok(VisitorState::Admitted),
+                [2, position] => Ok(VisitorState::Waiting(place(
+                    position, waiting, paused, phase,
+                )?)),
+                _ => Err(bad_reply("heartbeat", pair)),
+            })
+            .collect()
+    }
+
+    async fn admit_pass(&self, room: &str) -> StoreResult<PassReport> {
+        let forgive = self.recovering.swap(false, Ordering::SeqCst);
+        let result = self
+            .call(&ADMIT_PASS, room, |inv| {
+                inv.arg(REAP_BUDGET).arg(if forgive { "1" } else { "0" });
+            })
+            .await;
+        let reply = match result {
+            Ok(reply) => reply,
+            Err(e) => {
+                if forgive {
+                    self.recovering.store(true, Ordering::SeqCst);
+                }
+                return Err(e);
+            }
+        };
+        let Value::Array(parts) = reply else {
+            return Err(bad_reply("admit_pass", reply));
+        };
+        let Ok::<[Value; 4], _>([admitted, abandoned, expired, joined]) = parts.try_into() else {
+            return Err(bad_reply("admit_pass", "not four lists"));
+        };
+        let joined_ms = match joined {
+            Value::Array(times) => times
+                .into_iter()
+                .map(|t| match t {
+                    Value::Int(ms) if ms > 0 => Ok(Some(ms as u64)),
+                    Value::Int(_) => Ok(None),
+                    other => Err(bad_reply("the admitted's join times", other)),
+                })
+                .collect::<StoreResult<Vec<_>>>()?,
+            other => return Err(bad_reply("the admitted's join times", other)),
+        };
+        Ok(PassReport {
+            admitted: ids("the admitted list", admitted)?,
+            joined_ms,
+            abandoned: ids("the abandoned list", abandoned)?,
+            expired: ids("the expired list", expired)?,
+        })
+    }
+
+    async fn stats(&self, room: &str) -> StoreResult<RoomStats> {
+        let reply = self.call(&STATS, room, |_| {}).await?;
+        let fields: Vec<String> =
+            redis::from_redis_value(reply.clone()).map_err(|_| bad_reply("stats", &reply))?;
+        let [
+            waiting,
+            active,
+            joined,
+            admitted,
+            expired,
+            abandoned,
+            refused,
+            rate,
+            max_active,
+            ttl,
+            abandon,
+            paused,
+        ] = fields.as_slice()
+        else {
+            return Err(bad_reply("stats", &fields));
+        };
+        Ok(RoomStats {
+            waiting: parse("waiting", waiting)?,
+            active: parse("active", active)?,
+            total_joined: parse("total_joined", joined)?,
+            total_admitted: parse("total_admitted", admitted)?,
+            total_expired: parse("total_expired", expired)?,
+            total_abandoned: parse("total_abandoned", abandoned)?,
+            total_refused: parse("total_refused", refused)?,
+            settings: RoomSettings {
+                rate: parse("rate", rate)?,
+                max_active: parse("max_active", max_active)?,
+                session_ttl: Duration::from_millis(parse("session_ttl_ms", ttl)?),
+                abandon_after: Duration::from_millis(parse("abandon_after_ms", abandon)?),
+                paused: paused == "1",
+            },
+        })
+    }
+
+    async fn draw(&self, room: &str, hashes: bool) -> StoreResult<DrawRecord> {
+        let reply = self.call(&DRAW, room, |_| {}).await?;
+        let Value::Array(parts) = &reply else {
+            return Err(bad_reply("draw", reply));
+        };
+        let (phase, salt, entrants) = match parts.as_slice() {
+            [Value::Int(phase), salt, Value::Int(entrants)] => {
+                let salt: Vec<u8> =
+                    redis::from_redis_value(salt.clone()).map_err(|_| bad_reply("draw", salt))?;
+                (*phase, salt, (*entrants).max(0) as u64)
+            }
+            _ => return Err(bad_reply("draw", parts)),
+        };
+        let phase = place(0, 0, 0, phase)?.phase;
+        let mut record = DrawRecord {
+            salt,
+            phase,
+            entrants,
+            hashes: None,
+        };
+        if hashes && record.doors_open() {
+            let list = self.drawn_hashes(room).await?;
+            record.entrants = list.len() as u64;
+            record.hashes = Some(list);
+        }
+        Ok(record)
+    }
+
+    async fn update_settings(
+        &self,
+        room: &str,
+        patch: &SettingsPatch,
+    ) -> StoreResult<RoomSettings> {
+        // Every rule is about one field, so checking the patch over any valid settings names
+        // the same first bad field as checking it over the live ones.
+        RoomSettings {
+            rate: 1.0,
+            max_active: 1,
+            session_ttl: Duration::from_secs(1),
+            abandon_after: Duration::from_secs(1),
+            paused: false,
+        }
+        .patched(patch)?;
+        let opt = |v: Option<String>| v.unwrap_or_default();
+        let reply = self
+            .call(&UPDATE_SETTINGS, room, |inv| {
+                inv.arg(opt(patch.rate.map(|r| r.to_string())))
+                    .arg(opt(patch.max_active.map(|m| m.to_string())))
+                    .arg(opt(patch.session_ttl.map(|d| ms(d).to_string())))
+                    .arg(opt(patch.abandon_after.map(|d| ms(d).to_string())))
+                    .arg(opt(patch
+                        .paused
+                        .map(|p| if p { "1" } else { "0" }.to_owned())));
+            })
+            .await?;
+        match ints("update_settings", reply)?.as_slice() {
+            [1] => Ok(self.stats(room).await?.settings),
+            other => Err(bad_reply("update_settings", other)),
+        }
+    }
+
+    async fn flush(&self, room: &str) -> StoreResult<u64> {
+        let reply = self.call(&FLUSH, room, |_| {}).await?;
+        match ints("flush", reply)?.as_slice() {
+            &[n] if n >= 0 => Ok(n as u64),
+            other => Err(bad_reply("flush", other)),
+        }
+    }
+
+    async fn exchange_origin(
+        &self,
+        room: &str,
+        replica: &str,
+        report: &OriginReport,
+    ) -> StoreResult<OriginExchange> {
+        use crate::fairness::adaptive::{CLAIM_EVERY_MS, REPORT_STALE_MS};
+        let json = serde_json::to_string(report)
+            .map_err(|e| StoreError::Unavailable(format!("cannot encode a report: {e}")))?;
+        let reply = self
+            .call_with(&ADAPTIVE, room, Some(Self::origin_key(room)), |inv| {
+                inv.arg("x")
+                    .arg(replica)
+                    .arg(json)
+                    .arg(REPORT_STALE_MS)
+                    .arg(CLAIM_EVERY_MS);
+            })
+            .await?;
+        let fields: Vec<String> = redis::from_redis_value(reply.clone())
+            .map_err(|_| bad_reply("exchange_origin", &reply))?;
+        let [now, rate, claimed, state, reports @ ..] = fields.as_slice() else {
+            return Err(bad_reply("exchange_origin", &fields));
+        };
+        // Another replica's bad JSON (a different version, say) is skipped, not fatal:
+        // the decision is made on what can be read.
+        let state = (!state.is_empty())
+            .then(|| serde_json::from_str::<AdaptiveState>(state).ok())
+            .flatten();
+        let reports = reports
+            .iter()
+            .filter_map(|v| {
+                let (at, json) = v.split_once(' ')?;
+                Some((at.parse().ok()?, serde_json::from_str(json).ok()?))
+            })
+            .collect();
+        Ok(OriginExchange {
+            now_ms: parse("now", now)?,
+            configured_rate: parse("rate", rate)?,
+            decide: claimed == "1",
+            state,
+            reports,
+        })
+    }
+
+    async fn set_adaptive(&self, room: &str, state: Option<&AdaptiveState>) -> StoreResult<()> {
+        let (rate, json) = match state {
+            Some(s) => (
+                format!("{:.17}", s.effective_rate.max(0.0)),
+                serde_json::to_string(s)
+                    .map_err(|e| StoreError::Unavailable(format!("cannot encode a state: {e}")))?,
+            ),
+            None => (String::new(), String::new()),
+        };
+        let reply = self
+            .call_with(&ADAPTIVE, room, Some(Self::origin_key(room)), |inv| {
+                inv.arg("s").arg(rate).arg(json);
+            })
+            .await?;
+        match ints("set_adaptive", reply)?.as_slice() {
+            [1] => Ok(()),
+            other => Err(bad_reply("set_adaptive", other)),
+        }
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        let mut conn = self.conn();
+        let pong = once_more!(Repeat::Safe, |_again| {
+            redis::cmd("PING").query_async::<String>(&mut conn).await
+        });
+        match pong {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.failed();
+                Err(unavailable(e))
+            }
+        }
+    }
+
+    async fn persist(&self) -> StoreResult<()> {
+        // Redis is durable by itself (as configured by its operator).
+        Ok(())
+    }
+}

@@ -1,16 +1,20 @@
 //! The request path of the public listener. [`App::handle`] is the one function every
-//! request goes through, and reads in DESIGN's order:
+//! request goes through, and reads in the order docs/architecture.md gives ("One request's
+//! path"):
 //!
 //! 1. [`identify`] — client address and key, room by host, verified visitor cookie;
-//! 2. [`classify`](mod@classify) — one [`Class`], in SPEC §10's fixed order, matched explicitly below;
+//! 2. [`classify`](mod@classify) — one [`Class`], in one fixed order, matched explicitly below;
 //! 3. [`decide`] — for the site, [`Admission`] resolves the visitor;
 //! 4. [`respond`] — proxy ([`crate::proxy`]), waiting page, 429, holding page, or a
 //!    [`GateError`] through its one mapping ([`error`]);
 //! 5. with `access_log` on, the response's body is watched and its line written when it is
 //!    done ([`crate::access_log`]): the class from step 2, the decision from the answer.
 //!
-//! What is not the request path lives elsewhere: forwarding in [`crate::proxy`], the admin
-//! API in [`crate::admin`] (handed an [`AdminContext`], not the app), the live streams in
+//! What supports the path sits beside it: building the app from the config (`build`), the
+//! bans' side of the gate (`bans`), the reserved routes' answers (`reserved`) and the admin
+//! listener (`admin_listener`). What is not the request path lives elsewhere: forwarding in
+//! [`crate::proxy`], the admin API in [`crate::admin`] (handed an
+//! [`AdminContext`](crate::admin::AdminContext), not the app), the live streams in
 //! [`crate::live`], the metrics registry in [`crate::metrics`].
 
 pub mod classes;

@@ -24,7 +24,9 @@ mod describe;
 mod file;
 mod init;
 mod load;
+mod sections;
 mod validate;
+mod values;
 
 pub use crate::events::KafkaConfig;
 pub use crate::http::pages::{PageFile, WaitingPageConfig};
@@ -33,7 +35,7 @@ pub use crate::queue::Schedule;
 pub use describe::redact_url;
 pub use init::init_yaml;
 pub use load::{Generated, Loaded, Overrides, from_yaml_str, load};
-pub use validate::{MAX_DURATION, parse_listen, parse_rfc3339};
+pub use values::{MAX_DURATION, parse_listen, parse_rfc3339};
 
 /// The whole validated configuration.
 #[derive(Clone, Debug)]

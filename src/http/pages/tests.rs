@@ -234,9 +234,7 @@ async fn the_board_page_loads_its_assets_and_renders_the_number() {
     .await;
     assert!(html.contains(r#"<html lang="ar" dir="rtl">"#), "{html}");
     assert!(html.contains(r#"<script type="module" src="/__anteroom/static/waiting-abc.js">"#));
-    assert!(
-        html.contains(r#"<link rel="stylesheet" href="/__anteroom/static/waiting-def.css">"#)
-    );
+    assert!(html.contains(r#"<link rel="stylesheet" href="/__anteroom/static/waiting-def.css">"#));
     assert!(html.contains(r#"<noscript><meta http-equiv="refresh" content="7"></noscript>"#));
     assert!(html.contains(r#"aria-live="polite""#));
     assert!(
@@ -275,9 +273,7 @@ async fn the_draw_shows_a_countdown_and_no_position() {
     let html = render(&pages, &v, "Drop", Lang::En).await;
     assert!(html.contains("Doors open in"));
     assert!(html.contains("01:02:0"), "{html}");
-    assert!(
-        html.contains(r#"<section id="ar-queue" aria-labelledby="ar-place-label" hidden>"#)
-    );
+    assert!(html.contains(r#"<section id="ar-queue" aria-labelledby="ar-place-label" hidden>"#));
     assert!(html.contains(r#"id="ar-entered">5000<"#));
 }
 

@@ -2,8 +2,8 @@
 //! that runs each room's admission pass every `admit_interval`, the one-second statistics
 //! cache that pages, ETAs and metrics read instead of the store, and the facade the rest of
 //! the product calls. Its parts: the session cache that lets admitted visitors through
-//! without a store round trip per request ([`sessions`]), closed-loop admission's
-//! per-replica side ([`adaptive`]) and the store's health ([`health`]).
+//! without a store round trip per request (`sessions`), closed-loop admission's
+//! per-replica side (`adaptive`) and the store's health (`health`).
 
 mod adaptive;
 mod health;

@@ -356,8 +356,8 @@ impl AbuseRegistry {
     /// client's failed checks within `abuse.window` already weigh `abuse.strikes`; a
     /// failure (`None`) is a strike of `reason`. Deciding to check, checking and counting
     /// the failure happen under one lock, so at most `ceil(strikes / weight)` failing
-    /// checks are ever made for one client on this replica, whatever the concurrency
-    /// (SPEC §10). Immune clients are always checked and never struck.
+    /// checks are ever made for one client on this replica, whatever the concurrency.
+    /// Immune clients are always checked and never struck.
     pub fn judge<T>(
         self: &Arc<Self>,
         ip: IpAddr,

@@ -36,7 +36,7 @@ use crate::queue::{
     WaitingEntry,
 };
 
-/// The observed admission rate is measured over this window (SPEC §5).
+/// The observed admission rate is measured over this window.
 const RATE_WINDOW: Duration = Duration::from_secs(60);
 
 /// How often the statistics cache refreshes.
@@ -54,14 +54,14 @@ pub struct Admission {
     stats: StatsCache,
     health: StoreHealth,
     /// The ranges this replica showed waiting visitors first, and what came of them (the
-    /// honest ETA, SPEC §14).
+    /// honest ETA).
     eta: EtaLedger,
     /// How long sessions last, for the rooms' turnover (see [`Pace`]).
     lengths: SessionLengths,
     /// The store's clock when it has one in this process, else the system's: waits are
     /// timed on it.
     clock: Clock,
-    /// Closed-loop admission (SPEC §14): the rooms with `adaptive:`, their observations of
+    /// Closed-loop admission: the rooms with `adaptive:`, their observations of
     /// the origin and the shared state as last seen.
     adaptive: AdaptiveRooms,
     /// How long visitors admitted out of the line waited, by room (see [`TimeInLine`]).
@@ -141,7 +141,7 @@ impl Admission {
         &self.time_in_line
     }
 
-    /// This replica's honest-ETA ledger (SPEC §14).
+    /// This replica's honest-ETA ledger.
     pub fn eta_ledger(&self) -> &EtaLedger {
         &self.eta
     }
@@ -168,7 +168,7 @@ impl Admission {
         self.observe(self.store.ping().await)
     }
 
-    /// The room's lottery record (SPEC §14), for `GET /__anteroom/rooms/{room}/draw` and
+    /// The room's lottery record, for `GET /__anteroom/rooms/{room}/draw` and
     /// the receipts; `hashes` asks for the list (after the doors only).
     pub async fn draw(&self, room: &str, hashes: bool) -> StoreResult<crate::queue::DrawRecord> {
         self.observe(self.store.draw(room, hashes).await)
@@ -242,7 +242,7 @@ impl Admission {
         Ok((visitor, place))
     }
 
-    /// Spends a priority grant's nonce for `visitor` (SPEC §10); shared by every replica.
+    /// Spends a priority grant's nonce for `visitor`; shared by every replica.
     pub async fn spend_grant(
         &self,
         room: &str,
@@ -336,8 +336,8 @@ impl Admission {
         }
     }
 
-    /// Ends `visitor`'s session in `room` now (the origin's `X-Anteroom-End-Session: 1`,
-    /// SPEC §14): the store frees the slot for the next pass, and this replica stops
+    /// Ends `visitor`'s session in `room` now (the origin's `X-Anteroom-End-Session: 1`):
+    /// the store frees the slot for the next pass, and this replica stops
     /// trusting the session at once, from every client. Returns whether there was a
     /// session.
     pub async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
@@ -351,8 +351,8 @@ impl Admission {
         Ok(ended)
     }
 
-    /// Where `visitor` stands in `room`, without joining anyone (assets and streams, SPEC
-    /// §10): the session cache first, else one heartbeat read. `None` when the store did
+    /// Where `visitor` stands in `room`, without joining anyone (assets and streams):
+    /// the session cache first, else one heartbeat read. `None` when the store did
     /// not answer.
     pub async fn state_of(
         &self,
@@ -371,7 +371,7 @@ impl Admission {
         states.into_iter().next()
     }
 
-    /// Keeps the sessions of `visitors` alive past `session_ttl` (open streams, SPEC §10),
+    /// Keeps the sessions of `visitors` alive past `session_ttl` (open streams),
     /// in one store call; answers, for each, whether the store still has them on the site.
     pub async fn touch_sessions(
         &self,
@@ -451,7 +451,7 @@ impl Admission {
     /// The estimated wait [`Admission::eta_for`] gives a waiting visitor, as it is about to
     /// be shown to them (the waiting page, its JSON, a live-stream event). The first range
     /// shown to a visitor in line is remembered, to be compared with their actual wait when
-    /// they are admitted (SPEC §14). Not during a lottery draw (the wait includes the time
+    /// they are admitted. Not during a lottery draw (the wait includes the time
     /// to the doors, which the page counts down instead) nor while the room is paused (the
     /// page says so; the range assumes a moving line).
     pub fn show_eta(&self, room: &str, visitor: VisitorId, place: &Place) -> Eta {
@@ -545,7 +545,7 @@ impl Admission {
                 _ = stats.tick() => {
                     // SESSION_FLUSH and STATS_INTERVAL are both a second: one timer.
                     self.flush_sessions().await;
-                    // Closed-loop admission decides once a second (SPEC §14).
+                    // Closed-loop admission decides once a second.
                     self.adapt().await;
                     self.refresh_stats(&rooms).await;
                 }
@@ -579,7 +579,7 @@ pub struct CachedStats {
     pub last_pass: Option<Duration>,
     /// When these counters were read.
     pub read_at: Instant,
-    /// This replica's honest-ETA report over the last hour (SPEC §14), as of `read_at`.
+    /// This replica's honest-ETA report over the last hour, as of `read_at`.
     pub eta: EtaReport,
     /// ETA ledger entries this replica forgot before their visitor was admitted (the cap,
     /// or too old), since start.
@@ -589,7 +589,7 @@ pub struct CachedStats {
     /// The mean length of the room's latest sessions seen by this replica and how many
     /// it rests on (`None` until enough have ended).
     pub session_length: Option<(Duration, usize)>,
-    /// Closed-loop admission's effective rate and why (SPEC §14); `None` without
+    /// Closed-loop admission's effective rate and why; `None` without
     /// `adaptive:`.
     pub adaptive: Option<RateView>,
 }

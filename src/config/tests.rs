@@ -10,8 +10,8 @@ use super::*;
 const SECRET: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 const TOKEN: &str = "abcdefghijklmnop";
 
-/// The SPEC §2 example, with real secrets. Line numbers matter to the tests below.
-fn spec_example() -> String {
+/// The documented example file, with real secrets. Line numbers matter to the tests below.
+fn example_file() -> String {
     format!(
         r#"listen: ":8080"
 admit_interval: 250ms
@@ -91,8 +91,8 @@ fn file_with_rate(rate: &str, listen: &str) -> tempfile::NamedTempFile {
 }
 
 #[test]
-fn spec_example_parses_with_its_values() {
-    let c = parse(&spec_example()).unwrap();
+fn the_example_file_parses_with_its_values() {
+    let c = parse(&example_file()).unwrap();
     assert_eq!(c.listen.to_string(), "0.0.0.0:8080");
     assert_eq!(c.admit_interval, Duration::from_millis(250));
     assert_eq!(c.cookie_secret.expose(), hex::decode(SECRET).unwrap());

@@ -153,7 +153,7 @@ impl RawFile {
             }
         };
 
-        // Key of the priority grants (SPEC §10 "Priority"): its UTF-8 bytes, as the site's
+        // Key of the priority grants: its UTF-8 bytes, as the site's
         // own minting code will use them; empty or absent means grants are off.
         let priority_secret = match &d.priority_secret {
             Some(v) if !v.text.is_empty() => {

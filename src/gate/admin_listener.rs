@@ -42,7 +42,7 @@ impl App {
                 classify::INVALID_LABEL,
             );
         }
-        // Bans apply here exactly as on the public listener (SPEC §10), probes excepted.
+        // Bans apply here exactly as on the public listener, probes excepted.
         if let Some(verdict) = &identity.banned
             && classify::probe(&req).is_none()
         {

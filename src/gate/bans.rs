@@ -91,7 +91,7 @@ impl RecentVisitors {
 }
 
 impl App {
-    /// SPEC §10 step 3: a request to one of `abuse.ban_paths` bans its client at once;
+    /// A request to one of `abuse.ban_paths` bans its client at once;
     /// nothing is proxied. A client in `abuse.allow` (or a trusted proxy) is not banned and
     /// gets a 404, and so does a cross-site request: another site's page can make a
     /// browser ask for `/.env`, and that must not ban the visitor.
@@ -139,7 +139,7 @@ impl App {
             .record(crate::abuse::client_ip(client), room, visitor);
     }
 
-    /// A banned client's visitors stop holding anything (SPEC §10): their live streams
+    /// A banned client's visitors stop holding anything: their live streams
     /// close (so heartbeats stop and waiting visitors are abandoned after `abandon_after`),
     /// their streams and tunnels to the origin close, and the sessions this replica
     /// admitted them to end now. Runs every second; costs nothing while no ban is active.

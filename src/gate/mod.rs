@@ -99,28 +99,28 @@ pub struct App {
     unreadable_forwarded: LogLimiter,
     admin: Admin,
     pub metrics: Metrics,
-    /// Signs `X-Anteroom-Admission` (SPEC §14) when `admission_key` is set.
+    /// Signs `X-Anteroom-Admission` when `admission_key` is set.
     signer: Option<AdmissionSigner>,
     /// The public `/__anteroom/admission-key` document, serialised once.
     admission_key_document: Option<bytes::Bytes>,
-    /// Set when a drain starts (§11): readiness answers 503 from then on.
+    /// Set when a drain starts: readiness answers 503 from then on.
     draining: AtomicBool,
     /// Whether the admin is served on the public listener (no `admin_listen`).
     admin_on_public: bool,
     /// `admin_allow`: who may reach the admin at all; empty: anyone.
     admin_allow: Vec<ipnet::IpNet>,
-    /// The abuse registry (SPEC §10): the ban check, strikes, ban paths.
+    /// The abuse registry: the ban check, strikes, ban paths.
     pub abuse: Arc<AbuseRegistry>,
     /// Who this replica recently admitted, by client, so a ban can end their sessions.
     /// One table per serving worker: every admitted request records itself, and a lock
     /// shared by the workers was the one they contended for on that path.
     recent: PerWorker<Mutex<RecentVisitors>>,
-    /// Verifies priority grants (SPEC §10); `None`: a grant is ignored.
+    /// Verifies priority grants; `None`: a grant is ignored.
     priority_secret: Option<crate::config::Secret>,
-    /// The access log (SPEC §13); `None` with `access_log: off`, and then the request path
+    /// The access log; `None` with `access_log: off`, and then the request path
     /// captures nothing for it.
     access_log: Option<AccessLog>,
-    /// The lottery rooms' public draw documents and salts (SPEC §14).
+    /// The lottery rooms' public draw documents and salts.
     draws: draw::DrawCache,
 }
 
@@ -161,11 +161,11 @@ impl App {
             .map(|_| (SystemTime::now(), Instant::now()));
         let identity = self.identify(&req, peer);
         let started = head_at.map(|at| access_started(at, &req, &identity));
-        // Every log line about this request carries its id (SPEC §6).
+        // Every log line about this request carries its id.
         let request_id = identity.request_id.clone();
         let (mut response, class) =
             logging::in_request(request_id, self.handle_identified(req, identity)).await;
-        // Everything but the origin's own answers is ours and carries SPEC §5's headers.
+        // Everything but the origin's own answers is ours and carries our security headers.
         if response.extensions().get::<respond::Proxied>().is_none() {
             pages::add_security_headers(response.headers_mut());
         }
@@ -213,8 +213,7 @@ impl App {
         let peer = identity.peer;
         let room = identity.room.map(|i| &self.rooms[i]);
         // A request whose forwarding header cannot be read has no client to judge: it is
-        // refused before anything, the ban check included (SPEC §10, "One identity per
-        // request").
+        // refused before anything, the ban check included.
         if identity.bad_forwarded {
             if self.unreadable_forwarded.allow() {
                 tracing::warn!(
@@ -228,9 +227,9 @@ impl App {
                 classify::INVALID_LABEL,
             );
         }
-        // SPEC §10's fixed order: the ban check here, then `classify`'s; this is the one
-        // place acting on it.
-        // SPEC §10 step 1: a banned client gets nothing else, reserved routes included,
+        // The fixed order: the ban check here, then `classify`'s; this is the one place
+        // acting on it.
+        // First, a banned client gets nothing else, reserved routes included,
         // but for the probes: they report the process, not the prober's reputation.
         let class = if let Some(verdict) = &identity.banned {
             classify::probe(&req).unwrap_or_else(|| Class::Banned(verdict.clone()))
@@ -266,7 +265,7 @@ impl App {
             Class::Healthz => pages::plain(StatusCode::OK, "ok\n"),
             Class::Readyz => Box::pin(self.readyz()).await,
             Class::Events => self.events(&identity),
-            // With an admin listener the public one has no admin at all (§8).
+            // With an admin listener the public one has no admin at all.
             Class::Admin if !self.admin_on_public => self.error(Kind::NotFound, &identity),
             Class::Admin => Box::pin(self.admin(req, &identity, peer)).await,
             Class::Static(name) => assets::serve(&name, req.method() == Method::HEAD)
@@ -303,7 +302,7 @@ impl App {
         (response, label)
     }
 
-    /// Starts a drain (§11): readiness is 503 from now on, while requests are still served.
+    /// Starts a drain: readiness is 503 from now on, while requests are still served.
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
     }

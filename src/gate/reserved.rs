@@ -14,7 +14,7 @@ use super::{App, GateError, Kind};
 const STREAM_RETRY_AFTER_SECS: u64 = 10;
 
 impl App {
-    /// Whether this replica should get traffic (§8): not while draining; yes while the store
+    /// Whether this replica should get traffic: not while draining; yes while the store
     /// answers; and yes while failing open on purpose, since every replica sees the same
     /// outage and a load balancer with no ready replica would refuse everyone instead.
     pub(super) async fn readyz(&self) -> Response<Body> {

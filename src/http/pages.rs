@@ -1,6 +1,6 @@
 //! Every response anteroom writes itself: the waiting page (HTML or JSON by `Accept`), the
 //! holding and error pages, and `application/problem+json` errors. Each carries
-//! `X-Anteroom-Status` where SPEC §5 asks for it and `Cache-Control: no-store`.
+//! `X-Anteroom-Status` when it is about a visitor, and `Cache-Control: no-store`.
 //!
 //! Two waiting pages: with the front-end built in (`web/`, see [`super::assets`]) the
 //! split-flap board (`templates/board.html` plus the embedded script and stylesheet);
@@ -53,7 +53,7 @@ impl VisitorStatus {
     }
 }
 
-/// Where a room is in its schedule (SPEC §7); `Queueing` for rooms without one. The store
+/// Where a room is in its schedule; `Queueing` for rooms without one. The store
 /// decides it, from its own clock.
 pub use crate::queue::Phase;
 
@@ -68,14 +68,14 @@ pub struct WaitingView {
     pub retry_after_secs: u64,
     pub phase: Phase,
     pub paused: bool,
-    /// The visitor's 8-character reference (SPEC §10), for support; `ref` in JSON.
+    /// The visitor's 8-character reference, for support; `ref` in JSON.
     #[serde(rename = "ref", skip_serializing_if = "Option::is_none")]
     pub reference: Option<String>,
     /// When the current phase ends (`before_open`: the queue opens; `draw`: the doors
     /// open), for the page's countdown. Not part of the JSON body.
     #[serde(skip)]
     pub phase_ends_at: Option<SystemTime>,
-    /// A lottery entrant's receipt (SPEC §14): their draw hash, and their place once the
+    /// A lottery entrant's receipt: their draw hash, and their place once the
     /// doors opened; `receipt` in JSON, absent for anyone else.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub receipt: Option<crate::fairness::draw::Receipt>,
@@ -113,7 +113,7 @@ pub struct PageFile {
     pub text: String,
 }
 
-/// The waiting page as the operator wants it (SPEC §5): a minijinja template replacing the
+/// The waiting page as the operator wants it: a minijinja template replacing the
 /// built-in one (same context variables), and a stylesheet added to the built-in pages.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WaitingPageConfig {
@@ -287,7 +287,7 @@ fn plain_script() -> &'static str {
     &template[start..end]
 }
 
-/// The Content-Security-Policy of every response anteroom produces itself (SPEC §5): only
+/// The Content-Security-Policy of every response anteroom produces itself: only
 /// our own files (and the plain page's one inline script, by hash) run, nothing may frame
 /// the page, forms and `<base>` cannot point elsewhere. Inline styles stay allowed for the
 /// operator's `waiting_stylesheet`.
@@ -306,7 +306,7 @@ pub fn content_security_policy() -> &'static str {
     &CSP
 }
 
-/// Adds the security headers of SPEC §5 to a response anteroom produced itself: the CSP
+/// Adds the security headers to a response anteroom produced itself: the CSP
 /// (unless the response set a stricter one of its own, as the control room does),
 /// `nosniff`, `X-Frame-Options: DENY` and `X-Robots-Tag: noindex`.
 pub fn add_security_headers(headers: &mut http::HeaderMap) {
@@ -461,7 +461,7 @@ impl Pages {
         )
     }
 
-    /// The 429 page for a visitor over the join limit (SPEC §3), in their language.
+    /// The 429 page for a visitor over the join limit, in their language.
     pub fn refused(&self, lang: Lang, retry_after: u64, json: bool) -> Response<Body> {
         let t = lang.catalog();
         self.message_in(
@@ -475,7 +475,7 @@ impl Pages {
         )
     }
 
-    /// A client banned by the abuse registry (SPEC §10), in their language: 429 with
+    /// A client banned by the abuse registry, in their language: 429 with
     /// `Retry-After` (the ban's time left), or 403 when permanent. JSON clients get
     /// `{"status":"banned","retry_after_secs":N|null}`.
     pub fn banned(&self, lang: Lang, retry_after: Option<u64>, json: bool) -> Response<Body> {
@@ -509,7 +509,7 @@ impl Pages {
         )
     }
 
-    /// The 503 page for a newcomer turned away by the queue breaker (SPEC §10).
+    /// The 503 page for a newcomer turned away by the queue breaker.
     pub fn full(&self, lang: Lang, retry_after: u64, json: bool) -> Response<Body> {
         let t = lang.catalog();
         self.message_in(
@@ -523,7 +523,7 @@ impl Pages {
         )
     }
 
-    /// The page for a room whose line is closed (SPEC §7), in the visitor's language.
+    /// The page for a room whose line is closed, in the visitor's language.
     pub fn closed(&self, lang: Lang, status: StatusCode, json: bool) -> Response<Body> {
         let t = lang.catalog();
         self.message_in(
@@ -620,7 +620,7 @@ pub fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
     respond_raw(status, "text/plain; charset=utf-8", text.to_owned(), None)
 }
 
-/// Whether the client's `Accept` ranks JSON above HTML (SPEC §5). A tie, `*/*` alone, or
+/// Whether the client's `Accept` ranks JSON above HTML. A tie, `*/*` alone, or
 /// no header means HTML.
 pub fn prefers_json(accept: Option<&HeaderValue>) -> bool {
     let Some(accept) = accept.and_then(|v| v.to_str().ok()) else {

@@ -91,8 +91,9 @@ impl AbuseRegistry {
         Ok(())
     }
 
-    /// Runs [`AbuseRegistry::tick`] every `every` (≤ 1 s keeps SPEC's 2 s propagation)
-    /// until the registry is dropped elsewhere and this is the last handle.
+    /// Runs [`AbuseRegistry::tick`] every `every` (≤ 1 s keeps a ban's propagation to the
+    /// other replicas within 2 s) until the registry is dropped elsewhere and this is the
+    /// last handle.
     pub fn spawn_ticker(self: &Arc<Self>, every: Duration) -> tokio::task::JoinHandle<()> {
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {

@@ -231,7 +231,7 @@ fn init_yaml_round_trips_with_fresh_secrets() {
     assert_eq!(ca.rooms[0].name, "main");
     assert_eq!(ca.rooms[0].rate, 50.0);
     assert_eq!(ca.server, ServerConfig::default());
-    // Every SPEC §2 key is present, each with a comment line before or beside it.
+    // Every documented key is present, each with a comment line before or beside it.
     let lines: Vec<&str> = a.lines().collect();
     for key in [
         "listen",
@@ -291,7 +291,7 @@ fn init_yaml_round_trips_with_fresh_secrets() {
         .join("\n");
     let uncommented = parse(&uncommented).unwrap();
     assert_eq!(uncommented.server, ServerConfig::default());
-    // The commented abuse section is SPEC §10's defaults.
+    // The commented abuse section is the defaults.
     assert!(
         uncommented
             .describe()

@@ -23,7 +23,7 @@ fn accept_ranking() {
 }
 
 #[test]
-fn json_view_has_exactly_the_spec_fields() {
+fn json_view_has_exactly_the_documented_fields() {
     let view = WaitingView {
         status: VisitorStatus::Waiting,
         room: "main".into(),
@@ -164,7 +164,7 @@ async fn the_plain_page_shows_the_position_and_refreshes_itself() {
     assert!(de.contains("2 Min. – 5 Min."));
 }
 
-/// SPEC §10: the visitor's reference, small and labelled in the page's language, on the
+/// The visitor's reference, small and labelled in the page's language, on the
 /// plain page and on the board alike (with or without the board's script); nothing
 /// without one.
 #[tokio::test]

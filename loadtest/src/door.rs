@@ -93,13 +93,7 @@ struct Tally {
 }
 
 /// One admitted visitor browsing until `stop`: one page after another on one connection.
-async fn browse(
-    addr: SocketAddr,
-    cookie: String,
-    stop: Arc<AtomicBool>,
-    t0: Instant,
-    tally: Arc<Tally>,
-) {
+async fn browse(addr: SocketAddr, cookie: String, stop: Arc<AtomicBool>, t0: Instant, tally: Arc<Tally>) {
     let Ok(mut conn) = Conn::connect(addr).await else {
         return;
     };
@@ -107,10 +101,7 @@ async fn browse(
     while !stop.load(Ordering::Relaxed) {
         page += 1;
         let sent = Instant::now();
-        let Ok(reply) = conn
-            .get(&format!("/page/{page}"), &[("cookie", &cookie)])
-            .await
-        else {
+        let Ok(reply) = conn.get(&format!("/page/{page}"), &[("cookie", &cookie)]).await else {
             match Conn::connect(addr).await {
                 Ok(c) => conn = c,
                 Err(_) => return,
@@ -141,11 +132,7 @@ async fn rates(admin: &mut Admin) -> anyhow::Result<(f64, String, Option<u64>)> 
         .as_f64()
         .with_context(|| format!("no effective_rate in {stats}"))?;
     let reason = stats["rate_reason"].as_str().unwrap_or("").to_owned();
-    Ok((
-        effective,
-        reason,
-        stats["adaptive"]["origin_p95_ms"].as_u64(),
-    ))
+    Ok((effective, reason, stats["adaptive"]["origin_p95_ms"].as_u64()))
 }
 
 /// One run, as described in the module doc.
@@ -172,7 +159,9 @@ pub async fn adaptive_door() -> anyhow::Result<DoorResult> {
     while cookies.len() < CROWD {
         let reply = conn.get("/", &[]).await?;
         match reply.set_cookie {
-            Some(c) if c.starts_with("ar_visitor=") && reply.status.is_success() => cookies.push(c),
+            Some(c) if c.starts_with("ar_visitor=") && reply.status.is_success() => {
+                cookies.push(c)
+            }
             _ => bail!("a newcomer was not let straight in: {}", reply.status),
         }
     }
@@ -187,9 +176,7 @@ pub async fn adaptive_door() -> anyhow::Result<DoorResult> {
     let browsers: Vec<_> = cookies
         .into_iter()
         .zip(&stops)
-        .map(|(cookie, stop)| {
-            tokio::spawn(browse(ant.addr, cookie, stop.clone(), t0, tally.clone()))
-        })
+        .map(|(cookie, stop)| tokio::spawn(browse(ant.addr, cookie, stop.clone(), t0, tally.clone())))
         .collect();
 
     // Phase 1: until the rate falls.

@@ -825,11 +825,7 @@ mod tests {
                 pair[1].0 - pair[0].0 + SLACK_MS >= WINDOW_SECS * 1_000,
                 "a window between cuts: {cuts:?}"
             );
-            assert_eq!(
-                pair[1].1,
-                (pair[0].1 * DECREASE_FACTOR).max(1.0),
-                "{cuts:?}"
-            );
+            assert_eq!(pair[1].1, (pair[0].1 * DECREASE_FACTOR).max(1.0), "{cuts:?}");
         }
         assert_eq!(cuts.len(), 6, "50 → 25 → … → 1.5625 → 1: {cuts:?}");
         assert_eq!(c.effective_rate(), 1.0, "and never below min_rate");

@@ -76,17 +76,11 @@ pub fn run_loadtest(args: &[&str], limit: Duration) -> serde_json::Value {
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!(
-                "anteroom-loadtest {args:?} did not finish within {} s",
-                limit.as_secs()
-            );
+            panic!("anteroom-loadtest {args:?} did not finish within {} s", limit.as_secs());
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert!(
-        status.success(),
-        "anteroom-loadtest {args:?} failed: {status}"
-    );
+    assert!(status.success(), "anteroom-loadtest {args:?} failed: {status}");
     let text = std::fs::read_to_string(&json).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     serde_json::from_str(&text).unwrap()

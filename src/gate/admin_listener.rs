@@ -3,7 +3,6 @@
 //! never the site. `admin_allow` is checked here for whichever listener serves the admin.
 
 use std::net::SocketAddr;
-use std::time::{Instant, SystemTime};
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -13,19 +12,14 @@ use crate::http::body::Body;
 use crate::http::pages;
 
 use super::identify::Identity;
-use super::{App, Class, GateError, Kind, access_started, classify};
+use super::{App, Class, GateError, Kind, classify};
 
 impl App {
     /// The admin listener (`admin_listen`): the control room, the admin API, `/metrics`
     /// (the API's metrics at the path Prometheus expects), and the health checks; nothing
     /// else, and never the site.
     pub async fn handle_admin(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-        let head_at = self
-            .access_log
-            .as_ref()
-            .map(|_| (SystemTime::now(), Instant::now()));
-        let identity = self.identify(&req, peer);
-        let started = head_at.map(|at| access_started(at, &req, &identity));
+        let (identity, started) = self.identify_logged(&req, peer);
         let (response, class) = self.admin_identified(req, identity, peer).await;
         self.logged(started, class, response)
     }

@@ -155,12 +155,7 @@ fn access_started<B>(
 impl App {
     /// The one request path: identify, classify, decide, respond (and log).
     pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-        let head_at = self
-            .access_log
-            .as_ref()
-            .map(|_| (SystemTime::now(), Instant::now()));
-        let identity = self.identify(&req, peer);
-        let started = head_at.map(|at| access_started(at, &req, &identity));
+        let (identity, started) = self.identify_logged(&req, peer);
         // Every log line about this request carries its id.
         let request_id = identity.request_id.clone();
         let (mut response, class) =
@@ -170,6 +165,22 @@ impl App {
             pages::add_security_headers(response.headers_mut());
         }
         self.logged(started, class, response)
+    }
+
+    /// Step 1, identify, and with the access log on what its line keeps of the request's
+    /// head (timed before identifying, so the line's time is the head's).
+    fn identify_logged(
+        &self,
+        req: &Request<Incoming>,
+        peer: SocketAddr,
+    ) -> (Identity, Option<access_log::Started>) {
+        let head_at = self
+            .access_log
+            .as_ref()
+            .map(|_| (SystemTime::now(), Instant::now()));
+        let identity = self.identify(req, peer);
+        let started = head_at.map(|at| access_started(at, req, &identity));
+        (identity, started)
     }
 
     /// `response` with its access-log line to come, when the log is on.

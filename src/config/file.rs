@@ -102,7 +102,7 @@ pub(super) struct RawServer {
     pub drain_delay: Option<V>,
 }
 
-/// `abuse:`, each scalar with its line; `validate.rs` hands it to
+/// `abuse:`, each scalar with its line; `sections.rs` hands it to
 /// [`crate::abuse::AbuseConfig::validate`] and points its errors at these lines.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -155,7 +155,7 @@ pub(super) struct RawRoom {
     pub adaptive: Option<RawAdaptive>,
 }
 
-/// `rooms.<name>.adaptive`, each scalar with its line; `validate.rs` hands it to
+/// `rooms.<name>.adaptive`, each scalar with its line; `sections.rs` hands it to
 /// [`crate::fairness::adaptive::AdaptiveConfig::validate`].
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,4 +1,4 @@
-//! The audit log (SPEC §8, §11): one JSON line per admin change in `data_dir/audit.log`
+//! The audit log: one JSON line per admin change in `data_dir/audit.log`
 //! (mode 0600), rotated by size to `audit.log.1` … `audit.log.9`.
 //!
 //! Only operators' acts are written here (admin API changes, not automatic bans), so at

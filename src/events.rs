@@ -1,17 +1,17 @@
-//! Queue events for a side channel (SPEC §9): JSON to Kafka, strictly best effort.
+//! Queue events for a side channel: JSON to Kafka, strictly best effort.
 //!
 //! Admission and pages hand events to an [`EventSink`], which only ever does a `try_send`
 //! on a bounded channel: a full channel, a slow broker or a dead one drops events (counted,
 //! logged at most every 10 s) and never blocks or slows a visitor. With no brokers
 //! configured there is no channel and no producer at all.
 //!
-//! `kafka.properties` (SPEC §9) passes librdkafka settings through, so a managed Kafka with
+//! `kafka.properties` passes librdkafka settings through, so a managed Kafka with
 //! SASL and TLS works (`security.protocol`, `sasl.mechanism`, `sasl.username`,
 //! `ssl.ca.location`, …); `ANTEROOM_KAFKA_SASL_PASSWORD` supplies `sasl.password`. Secrets
 //! are never printed: [`KafkaProperties`]'s `Debug` and every error message mask them.
 //!
-//! Departure from "TLS with rustls" (SPEC §13): librdkafka does its TLS with OpenSSL and
-//! cannot use rustls, so this one connection uses OpenSSL, built from source into the binary
+//! The one connection not on rustls: librdkafka does its TLS with OpenSSL and cannot use
+//! rustls, so this connection uses OpenSSL, built from source into the binary
 //! (rdkafka's `ssl-vendored`, so building needs no libssl-dev). SASL PLAIN and SCRAM come
 //! with it; GSSAPI/Kerberos (libsasl2) is not built in. Because that OpenSSL does not know
 //! the distribution's CA directory, anteroom sets `ssl.ca.location: probe` (librdkafka looks
@@ -90,7 +90,7 @@ impl std::fmt::Debug for KafkaProperties {
     }
 }
 
-/// Event publishing (§9). No brokers: events are not published.
+/// Event publishing. No brokers: events are not published.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KafkaConfig {
     /// `kafka.brokers` (`host:port`); empty: events are not published.
@@ -145,11 +145,11 @@ pub enum EventKind {
     VisitorAbandoned,
     SessionExpired,
     ConfigChanged,
-    /// SPEC §9/§10: a client (address or range) was banned; `client`, `reason`, `until`.
+    /// A client (address or range) was banned; `client`, `reason`, `until`.
     ClientBanned,
     /// Its ban was lifted or ran out.
     ClientUnbanned,
-    /// A waiting visitor put at position 1 (SPEC §10 "Priority"): moved by an admin, or by a
+    /// A waiting visitor put at position 1: moved by an admin, or by a
     /// priority grant.
     VisitorPrioritized,
 }
@@ -186,7 +186,7 @@ impl Event {
         }
     }
 
-    /// `client_banned` / `client_unbanned` (SPEC §9): not about one room, so `room` is
+    /// `client_banned` / `client_unbanned`: not about one room, so `room` is
     /// empty; `client` is the banned address or range, `until` RFC 3339 or null.
     pub fn abuse(event: &crate::abuse::AbuseEvent) -> Event {
         let ban = event.ban();
@@ -512,7 +512,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn json_has_the_spec_fields() {
+    fn json_has_the_documented_fields() {
         let v = VisitorId([0xab; 16]);
         let mut event = Event::visitor(EventKind::VisitorJoined, "main", v);
         event.ts = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);

@@ -1,4 +1,4 @@
-//! The files anteroom writes (SPEC §11): `data_dir` private (0700), every file 0600, and
+//! The files anteroom writes: `data_dir` private (0700), every file 0600, and
 //! every write through an exclusive, no-follow temporary file and an atomic rename, so a
 //! symlink or file planted in the directory is never followed or overwritten.
 //!

@@ -1,4 +1,4 @@
-//! Path globs (SPEC §10 `ban_paths`, later `bypass_paths` and `asset_paths`): parsing with
+//! Path globs (`ban_paths`, `bypass_paths` and `asset_paths`): parsing with
 //! clear errors, and a set that matches one request path against many patterns without
 //! allocating.
 //!

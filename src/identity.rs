@@ -1,6 +1,6 @@
 //! Who is asking, independent of any listener or store: the client address behind trusted
-//! proxies (SPEC §3), the [`ClientKey`] per-address limits and bans use (IPv6 grouped by
-//! /64, SPEC §10), and the host a request names, normalised as rooms match it.
+//! proxies, the [`ClientKey`] per-address limits and bans use (IPv6 grouped by
+//! /64), and the host a request names, normalised as rooms match it.
 //!
 //! Both the request path ([`crate::gate`]) and the store layer ([`crate::queue`]) import
 //! this module; it imports neither.
@@ -55,7 +55,7 @@ static UNTRUSTED_XFF_WARNING: crate::log_limiter::LogLimiter =
 
 /// A trusted proxy's `X-Forwarded-For` that cannot be read: a value with bytes that are
 /// not visible ASCII, or an entry that is not an address. The request has no client we
-/// can name, and it is never taken for the proxy's own (SPEC §10): the caller answers 400.
+/// can name, and it is never taken for the proxy's own: the caller answers 400.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("X-Forwarded-For from a trusted proxy cannot be read")]
 pub struct UnreadableForwardedFor;
@@ -206,7 +206,7 @@ pub fn normalize_host(host: &str) -> String {
     h.trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// Why a request's host was refused (400, SPEC §6).
+/// Why a request's host was refused (400).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostError {
     /// Anything but a DNS name or an IP literal with an optional numeric port.
@@ -219,7 +219,7 @@ pub enum HostError {
     Duplicate,
 }
 
-/// A checked host (SPEC §6 "One host, checked"): a lower-cased DNS name (no trailing dot)
+/// A checked host: a lower-cased DNS name (no trailing dot)
 /// or IP literal, and the port if one was given. The one value rooms are matched on and
 /// the origin receives, so that nothing downstream can read the request's host differently.
 ///

@@ -5,7 +5,7 @@
 //! - [`config`]   — the YAML file, `ANTEROOM_*` environment and flags, merged and validated.
 //! - [`cli`]      — the command line: run, `init`, `check`, `demo`, `probe`, `--version`.
 //! - [`server`]   — the accept loop: connection cap, header-read timeout, graceful drain.
-//! - [`gate`]     — the one request path: identify, classify (SPEC §10 order), decide,
+//! - [`gate`]     — the one request path: identify, classify (one fixed order), decide,
 //!   respond, and its one error type.
 //! - [`identity`] — who is asking: client address behind trusted proxies, [`identity::ClientKey`],
 //!   host normalising; used by both [`gate`] and [`queue`].
@@ -16,7 +16,7 @@
 //!   pass driver, session cache, statistics cache, ETA, store health.
 //! - [`queue`]    — the store boundary: one small trait, the embedded and Redis stores
 //!   behind it, and the conformance suite every store must pass.
-//! - [`priority`] — SPEC §10 priority grants: format, verification, minting.
+//! - [`priority`] — priority grants: format, verification, minting.
 //! - [`proxy`]    — forwarding to the origin.
 //! - [`admin`]    — the admin API and control-room page, given an [`admin::AdminContext`].
 //! - [`live`]     — the waiting page's live streams and their one ticker.
@@ -24,10 +24,10 @@
 //! - [`http`]     — what every listener shares: body type, pages, i18n, built-in assets,
 //!   the scratch buffer per-request header values are cut from.
 //! - [`events`]   — queue events to Kafka, strictly a side channel.
-//! - [`abuse`]    — SPEC §10's abuse registry: strikes, bans (embedded or shared through
+//! - [`abuse`]    — the abuse registry: strikes, bans (embedded or shared through
 //!   Redis), the ban log; checked first on every request from an in-memory set.
 //! - [`glob`]     — the path globs of `ban_paths`, `bypass_paths` and `asset_paths`.
-//! - [`fairness`] — SPEC §14: admission token, auditable draw, honest ETA, adaptive rate.
+//! - [`fairness`] — admission token, auditable draw, honest ETA, adaptive rate.
 //! - [`tls`]      — TLS as a client: whom anteroom trusts toward Redis and origins.
 //! - [`log_limiter`] — "at most once every N" for warnings that can repeat per request.
 //! - [`logging`]  — the diagnostic log (text or JSON) and the request id on its lines.

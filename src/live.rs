@@ -7,7 +7,7 @@
 //! The tick is also the waiting visitor's heartbeat: a closed tab stops it, and the
 //! visitor is abandoned after `abandon_after`.
 //!
-//! Streams are budgeted (SPEC §10, §13) by [`StreamBudget`]: at most `server.max_streams`
+//! Streams are budgeted by [`StreamBudget`]: at most `server.max_streams`
 //! open at once (below `max_connections`, so open waiting pages never take the connections
 //! admitted visitors need), at most `server.max_streams_per_client` streams plus WebSocket
 //! tunnels per [`ClientKey`], and one stream per visitor (a new one ends the old). A page
@@ -32,7 +32,7 @@ use crate::identity::ClientKey;
 use crate::queue::{Phase, StoreError, VisitorId, VisitorState};
 use crate::server::LongLived;
 
-/// At most one store read per waiting visitor this often (SPEC §5).
+/// At most one store read per waiting visitor this often.
 pub const TICK: Duration = Duration::from_secs(2);
 
 /// `retry:` asks a reconnecting EventSource to wait, and a comment opens the stream at once
@@ -305,7 +305,7 @@ impl LiveHub {
         lock(&self.listeners).len()
     }
 
-    /// Ends the streams of clients for which `banned` is true (SPEC §10): dropping the
+    /// Ends the streams of clients for which `banned` is true: dropping the
     /// listener ends the stream, so their heartbeats stop and a waiting visitor is
     /// abandoned after `abandon_after`. Returns how many were closed.
     pub fn close_where(&self, banned: impl Fn(IpAddr) -> bool) -> usize {
@@ -389,7 +389,7 @@ impl LiveHub {
             }
             VisitorState::Waiting(place) => {
                 // A stream can be the first to show a range (the page came from another
-                // replica, or predates the doors): it counts as shown (SPEC §14).
+                // replica, or predates the doors): it counts as shown.
                 let eta = admission.show_eta(room, visitor, &place);
                 Some(LiveEvent::Position(serde_json::json!({
                     // null during a lottery draw: nobody has a place before the doors.

@@ -1,12 +1,12 @@
 //! The diagnostic log on stderr (text or JSON lines) and the request id every line about a
-//! request carries (SPEC §6).
+//! request carries.
 //!
 //! The id is a tokio task-local set around the request's future ([`in_request`]), and the
 //! formatter adds it to each line logged while that future runs: `request_id=…` at the end of
-//! a text line, a top-level `"request_id"` in a JSON one. It used to be a `tracing` span per
-//! request, which cost about 5 % of an admitted request's instructions: creating the span
-//! formatted its field into a string, and every poll entered and left it. The id is the only
-//! context our lines need, and a line about a request is rare; so the cost now falls on the
+//! a text line, a top-level `"request_id"` in a JSON one. Why not a `tracing` span per
+//! request: it costs about 5 % of an admitted request's instructions (creating the span
+//! formats its field into a string, and every poll enters and leaves it). The id is the only
+//! context our lines need, and a line about a request is rare; so the cost falls on the
 //! line, not on the request.
 
 use std::fmt;

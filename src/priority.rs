@@ -1,4 +1,4 @@
-//! Priority grants (SPEC §10 "Priority"): the text format `v1.<room>.<expiry>.<nonce>.<mac>`,
+//! Priority grants: the text format `v1.<room>.<expiry>.<nonce>.<mac>`,
 //! its verification against `priority_secret`, and minting (`anteroom grant`). That each
 //! nonce works once is the store's part ([`crate::queue::QueueStore::spend_grant`]), so it
 //! holds across replicas; this module never touches the store and never reads the clock
@@ -24,7 +24,7 @@ const VERSION: &str = "v1";
 /// a fast lane for a visit soon, not a season ticket.
 pub const MAX_GRANT_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// Nonce length bounds (characters of `[A-Za-z0-9_-]`), as SPEC §10 fixes them.
+/// Nonce length bounds (characters of `[A-Za-z0-9_-]`), as the format fixes them.
 pub const MIN_NONCE: usize = 16;
 pub const MAX_NONCE: usize = 64;
 
@@ -287,7 +287,7 @@ mod tests {
         );
     }
 
-    /// The format exactly as SPEC §10 writes it, computed independently of `mint`.
+    /// The format exactly as documented, computed independently of `mint`.
     #[test]
     fn the_mac_is_base64url_hmac_sha256_of_the_payload() {
         let payload = format!("v1.main.{}.abcdefghijklmnop_-12", NOW + 600);

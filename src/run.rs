@@ -385,7 +385,7 @@ async fn snapshot_loop(store: Arc<dyn QueueStore>, stop: CancellationToken) {
     }
 }
 
-/// Keeps the sessions of visitors with an open stream to the origin alive (SPEC §10): one
+/// Keeps the sessions of visitors with an open stream to the origin alive: one
 /// batched store call per room with streams, every [`STREAM_TOUCH`]. The shortest
 /// `session_ttl` is 1 s and a session is reaped only after a whole ttl without activity,
 /// so a touch each half second never lets an open stream's session lapse.

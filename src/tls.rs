@@ -1,4 +1,4 @@
-//! TLS as a client (SPEC §13): whom anteroom trusts when it connects out over TLS.
+//! TLS as a client: whom anteroom trusts when it connects out over TLS.
 //!
 //! Two outgoing connections use this module, both through rustls with the `ring` provider:
 //!

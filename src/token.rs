@@ -1,4 +1,4 @@
-//! The signed visitor cookie (SPEC §4).
+//! The signed visitor cookie.
 //!
 //! The cookie value is URL-safe base64 (no padding) of:
 //!
@@ -49,7 +49,7 @@ const MAX_ENCODED_LEN: usize = MAX_RAW_LEN.div_ceil(3) * 4;
 type HmacSha256 = Hmac<Sha256>;
 
 /// Why a cookie value was not accepted. Every one of them means "treat as no cookie"; the
-/// distinction is for logs and for deciding whether it is a strike (§10).
+/// distinction is for logs and for deciding whether it is a strike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CookieError {
     /// Not base64, the wrong length, an unknown version or an invalid room name.

@@ -29,7 +29,7 @@ impl VisitorId {
         Some(VisitorId(bytes))
     }
 
-    /// The visitor's short reference for support (SPEC §10 "Priority"), computed from the
+    /// The visitor's short reference for support, computed from the
     /// id alone so pages and JSON show it with no store call.
     pub fn reference(&self) -> VisitorRef {
         VisitorRef::of(self)

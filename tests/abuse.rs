@@ -1,4 +1,4 @@
-//! End to end: the abuse registry (SPEC §10) in front of a real origin that counts
+//! End to end: the abuse registry in front of a real origin that counts
 //! requests, with real clients on distinct loopback addresses (127.0.0.x, a real source
 //! address per client), a real redis-server for the replica test, and real restarts.
 
@@ -443,7 +443,7 @@ async fn a_banned_clients_waiting_visitor_loses_its_place_within_abandon_after()
     ar.shutdown().await.unwrap();
 }
 
-// ---- SPEC §10, "Strikes only from the client's own acts" ----
+// ---- strikes only from the client's own acts ----
 
 /// A config with the abuse section above, `trusted_proxies` and extra top-level keys.
 fn config_with_top(origin: &str, dir: &std::path::Path, top: &str) -> Config {

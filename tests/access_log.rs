@@ -1,4 +1,4 @@
-//! The access log end to end (SPEC §13): a real origin and anteroom on loopback, one line
+//! The access log end to end: a real origin and anteroom on loopback, one line
 //! per request with its class, decision, status and visitor reference, never the cookie or
 //! the query; then logrotate's move and a real SIGHUP, after which lines land in a fresh
 //! file at the configured path.

@@ -1,4 +1,4 @@
-//! Closed-loop admission end to end (SPEC §14): two anteroom replicas sharing one real
+//! Closed-loop admission end to end: two anteroom replicas sharing one real
 //! `redis-server`, in front of a real origin on loopback whose latency the test switches
 //! from fast to slow and back. The effective rate falls on both replicas (read through
 //! their stats), never exceeds `rate`, the admissions follow it, and once the origin is

@@ -243,7 +243,7 @@ async fn the_page_lists_the_api_without_a_token() {
 
 #[tokio::test]
 async fn every_api_route_refuses_a_missing_or_wrong_token() {
-    // Wrong tokens are strikes (SPEC §10): this brute force would be banned (tests/abuse.rs
+    // Wrong tokens are strikes: this brute force would be banned (tests/abuse.rs
     // shows it) unless its address is in abuse.allow.
     let h = Harness::start("abuse:\n  allow: [127.0.0.1]\n").await;
     for route in admin::routes().iter().filter(|r| r.auth) {
@@ -870,7 +870,7 @@ async fn metrics_parse_as_prometheus_text_with_the_room_counters() {
     h.ar.shutdown().await.unwrap();
 }
 
-/// SPEC §14 end to end: `eta` in the room's stats and in each room of the list, with the
+/// The honest ETA end to end: `eta` in the room's stats and in each room of the list, with the
 /// fields the OpenAPI document gives (both ways), and the `anteroom_eta_*` metrics, before
 /// anyone shown a range is admitted and after some are. Forty join a paused room at 4 a
 /// second: nothing has been seen of the line, so everyone is told "estimating" (no

@@ -435,7 +435,7 @@ async fn a_log_line_about_a_request_carries_its_request_id() {
     let log = log_lines(&mut process);
     wait_ready(listen).await;
     let url = format!("http://{listen}/page");
-    // From a trusted proxy, its request id is the request's (SPEC §6).
+    // From a trusted proxy, its request id is the request's.
     let first = client()
         .get(&url)
         .header("x-request-id", "e2e-request-7")

@@ -1,4 +1,4 @@
-//! Faults under load (issue 17): `redis-server` SIGKILLed and restarted while three replicas
+//! Faults under load: `redis-server` SIGKILLed and restarted while three replicas
 //! take joins and admit, one replica SIGKILLed while passes run, and the Kafka broker killed
 //! and restarted. Each test prints its figures (`--nocapture`); RELIABILITY.md quotes them.
 //!

@@ -1,4 +1,4 @@
-//! SPEC §10 traffic classes end to end: a real anteroom on loopback in front of real
+//! Traffic classes end to end: a real anteroom on loopback in front of real
 //! origins (an echo origin, a slow origin that counts its concurrency, a WebSocket echo),
 //! driven by real HTTP and WebSocket clients.
 
@@ -579,8 +579,8 @@ async fn store_pass(ar: &anteroom::run::Running) {
         .unwrap();
 }
 
-/// A WebSocket echo origin whose `GET /logout` ends the visitor's session (SPEC §14's
-/// `X-Anteroom-End-Session: 1`).
+/// A WebSocket echo origin whose `GET /logout` ends the visitor's session
+/// (`X-Anteroom-End-Session: 1`).
 async fn ws_origin_with_logout() -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -223,7 +223,7 @@ async fn reserved_paths_are_never_proxied() {
 }
 
 #[tokio::test]
-async fn json_clients_get_the_spec_body() {
+async fn json_clients_get_the_documented_body() {
     let (_origin, _dir, ar) = front(ONE_THEN_QUEUE).await;
     let http = client();
     let url = format!("http://{}/api/thing", ar.addr);

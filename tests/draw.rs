@@ -1,4 +1,4 @@
-//! SPEC §14 "Auditable lottery" end to end: a real anteroom in front of a real origin, on
+//! The auditable lottery end to end: a real anteroom in front of a real origin, on
 //! a real `redis-server` (1,000 entrants) and on the embedded store (smaller), with the
 //! store's clock driven by the test. Entrants join during the draw and keep their
 //! receipts; the commitment is read before the doors, the salt and the sorted list after;

@@ -1,5 +1,5 @@
-//! Connection and stream exhaustion (issue 18 finding 4, SPEC §10 "One client, one fair
-//! share", §13 "Connection budget"), written as the attacks, each while a real visitor is
+//! Connection and stream exhaustion (one client, one fair share; the connection budget),
+//! written as the attacks, each while a real visitor is
 //! still served: 40 open waiting-page streams against `max_connections: 40`, one client's
 //! connections beyond `max_connections_per_client`, WebSocket tunnels beyond the caps and an
 //! idle tunnel, and one h2c connection opening 200 streams.
@@ -456,7 +456,7 @@ fn attacker_ip(n: u16) -> Ipv6Addr {
     )
 }
 
-/// One IPv6 /64 is one client (SPEC §10): a subscriber holds the whole /64, so connections
+/// One IPv6 /64 is one client: a subscriber holds the whole /64, so connections
 /// from 40 distinct addresses of 2001:db8:1::/64 share one `max_connections_per_client` of 8
 /// and cannot take `max_connections`. Beyond 8 they are closed at accept, and a health probe
 /// from the neighbouring /64 (2001:db8:1:1::/64) is answered meanwhile. Counted per address

@@ -1,4 +1,4 @@
-//! SPEC §14 from outside the library: `anteroom verify-draw` run as a process against a
+//! Fairness from outside the library: `anteroom verify-draw` run as a process against a
 //! published draw (file and http:// URL), and the README's origin snippets (Node's
 //! built-in `crypto`, Python's `cryptography`) verifying tokens the Rust code signed.
 
@@ -556,7 +556,7 @@ async fn no_admission_key_means_no_header_and_a_404_document() {
     ar.shutdown().await.unwrap();
 }
 
-// Traffic classes (SPEC §10) and the admission header (§14): an admitted visitor's asset is
+// Traffic classes and the admission header: an admitted visitor's asset is
 // one of their proxied requests and carries a verified token; a bypass path is nobody's,
 // so it carries none (and a forged one is still removed).
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Fuzzing with a fixed budget (issue 17): random bytes and structured mutations into the
+//! Fuzzing with a fixed budget: random bytes and structured mutations into the
 //! visitor-cookie verifier, the Cookie-header parser and the config loader (YAML text).
 //! Nothing may panic; every refusal is an error that says something; a cookie verifies
 //! only if it is the very bytes that were signed. (`cargo fuzz` needs nightly, which this

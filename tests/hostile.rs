@@ -1,4 +1,4 @@
-//! Hostile input at volume (issue 17): bad visitor cookies by the hundred thousand against
+//! Hostile input at volume: bad visitor cookies by the hundred thousand against
 //! a real anteroom on loopback in front of a real origin that counts what reaches it.
 //! (Fixed-budget fuzzing of the cookie verifier and the config loader is in `fuzz.rs`.)
 //!
@@ -222,7 +222,7 @@ async fn a_hundred_thousand_bad_cookies_admit_nobody() {
     // limit is off so every request takes the full path, and nobody is abandoned during a
     // long run (the bad cookies' visitors never come back to heartbeat).
     let (origin, _dir, ar) = front_with(
-        // Every bad cookie is a strike (SPEC §10) that would soon ban loopback, and this
+        // Every bad cookie is a strike that would soon ban loopback, and this
         // test is about what the verifier and the store do with each one: loopback is in
         // abuse.allow (tests/abuse.rs shows the ban).
         "abuse:\n  allow: [127.0.0.1]\n",

@@ -1,4 +1,4 @@
-//! Random and malformed HTTP through the public listener (issue 17): thousands of requests
+//! Random and malformed HTTP through the public listener: thousands of requests
 //! made from a valid one by structured mutations (methods, targets, versions, header names
 //! and values, framing, control bytes, truncation) and plain random bytes, each on its own
 //! connection to a real anteroom in front of a real origin. Nothing may panic, hang or reach
@@ -276,7 +276,7 @@ async fn malformed_requests_never_panic_hang_or_reach_the_origin() {
     // wait, so a request that reaches the origin is one that walked round the queue.
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
-    // Every request comes from loopback, and some carry broken cookies (strikes, SPEC §10):
+    // Every request comes from loopback, and some carry broken cookies (strikes):
     // loopback is in abuse.allow and the per-client shares are off, so each case meets
     // the parser and the request path rather than a ban or a share refusal.
     let mut config = config_with(

@@ -1,8 +1,8 @@
-//! Model-based property tests of the queue store (issue 17): random sequences of joins,
+//! Model-based property tests of the queue store: random sequences of joins,
 //! heartbeats, admission passes, pauses, resumes, flushes, setting changes, moves to the
 //! front and clock steps
-//! run against each store and against a small reference model of SPEC §3, written here
-//! from the SPEC and not from either store. After every step the store must agree with the
+//! run against each store and against a small reference model of the queue's rules,
+//! written here from the rules and not from either store. After every step the store must agree with the
 //! model on what the step returned (admissions in order, positions, refusals, reaped
 //! visitors), and on every counter (`waiting`, `active`, the totals, the live settings).
 //!
@@ -51,8 +51,8 @@ const START_MS: u64 = 1_700_000_000_000;
 /// (`TOUCH_GRANULARITY_MS` in the embedded store, `TOUCH_MS` in the Lua): a visitor heard
 /// again within a second keeps the earlier time. So abandonment and reclaim may come up to
 /// 999 ms before `abandon_after` / `session_ttl` of silence after the *last* request. That
-/// is a deliberate tolerance (DESIGN.md: liveness is "correct to within that flush
-/// interval", far below the timeouts); the model encodes exactly that rule, no looser.
+/// is a deliberate tolerance (liveness is correct to within that flush
+/// interval, far below the timeouts); the model encodes exactly that rule, no looser.
 const TOUCH_MS: u64 = 1_000;
 
 // ---------------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ enum Op {
     AbandonAfter(u64),
     /// The store's clock moves forward this many milliseconds.
     Advance(u64),
-    /// The admin moves visitor `v` to the front by their reference (SPEC §10 Priority).
+    /// The admin moves visitor `v` to the front by their reference.
     Front(u8),
 }
 
@@ -215,10 +215,10 @@ fn client(c: u8) -> ClientKey {
 }
 
 // ---------------------------------------------------------------------------------------
-// The reference model of SPEC §3
+// The reference model of the queue
 // ---------------------------------------------------------------------------------------
 
-/// SPEC §3 for one room, as plainly as possible: a `Vec` for the line (position = index
+/// The queue's rules for one room, as plainly as possible: a `Vec` for the line (position = index
 /// + 1), a map of sessions, a token bucket.
 struct Model {
     now: u64,
@@ -268,7 +268,7 @@ impl Model {
             session_ttl: case.session_ttl_s * 1_000,
             abandon_after: case.abandon_after_s * 1_000,
             paused: false,
-            // A new room starts with a full bucket (SPEC is silent; both stores do so).
+            // A new room starts with a full bucket (both stores do so).
             tokens: rate.max(1.0),
             refilled: START_MS,
             line: Vec::new(),
@@ -454,13 +454,13 @@ impl Model {
             self.resumed_with_a_line += 1;
         }
         if resuming {
-            // SPEC §3: "resume starts admitting again, with an empty bucket (paused time
-            // earns no tokens, so a resume never lets a burst in)".
+            // A resume starts admitting again with an empty bucket: paused time earns
+            // no tokens, so a resume never lets a burst in.
             self.tokens = 0.0;
         }
     }
 
-    /// SPEC §10: a waiting visitor goes to position 1 (a later move goes ahead of an
+    /// A waiting visitor goes to position 1 (a later move goes ahead of an
     /// earlier one), nobody else's order changes, and the move counts as hearing from them.
     /// Anyone not waiting (on the site, gone, unknown) is not moved.
     fn front(&mut self, v: u8) -> Option<Place> {
@@ -525,7 +525,7 @@ macro_rules! agree {
         let (store, model) = (&$store, &$model);
         if store != model {
             return Err(TestCaseError::fail(format!(
-                "step {} ({:?}): {}: the store says {:?}, the model (SPEC §3) says {:?}",
+                "step {} ({:?}): {}: the store says {:?}, the model says {:?}",
                 $step, $op, $what, store, model
             )));
         }
@@ -731,7 +731,7 @@ fn runner(cases: u32) -> TestRunner {
 
 fn report(result: Result<(), proptest::test_runner::TestError<Case>>) {
     if let Err(e) = result {
-        panic!("the store disagrees with the model of SPEC §3:\n{e}");
+        panic!("the store disagrees with the model of the queue:\n{e}");
     }
 }
 

@@ -1,4 +1,4 @@
-//! SPEC §10 "Priority" end to end: a real anteroom on loopback in front of a real origin,
+//! Priority end to end: a real anteroom on loopback in front of a real origin,
 //! driven by a real HTTP client: the admin's Queue API (paging, limit, search by ref) and
 //! move to the front, and priority grants (position 1, admitted at once, single use,
 //! refused when bad, never seen by the origin), minted by `anteroom grant` and by the
@@ -322,7 +322,7 @@ async fn a_replayed_expired_forged_or_other_room_grant_is_403() {
         ("forged", forged),
         ("other room", grant("shop", 600)),
     ];
-    // Each refusal is a strike (5, SPEC §10): every case comes from an address of its own
+    // Each refusal is a strike (5): every case comes from an address of its own
     // so that no client reaches a ban here (the ban is the next test's).
     let mut address = 10;
     for (what, bad) in bad_grants {
@@ -349,7 +349,7 @@ async fn a_replayed_expired_forged_or_other_room_grant_is_403() {
         }
     }
     assert_eq!(h.origin.hits(), hits, "nothing refused reached the origin");
-    // Text that is no grant at all is ignored, not refused (SPEC §10): another site's
+    // Text that is no grant at all is ignored, not refused: another site's
     // page can make one up (`?ar_grant=x`) and that must not turn the visitor away.
     for junk in ["v1.main.nope", "x"] {
         let http = from("127.0.0.9");
@@ -362,7 +362,7 @@ async fn a_replayed_expired_forged_or_other_room_grant_is_403() {
     h.ar.shutdown().await.unwrap();
 }
 
-/// A refused grant is a strike of 5 (SPEC §10): a client that sends four bad grants has 20
+/// A refused grant is a strike of 5: a client that sends four bad grants has 20
 /// and is banned (429, `banned`), while another address is still served.
 #[tokio::test]
 async fn bad_grants_are_strikes_that_ban_the_client() {

@@ -103,7 +103,7 @@ async fn three_replicas_admit_at_the_configured_rate_not_three_times_it() {
         .update_settings("main", &SettingsPatch::resume())
         .await
         .unwrap();
-    // A resume starts with an empty bucket (SPEC §3): no burst, so the rate is measured
+    // A resume starts with an empty bucket: no burst, so the rate is measured
     // from the resume itself.
     let burst_pass = 0usize;
     let t0 = resumed_at;
@@ -344,7 +344,7 @@ async fn measure_joins_admissions_and_memory() {
         abandon_after: Duration::from_secs(3_600),
         paused: false,
     };
-    // `ANTEROOM_MEASURE_PER_CLIENT=k`: the SPEC's per-client shares on, and every k visitors
+    // `ANTEROOM_MEASURE_PER_CLIENT=k`: the per-client shares on, and every k visitors
     // from one client of their own (k = 1, everyone distinct, is the per-client map's worst
     // case). Unset: shares off, everyone from one client, as before.
     let per_client: Option<usize> = std::env::var("ANTEROOM_MEASURE_PER_CLIENT")

@@ -1,5 +1,5 @@
-//! End to end, written as the attacks a security review found (issue 18): each is answered
-//! as SPEC §5/§6/§10 say while a real visitor is still served. A real anteroom on loopback
+//! End to end, written as the attacks a security review found: each is answered as the
+//! request path means to answer it while a real visitor is still served. A real anteroom on loopback
 //! in front of real origins that report what they received; raw TCP sockets for malformed
 //! input, an HTTP/2 client for `:authority`.
 

@@ -1,4 +1,4 @@
-//! Slow clients and connection churn against the public listener (issue 17): header
+//! Slow clients and connection churn against the public listener: header
 //! dribblers, silent connections and bodies that never finish are closed by the header-read,
 //! idle and origin timeouts while a real visitor is still served; 10,000 connections opened
 //! and dropped leave the server serving and its descriptor count back at its baseline.

@@ -1,4 +1,4 @@
-//! TLS as a client, end to end (SPEC §13): a real anteroom in front of an `https://` origin
+//! TLS as a client, end to end: a real anteroom in front of an `https://` origin
 //! on loopback (tokio-rustls with a throwaway CA's certificate), trusted through
 //! `origin_ca_file`, and refused (502, a clear log line, no hang) with the wrong CA; a
 //! WebSocket through an `https://` origin; a real anteroom on a TLS-only `redis-server`

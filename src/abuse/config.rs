@@ -1,4 +1,4 @@
-//! The `abuse:` config section (SPEC §10) and its validation into an [`AbusePolicy`].
+//! The `abuse:` config section and its validation into an [`AbusePolicy`].
 
 use std::fmt;
 use std::net::IpAddr;
@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::glob::GlobSet;
 
-/// `abuse:` exactly as SPEC §10 writes it, with its defaults. Durations are humantime
+/// `abuse:` as the file writes it, with its defaults. Durations are humantime
 /// strings (`1m`, `24h`) like the rest of the file.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -193,7 +193,7 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_the_spec_ones() {
+    fn defaults_are_the_documented_ones() {
         let c = parse("{}").unwrap();
         assert_eq!(c, AbuseConfig::default());
         assert_eq!(c.strikes, 20);

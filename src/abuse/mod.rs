@@ -1,4 +1,4 @@
-//! The abuse registry (SPEC §10): strikes, automatic and admin bans, the ban log, and the
+//! The abuse registry: strikes, automatic and admin bans, the ban log, and the
 //! in-memory ban check that every request meets first.
 //!
 //! The pieces, and who calls them once wired:
@@ -60,11 +60,11 @@ pub const DEFAULT_PAGE: usize = 50;
 pub const MAX_PAGE: usize = 1_000;
 /// Longest ban reason an admin may give, in characters.
 pub const MAX_REASON_CHARS: usize = 500;
-/// The broadest ranges an admin may ban (SPEC §10).
+/// The broadest ranges an admin may ban.
 pub const MIN_PREFIX_V4: u8 = 8;
 pub const MIN_PREFIX_V6: u8 = 16;
 
-/// What earned a strike, with its weight (SPEC §10).
+/// What earned a strike, with its weight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StrikeReason {
     /// A visitor cookie whose signature or key id fails verification.
@@ -150,7 +150,7 @@ impl Ban {
     }
 }
 
-/// The answer to a banned client (SPEC §10: 429 with `Retry-After`, or 403 when
+/// The answer to a banned client (429 with `Retry-After`, or 403 when
 /// permanent).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BanVerdict {
@@ -229,7 +229,7 @@ impl AbuseEvent {
         }
     }
 
-    /// The Kafka event type (§9): expiry and displacement are unbans too.
+    /// The Kafka event type: expiry and displacement are unbans too.
     pub fn kafka_type(&self) -> &'static str {
         match self {
             AbuseEvent::Banned(_) => "client_banned",
@@ -328,7 +328,7 @@ pub fn parse_target(target: &str) -> Result<IpNet, BanError> {
     };
     // An IPv6 range that covers the IPv4-mapped block (`::ffff:0:0/96`) covers every IPv4
     // client, which are kept in that form: it is judged as the IPv4 range it covers (all
-    // of it), so the /8 rule for IPv4 holds (SPEC §10).
+    // of it), so the /8 rule for IPv4 holds.
     if let IpNet::V6(v6) = net
         && v6.contains(&IPV4_MAPPED)
     {

@@ -1,6 +1,6 @@
 //! The embedded registry's file, `data_dir/abuse.json`: active bans and the ban log,
-//! written atomically through an exclusive, no-follow temporary file with mode 0600
-//! (SPEC §11), so a crash leaves the old or the new file and a planted symlink is never
+//! written atomically through an exclusive, no-follow temporary file with mode 0600,
+//! so a crash leaves the old or the new file and a planted symlink is never
 //! followed.
 
 use std::fs::OpenOptions;

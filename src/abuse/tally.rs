@@ -1,6 +1,5 @@
 //! The replica's own count of failed checks per client, taken under one lock together with
-//! the check itself, so that concurrency cannot outrun a ban (SPEC §10, "Strikes count
-//! before the next request is judged").
+//! the check itself, so that concurrency cannot outrun a ban.
 //!
 //! The strike table proper (embedded or in Redis) decides bans; this tally only decides
 //! whether one more check is made. A client whose failed checks within `abuse.window`

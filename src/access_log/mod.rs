@@ -1,4 +1,4 @@
-//! The access log (SPEC §13): where request lines go (`access_log: off | stdout | <file>`),
+//! The access log: where request lines go (`access_log: off | stdout | <file>`),
 //! what one line says, and the one thread that writes them, so that a slow disk never
 //! slows a request. A file is reopened on SIGHUP for logrotate ([`AccessLog::reopen`]).
 //!
@@ -263,7 +263,7 @@ struct Entry {
     completed: bool,
 }
 
-/// The JSON of one line, in the order SPEC §13 lists the fields.
+/// The JSON of one line, its fields in a fixed order.
 #[derive(Serialize)]
 struct Line<'a> {
     time: String,

@@ -1,25 +1,24 @@
-//! The per-replica side of admission: the pass driver that runs each room's admission pass
-//! every `admit_interval`, the session cache that lets admitted visitors through without a
-//! store round trip per request, and the one-second statistics cache that pages, ETAs and
-//! metrics read instead of the store.
-//!
-//! **Where this departs from DESIGN "Costs".** DESIGN asks for a signed "admitted, session
-//! id, until" claim in the cookie, trusted by every replica, with last-seen times flushed in
-//! batches. What is built keeps the trust per replica (the session cache) and does the
-//! batching: a request the cache answers is recorded and flushed to the store with
-//! everyone else's in one `touch_sessions` per room every [`SESSION_FLUSH`], and the
-//! store's answer renews or ends the trust. So no admitted request waits on the store, and
-//! a session ended anywhere stops here within one flush (a quiet one within
-//! [`SESSION_CONFIRM_WINDOW`]). Why not the claim: measured on the proxy scenario
-//! (BENCHMARKS.md), the cache's lookup is under half a percent of the admitted path, so a
-//! claim would not buy speed; and `session_clients` (SPEC §10) needs the store to see each
-//! new client of a cookie anyway, which a claim alone would skip. A visitor's first
-//! request on a replica that has not seen them is one store round trip.
+//! The per-replica side of admission, and the only door to the store: the pass driver
+//! that runs each room's admission pass every `admit_interval`, the one-second statistics
+//! cache that pages, ETAs and metrics read instead of the store, and the facade the rest of
+//! the product calls. Its parts: the session cache that lets admitted visitors through
+//! without a store round trip per request (`sessions`), closed-loop admission's
+//! per-replica side (`adaptive`) and the store's health (`health`).
+
+mod adaptive;
+mod health;
+mod sessions;
+
+pub use adaptive::RateView;
+pub use health::StoreHealth;
+pub use sessions::{SESSION_CONFIRM_WINDOW, SESSION_FLUSH};
+
+use adaptive::AdaptiveRooms;
+use sessions::SessionCache;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -29,9 +28,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::events::{Event, EventKind, EventSink};
-use crate::fairness::adaptive::{
-    AdaptiveConfig, AdaptiveController, AdaptiveState, OriginRecorder, Tuning,
-};
 pub use crate::fairness::eta::Eta;
 use crate::fairness::eta::{EtaLedger, EtaReport, MIN_SPREAD, Observed, Pace, SessionLengths};
 use crate::queue::{
@@ -40,21 +36,7 @@ use crate::queue::{
     WaitingEntry,
 };
 
-/// How long a replica trusts, without hearing from the store, that a visitor it saw
-/// admitted is still on the site. Requests it answers from that trust are not lost: they
-/// are recorded here and flushed to the store in one batch every [`SESSION_FLUSH`], and the
-/// store's answer (still on the site or not) renews or ends the trust. So an active
-/// visitor never waits on the store, a session ended elsewhere (another replica, the
-/// origin, a reclaim) stops being trusted within one flush, and one that went quiet for
-/// longer than this asks the store again on its next request. Capped at half the room's
-/// `session_ttl` so the store never reclaims a session this replica still believes in.
-pub const SESSION_CONFIRM_WINDOW: Duration = Duration::from_secs(2);
-
-/// How often the requests answered from the session cache are flushed to the store as
-/// last-seen times, one batched `touch_sessions` per room (DESIGN "Costs").
-pub const SESSION_FLUSH: Duration = Duration::from_secs(1);
-
-/// The observed admission rate is measured over this window (SPEC §5).
+/// The observed admission rate is measured over this window.
 const RATE_WINDOW: Duration = Duration::from_secs(60);
 
 /// How often the statistics cache refreshes.
@@ -72,14 +54,14 @@ pub struct Admission {
     stats: StatsCache,
     health: StoreHealth,
     /// The ranges this replica showed waiting visitors first, and what came of them (the
-    /// honest ETA, SPEC §14).
+    /// honest ETA).
     eta: EtaLedger,
     /// How long sessions last, for the rooms' turnover (see [`Pace`]).
     lengths: SessionLengths,
     /// The store's clock when it has one in this process, else the system's: waits are
     /// timed on it.
     clock: Clock,
-    /// Closed-loop admission (SPEC §14): the rooms with `adaptive:`, their observations of
+    /// Closed-loop admission: the rooms with `adaptive:`, their observations of
     /// the origin and the shared state as last seen.
     adaptive: AdaptiveRooms,
     /// How long visitors admitted out of the line waited, by room (see [`TimeInLine`]).
@@ -103,66 +85,6 @@ pub type TimeInLine = Family<RoomLabel, Histogram, fn() -> Histogram>;
 /// The buckets of [`TimeInLine`]: 1 s to about 9 hours, doubling.
 fn time_in_line_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 16))
-}
-
-/// This replica's side of closed-loop admission; see [`crate::fairness::adaptive`].
-struct AdaptiveRooms {
-    /// This replica's name among the room's reports: random per start, so a restarted
-    /// replica's old report simply goes stale.
-    replica: String,
-    rooms: RwLock<HashMap<String, Arc<AdaptiveRoom>>>,
-    tuning: RwLock<Tuning>,
-}
-
-struct AdaptiveRoom {
-    config: AdaptiveConfig,
-    recorder: OriginRecorder,
-    /// The room's state as last read from (or written to) the store.
-    last: Mutex<Option<AdaptiveState>>,
-}
-
-/// Configured against effective rate, and why (room stats, metrics, the control room).
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct RateView {
-    /// What the pass uses now: the controller's rate, never above the configured one.
-    pub effective_rate: f64,
-    /// `configured`, `latency`, `errors` or `recovering` ([`crate::fairness::adaptive::Reason::code`]).
-    pub rate_reason: &'static str,
-    /// The reason as a sentence.
-    pub explanation: String,
-    /// What the last decision saw over its window, every replica's observations merged.
-    pub origin_p95_ms: Option<u64>,
-    pub origin_error_ratio: f64,
-    pub origin_samples: u64,
-    /// The room's `adaptive:` limits, to show what the observations are held against.
-    pub target_latency_ms: u64,
-    pub max_error_ratio: f64,
-}
-
-impl RateView {
-    fn of(state: &AdaptiveState, configured: f64, config: &AdaptiveConfig) -> RateView {
-        let effective_rate = if state.effective_rate.is_finite() && state.effective_rate > 0.0 {
-            state.effective_rate.min(configured)
-        } else {
-            configured
-        };
-        let below = effective_rate < configured;
-        let explanation = if below {
-            state.reason.to_string()
-        } else {
-            crate::fairness::adaptive::Reason::AtConfiguredRate.to_string()
-        };
-        RateView {
-            effective_rate,
-            rate_reason: state.reason.code(below),
-            explanation,
-            origin_p95_ms: state.p95_ms,
-            origin_error_ratio: state.error_ratio,
-            origin_samples: state.samples,
-            target_latency_ms: config.target_latency.as_millis() as u64,
-            max_error_ratio: config.max_error_ratio,
-        }
-    }
 }
 
 /// The outcome of deciding one request for the site.
@@ -209,11 +131,7 @@ impl Admission {
             eta: EtaLedger::default(),
             lengths: SessionLengths::default(),
             clock,
-            adaptive: AdaptiveRooms {
-                replica: VisitorId::random().to_hex(),
-                rooms: RwLock::default(),
-                tuning: RwLock::new(Tuning::default()),
-            },
+            adaptive: AdaptiveRooms::new(),
             time_in_line: Family::new_with_constructor(time_in_line_histogram),
         }
     }
@@ -223,156 +141,7 @@ impl Admission {
         &self.time_in_line
     }
 
-    /// Turns closed-loop admission on (`Some`) or off for `room` (SPEC §14). Off clears
-    /// any effective rate a previous run left in the store, so the configured rate applies.
-    pub async fn configure_adaptive(
-        &self,
-        room: &str,
-        config: Option<AdaptiveConfig>,
-    ) -> StoreResult<()> {
-        {
-            let mut rooms = self
-                .adaptive
-                .rooms
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
-            match config {
-                Some(config) => {
-                    rooms.insert(
-                        room.to_owned(),
-                        Arc::new(AdaptiveRoom {
-                            config,
-                            recorder: OriginRecorder::default(),
-                            last: Mutex::new(None),
-                        }),
-                    );
-                    return Ok(());
-                }
-                None => rooms.remove(room),
-            };
-        }
-        self.observe(self.store.set_adaptive(room, None).await)
-    }
-
-    /// Shorter controller windows and steps, for end-to-end tests that must finish in
-    /// seconds. Not user-facing.
-    #[doc(hidden)]
-    pub fn set_adaptive_tuning_for_tests(&self, tuning: Tuning) {
-        *self
-            .adaptive
-            .tuning
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = tuning;
-    }
-
-    /// Records one proxied response of an admitted visitor: its time to response headers
-    /// and status, for closed-loop admission. A no-op in rooms without `adaptive:`.
-    pub fn observe_origin(&self, room: &str, took: Duration, status: u16) {
-        let rooms = self
-            .adaptive
-            .rooms
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(r) = rooms.get(room) {
-            r.recorder.record(self.clock.now_ms(), took, status);
-        }
-    }
-
-    /// One closed-loop step per adaptive room (once a second, from the pass driver):
-    /// publish this replica's observations, and when this replica claimed the decision,
-    /// decide on every replica's and store the result.
-    pub async fn adapt(&self) {
-        let rooms: Vec<(String, Arc<AdaptiveRoom>)> = self
-            .adaptive
-            .rooms
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|(name, r)| (name.clone(), r.clone()))
-            .collect();
-        let tuning = *self
-            .adaptive
-            .tuning
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
-        for (room, r) in rooms {
-            let report = r.recorder.report(self.clock.now_ms());
-            let exchange = match self.observe(
-                self.store
-                    .exchange_origin(&room, &self.adaptive.replica, &report)
-                    .await,
-            ) {
-                Ok(exchange) => exchange,
-                // Logged by the pass that fails alike; the stored rate stays as it was.
-                Err(_) => continue,
-            };
-            let mut state = exchange.state.clone();
-            if exchange.decide {
-                let before = state
-                    .as_ref()
-                    .map(|s| s.effective_rate.min(exchange.configured_rate));
-                let mut controller = AdaptiveController::restore(
-                    r.config.clone(),
-                    exchange.configured_rate,
-                    state.as_ref(),
-                )
-                .with_tuning(tuning);
-                let decision = controller.decide(&exchange.fleet_window(), exchange.now_ms);
-                let next = controller.state(exchange.now_ms);
-                if self
-                    .observe(self.store.set_adaptive(&room, Some(&next)).await)
-                    .is_err()
-                {
-                    continue;
-                }
-                let after = decision.effective_rate;
-                match before {
-                    Some(b) if after < b => tracing::warn!(
-                        room,
-                        configured = decision.configured_rate,
-                        effective = after,
-                        "closed-loop admission lowered the rate: {}",
-                        decision.explanation
-                    ),
-                    Some(b) if after > b && after >= decision.configured_rate => tracing::info!(
-                        room,
-                        rate = after,
-                        "closed-loop admission is back at the configured rate"
-                    ),
-                    _ => {}
-                }
-                state = Some(next);
-            }
-            *r.last.lock().unwrap_or_else(|p| p.into_inner()) = state;
-        }
-    }
-
-    /// The configured against effective rate of an adaptive room; `None` for a room
-    /// without `adaptive:` (its effective rate is the configured one).
-    pub fn rate_view(&self, room: &str, configured: f64) -> Option<RateView> {
-        let rooms = self
-            .adaptive
-            .rooms
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
-        let r = rooms.get(room)?;
-        let last = r.last.lock().unwrap_or_else(|p| p.into_inner());
-        Some(match last.as_ref() {
-            Some(state) => RateView::of(state, configured, &r.config),
-            None => RateView {
-                effective_rate: configured,
-                rate_reason: "configured",
-                explanation: crate::fairness::adaptive::Reason::AtConfiguredRate.to_string(),
-                origin_p95_ms: None,
-                origin_error_ratio: 0.0,
-                origin_samples: 0,
-                target_latency_ms: r.config.target_latency.as_millis() as u64,
-                max_error_ratio: r.config.max_error_ratio,
-            },
-        })
-    }
-
-    /// This replica's honest-ETA ledger (SPEC §14).
+    /// This replica's honest-ETA ledger.
     pub fn eta_ledger(&self) -> &EtaLedger {
         &self.eta
     }
@@ -399,7 +168,7 @@ impl Admission {
         self.observe(self.store.ping().await)
     }
 
-    /// The room's lottery record (SPEC §14), for `GET /__anteroom/rooms/{room}/draw` and
+    /// The room's lottery record, for `GET /__anteroom/rooms/{room}/draw` and
     /// the receipts; `hashes` asks for the list (after the doors only).
     pub async fn draw(&self, room: &str, hashes: bool) -> StoreResult<crate::queue::DrawRecord> {
         self.observe(self.store.draw(room, hashes).await)
@@ -473,7 +242,7 @@ impl Admission {
         Ok((visitor, place))
     }
 
-    /// Spends a priority grant's nonce for `visitor` (SPEC §10); shared by every replica.
+    /// Spends a priority grant's nonce for `visitor`; shared by every replica.
     pub async fn spend_grant(
         &self,
         room: &str,
@@ -567,8 +336,8 @@ impl Admission {
         }
     }
 
-    /// Ends `visitor`'s session in `room` now (the origin's `X-Anteroom-End-Session: 1`,
-    /// SPEC §14): the store frees the slot for the next pass, and this replica stops
+    /// Ends `visitor`'s session in `room` now (the origin's `X-Anteroom-End-Session: 1`):
+    /// the store frees the slot for the next pass, and this replica stops
     /// trusting the session at once, from every client. Returns whether there was a
     /// session.
     pub async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
@@ -582,8 +351,8 @@ impl Admission {
         Ok(ended)
     }
 
-    /// Where `visitor` stands in `room`, without joining anyone (assets and streams, SPEC
-    /// §10): the session cache first, else one heartbeat read. `None` when the store did
+    /// Where `visitor` stands in `room`, without joining anyone (assets and streams):
+    /// the session cache first, else one heartbeat read. `None` when the store did
     /// not answer.
     pub async fn state_of(
         &self,
@@ -602,7 +371,7 @@ impl Admission {
         states.into_iter().next()
     }
 
-    /// Keeps the sessions of `visitors` alive past `session_ttl` (open streams, SPEC §10),
+    /// Keeps the sessions of `visitors` alive past `session_ttl` (open streams),
     /// in one store call; answers, for each, whether the store still has them on the site.
     pub async fn touch_sessions(
         &self,
@@ -682,7 +451,7 @@ impl Admission {
     /// The estimated wait [`Admission::eta_for`] gives a waiting visitor, as it is about to
     /// be shown to them (the waiting page, its JSON, a live-stream event). The first range
     /// shown to a visitor in line is remembered, to be compared with their actual wait when
-    /// they are admitted (SPEC §14). Not during a lottery draw (the wait includes the time
+    /// they are admitted. Not during a lottery draw (the wait includes the time
     /// to the doors, which the page counts down instead) nor while the room is paused (the
     /// page says so; the range assumes a moving line).
     pub fn show_eta(&self, room: &str, visitor: VisitorId, place: &Place) -> Eta {
@@ -776,134 +545,11 @@ impl Admission {
                 _ = stats.tick() => {
                     // SESSION_FLUSH and STATS_INTERVAL are both a second: one timer.
                     self.flush_sessions().await;
-                    // Closed-loop admission decides once a second (SPEC §14).
+                    // Closed-loop admission decides once a second.
                     self.adapt().await;
                     self.refresh_stats(&rooms).await;
                 }
             }
-        }
-    }
-}
-
-/// Admitted visitors this replica has recently confirmed with the store, per client: a
-/// cookie confirmed from one client says nothing about another, whose first request must
-/// reach the store so `session_clients` counts it (SPEC §10). Each visitor also keeps when
-/// this replica first saw them admitted (unix seconds: the `admitted_at` of the admission
-/// token), shared by all their clients so one session has one `admitted_at`.
-#[derive(Default)]
-struct SessionCache {
-    /// By room, then visitor: a lookup borrows the room's name (no key to allocate), and
-    /// readers (every admitted request) share the lock.
-    confirmed: RwLock<HashMap<String, HashMap<VisitorId, ConfirmedSession>>>,
-}
-
-struct ConfirmedSession {
-    since: u64,
-    /// When the store last confirmed the session for each client.
-    clients: HashMap<ClientKey, Instant>,
-    /// A request was answered from the cache since the last flush.
-    seen: AtomicBool,
-}
-
-impl SessionCache {
-    /// Since when `visitor` has been on the site, if this replica confirmed them from
-    /// `client` within `window`.
-    fn confirmed_since(
-        &self,
-        room: &str,
-        visitor: VisitorId,
-        client: ClientKey,
-        window: Duration,
-    ) -> Option<u64> {
-        let confirmed = self.confirmed.read().unwrap_or_else(|p| p.into_inner());
-        let session = confirmed.get(room)?.get(&visitor)?;
-        let trusted = session
-            .clients
-            .get(&client)
-            .is_some_and(|at| at.elapsed() < window);
-        // Loaded first so a busy visitor's requests do not all write the cache line.
-        if trusted && !session.seen.load(Ordering::Relaxed) {
-            session.seen.store(true, Ordering::Relaxed);
-        }
-        trusted.then_some(session.since)
-    }
-
-    /// The visitors of each room with a request answered from the cache since the last
-    /// call, which forgets that they had one.
-    fn take_seen(&self) -> Vec<(String, Vec<VisitorId>)> {
-        let confirmed = self.confirmed.read().unwrap_or_else(|p| p.into_inner());
-        confirmed
-            .iter()
-            .map(|(room, sessions)| {
-                let seen = sessions
-                    .iter()
-                    .filter(|(_, s)| s.seen.swap(false, Ordering::Relaxed))
-                    .map(|(visitor, _)| *visitor)
-                    .collect::<Vec<_>>();
-                (room.clone(), seen)
-            })
-            .filter(|(_, seen)| !seen.is_empty())
-            .collect()
-    }
-
-    /// The store's answer to a flush: `visitors[i]` is still on the site if `on_site[i]`.
-    /// Those still on it are trusted afresh from every client still trusted within the
-    /// room's `window` (a client whose trust ran out must reach the store itself); the
-    /// others are forgotten.
-    fn renew(&self, room: &str, visitors: &[VisitorId], on_site: &[bool], window: Duration) {
-        let mut confirmed = self.confirmed.write().unwrap_or_else(|p| p.into_inner());
-        let Some(sessions) = confirmed.get_mut(room) else {
-            return;
-        };
-        let now = Instant::now();
-        for (visitor, on_site) in visitors.iter().zip(on_site) {
-            if !on_site {
-                sessions.remove(visitor);
-            } else if let Some(session) = sessions.get_mut(visitor) {
-                for at in session.clients.values_mut() {
-                    if now.duration_since(*at) < window {
-                        *at = now;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Records a confirmation from the store for `client`; returns since when the visitor
-    /// has been on the site (kept from the first confirmation, from any client).
-    fn confirm(&self, room: &str, visitor: VisitorId, client: ClientKey) -> u64 {
-        let mut confirmed = self.confirmed.write().unwrap_or_else(|p| p.into_inner());
-        if !confirmed.contains_key(room) {
-            confirmed.insert(room.to_owned(), HashMap::new());
-        }
-        let session = confirmed
-            .get_mut(room)
-            .expect("inserted above")
-            .entry(visitor)
-            .or_insert_with(|| ConfirmedSession {
-                since: crate::queue::unix_ms(SystemTime::now()) / 1000,
-                clients: HashMap::new(),
-                seen: AtomicBool::new(false),
-            });
-        session.clients.insert(client, Instant::now());
-        session.since
-    }
-
-    /// Stops trusting `visitor`'s session in `room` from every client.
-    fn forget(&self, room: &str, visitor: VisitorId) {
-        let mut confirmed = self.confirmed.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(sessions) = confirmed.get_mut(room) {
-            sessions.remove(&visitor);
-        }
-    }
-
-    fn prune(&self, window: Duration) {
-        let mut confirmed = self.confirmed.write().unwrap_or_else(|p| p.into_inner());
-        for sessions in confirmed.values_mut() {
-            sessions.retain(|_, session| {
-                session.clients.retain(|_, at| at.elapsed() < window);
-                !session.clients.is_empty()
-            });
         }
     }
 }
@@ -933,7 +579,7 @@ pub struct CachedStats {
     pub last_pass: Option<Duration>,
     /// When these counters were read.
     pub read_at: Instant,
-    /// This replica's honest-ETA report over the last hour (SPEC §14), as of `read_at`.
+    /// This replica's honest-ETA report over the last hour, as of `read_at`.
     pub eta: EtaReport,
     /// ETA ledger entries this replica forgot before their visitor was admitted (the cap,
     /// or too old), since start.
@@ -943,7 +589,7 @@ pub struct CachedStats {
     /// The mean length of the room's latest sessions seen by this replica and how many
     /// it rests on (`None` until enough have ended).
     pub session_length: Option<(Duration, usize)>,
-    /// Closed-loop admission's effective rate and why (SPEC §14); `None` without
+    /// Closed-loop admission's effective rate and why; `None` without
     /// `adaptive:`.
     pub adaptive: Option<RateView>,
 }
@@ -1151,76 +797,6 @@ fn observed(samples: &VecDeque<(Instant, u64, u64)>) -> Option<Observed> {
         admitted,
         busy,
     })
-}
-
-/// Whether the store answers, and since when it has not.
-pub struct StoreHealth {
-    down_since: Mutex<Option<Instant>>,
-    fail_open_after: Option<Duration>,
-    failing_open_logged: std::sync::atomic::AtomicBool,
-}
-
-impl StoreHealth {
-    fn new(fail_open_after: Option<Duration>) -> Self {
-        StoreHealth {
-            down_since: Mutex::new(None),
-            fail_open_after,
-            failing_open_logged: false.into(),
-        }
-    }
-
-    pub fn is_up(&self) -> bool {
-        self.down_since
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_none()
-    }
-
-    /// How long the store has been down, if it is.
-    pub fn down_for(&self) -> Option<Duration> {
-        self.down_since
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .map(|since| since.elapsed())
-    }
-
-    /// With `fail_open`, whether the outage has lasted long enough to proxy everyone.
-    pub fn failing_open(&self) -> bool {
-        let failing = match (self.fail_open_after, self.down_for()) {
-            (Some(after), Some(down)) => down >= after,
-            _ => false,
-        };
-        if failing
-            && !self
-                .failing_open_logged
-                .swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            tracing::error!(
-                "FAILING OPEN: the queue store has been down too long; every visitor is proxied to the origin unqueued"
-            );
-        }
-        failing
-    }
-
-    fn record_ok(&self) {
-        let mut down = self.down_since.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(since) = down.take() {
-            tracing::warn!(down_for = ?since.elapsed(), "queue store is back; admissions resume");
-            self.failing_open_logged
-                .store(false, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
-    fn record_failure(&self, reason: &str) {
-        let mut down = self.down_since.lock().unwrap_or_else(|p| p.into_inner());
-        if down.is_none() {
-            tracing::error!(
-                reason,
-                "queue store unavailable; nobody is admitted until it answers"
-            );
-            *down = Some(Instant::now());
-        }
-    }
 }
 
 #[cfg(test)]

@@ -244,7 +244,7 @@ async fn max_active_holds_while_the_cache_answers() {
     assert!(report.expired.is_empty() && report.admitted.is_empty());
 }
 
-/// The cache is per client (SPEC §10): a cookie confirmed from one client is asked of the
+/// The cache is per client: a cookie confirmed from one client is asked of the
 /// store again from another, so `session_clients` counts (and here refuses) it; every
 /// client of one session shares one `admitted_at`; ending the session forgets it from
 /// every client at once.
@@ -306,7 +306,7 @@ async fn the_session_cache_is_per_client() {
     }
 }
 
-/// The honest ETA through the product's own path (SPEC §14): ten visitors wait in a room
+/// The honest ETA through the product's own path: ten visitors wait in a room
 /// seen moving at one a second, are shown the room's ranges for their places and reload
 /// later (the first range stands); five go in on time, then a pause from 6 s to 10 s
 /// makes the other five 5 s later than the room's pace. Waiting while paused is not a
@@ -463,7 +463,7 @@ async fn a_replica_records_the_admissions_of_those_it_showed_a_range() {
     assert_eq!(passes.eta_ledger().report("main").admitted, 0);
 }
 
-/// SPEC §14 with replicas, under the paused clock: neither replica alone has enough
+/// Closed-loop admission with replicas, under the paused clock: neither replica alone has enough
 /// evidence, together they do; one decision a second is made for both, both show it,
 /// passes follow it, and recovery climbs step by step back to exactly the configured
 /// rate.

@@ -1,5 +1,5 @@
-//! The command line (SPEC §2): run (default), `init`, `check`, `demo`, `verify-draw`,
-//! `grant` (SPEC §10), `probe` (a health check of a running instance, [`probe`]),
+//! The command line: run (default), `init`, `check`, `demo`, `verify-draw`,
+//! `grant`, `probe` (a health check of a running instance, [`probe`]),
 //! `--version`.
 //!
 //! Flags are parsed with clap; the environment is read through an injectable lookup so
@@ -33,9 +33,9 @@ pub enum Command {
     Demo { options: RunOptions },
     /// Print the version (and whether the front-end is built in).
     Version,
-    /// `verify-draw`: check a lottery draw (SPEC §14) without any config.
+    /// `verify-draw`: check a lottery draw without any config.
     VerifyDraw(VerifyDrawArgs),
-    /// `grant`: print a priority grant for `room` (SPEC §10), minted by [`mint_grant`].
+    /// `grant`: print a priority grant for `room`, minted by [`mint_grant`].
     Grant {
         config: Config,
         room: String,

@@ -102,7 +102,7 @@ pub(super) struct RawServer {
     pub drain_delay: Option<V>,
 }
 
-/// `abuse:` (SPEC §10), each scalar with its line; `validate.rs` hands it to
+/// `abuse:`, each scalar with its line; `sections.rs` hands it to
 /// [`crate::abuse::AbuseConfig::validate`] and points its errors at these lines.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -151,11 +151,11 @@ pub(super) struct RawRoom {
     pub max_inflight: Option<V>,
     pub inflight_wait: Option<V>,
     pub max_waiting: Option<V>,
-    /// `adaptive:` (SPEC §14, closed-loop admission); absent or empty: off.
+    /// `adaptive:` (closed-loop admission); absent or empty: off.
     pub adaptive: Option<RawAdaptive>,
 }
 
-/// `rooms.<name>.adaptive`, each scalar with its line; `validate.rs` hands it to
+/// `rooms.<name>.adaptive`, each scalar with its line; `sections.rs` hands it to
 /// [`crate::fairness::adaptive::AdaptiveConfig::validate`].
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

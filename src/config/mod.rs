@@ -1,7 +1,7 @@
 //! The validated configuration every other module reads.
 //!
 //! Sources, highest precedence first: command-line flags, `ANTEROOM_*` environment
-//! variables, the YAML file, built-in defaults (SPEC §2). [`load`] merges them and validates
+//! variables, the YAML file, built-in defaults. [`load`] merges them and validates
 //! the result into a [`Config`]; every error names the offending key as a dotted path
 //! (`rooms.main.rate`) and, when the value came from the file, its line.
 //!
@@ -24,7 +24,9 @@ mod describe;
 mod file;
 mod init;
 mod load;
+mod sections;
 mod validate;
+mod values;
 
 pub use crate::events::KafkaConfig;
 pub use crate::http::pages::{PageFile, WaitingPageConfig};
@@ -33,7 +35,7 @@ pub use crate::queue::Schedule;
 pub use describe::redact_url;
 pub use init::init_yaml;
 pub use load::{Generated, Loaded, Overrides, from_yaml_str, load};
-pub use validate::{MAX_DURATION, parse_listen, parse_rfc3339};
+pub use values::{MAX_DURATION, parse_listen, parse_rfc3339};
 
 /// The whole validated configuration.
 #[derive(Clone, Debug)]
@@ -48,9 +50,9 @@ pub struct Config {
     pub previous_cookie_secrets: Vec<Secret>,
     /// Bearer token for the admin API (≥ 16 characters).
     pub admin_token: Secret,
-    /// Signs `X-Anteroom-Admission` for the origin (SPEC §14); `None`: no header.
+    /// Signs `X-Anteroom-Admission` for the origin; `None`: no header.
     pub admission_key: Option<std::sync::Arc<crate::fairness::admission_token::AdmissionKey>>,
-    /// Signs priority grants (SPEC §10 "Priority"); the key is the text's UTF-8 bytes as
+    /// Signs priority grants; the key is the text's UTF-8 bytes as
     /// written (at least 32), so a site can mint grants without decoding anything.
     /// `None`: grants are refused.
     pub priority_secret: Option<Secret>,
@@ -70,18 +72,18 @@ pub struct Config {
     /// `origin_ca_file`: the only CAs trusted for `https://` origins (else the system's).
     pub origin_ca_file: Option<crate::tls::CaFile>,
     /// A second listener serving only the control room, the admin API and `/metrics`;
-    /// `None`: they are served on the public listener (§8).
+    /// `None`: they are served on the public listener.
     pub admin_listen: Option<SocketAddr>,
     /// Who may reach the admin at all (client address, trusted-proxy aware); empty: anyone.
     pub admin_allow: Vec<ipnet::IpNet>,
     /// A bearer token that may only read the metrics.
     pub metrics_token: Option<Secret>,
-    /// `access_log`: where one JSON line per request goes (SPEC §13); off by default.
+    /// `access_log`: where one JSON line per request goes; off by default.
     pub access_log: crate::access_log::Target,
     pub redis: RedisConfig,
     pub kafka: KafkaConfig,
     pub server: ServerConfig,
-    /// `abuse:` (SPEC §10), validated for the abuse registry.
+    /// `abuse:`, validated for the abuse registry.
     pub abuse: crate::abuse::AbusePolicy,
     /// In file order; never empty.
     pub rooms: Vec<RoomConfig>,
@@ -125,10 +127,10 @@ pub struct ServerConfig {
     pub origin_timeout: Duration,
     /// Connections served at once.
     pub max_connections: usize,
-    /// Open connections from one direct peer that is not a trusted proxy (§10).
+    /// Open connections from one direct peer that is not a trusted proxy.
     pub max_connections_per_client: usize,
     /// Open waiting-page streams (`/__anteroom/events`) at once, below `max_connections`
-    /// so streams can never take the connections admitted visitors need (§13).
+    /// so streams can never take the connections admitted visitors need.
     pub max_streams: usize,
     /// Open waiting-page streams plus upgraded tunnels of one client (its ClientKey).
     pub max_streams_per_client: usize,
@@ -142,7 +144,7 @@ pub struct ServerConfig {
     /// How long in-flight requests may finish at shutdown.
     pub shutdown_grace: Duration,
     /// After SIGTERM/SIGINT, readiness is 503 for this long before the listener closes,
-    /// so a load balancer stops sending new visitors first (§11).
+    /// so a load balancer stops sending new visitors first.
     pub drain_delay: Duration,
 }
 
@@ -172,7 +174,7 @@ pub fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
-/// One room (§7): a host, the origin behind it, and its admission limits.
+/// One room: a host, the origin behind it, and its admission limits.
 #[derive(Clone, Debug)]
 pub struct RoomConfig {
     /// `[A-Za-z0-9_-]{1,64}`.
@@ -190,7 +192,7 @@ pub struct RoomConfig {
     /// Joins per client address per window; 0 disables the limit.
     pub join_limit_per_ip: u32,
     pub join_limit_window: Duration,
-    /// Sessions on the site at once from one client (SPEC §10); 0: no cap.
+    /// Sessions on the site at once from one client; 0: no cap.
     pub max_sessions_per_client: u32,
     /// Places in line at once from one client; 0: no cap.
     pub max_places_per_client: u32,
@@ -215,7 +217,7 @@ pub struct RoomConfig {
     /// The queue breaker: at most this many in line; 0: no limit.
     pub max_waiting: u64,
     pub schedule: Schedule,
-    /// `adaptive:` (SPEC §14): lower the rate actually used while the origin struggles.
+    /// `adaptive:`: lower the rate actually used while the origin struggles.
     pub adaptive: Option<crate::fairness::adaptive::AdaptiveConfig>,
 }
 

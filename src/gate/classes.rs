@@ -1,4 +1,4 @@
-//! SPEC §10's traffic classes other than the page: bypass paths and CORS preflights
+//! The traffic classes other than the page: bypass paths and CORS preflights
 //! (straight through), assets (never the line, never the page), streams (admitted only,
 //! `stream_cap`, sessions kept alive while open), `OPTIONS *`, and the origin in-flight
 //! cap every admitted request to the origin goes through.
@@ -92,7 +92,7 @@ impl Drop for InflightSlot {
 }
 
 /// A room's open streams to the origin on this replica: how many, whose sessions to keep
-/// alive, and how to end them (a session that ended, a banned client; SPEC §10).
+/// alive, and how to end them (a session that ended, a banned client).
 #[derive(Default)]
 pub struct Streams {
     open: Mutex<HashMap<VisitorId, VisitorStreams>>,
@@ -197,7 +197,7 @@ impl Drop for StreamSlot {
 /// client sees it did not complete) when the slot is ended.
 struct Ending {
     _slot: Arc<StreamSlot>,
-    /// And the client's share of streams (SPEC §10), for a stream that is not a tunnel.
+    /// And the client's share of streams, for a stream that is not a tunnel.
     _ticket: Option<crate::live::StreamTicket>,
     ended: std::pin::Pin<Box<WaitForCancellationFutureOwned>>,
 }
@@ -382,7 +382,7 @@ impl App {
     ///
     /// A visitor on the site is then decided like a page request (from the session cache,
     /// or one resolve that records the session's activity), so that their request carries
-    /// `X-Anteroom-Admission` and their session can be ended by the origin (SPEC §14). Only
+    /// `X-Anteroom-Admission` and their session can be ended by the origin. Only
     /// someone the store already has on the site gets that far, so an asset or a stream
     /// does not put anyone in line (short of their session ending in the instant between
     /// the two reads, when their next page would rejoin them anyway).

@@ -1,8 +1,8 @@
 //! Step 2 of the request path: what a request is for, from its method, target, path and
 //! whether it carries a priority grant (no store, no cookie, no signature check), as one
-//! [`Class`] in SPEC §10's fixed order.
+//! [`Class`] in one fixed order.
 //!
-//! The §10 classes, in order (each is a variant here and an arm of the one `match` in
+//! The classes, in order (each is a variant here and an arm of the one `match` in
 //! [`super::App::handle`]):
 //! 1. banned client — first, from the in-memory ban set, before the cookie is read
 //!    ([`Class::Banned`], from [`super::identify::Identity::banned`]: the caller puts it
@@ -29,7 +29,7 @@ pub const RESERVED_PREFIX: &str = "/__anteroom/";
 /// What a request is for.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Class {
-    /// The client is banned (SPEC §10 step 1, from [`super::identify::Identity::banned`]).
+    /// The client is banned (checked first, from [`super::identify::Identity::banned`]).
     Banned(crate::abuse::BanVerdict),
     /// Refused before anything routes on it (absolute-form target, CONNECT).
     Refused(Kind),
@@ -40,16 +40,16 @@ pub enum Class {
     Admin,
     /// A built-in front-end file, `/__anteroom/static/{name}`.
     Static(String),
-    /// `GET /__anteroom/admission-key`: the public key of the admission token (SPEC §14).
+    /// `GET /__anteroom/admission-key`: the public key of the admission token.
     AdmissionKey,
-    /// `GET /__anteroom/rooms/{room}/draw`: the room's public lottery document (SPEC
-    /// §14), whatever the host.
+    /// `GET /__anteroom/rooms/{room}/draw`: the room's public lottery document,
+    /// whatever the host.
     Draw(String),
     /// Under `/__anteroom/` but nothing we serve.
     UnknownReserved,
     /// `OPTIONS *`: answered by anteroom; creates nothing.
     OptionsAny,
-    /// Under `abuse.ban_paths`: the first request bans the client (SPEC §10 step 3).
+    /// Under `abuse.ban_paths`: the first request bans the client.
     BanPath,
     /// Under the room's `bypass_paths`: straight to the origin, no queue, no cookie.
     Bypass,
@@ -72,7 +72,7 @@ pub enum Class {
 pub const INVALID_LABEL: &str = "invalid";
 
 impl Class {
-    /// The access log's `class` (SPEC §13): `page`, `grant`, `asset`, `bypass`,
+    /// The access log's `class`: `page`, `grant`, `asset`, `bypass`,
     /// `preflight`, `stream`, `events`, `admin`, `health`, `static`, `admission_key`,
     /// `draw`, `reserved`, `options`, `ban_path`, `banned` (a banned client's request is not
     /// classified further) or `invalid`.
@@ -168,7 +168,7 @@ pub fn classify<B>(
 }
 
 /// [`Class::Healthz`] or [`Class::Readyz`] if `req` is a probe: they answer every client,
-/// banned or not (SPEC §10).
+/// banned or not.
 pub fn probe<B>(req: &Request<B>) -> Option<Class> {
     if !matches!(*req.method(), Method::GET | Method::HEAD) {
         return None;
@@ -242,7 +242,7 @@ pub fn normalized_path(path: &str) -> std::borrow::Cow<'_, str> {
     Cow::Owned(format!("/{}", out.join("/")))
 }
 
-/// SPEC §10 steps 4 to 8 for a path of the site.
+/// The classes of a path of the site, after the reserved routes and the ban paths.
 fn site_class<B>(
     req: &Request<B>,
     path: &str,
@@ -263,7 +263,7 @@ fn site_class<B>(
         return Class::Preflight;
     }
     // Another site's page embedding the shop (an image, a script, a frame) is not the
-    // visitor's act: it never joins the line or takes a slot (SPEC §10).
+    // visitor's act: it never joins the line or takes a slot.
     if fetch.embedded_cross_site() || paths.is_some_and(|p| p.assets.is_match(path)) {
         return Class::Asset;
     }
@@ -308,7 +308,7 @@ mod tests {
         assert_eq!(c("/.env"), Class::BanPath);
         assert_eq!(c("/%2eenv"), Class::BanPath);
         assert_eq!(c("/a/../.env"), Class::BanPath);
-        // Ahead of the room's bypass and asset paths (SPEC §10: step 3 before 4 and 5).
+        // Ahead of the room's bypass and asset paths (ban paths come first).
         assert_eq!(c("/.git/config"), Class::BanPath);
         assert_eq!(c("/x.env"), Class::Asset);
         // The reserved paths are anteroom's own: never a ban path.
@@ -325,7 +325,7 @@ mod tests {
     }
 
     #[test]
-    fn the_site_classes_in_spec_order() {
+    fn the_site_classes_in_their_fixed_order() {
         let p = paths(
             &["/webhooks/**", "/__anteroom/**"],
             &["*.css", "/webhooks/*.css"],

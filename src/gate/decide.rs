@@ -2,7 +2,7 @@
 //! about this visitor (admitted / waiting / refused / not open / closed / store down), then
 //! hand the [`Decision`] to the matching responder and keep the visitor's cookie current.
 //!
-//! A priority grant (SPEC §10 step 7, [`crate::priority`]) is verified and spent here, then
+//! A priority grant ([`crate::priority`]) is verified and spent here, then
 //! decided like any request with [`Join::Front`].
 //!
 //! Per-client shares and the signed session claim plug in here: the claim short-circuits
@@ -47,7 +47,7 @@ impl App {
             .await
     }
 
-    /// Step (7) of SPEC §10: a request carrying a priority grant. The grant is removed from
+    /// A request carrying a priority grant. The grant is removed from
     /// the request whatever happens (the origin never sees one). A good, unspent grant puts
     /// the visitor at position 1 (admitted at once when the limits allow); one this very
     /// visitor spent before (a reload of the page that carried it) is an ordinary request;
@@ -70,7 +70,7 @@ impl App {
         let grant = match priority::verify(secret.expose(), &text, name, now) {
             Ok(grant) => grant,
             // Text that is not a grant at all is ignored: a mangled link, or a page of
-            // another site making up `?ar_grant=x`, is nobody's attack (SPEC §10).
+            // another site making up `?ar_grant=x`, is nobody's attack.
             Err(GrantError::Malformed | GrantError::BadNonce) => {
                 return self.site_as(room, req, identity, who, Join::Back).await;
             }
@@ -93,7 +93,7 @@ impl App {
     /// The one place a grant is refused: 403, `X-Anteroom-Status: refused`, no cookie.
     fn grant_refused(&self, room: &Room, error: GrantError, identity: &Identity) -> Response<Body> {
         // A well-formed grant with a bad MAC, a past expiry or another room's name is a
-        // strike (SPEC §10, 5). A replayed grant (a shared link) or one signed too far
+        // strike (of weight 5). A replayed grant (a shared link) or one signed too far
         // ahead (the operator's own mint) is refused, and nobody's attack.
         if matches!(
             error,
@@ -155,7 +155,7 @@ impl App {
                 retry_after,
                 reason,
             } => {
-                // Only the join limit is a strike (SPEC §10): a share (sessions, places,
+                // Only the join limit is a strike: a share (sessions, places,
                 // cookie clients) is met innocently behind shared addresses.
                 // Nor is a join another site's link sent (a cross-site navigation).
                 if reason.is_some_and(crate::queue::RefusedReason::is_strike)

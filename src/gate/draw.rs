@@ -1,4 +1,4 @@
-//! SPEC §14 "Auditable lottery" on the request path: the public
+//! The auditable lottery on the request path (docs/fairness.md): the public
 //! `GET /__anteroom/rooms/{room}/draw` document ([`crate::fairness::draw::DrawDocument`])
 //! and each entrant's receipt on their waiting page.
 //!
@@ -170,7 +170,7 @@ impl App {
         Some(cached.get_or_insert(record.salt).clone())
     }
 
-    /// A waiting visitor's draw receipt (SPEC §14): during the draw their hash; after the
+    /// A waiting visitor's draw receipt: during the draw their hash; after the
     /// doors also their place in the published list, for entrants of the draw only.
     /// `None` for anyone else, in rooms without a scheduled lottery, or when the store
     /// cannot say (the page is shown without it).

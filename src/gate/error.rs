@@ -20,13 +20,13 @@ pub enum Kind {
     /// `CONNECT`: a reverse proxy has nothing to tunnel.
     Connect,
     /// A host that is not one DNS name or IP literal with an optional port, or an HTTP/2
-    /// `Host` that disagrees with `:authority` (SPEC §6).
+    /// `Host` that disagrees with `:authority`.
     BadHost,
     /// A path whose dot segments cannot be resolved safely under the origin's prefix.
     BadPath,
     /// A trusted proxy's `X-Forwarded-For` that cannot be read (non-ASCII bytes, an entry
     /// that is not an address): the client is unknown, and the request is never taken for
-    /// the proxy's own (SPEC §10, "One identity per request").
+    /// the proxy's own.
     BadForwardedFor,
     /// A CORS preflight that carries a body: a preflight never has one, so it is refused
     /// before it can reach the origin past the queue.
@@ -49,7 +49,7 @@ pub enum Kind {
     TooManyStreams,
     /// The request body did not arrive within `server.body_timeout`.
     BodyTimeout,
-    /// The client is banned by the abuse registry (SPEC §10): 429 with the time left as
+    /// The client is banned by the abuse registry: 429 with the time left as
     /// `Retry-After`, 403 when the ban is permanent.
     Banned { permanent: bool },
     /// Our own configuration is unusable (e.g. an origin the proxy cannot address).
@@ -150,7 +150,7 @@ impl GateError {
         }
     }
 
-    /// A banned client (SPEC §10).
+    /// A banned client.
     pub fn banned(verdict: &crate::abuse::BanVerdict) -> GateError {
         GateError {
             kind: Kind::Banned {

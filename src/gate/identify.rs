@@ -26,7 +26,7 @@ pub struct Identity {
     pub fetch: FetchSite,
     /// What the join limit and bans count: the IPv4 address or the IPv6 /64.
     pub client: ClientKey,
-    /// The abuse registry's verdict, checked before the cookie is read (SPEC §10 step 1).
+    /// The abuse registry's verdict, checked before the cookie is read.
     pub banned: Option<BanVerdict>,
     /// The request's one checked host (`None` if it names none, as HTTP/1.0 may).
     pub host: Option<CanonicalHost>,
@@ -37,7 +37,7 @@ pub struct Identity {
     /// Whether the direct peer is a trusted proxy (whose forwarding headers we believe).
     pub trusted_peer: bool,
     /// `X-Forwarded-Proto` for the origin: a trusted proxy's `http`/`https`, else the
-    /// configured `public_scheme` (SPEC §6).
+    /// configured `public_scheme`.
     pub proto: &'static str,
     /// `X-Request-Id`: a trusted proxy's (if sane), else a fresh one; forwarded and logged.
     pub request_id: HeaderValue,
@@ -85,7 +85,7 @@ impl App {
                     Ok(_) => None,
                     Err(e) => {
                         tracing::debug!(%client_ip, error = %e, "visitor cookie rejected");
-                        // A forged cookie is a strike (SPEC §10); an expired one is not, and
+                        // A forged cookie is a strike; an expired one is not, and
                         // a cross-site request is nobody's strike: another site's page chose
                         // to send it.
                         if matches!(e, CookieError::BadSignature | CookieError::UnknownKey)
@@ -129,8 +129,8 @@ impl App {
 /// A browser's fetch metadata (`Sec-Fetch-Site`, `Sec-Fetch-Dest`): whether another site's
 /// page made the request, and whether it is a top-level navigation. Browsers set these
 /// headers themselves and a page cannot forge them, which is what lets the abuse registry
-/// tell a visitor's own acts from what another site makes their browser do (SPEC §10,
-/// "Strikes only from the client's own acts"). A client that sends none (an API client,
+/// tell a visitor's own acts from what another site makes their browser do
+/// (strikes only from the client's own acts). A client that sends none (an API client,
 /// an old browser) is judged on its own acts, as before.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FetchSite {

@@ -35,7 +35,7 @@ impl App {
     /// (not a fail-open pass-through): only they get an `X-Anteroom-Admission` token, and
     /// only their session can be ended by the origin's `X-Anteroom-End-Session: 1`.
     /// `tunnel_guard` is kept alive for as long as an upgraded connection lasts (a stream's
-    /// slot under `stream_cap`, SPEC §10).
+    /// slot under `stream_cap`).
     pub(super) async fn proxy(
         &self,
         room: &Room,
@@ -46,7 +46,7 @@ impl App {
     ) -> Response<Body> {
         token::strip_cookie(req.headers_mut());
         // Whatever class took it there (a grant on a bypass path or an asset is not spent),
-        // a priority grant never reaches the origin (SPEC §10).
+        // a priority grant never reaches the origin.
         crate::priority::strip(&mut req);
         // An upgrade (WebSocket) becomes a long-lived tunnel: it counts against the
         // client's stream share for as long as it lives (the proxy holds the ticket).
@@ -124,7 +124,7 @@ impl App {
         receipt: Option<crate::fairness::draw::Receipt>,
         identity: &Identity,
     ) -> Response<Body> {
-        // Remembered as the range first shown, when it is (SPEC §14).
+        // Remembered as the range first shown, when it is.
         let eta = self.admission.show_eta(&room.config.name, visitor, &place);
         let doors = room.config.schedule.admits_at;
         let retry_after_secs = match (place.phase, doors) {
@@ -166,7 +166,7 @@ impl App {
         )
     }
 
-    /// A body for JSON clients that were not let in (SPEC §5): no place, just the status.
+    /// A body for JSON clients that were not let in: no place, just the status.
     fn placeless(
         &self,
         room: &Room,

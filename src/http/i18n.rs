@@ -111,9 +111,9 @@ pub struct Catalog {
     pub refused_detail: &'static str,
     pub full_title: &'static str,
     pub full_detail: &'static str,
-    /// Label of the visitor's reference (SPEC §10), for support.
+    /// Label of the visitor's reference, for support.
     pub reference: &'static str,
-    /// The lottery receipt (SPEC §14): its heading, and the labels of the visitor's
+    /// The lottery receipt: its heading, and the labels of the visitor's
     /// draw hash, place in the draw and visitor id (what `anteroom verify-draw` needs).
     pub receipt: &'static str,
     pub draw_hash: &'static str,
@@ -122,7 +122,7 @@ pub struct Catalog {
     pub closed_title: &'static str,
     pub closed_detail: &'static str,
     pub stalled_detail: &'static str,
-    /// A client banned by the abuse registry (SPEC §10).
+    /// A client banned by the abuse registry.
     pub banned_title: &'static str,
     pub banned_detail: &'static str,
 }

@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC §8), served at `GET /__anteroom/admin/api/metrics` in the
+//! Prometheus metrics, served at `GET /__anteroom/admin/api/metrics` in the
 //! Prometheus text format (0.0.4), from this process's own registry (no global one).
 //!
 //! Room counters and gauges are read at scrape time from the one-second statistics cache
@@ -238,7 +238,7 @@ impl Metrics {
     }
 }
 
-/// The abuse registry's counters (SPEC §10), read at scrape time.
+/// The abuse registry's counters, read at scrape time.
 struct AbuseCollector(Arc<AbuseRegistry>);
 
 impl std::fmt::Debug for AbuseCollector {
@@ -411,7 +411,7 @@ impl Collector for CacheCollector {
             ("anteroom_rate", "Configured admissions per second", |c| {
                 Some(Value::Float(c.stats.settings.rate))
             }),
-            // Closed-loop admission (SPEC §14): the rate passes actually use (the configured
+            // Closed-loop admission: the rate passes actually use (the configured
             // one without `adaptive:`), and the origin's p95 the last decision saw.
             (
                 "anteroom_effective_rate",
@@ -477,7 +477,7 @@ impl Collector for CacheCollector {
             ("anteroom_refused", "Visitors refused (join limit)", |c| {
                 Some(Value::Counter(c.stats.total_refused))
             }),
-            // The honest ETA (SPEC §14), as this replica saw it over the last hour: the two
+            // The honest ETA, as this replica saw it over the last hour: the two
             // ratios are absent while nobody shown a range has been admitted.
             (
                 "anteroom_eta_admitted",

@@ -1,0 +1,199 @@
+//! Building the public listener's state from the config: each room with its origin and
+//! paths, the cookie keys, the origin pools per worker, the metrics, the access log and the
+//! admission signer, and the narrower view the admin API is handed ([`AdminContext`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::abuse::AbuseRegistry;
+use crate::access_log::{self, AccessLog};
+use crate::admin::{self, Admin, AdminContext};
+use crate::admission::Admission;
+use crate::config::Config;
+use crate::fairness::admission_token::{AdmissionKey, AdmissionSigner};
+use crate::http::pages::Pages;
+use crate::identity::TrustedProxies;
+use crate::live::LiveHub;
+use crate::log_limiter::LogLimiter;
+use crate::metrics::Metrics;
+use crate::proxy::{Origin, OriginClient, ProxyError, ProxyTimeouts};
+use crate::token::CookieKeys;
+use crate::worker::PerWorker;
+
+use super::bans::{RECENT_CLIENTS, RecentVisitors};
+use super::{App, Room, RoomPaths, classes, draw};
+
+/// How long an `X-Anteroom-Admission` token is valid; the signer re-signs a session's
+/// token once half of it has passed, so an origin sees a fresh one at least every 5 min.
+const ADMISSION_TOKEN_LIFETIME: Duration = Duration::from_secs(600);
+/// Sessions whose tokens are cached (a cache overflow costs a signature, never a token).
+const ADMISSION_SIGNER_CAPACITY: usize = 200_000;
+
+/// A room's origin the proxy cannot address (`rooms.<name>.origin`).
+#[derive(Debug, thiserror::Error)]
+#[error("rooms.{room}.origin: {source}")]
+pub struct BadOrigin {
+    pub room: String,
+    #[source]
+    pub source: ProxyError,
+}
+
+/// Why the public listener's state could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Origin(#[from] BadOrigin),
+    /// Whom to trust for `https://` origins (`origin_ca_file`, else the system's CAs)
+    /// could not be loaded.
+    #[error("origin_ca_file: {0}")]
+    OriginTls(#[from] crate::tls::TlsError),
+    /// The access log's file could not be opened (or its writer thread started).
+    #[error("access_log: {0}")]
+    AccessLog(#[source] std::io::Error),
+}
+
+impl App {
+    pub fn new(
+        config: &Config,
+        admission: Arc<Admission>,
+        abuse: Arc<AbuseRegistry>,
+    ) -> Result<App, AppError> {
+        let mut rooms = Vec::new();
+        let mut hosts = HashMap::new();
+        let mut catch_all = None;
+        for (i, room) in config.rooms.iter().enumerate() {
+            let origin = Origin::new(&room.origin).map_err(|source| BadOrigin {
+                room: room.name.clone(),
+                source,
+            })?;
+            match &room.match_host {
+                Some(host) => {
+                    hosts.insert(host.to_ascii_lowercase(), i);
+                }
+                None => catch_all = Some(i),
+            }
+            rooms.push(Room {
+                config: room.clone(),
+                origin,
+                paths: RoomPaths::of(room),
+                inflight: None,
+                streams: Arc::default(),
+            });
+        }
+        let previous: Vec<&[u8]> = config
+            .previous_cookie_secrets
+            .iter()
+            .map(|s| s.expose())
+            .collect();
+        let room_names: Vec<String> = config.rooms.iter().map(|r| r.name.clone()).collect();
+        let mut metrics = Metrics::new(
+            admission.clone(),
+            room_names.clone(),
+            config.fail_open,
+            Some(abuse.clone()),
+        );
+        let access_log = if config.access_log == access_log::Target::Off {
+            None
+        } else {
+            AccessLog::open(
+                &config.access_log,
+                room_names.clone(),
+                metrics.access_log_dropped(),
+                metrics.access_log_suppressed(),
+            )
+            .map_err(AppError::AccessLog)?
+        };
+        for room in &mut rooms {
+            room.inflight = classes::Inflight::of(
+                room.config.max_inflight,
+                room.config.inflight_wait,
+                metrics.inflight_gauge(&room.config.name),
+            );
+        }
+        Ok(App {
+            rooms,
+            room_names,
+            hosts,
+            catch_all,
+            admission,
+            live: LiveHub::new(crate::live::StreamBudget::new(
+                config.server.max_streams,
+                config.server.max_streams_per_client,
+            )),
+            cookies: CookieKeys::new(config.cookie_secret.expose(), &previous),
+            secure_cookies: config.secure_cookies,
+            trusted: TrustedProxies::new(config.trusted_proxies.clone()),
+            public_scheme: config.public_scheme,
+            origin_clients: {
+                let timeouts = ProxyTimeouts {
+                    connect: config.server.origin_connect_timeout,
+                    response: config.server.origin_timeout,
+                    idle: config.server.idle_timeout,
+                    body: config.server.body_timeout,
+                };
+                let tls = crate::config::origins_tls_config(config).map_err(AppError::OriginTls)?;
+                PerWorker::new(config.server.workers, || {
+                    OriginClient::with_tls(timeouts, tls.clone())
+                })
+            },
+            pages: Pages::default().with_operator_page(&config.waiting_page),
+            origin_errors: LogLimiter::new(Duration::from_secs(10)),
+            unreadable_forwarded: LogLimiter::new(Duration::from_secs(10)),
+            admin: Admin::new(config, abuse.clone()),
+            metrics,
+            signer: config.admission_key.as_ref().map(|key| {
+                AdmissionSigner::new(
+                    AdmissionKey::clone(key),
+                    ADMISSION_TOKEN_LIFETIME,
+                    ADMISSION_SIGNER_CAPACITY,
+                )
+            }),
+            admission_key_document: config.admission_key.as_ref().map(|key| {
+                serde_json::to_vec(&key.public().document())
+                    .unwrap_or_default()
+                    .into()
+            }),
+            draining: AtomicBool::new(false),
+            admin_on_public: config.admin_listen.is_none(),
+            admin_allow: config.admin_allow.clone(),
+            abuse,
+            recent: {
+                let clients = Arc::new(AtomicUsize::new(0));
+                PerWorker::new(config.server.workers, || {
+                    Mutex::new(RecentVisitors::new(clients.clone(), RECENT_CLIENTS))
+                })
+            },
+            priority_secret: config.priority_secret.clone(),
+            access_log,
+            draws: draw::DrawCache::new(&config.rooms),
+        })
+    }
+
+    pub fn room_names(&self) -> Vec<String> {
+        self.room_names.clone()
+    }
+
+    /// What the admin API may see of this instance.
+    pub fn admin_context(&self) -> AdminContext<'_> {
+        AdminContext {
+            admin: &self.admin,
+            admission: &self.admission,
+            metrics: &self.metrics,
+            live: &self.live,
+            rooms: &self.room_names,
+            limits: self
+                .rooms
+                .iter()
+                .map(|room| admin::RoomLimits {
+                    inflight: room.inflight.as_ref().map(|i| admin::InflightNow {
+                        now: i.in_flight(),
+                        max: i.max(),
+                    }),
+                    max_waiting: room.config.max_waiting,
+                })
+                .collect(),
+        }
+    }
+}

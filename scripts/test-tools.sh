@@ -49,7 +49,7 @@ python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 have nginx || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 # wrk, the load generator of `make bench` (the benchmarks' proxy, costs and banned rows).
 have wrk || need_apt+=(wrk)
-# PHP-FPM behind nginx over FastCGI: a real slow origin with few workers (issue 27).
+# PHP-FPM behind nginx over FastCGI: a real slow origin with few workers (make test-site-bound).
 # Debian names the binary by version (/usr/sbin/php-fpm8.2).
 compgen -G '/usr/sbin/php-fpm*' >/dev/null || have php-fpm || need_apt+=(php-fpm)
 have npm || { echo "node and npm are required for the front-end (Node 20)" >&2; exit 1; }

@@ -1,4 +1,4 @@
--- adaptive (SPEC §14, closed-loop admission). KEYS[13] = the room's origin reports.
+-- adaptive (closed-loop admission, docs/fairness.md). KEYS[13] = the room's origin reports.
 -- ARGV[2] = 'x': exchange. ARGV[3] replica id, ARGV[4] its report (JSON), ARGV[5] how old a
 --   report may be (ms), ARGV[6] how long a decision claim lasts (ms). Stores the report,
 --   drops stale ones, claims the decision when the last claim is over.

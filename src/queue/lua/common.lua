@@ -20,7 +20,7 @@
 --                       they opened); eff_rate (closed-loop admission's effective rate:
 --                       the bucket refills at min(rate, eff_rate)), adaptive (the
 --                       controller's state, JSON) and adaptive_claim_ms (the last claimed
---                       decision), SPEC §14. The line's bookkeeping: n (how many in it),
+--                       decision; docs/fairness.md). The line's bookkeeping: n (how many in it),
 --                       ord (last ordinal issued at the back), ford (last one issued to the
 --                       front lane), ix_l/ix_s (the index's level and split pointer),
 --                       layout (2: this layout; see open_room.lua for the upgrade)
@@ -48,7 +48,7 @@
 -- KEYS[10] drawh  HASH  visitor id -> their 32-byte draw hash, for every entrant of a
 --                       lottery draw. One who leaves the draw before the doors (abandoned,
 --                       moved to the front, flushed) is removed; from the doors on it
---                       never changes: it is the draw's published record (SPEC §14)
+--                       never changes: it is the draw's published record (docs/fairness.md)
 -- KEYS[11] cseen  ZSET  chunk number -> a lower bound of the oldest heartbeat (liveness
 --                       seconds) of its waiters: where abandonment looks
 -- KEYS[12] fen    HASH  Fenwick tree over chunk numbers: how many wait in each chunk

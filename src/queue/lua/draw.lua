@@ -1,4 +1,4 @@
--- draw: the lottery record (SPEC §14), opening the doors if their time has come.
+-- draw: the lottery record (docs/fairness.md), opening the doors if their time has come.
 -- Returns {-1} unknown room, else {phase, salt, entrants}: before the doors the entrants
 -- now in the draw, after them the entrants drawn (the fields of KEYS[10], which the
 -- replica reads with HSCAN in bounded steps).

@@ -19,7 +19,7 @@ if ARGV[2] ~= '' then
 end
 r.tokens = math.min(r.tokens, burst(r))
 if r.paused and ARGV[6] == '0' then
-  -- SPEC §3: a resume starts with an empty bucket; paused time earns nothing.
+  -- A resume starts with an empty bucket; paused time earns nothing.
   r.tokens = 0
 end
 save_bucket(r)

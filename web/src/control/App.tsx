@@ -370,7 +370,7 @@ function RoomsView(props: {
 }
 
 /** The Queue view: for every room, the head of the line and a search by reference, with a
- * confirmed "move to front" per visitor (SPEC §10 "Priority"). */
+ * confirmed "move to front" per visitor (docs/security.md, "Priority"). */
 function QueueView(props: {
   rooms: RoomView[] | null;
   api: Api;

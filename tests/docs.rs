@@ -348,3 +348,29 @@ fn every_relative_link_in_the_docs_lands() {
     assert!(checked > 50, "only {checked} links found: is the scan broken?");
     assert!(bad.is_empty(), "links that do not land:\n  {}", bad.join("\n  "));
 }
+
+#[test]
+fn every_admin_api_operation_is_in_docs_admin_api_md() {
+    let doc = read("docs/admin-api.md");
+    let api: serde_json::Value = serde_json::from_str(&read("src/admin/openapi.json")).unwrap();
+    let paths = api["paths"].as_object().expect("openapi.json has paths");
+    let mut missing = Vec::new();
+    let mut operations = 0;
+    for (path, item) in paths {
+        for method in ["get", "put", "post", "delete", "patch"] {
+            if item.get(method).is_none() {
+                continue;
+            }
+            operations += 1;
+            let row = format!("| {} | `{path}", method.to_uppercase());
+            if !doc.contains(&row) {
+                missing.push(format!("{} {path}", method.to_uppercase()));
+            }
+        }
+    }
+    assert!(operations >= 10, "only {operations} operations in openapi.json");
+    assert!(
+        missing.is_empty(),
+        "operations of src/admin/openapi.json with no row in docs/admin-api.md: {missing:?}"
+    );
+}

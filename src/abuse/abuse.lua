@@ -1,4 +1,4 @@
--- The abuse registry's shared state (SPEC §10), one atomic step per call. Every key carries
+-- The abuse registry's shared state (docs/security.md), one atomic step per call. Every key carries
 -- the hash tag {abuse}, so a Redis Cluster keeps them all in one slot.
 --
 -- KEYS[1] bans     HASH    target (CIDR text) -> ban JSON

@@ -1,4 +1,4 @@
-// "A page on another site cannot get the shop's visitor banned" (SPEC §10, "Strikes only
+// "A page on another site cannot get the shop's visitor banned" (docs/security.md, "Strikes only
 // from the client's own acts"), in real headless Chromium against the real anteroom binary.
 //
 // The shop is anteroom on 127.0.0.1 in front of a small origin; the hostile page is served
@@ -195,7 +195,7 @@ async function strikes(shop: Shop): Promise<Record<string, number>> {
   return out;
 }
 
-/** A priority grant for the shop's room, signed with the right secret (SPEC §10 format
+/** A priority grant for the shop's room, signed with the right secret (docs/security.md format
  * `v1.<room>.<expiry>.<nonce>.<mac>`), good for ten minutes. */
 function mintGrant(nonce: string, secret = PRIORITY_SECRET): string {
   const payload = `v1.${ROOM}.${Math.floor(Date.now() / 1000) + 600}.${nonce}`;
@@ -254,7 +254,7 @@ async function startOtherSite(html: string): Promise<string> {
 
 /** A proxy on 127.0.0.1 in front of the shop that removes the browser's `Sec-Fetch-*`
  * headers: to anteroom every request then looks like one from a browser without fetch
- * metadata (judged as the client's own act, SPEC §10), which is what every request would
+ * metadata (judged as the client's own act, docs/security.md), which is what every request would
  * look like if anteroom ignored the header. It connects from 127.0.0.1, the browser's own
  * address, so any strike or ban lands on the visitor as it would have. */
 async function startStrippingProxy(shop: Shop): Promise<string> {

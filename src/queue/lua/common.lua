@@ -20,7 +20,7 @@
 --                       they opened); eff_rate (closed-loop admission's effective rate:
 --                       the bucket refills at min(rate, eff_rate)), adaptive (the
 --                       controller's state, JSON) and adaptive_claim_ms (the last claimed
---                       decision). The line's bookkeeping: n (how many in it),
+--                       decision; docs/fairness.md). The line's bookkeeping: n (how many in it),
 --                       ord (last ordinal issued at the back), ford (last one issued to the
 --                       front lane), ix_l/ix_s (the index's level and split pointer),
 --                       layout (2: this layout; see open_room.lua for the upgrade)

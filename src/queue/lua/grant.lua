@@ -1,5 +1,5 @@
 -- grant: KEYS[13] = ar:{room}:grant:<nonce> (same slot as the room), ARGV[2] = visitor id,
--- ARGV[3] = the grant's expiry in unix ms. Spends a priority grant's nonce once:
+-- ARGV[3] = the grant's expiry in unix ms. Spends a priority grant's nonce once (docs/security.md):
 -- the key holds the visitor who spent it and expires with the grant, so Redis forgets it
 -- on its own. Store time decides expiry, like everything else.
 -- Returns {-1} unknown room, {1} first use, {2} spent before by this visitor, {0} spent by

@@ -101,7 +101,7 @@ if r.jl_limit > 0 and r.jl_window > 0 then
   end
 end
 
--- The client's shares: not strikes, but counted as refusals.
+-- The client's shares (docs/visitors.md): not strikes, but counted as refusals.
 if r.max_places > 0 and places_of(client, r.max_places) >= r.max_places then
   return refused({3, 0, 1})
 end

@@ -1,7 +1,7 @@
 // The control room: sign in with the admin token, then a tile per room, polled every
 // second, with the controls an incident needs, and the Queue view (the head of each line,
-// a search by reference, move to the front), and the Bans view (Bans.tsx). See README
-// "Control room and admin API", "Priority" and "Bans and the abuse registry".
+// a search by reference, move to the front), and the Bans view (Bans.tsx). See
+// docs/admin-api.md, and docs/security.md "Priority" and "Bans and the abuse registry".
 import type { ComponentChildren } from 'preact';
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import {
@@ -370,7 +370,7 @@ function RoomsView(props: {
 }
 
 /** The Queue view: for every room, the head of the line and a search by reference, with a
- * confirmed "move to front" per visitor (SPEC §10 "Priority"). */
+ * confirmed "move to front" per visitor (docs/security.md, "Priority"). */
 function QueueView(props: {
   rooms: RoomView[] | null;
   api: Api;

@@ -1,4 +1,4 @@
-// The control room's Bans view (SPEC §10 "The abuse registry"): the active bans with their
+// The control room's Bans view (docs/security.md, "Bans and the abuse registry"): the active bans with their
 // reason, source and time left (counted down on the server's clock), a form to ban an
 // address or range for a time or permanently, a confirmed Unban per ban, and the ban log.
 // Both lists are paged with the API's `next_cursor` ("Older" / "Newer").

@@ -1,4 +1,4 @@
-// The admin API as the control room uses it (SPEC §8, src/http/openapi.json). Every call
+// The admin API as the control room uses it (docs/admin-api.md, src/admin/openapi.json). Every call
 // carries the token as a bearer token; every failure becomes an ApiError carrying what the
 // API's problem+json said, so the UI can put a field's error next to that field.
 
@@ -21,14 +21,14 @@ export interface RoomView {
   total_abandoned?: number;
   total_refused?: number;
   observed_rate?: number;
-  /** The rate admissions actually use (SPEC §14 closed-loop admission); at most `rate`. */
+  /** The rate admissions actually use (closed-loop admission, docs/fairness.md); at most `rate`. */
   effective_rate?: number;
   rate_reason?: 'configured' | 'latency' | 'errors' | 'recovering';
   /** The last closed-loop decision; null for a room without `adaptive:`. */
   adaptive?: AdaptiveStats | null;
   last_pass_ms?: number | null;
   stats_age_secs?: number;
-  /** Honest ETA over the last hour (SPEC §14); absent from servers that do not measure it. */
+  /** Honest ETA over the last hour (docs/fairness.md); absent from servers that do not measure it. */
   eta?: EtaStats | null;
   /** The origin in-flight cap (`max_inflight`) on the replica that answered, and how many of
    * the room's requests are at the origin now; null when the room has no cap. */
@@ -37,7 +37,7 @@ export interface RoomView {
   max_waiting?: number;
 }
 
-/** What closed-loop admission's last decision saw (SPEC §14). */
+/** What closed-loop admission's last decision saw (docs/fairness.md). */
 export interface AdaptiveStats {
   explanation: string;
   origin_p95_ms: number | null;
@@ -47,7 +47,7 @@ export interface AdaptiveStats {
   max_error_ratio: number;
 }
 
-/** How well the waits shown matched the waits had, over the last hour (SPEC §14). */
+/** How well the waits shown matched the waits had, over the last hour (docs/fairness.md, "Honest ETA"). */
 export interface EtaStats {
   /** Visitors admitted in the last hour whose first shown range is known. */
   admitted: number;
@@ -84,7 +84,7 @@ export interface Settings {
  * sent as the text typed, so the API (the one judge of valid input) names the field. */
 export type ConfigPatch = Partial<Record<'rate' | 'max_active', number | string>>;
 
-/** One waiting visitor as `GET …/queue` lists them (SPEC §10 "Priority"). */
+/** One waiting visitor as `GET …/queue` lists them (docs/security.md, "Priority"). */
 export interface QueueEntry {
   ref: string;
   /** 1 for the head; null for a lottery entrant before the doors. */
@@ -114,7 +114,7 @@ export interface FrontResult {
 /** Who made a ban: the strike count, a `ban_paths` hit, or an operator. */
 export type BanSource = 'automatic' | 'ban_path' | 'admin';
 
-/** One active ban as `GET /bans` lists it (SPEC §10 "The abuse registry"). */
+/** One active ban as `GET /bans` lists it (docs/security.md, "Bans and the abuse registry"). */
 export interface Ban {
   /** The network banned, normalised by the server: `192.0.2.7/32`, `2001:db8::/48`. */
   target: string;

@@ -1,4 +1,4 @@
-// Pure helpers of the Bans view (SPEC §10 "The abuse registry"): how long a ban has left,
+// Pure helpers of the Bans view (docs/security.md, "Bans and the abuse registry"): how long a ban has left,
 // counted on the server's clock, and the words for sources and log actions.
 import type { Ban } from './api';
 import { formatDuration } from './format';

@@ -65,7 +65,7 @@ export function formatWhen(ms: number, nowMs: number): string {
   return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ${two(d.getHours())}:${two(d.getMinutes())}`;
 }
 
-/** The honest-ETA figures of a room (SPEC §14), as the tile shows them. */
+/** The honest-ETA figures of a room (docs/fairness.md), as the tile shows them. */
 export interface EtaFigures {
   admitted: number;
   within_range: number | null;
@@ -112,7 +112,7 @@ function percentOf(n: number, cap: number): number {
 }
 
 /**
- * The room tile's line about the origin in-flight cap (`max_inflight`, SPEC §10):
+ * The room tile's line about the origin in-flight cap (`max_inflight`, docs/visitors.md):
  * `Origin: 3 of 8 in flight (this replica)`, emphasised (`near`) from 90 % of the cap.
  * `null` when the room has no cap (or the server does not report it), so the tile shows
  * nothing.
@@ -131,7 +131,7 @@ export function formatInflight(
 }
 
 /**
- * The room tile's line about the queue breaker (`max_waiting`, SPEC §10):
+ * The room tile's line about the queue breaker (`max_waiting`, docs/visitors.md):
  * `Line capped at 10,000 (breaker)`, and from 90 % of the cap also how full the line is
  * (`line 98 % full`, emphasised); at the cap, `line full: newcomers are turned away`.
  * `null` when the breaker is off (0) or not reported.
@@ -154,7 +154,7 @@ export function formatLatency(ms: number): string {
 }
 
 /**
- * Why closed-loop admission holds the rate below the configured one (SPEC §14), e.g.
+ * Why closed-loop admission holds the rate below the configured one (docs/fairness.md), e.g.
  * `adaptive: 20/s — origin p95 1.2 s > 800 ms`; null at the configured rate or without it.
  */
 export function formatAdaptive(r: {

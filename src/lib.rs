@@ -73,8 +73,6 @@ pub mod proxy;
 pub mod queue;
 pub mod run;
 pub mod server;
-#[doc(hidden)]
-pub mod testing;
 pub mod tls;
 pub mod token;
 pub mod visitor;

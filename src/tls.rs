@@ -272,7 +272,7 @@ mod tests {
         let err = CaFile::read(&broken).unwrap_err();
         assert!(err.to_string().contains("is not a PEM CA file"), "{err}");
 
-        let ca = crate::testing::TestCa::new();
+        let ca = anteroom_fixtures::TestCa::new();
         let good = dir.path().join("ca.pem");
         std::fs::write(&good, ca.cert_pem()).unwrap();
         let read = CaFile::read(&good).unwrap();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anteroom::config::{Config, from_yaml_str};
 use anteroom::queue::{MemoryStore, VisitorId};
 use anteroom::run::{self, Running};
-use anteroom::testing::RedisServer;
+use anteroom_fixtures::RedisServer;
 use anteroom::token::CookieKeys;
 use common::*;
 use tokio::net::TcpListener;

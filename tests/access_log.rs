@@ -362,7 +362,7 @@ async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> String {
 
 /// `GET path` over HTTP/2 without TLS (h2c, prior knowledge), as a visitor with `cookie`.
 async fn get_h2(addr: std::net::SocketAddr, path: &str, cookie: &str) -> u16 {
-    let (mut sender, _connection) = anteroom::testing::h2c_client(addr).await;
+    let (mut sender, _connection) = anteroom_fixtures::h2c_client(addr).await;
     let request = http::Request::get(format!("http://{addr}{path}"))
         .header("cookie", format!("ar_visitor={cookie}"))
         .header("user-agent", "h2-client/1")

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anteroom::fairness::adaptive::Tuning;
 use anteroom::queue::{ClientKey, QueueStore, VisitorId};
 use anteroom::run::{self, Running};
-use anteroom::testing::RedisServer;
+use anteroom_fixtures::RedisServer;
 use common::*;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};

@@ -21,7 +21,7 @@ use anteroom::queue::{
     VisitorState, WaitingEntry,
 };
 use anteroom::run::{self, Running};
-use anteroom::testing::RedisServer;
+use anteroom_fixtures::RedisServer;
 use anteroom::token::CookieKeys;
 use async_trait::async_trait;
 use common::*;

@@ -261,7 +261,7 @@ async fn a_drop(ar: &Running, n: usize, open_doors: impl FnOnce()) {
 
 #[tokio::test]
 async fn a_thousand_entrants_on_redis_verify_their_draw() {
-    let redis = anteroom::testing::RedisServer::start();
+    let redis = anteroom_fixtures::RedisServer::start();
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
     let config = redis_config(&origin.url(), &redis.url(), dir.path(), &room_yaml());

@@ -22,7 +22,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "identity",
             "visitor",
             "worker",
-            "testing",
         ],
     ),
     ("formats", &["tls", "token", "audit", "fairness"]),

@@ -28,7 +28,7 @@ use anteroom::queue::{
     ClientKey, MemoryStore, Phase, Place, QueueStore, RedisStore, Resolution, RoomPolicy,
     RoomSettings, SettingsPatch, StoreError, VisitorId, VisitorState,
 };
-use anteroom::testing::RedisServer;
+use anteroom_fixtures::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 

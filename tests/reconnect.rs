@@ -22,7 +22,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use anteroom::testing::{RedisCluster, RedisServer};
+use anteroom_fixtures::{RedisCluster, RedisServer};
 use common::*;
 
 /// Fresh connections to each replica per round, opened at once.

@@ -13,7 +13,7 @@ use anteroom::queue::{
     VisitorId, VisitorState,
 };
 use anteroom::run::{self, Running};
-use anteroom::testing::RedisServer;
+use anteroom_fixtures::RedisServer;
 use common::*;
 use tokio::net::TcpListener;
 

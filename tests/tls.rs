@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anteroom::config::{Config, Overrides, from_yaml_str, load};
-use anteroom::testing::{RedisServer, TestCa};
+use anteroom_fixtures::{RedisServer, TestCa};
 use common::*;
 use futures_util::{SinkExt, StreamExt};
 use http::{Request, Response};

@@ -1,6 +1,6 @@
 //! What the scenarios start: anteroom (the release binary, as its own process so its RSS is
 //! its own), nginx (origin and plain reverse proxy), and Redis (reusing
-//! `anteroom::testing::RedisServer`). Everything is bound to loopback and killed on drop.
+//! `anteroom_fixtures::RedisServer`). Everything is bound to loopback and killed on drop.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -451,7 +451,7 @@ fn nginx_binary() -> &'static str {
 }
 
 /// Redis `used_memory` in bytes.
-pub fn used_memory(redis: &anteroom::testing::RedisServer) -> anyhow::Result<u64> {
+pub fn used_memory(redis: &anteroom_fixtures::RedisServer) -> anyhow::Result<u64> {
     let info = redis.cli(&["INFO", "memory"]);
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))

@@ -11,7 +11,7 @@ use anteroom::queue::{
     MemoryStore, QueueStore, RedisStore, Resolution, RoomPolicy, RoomSettings, SettingsPatch,
     VisitorId,
 };
-use anteroom::testing::RedisServer;
+use anteroom_fixtures::RedisServer;
 use anyhow::{Context, bail};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;

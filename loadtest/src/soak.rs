@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use anteroom::testing::RedisServer;
+use anteroom_fixtures::RedisServer;
 use tokio::net::TcpStream;
 
 use crate::client::{self, Admin};

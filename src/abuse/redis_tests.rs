@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::*;
 use crate::clock::Clock;
-use crate::testing::{RedisCluster, RedisServer};
+use anteroom_fixtures::{RedisCluster, RedisServer};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

@@ -195,7 +195,7 @@ async fn listeners_count_their_open_connections_and_http2_streams() {
 
     let plain = tokio::net::TcpStream::connect(addr).await.unwrap();
     until(&metrics, connections, 1.0).await;
-    let (mut sender, conn) = crate::testing::h2c_client(addr).await;
+    let (mut sender, conn) = anteroom_fixtures::h2c_client(addr).await;
     let mut requests = Vec::new();
     for _ in 0..3 {
         let request = Request::get(format!("http://{addr}/"))

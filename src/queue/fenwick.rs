@@ -148,7 +148,7 @@ mod tests {
         // A deterministic mix of joins and removals from the head and the middle.
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         for step in 0..20_000u64 {
-            crate::testing::xorshift(&mut state);
+            anteroom_fixtures::xorshift(&mut state);
             if !state.is_multiple_of(3) || reference.is_empty() {
                 index.insert(next);
                 reference.insert(next);

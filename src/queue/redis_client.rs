@@ -375,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_ca_file_needs_rediss() {
-        let ca = crate::testing::TestCa::new();
+        let ca = anteroom_fixtures::TestCa::new();
         let ca = CaFile::read(&ca.ca_path()).unwrap();
         let e = build(&["redis://a:6379"], Some(&ca)).err().unwrap();
         assert!(e.0.contains("redis.ca_file"), "{e}");

@@ -292,7 +292,7 @@ mod tests {
         let mut now = 0u64;
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         for step in 0..50_000u64 {
-            crate::testing::xorshift(&mut state);
+            anteroom_fixtures::xorshift(&mut state);
             now += state % 3;
             let pick = |known: &Vec<VisitorId>| known[(state as usize / 16) % known.len()];
             match state % 8 {

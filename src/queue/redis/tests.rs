@@ -15,7 +15,7 @@ use crate::queue::{
     QueueQuery, QueueStore, RefusedReason, Resolution, RoomPolicy, SettingsPatch, VisitorId,
     VisitorState,
 };
-use crate::testing::{RedisCluster, RedisServer, TestCa};
+use anteroom_fixtures::{RedisCluster, RedisServer, TestCa};
 use crate::tls::CaFile;
 use std::sync::Arc;
 

@@ -26,7 +26,7 @@ fn agrees_with_a_simple_model_through_many_chunks() {
     let mut now = 0u64;
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     for step in 0..60_000u64 {
-        crate::testing::xorshift(&mut state);
+        anteroom_fixtures::xorshift(&mut state);
         now += state % 3;
         match state % 16 {
             0..=6 => {

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant, SystemTime};
 use anteroom::config::{Config, from_yaml_str};
 use anteroom::queue::{MemoryStore, VisitorId};
 use anteroom::run::{self, Running};
-use anteroom_fixtures::RedisServer;
 use anteroom::token::CookieKeys;
+use anteroom_fixtures::RedisServer;
 use common::*;
 use tokio::net::TcpListener;
 

@@ -21,8 +21,8 @@ use anteroom::queue::{
     VisitorState, WaitingEntry,
 };
 use anteroom::run::{self, Running};
-use anteroom_fixtures::RedisServer;
 use anteroom::token::CookieKeys;
+use anteroom_fixtures::RedisServer;
 use async_trait::async_trait;
 use common::*;
 use tokio::net::TcpListener;

@@ -15,8 +15,8 @@ use crate::queue::{
     QueueQuery, QueueStore, RefusedReason, Resolution, RoomPolicy, SettingsPatch, VisitorId,
     VisitorState,
 };
-use anteroom_fixtures::{RedisCluster, RedisServer, TestCa};
 use crate::tls::CaFile;
+use anteroom_fixtures::{RedisCluster, RedisServer, TestCa};
 use std::sync::Arc;
 
 /// A Redis (single node or cluster, plain or TLS) started for one test, and a store on

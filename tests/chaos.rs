@@ -485,8 +485,8 @@ async fn redis_sigkilled_under_load_loses_no_place_and_admits_nobody_while_down(
     assert!(admitted_before_snapshot > 10, "admitting before the kill");
     assert_eq!(during, 0, "admissions during the outage");
     // The visitor already on the site may be proxied from a replica's session cache (a
-    // session is re-confirmed with the store at most every 5 s, README "The proxy"); that
-    // is no admission. Nobody else reaches the origin.
+    // session is re-confirmed with the store at most every 5 s, docs/fairness.md "How
+    // admission works"); that is no admission. Nobody else reaches the origin.
     let served_from_cache: u64 = outage_answers
         .iter()
         .filter(|((who, status, _), _)| *who == "on the site" && *status == 200)

@@ -1,6 +1,7 @@
 //! Fairness from outside the library: `anteroom verify-draw` run as a process against a
-//! published draw (file and http:// URL), and the README's origin snippets (Node's
-//! built-in `crypto`, Python's `cryptography`) verifying tokens the Rust code signed.
+//! published draw (file and http:// URL), and the origin snippets of docs/origin-verify/
+//! (shown in docs/fairness.md; Node's built-in `crypto`, Python's `cryptography`) verifying
+//! tokens the Rust code signed.
 
 use std::io::{Read, Write};
 use std::process::{Command, Output};

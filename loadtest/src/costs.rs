@@ -1,8 +1,8 @@
 //! What single features cost on the request path, each measured as a ratio within one run
-//! (issues 12, 13 and 15): the access log and the in-flight cap against the same proxy
-//! without them (`costs`), a banned client's refusals against an admitted visitor's
-//! proxied requests with 10,000 bans in place (`banned`), and the memory a million struck
-//! addresses leave behind (`strikes`).
+//! (so the shared machine's load cancels out): the access log and the in-flight cap
+//! against the same proxy without them (`costs`), a banned client's refusals against an
+//! admitted visitor's proxied requests with 10,000 bans in place (`banned`), and the memory
+//! a million struck addresses leave behind (`strikes`).
 //!
 //! The variants run side by side, each its own anteroom process in front of one nginx
 //! origin, and wrk visits them in turn (a, b, c, a, b, c, …) so that drift in the
@@ -180,7 +180,7 @@ pub(crate) fn load_row(scenario: &'static str, start: &str) -> Row {
     }
 }
 
-/// Issues 15 and 13: the admitted-visitor proxy with `access_log` off, to a file, and with
+/// The admitted-visitor proxy with `access_log` off, to a file, and with
 /// `max_inflight: 256` (above the connections, so nobody waits: only its bookkeeping).
 pub async fn costs(
     secs: u64,
@@ -344,7 +344,7 @@ async fn post_bans(addr: SocketAddr, n: usize, workers: usize) -> anyhow::Result
     Ok(())
 }
 
-/// Issue 12: with `bans` bans in place (distinct /32s, made through the admin API), a
+/// With `bans` bans in place (distinct /32s, made through the admin API), a
 /// banned client's requests (429 before the cookie is read) against an admitted visitor's
 /// proxied ones, on the same process; and the admitted visitor on a process without bans.
 /// wrk cannot choose its source address, so both anteroom processes trust 127.0.0.1 as a
@@ -475,7 +475,7 @@ const TRACKED_ENTRY_BYTES: f64 = 350.0;
 /// flight and the allocator's slack.
 const STRIKE_SLACK_MIB: f64 = 8.0;
 
-/// Issue 12: `n` strikes (a forged cookie each, weight 5: none reaches a ban) from `n`
+/// `n` strikes (a forged cookie each, weight 5: none reaches a ban) from `n`
 /// distinct addresses named by `X-Forwarded-For` through a trusted 127.0.0.1, against an
 /// asset path of a paused room (so nobody joins the line and the origin is not asked):
 /// the anteroom process's RSS before and after, against `max_tracked` × the table's

@@ -230,7 +230,7 @@ pub async fn adaptive_door() -> anyhow::Result<DoorResult> {
             stop.store(true, Ordering::Relaxed);
         }
         let cleared = Instant::now();
-        say("adaptive-door: the door clears".to_owned());
+        say("adaptive-door: the door clears");
         while cleared.elapsed() < PHASE_LIMIT {
             let (effective, reason, p95) = rates(&mut admin).await?;
             if effective > result.lowest_rate {

@@ -1,4 +1,4 @@
-//! Issue 26, finding 5: a ban flood. Operator bans made through the admin API, then bans
+//! A ban flood. Operator bans made through the admin API, then bans
 //! earned through a ban path from as many distinct addresses, each phase at a steady pace
 //! (so the machine is not saturated and the page's latency shows what the bans cost, not
 //! what the load generator costs). Measured: anteroom's CPU per ban for each 10,000 (a

@@ -1,4 +1,4 @@
-//! `anteroom-loadtest`: the benchmark harness of anteroom (issue 8). One subcommand per
+//! `anteroom-loadtest`: the benchmark harness of anteroom (`make bench`). One subcommand per
 //! scenario, and `all`, which runs every scenario and writes `BENCHMARKS.md`.
 //!
 //! Everything runs on loopback and is started here: the release binary of anteroom as its own
@@ -105,7 +105,7 @@ enum Cmd {
         #[arg(long)]
         smoke: bool,
     },
-    /// Issues 15 and 13: the admitted-visitor proxy with the access log off vs to a file,
+    /// What features cost: the admitted-visitor proxy with the access log off vs to a file,
     /// and max_inflight unset vs above the connections; wrk alternating between them.
     Costs {
         #[arg(long)]
@@ -119,7 +119,7 @@ enum Cmd {
         #[arg(long)]
         smoke: bool,
     },
-    /// Issue 12: a banned client's 429s vs an admitted visitor's proxied requests, with
+    /// What bans cost: a banned client's 429s vs an admitted visitor's proxied requests, with
     /// BANS bans made through the admin API.
     Banned {
         #[arg(long)]
@@ -135,7 +135,7 @@ enum Cmd {
         #[arg(long)]
         smoke: bool,
     },
-    /// Issue 12: RSS before and after N strikes from N distinct addresses.
+    /// What strikes cost in memory: RSS before and after N strikes from N distinct addresses.
     Strikes {
         #[arg(long)]
         n: Option<u64>,
@@ -147,7 +147,7 @@ enum Cmd {
         #[arg(long)]
         smoke: bool,
     },
-    /// Issue 26: API bans, then ban-path bans from distinct addresses, paced: CPU per ban
+    /// A ban flood: API bans, then ban-path bans from distinct addresses, paced: CPU per ban
     /// by 10,000, page p99 before and during, the audit log's operator entries after.
     BanFlood {
         /// Bans made through the admin API.
@@ -177,7 +177,7 @@ enum Cmd {
         smoke: bool,
     },
     /// Joins, admissions and held waiting pages for SECS → RSS and fds at start and end
-    /// (issue 17; not part of `all`).
+    /// (a leak check; not part of `all`).
     Soak {
         #[arg(long, value_enum, default_value = "memory")]
         store: Store,
@@ -193,9 +193,10 @@ enum Cmd {
         #[arg(long, default_value_t = 500)]
         held: usize,
     },
-    /// Issue 27, SPEC §14: a crowd through anteroom to a real slow site (PHP-FPM, 4
-    /// children, 200 ms pages, behind nginx) in five cases → the share admitted within the
-    /// first wait range shown, measured by the visitors, beside the product's own ledger.
+    /// The honest ETA when the site is the limit: a crowd through anteroom to a real slow
+    /// site (PHP-FPM, 4 children, 200 ms pages, behind nginx) in five cases → the share
+    /// admitted within the first wait range shown, measured by the visitors, beside the
+    /// product's own ledger.
     SiteBound {
         /// Only these cases (1 to 5, comma-separated); default: all five.
         #[arg(long, value_delimiter = ',')]
@@ -210,7 +211,7 @@ enum Cmd {
         #[arg(long)]
         smoke: bool,
     },
-    /// SPEC §14: closed-loop admission in front of a real slow site (PHP-FPM, 4 children,
+    /// Closed-loop admission in front of a real slow site (PHP-FPM, 4 children,
     /// 200 ms pages, behind nginx) whose `max_inflight` door is saturated, then cleared →
     /// how soon the effective rate falls and rises again (`loadtest/tests/adaptive_door.rs`
     /// judges it).
@@ -700,7 +701,7 @@ depth 1k) rather than against a number from another day.
 
 The seed column is the Go waiting room's published table (one M1 laptop, 8 cores, 8 GB,
 Redis 7.4 in Docker). "ours ÷ seed" compares our 2-core box with that 8-core one, so read
-it as context, not as a verdict; the targets are issue 8's.
+it as context, not as a verdict; what anteroom is held to is the target column.
 
 ## What was run
 
@@ -710,15 +711,15 @@ All traffic is on loopback. The harness starts everything itself and kills it at
 |---|---|---|
 | fill | `anteroom-loadtest fill --store memory\|redis`: cookieless `GET /` into a paused room (each request a new visitor, answered with the HTML waiting page) from keep-alive connections of the harness's own hyper client; joins/s over the run, p50/p99 from an HDR histogram. 2,000 untimed warm-up joins first. | {fill_n} joins, {conns} connections |
 | depth | `anteroom-loadtest depth`: the release binary runs as its own process and is filled over HTTP the same way (no test hooks), paused; after each depth the harness waits 6 s (one snapshot cycle of the embedded store) and reads VmRSS/VmHWM from `/proc/<pid>/status`, and in Redis mode `INFO memory` `used_memory` minus the empty-room baseline. | depths {depths:?} |
-| drain | `anteroom-loadtest drain`: fill, then resume for T s and pause, and again for 2T s; admitted = `total_admitted` delta from the admin stats API, drop = `waiting` delta; both read from a store read made after the pause. The steady rate is the slope between the two windows, which cancels whatever a resume or a pause adds once per window (a resume starts with an empty bucket, SPEC §3, so that is only the cut at a whole pass). `admit_interval: {drain_interval}` so a pause cuts the count at a fine grain. | {drain_rate}/s, T = {drain_secs} s |
+| drain | `anteroom-loadtest drain`: fill, then resume for T s and pause, and again for 2T s; admitted = `total_admitted` delta from the admin stats API, drop = `waiting` delta; both read from a store read made after the pause. The steady rate is the slope between the two windows, which cancels whatever a resume or a pause adds once per window (a resume starts with an empty bucket, [docs/fairness.md](docs/fairness.md#how-admission-works), so that is only the cut at a whole pass). `admit_interval: {drain_interval}` so a pause cuts the count at a fine grain. | {drain_rate}/s, T = {drain_secs} s |
 | replicas | `anteroom-loadtest replicas`: three anteroom processes on one `redis-server`, same config, same windows as drain, pause/resume through one of them; `admit_interval: {replicas_interval}`. | {replicas_rate}/s configured, T = {replicas_secs} s |
 | hold | `anteroom-loadtest hold`: S waiting visitors join (cookies kept), then S `GET /__anteroom/events` streams are opened and read from 127.0.0.2, .3, … (20,000 per source address, under the ephemeral-port range); RLIMIT_NOFILE raised with `setrlimit` (the `rlimit` crate; anteroom inherits it), `server.max_connections` S + 2,000. RSS per stream = (RSS 5 s after all are open − RSS before) / S. Fresh page loads (cookieless joins, 8 connections) are measured before and while holding, each as three runs of a third of the loads; the median run's p99 is reported. | {streams} streams, {loads} page loads |
 | proxy | `anteroom-loadtest proxy`: nginx (1 worker) as the origin returning a 22-byte body; nginx ({cores} workers, upstream keepalive) as a plain reverse proxy; anteroom (embedded store, an admitted visitor's cookie). `wrk -t2 -c64 -d{proxy_secs}s --latency` against each in turn, {rounds} round(s), the median round by req/s reported. | as stated |
-| costs | `anteroom-loadtest costs` (issues 15, 13): the proxy scenario's anteroom (embedded, an admitted visitor's cookie, the same nginx origin) three times side by side: `access_log: off` and `max_inflight` unset; `access_log: <file in a temp dir>`; `max_inflight: 256` (above the 64 connections, so nobody waits). `wrk -t2 -c64 -d{costs_secs}s --latency` visits them in turn, {costs_rounds} round(s); medians, and the ratio to the first. | as stated |
-| banned | `anteroom-loadtest banned` (issue 12): two anteroom processes behind `trusted_proxies: [127.0.0.1/32]` (wrk cannot choose its source address, so `X-Forwarded-For` names the client), {bans} one-day bans of distinct /32s in 10.0.0.0/8 posted to one through `POST /__anteroom/admin/api/bans`; wrk in turn: an admitted visitor (10.200.0.1) on the process without bans, the same on the one with them, and a banned address on it (429 before the cookie is read). Same wrk and rounds as costs. | {bans} bans |
-| strikes | `anteroom-loadtest strikes` (issue 12): behind `trusted_proxies: [127.0.0.1/32]`, N requests with a forged cookie (a strike of 5; `abuse.window: 1h` so only the table's bound forgets), each from a distinct `X-Forwarded-For` address, 64 keep-alive connections of the harness's client, to an asset path of a paused room (nobody joins the line); RSS before and after against max_tracked × 240 B + 8 MiB; then 3 more strikes for the first and the last address show who is still remembered; then the same strikes on an in-process registry, whose `tracked()` is read. | {strikes} strikes, max_tracked {max_tracked} |
-| ban-flood | `anteroom-loadtest ban-flood` (issue 26): behind `trusted_proxies: [127.0.0.1/32]`, with `abuse.ban_paths: ["/.env"]` and `abuse.max_bans: {flood_max_bans}`; the operator pauses and resumes the room; then one-day bans of distinct /32s through `POST /__anteroom/admin/api/bans`, then `GET /.env` from as many distinct `X-Forwarded-For` addresses (each a ban-path ban; past the cap each displaces the soonest-ending one), 8 keep-alive connections, paced at {flood_rate}/s so the machine is not saturated; anteroom's CPU time (`/proc/<pid>/stat`) per 10,000 bans; an admitted visitor's `GET /` every 5 ms, 2,000 before and throughout the flood; the operator pauses and resumes again; then the audit log's files are counted. | {flood_api} API + {flood_paths} ban-path bans |
-| site-bound | `anteroom-loadtest site-bound` (issue 27, SPEC §14): a real slow site — PHP-FPM (Debian) with `pm = static`, `pm.max_children = {php_workers}`, a page that sleeps {page_ms} ms (at most {site_cap} pages/s), behind nginx over FastCGI — with anteroom (embedded store) in front; in each of five cases a crowd arrives evenly spaced, each visitor asking for `/` as JSON, holding the live stream with its cookie until `admitted`, then loading its pages with a think time and leaving (its session idles out after `session_ttl`). Measured by the visitors: round(admitted − first range shown) within that range, \|waited − its middle\|; beside the product's `eta` from room stats. See the section below the results. | as stated there |
+| costs | `anteroom-loadtest costs`: the proxy scenario's anteroom (embedded, an admitted visitor's cookie, the same nginx origin) three times side by side: `access_log: off` and `max_inflight` unset; `access_log: <file in a temp dir>`; `max_inflight: 256` (above the 64 connections, so nobody waits). `wrk -t2 -c64 -d{costs_secs}s --latency` visits them in turn, {costs_rounds} round(s); medians, and the ratio to the first. | as stated |
+| banned | `anteroom-loadtest banned`: two anteroom processes behind `trusted_proxies: [127.0.0.1/32]` (wrk cannot choose its source address, so `X-Forwarded-For` names the client), {bans} one-day bans of distinct /32s in 10.0.0.0/8 posted to one through `POST /__anteroom/admin/api/bans`; wrk in turn: an admitted visitor (10.200.0.1) on the process without bans, the same on the one with them, and a banned address on it (429 before the cookie is read). Same wrk and rounds as costs. | {bans} bans |
+| strikes | `anteroom-loadtest strikes`: behind `trusted_proxies: [127.0.0.1/32]`, N requests with a forged cookie (a strike of 5; `abuse.window: 1h` so only the table's bound forgets), each from a distinct `X-Forwarded-For` address, 64 keep-alive connections of the harness's client, to an asset path of a paused room (nobody joins the line); RSS before and after against max_tracked × 240 B + 8 MiB; then 3 more strikes for the first and the last address show who is still remembered; then the same strikes on an in-process registry, whose `tracked()` is read. | {strikes} strikes, max_tracked {max_tracked} |
+| ban-flood | `anteroom-loadtest ban-flood`: behind `trusted_proxies: [127.0.0.1/32]`, with `abuse.ban_paths: ["/.env"]` and `abuse.max_bans: {flood_max_bans}`; the operator pauses and resumes the room; then one-day bans of distinct /32s through `POST /__anteroom/admin/api/bans`, then `GET /.env` from as many distinct `X-Forwarded-For` addresses (each a ban-path ban; past the cap each displaces the soonest-ending one), 8 keep-alive connections, paced at {flood_rate}/s so the machine is not saturated; anteroom's CPU time (`/proc/<pid>/stat`) per 10,000 bans; an admitted visitor's `GET /` every 5 ms, 2,000 before and throughout the flood; the operator pauses and resumes again; then the audit log's files are counted. | {flood_api} API + {flood_paths} ban-path bans |
+| site-bound | `anteroom-loadtest site-bound` (the honest ETA, [docs/fairness.md](docs/fairness.md#honest-eta)): a real slow site — PHP-FPM (Debian) with `pm = static`, `pm.max_children = {php_workers}`, a page that sleeps {page_ms} ms (at most {site_cap} pages/s), behind nginx over FastCGI — with anteroom (embedded store) in front; in each of five cases a crowd arrives evenly spaced, each visitor asking for `/` as JSON, holding the live stream with its cookie until `admitted`, then loading its pages with a think time and leaving (its session idles out after `session_ttl`). Measured by the visitors: round(admitted − first range shown) within that range, \|waited − its middle\|; beside the product's `eta` from room stats. See the section below the results. | as stated there |
 | pass | `anteroom-loadtest pass`: the store called in-process: fill to depth, then time `admit_pass` with each pass admitting 100 (rate 10,000/s, the store's clock advanced 10 ms per pass: tokio's paused clock for the embedded store, the test clock offset for Redis), topping the line back up between passes (untimed). | depths {pass_depths:?}, {passes} passes each |
 
 Run one scenario yourself, e.g. `cargo build --release --workspace && target/release/anteroom-loadtest fill --store redis --n 100000`. Every subcommand takes `--smoke`.
@@ -729,21 +730,22 @@ Run one scenario yourself, e.g. `cargo build --release --workspace && target/rel
 ## Where a target is missed
 
 {misses}{failed}
-## Honest ETA when the site is the limit (issue 27, `anteroom-loadtest site-bound`)
+## Honest ETA when the site is the limit (`anteroom-loadtest site-bound`)
 
-SPEC §14 asks that at least 90 % of visitors be admitted within the first wait range they
-were shown. The site here is real and slow: PHP-FPM with `pm = static`, {php_workers} children
-and a {page_ms} ms page, behind nginx over FastCGI, so it serves at most {site_cap} pages a
-second. Each visitor is a person with a JSON-speaking waiting page: it asks for `/` with
-`Accept: application/json`, keeps the `ar_visitor` cookie, holds `GET /__anteroom/events`
-until `admitted` (asking for `/` again after `retry_after_secs`, at most 2 s, if the stream
-ends), then loads its pages one after another with a think time, and leaves; nothing ends its
-session but `session_ttl` without a request, as when a person closes the tab. The first
-range shown is the first `eta_secs` without `"estimating": true`. waited = admitted −
-shown (late by up to one 2 s tick of the stream, as a real page is); within: round(waited)
-in [min, max]; error: \|waited − (min + max) / 2\|. "product's" is `eta` from
-`GET …/rooms/main/stats` at the end, anteroom's own ledger. Visitors let straight in
-(nobody waiting on arrival) were never shown a range and are not counted.
+The target is that at least 90 % of visitors are admitted within the first wait range they
+were shown ([docs/fairness.md](docs/fairness.md#honest-eta)). The site here is real and
+slow: PHP-FPM with `pm = static`, {php_workers} children and a {page_ms} ms page, behind
+nginx over FastCGI, so it serves at most {site_cap} pages a second. Each visitor is a
+person with a JSON-speaking waiting page: it asks for `/` with `Accept: application/json`,
+keeps the `ar_visitor` cookie, holds `GET /__anteroom/events` until `admitted` (asking for
+`/` again after `retry_after_secs`, at most 2 s, if the stream ends), then loads its pages
+one after another with a think time, and leaves; nothing ends its session but
+`session_ttl` without a request, as when a person closes the tab. The first range shown is
+the first `eta_secs` without `"estimating": true`. waited = admitted − shown (late by up
+to one 2 s tick of the stream, as a real page is); within: round(waited) in [min, max];
+error: \|waited − (min + max) / 2\|. "product's" is `eta` from `GET …/rooms/main/stats` at
+the end, anteroom's own ledger. Visitors let straight in (nobody waiting on arrival) were
+never shown a range and are not counted.
 
 {cases}
 {site_bound}"#,

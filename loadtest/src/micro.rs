@@ -1,5 +1,5 @@
 //! Single-thread costs of pieces of the request path, called directly (no HTTP): what an
-//! admission-token signature, its verification and the cached header cost (SPEC §14), and
+//! admission-token signature, its verification and the cached header cost, and
 //! what matching a path against a realistic `ban_paths` list costs, with the two patterns
 //! a naive glob matcher would take exponential time on. These used to be timed assertions
 //! in unit tests; speed is measured here, the tests assert behaviour.

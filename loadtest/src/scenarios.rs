@@ -1,5 +1,5 @@
-//! The scenarios of issue 8. Each starts what it needs, measures, stops everything (kill on
-//! drop) and returns table rows.
+//! The core scenarios (fill, depth, drain, replicas, hold, proxy, pass). Each starts what
+//! it needs, measures, stops everything (kill on drop) and returns table rows.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::Command;
@@ -339,10 +339,10 @@ fn drain_rows(
         )
         .target("within 0.1 % of configured", window_dev.abs() <= 0.1)
         .why(&format!(
-            "{window_dev:+.2} %: a resume starts with an empty bucket (SPEC §3), so the window \
-             no longer gains a second's worth; what is left is the count's cut at a whole pass \
-             at each end (±{window_res:.2} % here) and, under CPU contention, passes that run \
-             late or credit the one-second cap throws away."
+            "{window_dev:+.2} %: a resume starts with an empty bucket (docs/fairness.md), so \
+             the window no longer gains a second's worth; what is left is the count's cut at \
+             a whole pass at each end (±{window_res:.2} % here) and, under CPU contention, \
+             passes that run late or credit the one-second cap throws away."
         )),
         Row::new(
             scenario,
@@ -410,7 +410,7 @@ pub async fn hold(store: Store, streams: usize, loads: u64) -> anyhow::Result<Ve
     let redis = store.start();
     let mut spec = AnteroomSpec::new(redis.as_ref().map(RedisServer::url));
     spec.max_connections = streams + 2_000;
-    // Every stream comes from 127.0.0.1: lift the per-client caps (SPEC §10) that would
+    // Every stream comes from 127.0.0.1: lift the per-client caps that would
     // otherwise stop one address at 512 connections and 64 streams.
     spec.server_extra = format!(
         "  max_streams: {}\n  max_streams_per_client: {}\n  max_connections_per_client: {}\n",

@@ -1,4 +1,4 @@
-//! Issue 27, SPEC §14 "Honest when the site is the limit": a crowd against a real slow
+//! The honest ETA when the site is the limit (docs/fairness.md): a crowd against a real slow
 //! origin with few workers, measured from the visitors' side.
 //!
 //! The site is PHP-FPM (Debian's) with `pm = static`, four children and a page that sleeps
@@ -47,13 +47,13 @@ use crate::scenarios::say;
 pub const PHP_WORKERS: usize = 4;
 /// How long the origin's page takes (`usleep`).
 pub const PAGE_MS: u64 = 200;
-/// The within-range share SPEC §14 asks for.
+/// The within-range share anteroom is held to.
 pub const TARGET: f64 = 0.90;
 
-/// One of SPEC §14's five cases: what anteroom is configured with and how the crowd behaves.
+/// One of the five cases: what anteroom is configured with and how the crowd behaves.
 #[derive(Clone, Debug)]
 pub struct Case {
-    /// 1 to 5, as in the issue.
+    /// 1 to 5, as `--case` and the report number them.
     pub number: u8,
     /// What bounds admission, in a few words.
     pub name: &'static str,
@@ -838,7 +838,7 @@ pub fn rows(results: &[CaseResult]) -> Vec<Row> {
                 .why(
                     "the range shown is position ÷ the observed admission rate; when the \
                      site, not the rate, is the limit, that rate is not the one the line \
-                     moves at (SPEC §14, issue 27)",
+                     moves at (docs/fairness.md, \"Honest ETA\")",
                 )
             }
         })

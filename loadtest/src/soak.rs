@@ -1,4 +1,4 @@
-//! `anteroom-loadtest soak` (issue 17): joins, admissions and held waiting pages against the
+//! `anteroom-loadtest soak`, a leak check: joins, admissions and held waiting pages against the
 //! release binary for a set time, with anteroom's RSS and open descriptors sampled at the
 //! start, every 10 s, and at the end. Short sessions and a short `abandon_after` keep the
 //! room in a steady state (as many leave as join), so growth is a leak, not data.
@@ -57,7 +57,7 @@ pub async fn soak(
     spec.session_ttl = "10s";
     spec.abandon_after = "10s";
     spec.max_connections = held + 2_000;
-    // Every page comes from 127.0.0.1: lift the per-client caps (SPEC §10) past `held`.
+    // Every page comes from 127.0.0.1: lift the per-client caps past `held`.
     spec.server_extra = format!(
         "  max_streams: {}\n  max_streams_per_client: {}\n  max_connections_per_client: {}\n",
         held + 1_000,

@@ -1,4 +1,4 @@
-//! SPEC §14 "Honest when the site is the limit", small: case 4 of `anteroom-loadtest
+//! The honest ETA when the site is the limit, small: case 4 of `anteroom-loadtest
 //! site-bound` (a real slow site: PHP-FPM with `pm = static`, 4 children, a 200 ms page,
 //! behind nginx over FastCGI; anteroom in front with `max_inflight: 4`, `rate: 15`,
 //! `max_active: 40`) with 200 visitors instead of 300. At least 90 % of those who waited
@@ -31,7 +31,7 @@ fn bound_by_max_inflight_most_visitors_get_in_within_the_range_shown() {
     assert!(
         within >= 0.90,
         "{:.0} % of {waited} visitors were admitted within the first range shown \
-         (median error {:.1} s; the product's ledger says {}), SPEC §14 asks ≥ 90 %",
+         (median error {:.1} s; the product's ledger says {}), the target is ≥ 90 %",
         within * 100.0,
         r["median_error_secs"].as_f64().unwrap_or(f64::NAN),
         r["product_eta"],

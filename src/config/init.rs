@@ -145,8 +145,8 @@ rooms:
     # The window for join_limit_per_ip.
     join_limit_window: 1m
     # One client's fair share (a client is an IPv4 address or an IPv6 /64; 0: no cap).
-    # Raise them if many visitors share one address (offices, carrier NAT); see the
-    # README's "Security model".
+    # Raise them if many visitors share one address (offices, carrier NAT); see
+    # "Security model" in docs/security.md.
     # Sessions on the site at once from one client.
     max_sessions_per_client: 32
     # Places in line at once from one client.

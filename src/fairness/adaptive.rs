@@ -1,4 +1,4 @@
-//! The closed-loop admission controller (SPEC §14, `adaptive:`): fed the origin's time to
+//! The closed-loop admission controller (`adaptive:`): fed the origin's time to
 //! response headers and status for every proxied request, it keeps a 10-second sliding
 //! window (per-second slots of a fixed-bucket latency histogram plus counts, which replicas
 //! can simply add up) and turns the window's p95 and 5xx share into the rate the room
@@ -19,7 +19,7 @@
 //! `min(rate, effective_rate)`, so the configured `rate` is never changed and every
 //! replica's passes (and the fast path) use the same effective rate.
 //!
-//! Where this departs from DESIGN.md's sketch of per-replica controllers:
+//! One controller for the whole fleet rather than one per replica, and how replicas feed it:
 //! - Only one decision per second is made for the whole fleet (a claim in the store), and
 //!   the controller's memory (last cut, last raise) lives in the store with the effective
 //!   rate: several replicas deciding on the same merged input would each halve the rate.
@@ -60,7 +60,7 @@ pub const REPORT_STALE_MS: u64 = 3_000;
 /// At most one decision per room in this long, whichever replica claims it.
 pub const CLAIM_EVERY_MS: u64 = 900;
 
-/// The controller's time constants. [`Tuning::default`] is the product's (SPEC §14: a 10 s
+/// The controller's time constants. [`Tuning::default`] is the product's (a 10 s
 /// window); end-to-end tests shorten them to stay within seconds. Not user-facing.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Tuning {

@@ -1,4 +1,4 @@
-//! The admission token (SPEC §14): the Ed25519 key from `admission_key`, its public half as
+//! The admission token: the Ed25519 key from `admission_key`, its public half as
 //! served at `GET /__anteroom/admission-key`, and the compact `X-Anteroom-Admission` header
 //! that proves to the origin a request came through the queue.
 //!

@@ -1,4 +1,4 @@
-//! The auditable lottery (SPEC §14): the commitment to a room's salt, each entrant's draw
+//! The auditable lottery: the commitment to a room's salt, each entrant's draw
 //! hash, places from the sorted list of hashes, the public document of
 //! `GET /__anteroom/rooms/{room}/draw`, and the checks behind `anteroom verify-draw`.
 //!
@@ -94,9 +94,8 @@ pub fn place_in(sorted: &[DrawHash], hash: &DrawHash) -> Option<u64> {
     sorted.binary_search(hash).ok().map(|i| i as u64 + 1)
 }
 
-/// What an entrant's page (and its JSON, as `receipt`) shows of the draw (SPEC §14
-/// "receipt"): enough to run `anteroom verify-draw --visitor-id … ` against the published
-/// document.
+/// What an entrant's page (and its JSON, as `receipt`) shows of the draw: enough to run
+/// `anteroom verify-draw --visitor-id … ` against the published document.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Receipt {
     /// The visitor's reference as their page shows it ([`VisitorId::reference`]).

@@ -1,4 +1,4 @@
-//! The honest-ETA tracker (SPEC §14): for each admitted visitor, the range they were first
+//! The honest-ETA tracker: for each admitted visitor, the range they were first
 //! shown against the wait they actually had, summarised over the last hour as
 //! `{"admitted": N, "within_range": ratio, "median_error_secs": x}` for room stats and
 //! metrics. Memory is fixed per room: 60 one-minute buckets, each a count and a histogram.
@@ -410,7 +410,7 @@ pub const LEDGER_CAP: usize = 200_000;
 pub const LEDGER_MAX_AGE: Duration = Duration::from_secs(12 * 3600);
 
 /// What this replica showed each waiting visitor first, and the per-room trackers their
-/// admissions feed (SPEC §14). One per replica, inside [`crate::admission::Admission`].
+/// admissions feed. One per replica, inside [`crate::admission::Admission`].
 ///
 /// A visitor is entered the first time this replica shows them a range (the waiting page,
 /// its JSON, or a live-stream event) and leaves on the first of: this replica seeing them

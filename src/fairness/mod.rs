@@ -1,4 +1,4 @@
-//! SPEC §14, "fairness you can verify": the self-contained pieces that let visitors,
+//! Fairness you can verify (docs/fairness.md): the self-contained pieces that let visitors,
 //! operators and origins check anteroom's claims. Each piece is a pure component with its
 //! own tests; the request path uses the admission token (`gate::respond`) and the draw
 //! (`gate::draw`: the public document and receipts); admission keeps the honest-ETA ledger

@@ -18,7 +18,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::identify::Identity;
-use super::{App, Room};
+use super::{App, Kind, Room};
 use crate::admission::Decision;
 use crate::http::body::{Body, BoxError, Watch, Watched, full};
 use crate::http::pages::{STATUS_HEADER, VisitorStatus};
@@ -463,22 +463,19 @@ enum Standing {
     Nobody,
 }
 
-/// The 503 for an asset or stream from someone not on the site: tiny, never the page.
+/// The refusal of an asset or stream from someone not on the site: tiny, never the page.
 fn not_admitted() -> Response<Body> {
-    small_503(VisitorStatus::Waiting, NOT_ADMITTED_RETRY_SECS, "waiting\n")
+    let mut response = small(Kind::NotAdmitted, "waiting\n", NOT_ADMITTED_RETRY_SECS);
+    response.headers_mut().insert(
+        STATUS_HEADER,
+        HeaderValue::from_static(VisitorStatus::Waiting.as_str()),
+    );
+    response
 }
 
-/// The 503 of a full `stream_cap` or `max_inflight`.
+/// The refusal of a full `stream_cap` or `max_inflight`.
 fn busy() -> Response<Body> {
-    let mut response = Response::new(full("busy: try again shortly\n"));
-    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(header::RETRY_AFTER, HeaderValue::from(BUSY_RETRY_SECS));
+    let mut response = small(Kind::Busy, "busy: try again shortly\n", BUSY_RETRY_SECS);
     // The access log's decision (a 503 like many others otherwise).
     response
         .extensions_mut()
@@ -486,9 +483,10 @@ fn busy() -> Response<Body> {
     response
 }
 
-fn small_503(status: VisitorStatus, retry_after: u64, text: &'static str) -> Response<Body> {
+/// A plain-text refusal with `kind`'s status, never cached, and when to try again.
+fn small(kind: Kind, text: &'static str, retry_after: u64) -> Response<Body> {
     let mut response = Response::new(full(text));
-    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    *response.status_mut() = kind.status();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -496,6 +494,5 @@ fn small_503(status: VisitorStatus, retry_after: u64, text: &'static str) -> Res
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
-    headers.insert(STATUS_HEADER, HeaderValue::from_static(status.as_str()));
     response
 }

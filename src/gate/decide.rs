@@ -13,9 +13,10 @@
 
 use std::time::SystemTime;
 
-use http::{Request, Response, StatusCode, header};
+use http::{Request, Response, header};
 use hyper::body::Incoming;
 
+use super::error::Kind;
 use super::identify::Identity;
 use super::{App, Room};
 use crate::abuse::StrikeReason;
@@ -106,10 +107,10 @@ impl App {
         }
         self.pages.message_in(
             identity.lang,
-            StatusCode::FORBIDDEN,
+            Kind::BadGrant.status(),
             Some(VisitorStatus::Refused),
-            "Priority link not valid",
-            "This priority link has expired, was already used, or is not for this site.",
+            Kind::BadGrant.text().0,
+            Kind::BadGrant.text().1,
             None,
             identity.wants_json,
         )

@@ -119,7 +119,7 @@ impl App {
         result.unwrap_or_else(|e| {
             tracing::warn!(room = %name, error = %e, "cannot read the lottery draw");
             let mut response = json_response(
-                StatusCode::SERVICE_UNAVAILABLE,
+                Kind::DrawUnavailable.status(),
                 "no-store",
                 Bytes::from_static(br#"{"error":"the queue store is unavailable; try again"}"#),
             );

@@ -2,6 +2,12 @@
 //! hint, mapped to status, page title, detail and `Retry-After` in exactly one place
 //! ([`GateError::respond`]). Modelled on pingora's `Error`.
 //!
+//! Every status the public listener refuses with is decided here, in [`Kind::status`]:
+//! the errors rendered as the generic error page, and the room's own refusals (over the
+//! join limit, the line full, the room closed or stalled, the door busy, a priority link
+//! not valid, the draw unreadable), which have pages of their own (`gate/respond.rs`,
+//! `gate/classes.rs`, `gate/draw.rs`) but take their status from their [`Kind`].
+//!
 //! A new refusal on the request path (a ban, a bad preflight, …) is a new [`Kind`] and one
 //! line in each of [`Kind::status`] and [`Kind::text`], nothing else.
 
@@ -54,6 +60,22 @@ pub enum Kind {
     Banned { permanent: bool },
     /// Our own configuration is unusable (e.g. an origin the proxy cannot address).
     Internal,
+    /// A newcomer over the room's join limit or per-client shares: told when to try again.
+    OverJoinLimit,
+    /// The queue breaker (`max_waiting`): the line is full, this newcomer was not added.
+    LineFull,
+    /// After the room's `closes_at`: nobody else gets in.
+    Closed,
+    /// The store did not answer and the room does not fail open: the visitor is held.
+    Stalled,
+    /// A full `max_inflight` door or stream cap: try again shortly.
+    Busy,
+    /// An asset or stream from a client not admitted to the site: never the whole page.
+    NotAdmitted,
+    /// The lottery draw cannot be read from the store.
+    DrawUnavailable,
+    /// A priority link that is forged, expired, spent or for another room.
+    BadGrant,
 }
 
 impl Kind {
@@ -71,7 +93,15 @@ impl Kind {
             Kind::OriginFailed => StatusCode::BAD_GATEWAY,
             Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Kind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            Kind::StreamsFull => StatusCode::SERVICE_UNAVAILABLE,
+            Kind::StreamsFull
+            | Kind::LineFull
+            | Kind::Closed
+            | Kind::Stalled
+            | Kind::Busy
+            | Kind::NotAdmitted
+            | Kind::DrawUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Kind::OverJoinLimit => StatusCode::TOO_MANY_REQUESTS,
+            Kind::BadGrant => StatusCode::FORBIDDEN,
             Kind::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
             Kind::Banned { permanent: true } => StatusCode::FORBIDDEN,
             Kind::Banned { permanent: false } => StatusCode::TOO_MANY_REQUESTS,
@@ -121,10 +151,30 @@ impl Kind {
                 "Internal error",
                 "This site is misconfigured here. Please try again later.",
             ),
-            // The page itself is translated (`Pages::banned`); this is the English text.
+            // The pages of these are translated (`Pages`); this is their English text.
             Kind::Banned { .. } => (
-                crate::http::i18n::Lang::En.catalog().banned_title,
-                crate::http::i18n::Lang::En.catalog().banned_detail,
+                Lang::En.catalog().banned_title,
+                Lang::En.catalog().banned_detail,
+            ),
+            Kind::OverJoinLimit => (
+                Lang::En.catalog().refused_title,
+                Lang::En.catalog().refused_detail,
+            ),
+            Kind::LineFull => (
+                Lang::En.catalog().full_title,
+                Lang::En.catalog().full_detail,
+            ),
+            Kind::Closed => ("Closed", "This queue is closed."),
+            Kind::Stalled => ("Please wait", Lang::En.catalog().stalled_detail),
+            Kind::Busy => ("Busy", "The site is busy: try again shortly."),
+            Kind::NotAdmitted => ("Waiting", "This browser has not been let in yet."),
+            Kind::DrawUnavailable => (
+                "Draw unavailable",
+                "The queue store is unavailable; try again.",
+            ),
+            Kind::BadGrant => (
+                "Priority link not valid",
+                "This priority link has expired, was already used, or is not for this site.",
             ),
         }
     }
@@ -164,9 +214,7 @@ impl GateError {
     /// The one mapping from an error to what the visitor gets.
     pub fn respond(&self, pages: &Pages, json: bool, lang: Lang) -> Response<Body> {
         if let Kind::Banned { .. } = self.kind {
-            let response = pages.banned(lang, self.retry_after, json);
-            debug_assert_eq!(response.status(), self.kind.status());
-            return response;
+            return pages.banned(lang, self.kind.status(), self.retry_after, json);
         }
         let (title, detail) = self.kind.text();
         pages.message(
@@ -217,9 +265,8 @@ mod tests {
             (ProxyError::InvalidOrigin("x".into()), 500, "Internal error"),
         ];
         for (e, status, title) in cases {
-            assert_eq!(e.status().as_u16(), status, "{e}");
             let g = GateError::from(e);
-            assert_eq!(g.kind.status().as_u16(), status);
+            assert_eq!(g.kind.status().as_u16(), status, "{g:?}");
             assert_eq!(g.kind.text().0, title);
         }
     }

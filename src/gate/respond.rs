@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::error::GateError;
+use super::error::{GateError, Kind};
 use super::identify::Identity;
 use super::{App, Room};
 use crate::admission::Eta;
@@ -216,9 +216,14 @@ impl App {
                 self.phase_now(room),
                 retry_after_secs,
             );
-            return self.placeless_json(room, &view, StatusCode::TOO_MANY_REQUESTS, identity);
+            return self.placeless_json(room, &view, Kind::OverJoinLimit.status(), identity);
         }
-        self.pages.refused(identity.lang, retry_after_secs, false)
+        self.pages.refused(
+            identity.lang,
+            Kind::OverJoinLimit.status(),
+            retry_after_secs,
+            false,
+        )
     }
 
     /// Before `queue_opens_at`: nobody is queued; the page counts down to the opening.
@@ -241,9 +246,10 @@ impl App {
         const RETRY_SECS: u64 = 30;
         if identity.wants_json {
             let view = self.placeless(room, VisitorStatus::Full, self.phase_now(room), RETRY_SECS);
-            return self.placeless_json(room, &view, StatusCode::SERVICE_UNAVAILABLE, identity);
+            return self.placeless_json(room, &view, Kind::LineFull.status(), identity);
         }
-        self.pages.full(identity.lang, RETRY_SECS, false)
+        self.pages
+            .full(identity.lang, Kind::LineFull.status(), RETRY_SECS, false)
     }
 
     /// After `closes_at`: nobody else gets in.
@@ -252,10 +258,10 @@ impl App {
         if identity.wants_json {
             let mut view = self.placeless(room, VisitorStatus::Closed, Phase::Closed, RETRY_SECS);
             view.waiting = 0;
-            return self.placeless_json(room, &view, StatusCode::SERVICE_UNAVAILABLE, identity);
+            return self.placeless_json(room, &view, Kind::Closed.status(), identity);
         }
         self.pages
-            .closed(identity.lang, StatusCode::SERVICE_UNAVAILABLE, false)
+            .closed(identity.lang, Kind::Closed.status(), false)
     }
 
     /// The store did not answer and the room does not fail open: hold the visitor.
@@ -265,12 +271,12 @@ impl App {
             let mut view =
                 self.placeless(room, VisitorStatus::Stalled, Phase::Queueing, RETRY_SECS);
             view.waiting = 0;
-            return self.placeless_json(room, &view, StatusCode::SERVICE_UNAVAILABLE, identity);
+            return self.placeless_json(room, &view, Kind::Stalled.status(), identity);
         }
         let t = identity.lang.catalog();
         self.pages.message_in(
             identity.lang,
-            StatusCode::SERVICE_UNAVAILABLE,
+            Kind::Stalled.status(),
             Some(VisitorStatus::Stalled),
             i18n::title(&room.config.title, t),
             t.stalled_detail,

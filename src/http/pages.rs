@@ -461,12 +461,19 @@ impl Pages {
         )
     }
 
-    /// The 429 page for a visitor over the join limit, in their language.
-    pub fn refused(&self, lang: Lang, retry_after: u64, json: bool) -> Response<Body> {
+    /// The page for a visitor over the join limit, in their language, with the status the
+    /// request path decided (429).
+    pub fn refused(
+        &self,
+        lang: Lang,
+        status: StatusCode,
+        retry_after: u64,
+        json: bool,
+    ) -> Response<Body> {
         let t = lang.catalog();
         self.message_in(
             lang,
-            StatusCode::TOO_MANY_REQUESTS,
+            status,
             Some(VisitorStatus::Refused),
             t.refused_title,
             t.refused_detail,
@@ -475,15 +482,16 @@ impl Pages {
         )
     }
 
-    /// A client banned by the abuse registry, in their language: 429 with
-    /// `Retry-After` (the ban's time left), or 403 when permanent. JSON clients get
-    /// `{"status":"banned","retry_after_secs":N|null}`.
-    pub fn banned(&self, lang: Lang, retry_after: Option<u64>, json: bool) -> Response<Body> {
-        let status = if retry_after.is_some() {
-            StatusCode::TOO_MANY_REQUESTS
-        } else {
-            StatusCode::FORBIDDEN
-        };
+    /// A client banned by the abuse registry, in their language, with the status the
+    /// request path decided (429 with `Retry-After`, the ban's time left, or 403 when
+    /// permanent). JSON clients get `{"status":"banned","retry_after_secs":N|null}`.
+    pub fn banned(
+        &self,
+        lang: Lang,
+        status: StatusCode,
+        retry_after: Option<u64>,
+        json: bool,
+    ) -> Response<Body> {
         if json {
             let body = serde_json::json!({
                 "status": VisitorStatus::Banned.as_str(),
@@ -509,12 +517,19 @@ impl Pages {
         )
     }
 
-    /// The 503 page for a newcomer turned away by the queue breaker.
-    pub fn full(&self, lang: Lang, retry_after: u64, json: bool) -> Response<Body> {
+    /// The page for a newcomer turned away by the queue breaker, with the status the
+    /// request path decided (503).
+    pub fn full(
+        &self,
+        lang: Lang,
+        status: StatusCode,
+        retry_after: u64,
+        json: bool,
+    ) -> Response<Body> {
         let t = lang.catalog();
         self.message_in(
             lang,
-            StatusCode::SERVICE_UNAVAILABLE,
+            status,
             Some(VisitorStatus::Full),
             t.full_title,
             t.full_detail,

@@ -5,8 +5,6 @@
 use std::error::Error as StdError;
 use std::io;
 
-use http::StatusCode;
-
 use crate::http::body::BoxError;
 
 /// Why a request could not be forwarded; [`ProxyError::status`] maps it to the status the
@@ -31,19 +29,6 @@ pub enum ProxyError {
     /// The visitor's request body did not arrive within `body_timeout`.
     #[error("request body not received in time")]
     BodyTimeout,
-}
-
-impl ProxyError {
-    /// The status the visitor gets when forwarding failed this way.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            ProxyError::Connect(_) | ProxyError::Upstream(_) => StatusCode::BAD_GATEWAY,
-            ProxyError::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ProxyError::InvalidOrigin(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ProxyError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-        }
-    }
 }
 
 /// `error: cause: cause…`, for a log line that says what really went wrong.

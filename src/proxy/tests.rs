@@ -98,16 +98,18 @@ async fn front(origin: &str, preserve_host: bool) -> (SocketAddr, oneshot::Sende
             match client.forward(&origin, req, &ctx).await {
                 Ok(response) => response,
                 Err(error) => {
-                    let kind = match error {
-                        ProxyError::Connect(_) => "connect",
-                        ProxyError::Timeout => "timeout",
-                        ProxyError::Upstream(_) => "upstream",
-                        ProxyError::BadRequest(_) => "bad-request",
-                        ProxyError::InvalidOrigin(_) => "invalid-origin",
-                        ProxyError::BodyTimeout => "body-timeout",
+                    // The request path decides the visitor's status (gate::error, a
+                    // layer above); this harness only needs the failures told apart.
+                    let (kind, status) = match error {
+                        ProxyError::Connect(_) => ("connect", 502),
+                        ProxyError::Timeout => ("timeout", 504),
+                        ProxyError::Upstream(_) => ("upstream", 502),
+                        ProxyError::BadRequest(_) => ("bad-request", 400),
+                        ProxyError::InvalidOrigin(_) => ("invalid-origin", 500),
+                        ProxyError::BodyTimeout => ("body-timeout", 408),
                     };
                     Response::builder()
-                        .status(error.status())
+                        .status(status)
                         .header(ERROR_KIND, kind)
                         .body(full(error.to_string()))
                         .unwrap()
@@ -504,14 +506,6 @@ fn classifies_streams() {
         .body(())
         .unwrap();
     assert!(!is_event_stream(&html));
-}
-
-#[test]
-fn error_statuses() {
-    assert_eq!(ProxyError::Connect("x".into()).status(), 502);
-    assert_eq!(ProxyError::Upstream("x".into()).status(), 502);
-    assert_eq!(ProxyError::Timeout.status(), 504);
-    assert_eq!(ProxyError::BadRequest("x".into()).status(), 400);
 }
 
 #[test]

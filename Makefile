@@ -2,7 +2,7 @@
 CARGO ?= cargo
 NPM ?= npm
 
-.PHONY: build web test test-tools test-web test-browser test-plain test-deploy test-site-bound check demo clean bench bench-smoke
+.PHONY: build web test test-tools test-web test-browser test-plain test-deploy test-api test-site-bound check demo clean bench bench-smoke
 
 ## build: the front-end (web/ → web/dist, embedded), then the release binary
 build: web
@@ -20,6 +20,7 @@ test: test-tools web test-web
 	$(CARGO) test --locked --all-targets
 	$(MAKE) test-browser
 	$(MAKE) test-deploy
+	$(MAKE) test-api
 	$(MAKE) test-plain
 	$(MAKE) test-site-bound
 
@@ -52,6 +53,13 @@ test-plain:
 test-deploy:
 	$(CARGO) build --locked
 	timeout 120 bash deploy/test.sh
+
+## test-api: schemathesis (property-based) against target/debug/anteroom's admin API on
+## loopback: every operation, valid and invalid input, must agree with the OpenAPI document
+## the server serves (scripts/api-test.sh; seeded, bounded in time)
+test-api:
+	$(CARGO) build --locked
+	timeout 240 bash scripts/api-test.sh
 
 ## test-tools: the real services end-to-end tests start (Kafka-protocol broker, …)
 test-tools:

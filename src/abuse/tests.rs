@@ -304,6 +304,15 @@ async fn admin_targets_are_normalised_and_limited_in_breadth() {
         Err(BanError::InvalidDuration)
     );
     assert_eq!(
+        r.ban(
+            "192.0.2.5",
+            Some(Duration::from_secs(MAX_BAN_SECS + 1)),
+            "x"
+        )
+        .await,
+        Err(BanError::InvalidDuration)
+    );
+    assert_eq!(
         r.ban("192.0.2.5", None, &"x".repeat(MAX_REASON_CHARS + 1))
             .await,
         Err(BanError::ReasonTooLong)
@@ -317,6 +326,12 @@ async fn admin_targets_are_normalised_and_limited_in_breadth() {
         Err(BanError::TooBroad { min_prefix: 16, .. })
     ));
     assert_eq!(r.bans_active(), 0);
+    // The longest ban with an end is accepted.
+    assert!(
+        r.ban("192.0.2.5", Some(Duration::from_secs(MAX_BAN_SECS)), "x")
+            .await
+            .is_ok()
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -9,7 +9,7 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 
-use crate::abuse::{Ban, LogEntry};
+use crate::abuse::{Ban, LogEntry, MAX_PAGE};
 use crate::http::body::Body;
 
 use super::body::read_body;
@@ -24,7 +24,8 @@ struct Paging {
     cursor: Option<u64>,
 }
 
-/// `limit` and `cursor`, or the parameter at fault and why (a 400).
+/// `limit` (1 to [`MAX_PAGE`]) and `cursor` (a `next_cursor`: a whole number), or the
+/// parameter at fault and why (a 422). Other parameters are ignored.
 fn paging(req: &Request<Incoming>) -> Result<Paging, FieldError> {
     let mut paging = Paging::default();
     for pair in req
@@ -37,11 +38,11 @@ fn paging(req: &Request<Incoming>) -> Result<Paging, FieldError> {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         match k {
             "limit" => match v.parse::<usize>() {
-                Ok(n) if n >= 1 => paging.limit = Some(n),
+                Ok(n) if (1..=MAX_PAGE).contains(&n) => paging.limit = Some(n),
                 _ => {
                     return Err(FieldError::new(
                         "limit",
-                        "must be a whole number of at least 1",
+                        format!("must be a whole number from 1 to {MAX_PAGE} (got {v:?})"),
                     ));
                 }
             },
@@ -50,7 +51,9 @@ fn paging(req: &Request<Incoming>) -> Result<Paging, FieldError> {
                 _ => {
                     return Err(FieldError::new(
                         "cursor",
-                        "must be a cursor from next_cursor",
+                        format!(
+                            "must be a next_cursor of an earlier page, a whole number of at least 0 (got {v:?})"
+                        ),
                     ));
                 }
             },
@@ -100,7 +103,7 @@ pub(super) fn bans(
     app: &AdminContext<'_>,
     req: &Request<Incoming>,
 ) -> Result<Response<Body>, AdminError> {
-    let Paging { limit, cursor } = paging(req).map_err(AdminError::BadRequest)?;
+    let Paging { limit, cursor } = paging(req).map_err(AdminError::Unprocessable)?;
     let page = app.admin.abuse.list(limit, cursor);
     let items: Vec<Value> = page.items.iter().map(|b| ban_view(b)).collect();
     Ok(ok(
@@ -113,7 +116,7 @@ pub(super) async fn ban_log(
     app: &AdminContext<'_>,
     req: &Request<Incoming>,
 ) -> Result<Response<Body>, AdminError> {
-    let Paging { limit, cursor } = paging(req).map_err(AdminError::BadRequest)?;
+    let Paging { limit, cursor } = paging(req).map_err(AdminError::Unprocessable)?;
     let page = app.admin.abuse.log(limit, cursor).await?;
     let items: Vec<Value> = page.items.iter().map(log_view).collect();
     Ok(ok(json!({ "log": items, "next_cursor": page.next_cursor })))

@@ -219,10 +219,15 @@ async fn dispatch(
             }),
         };
     }
-    let candidates: Vec<(&Route, Captures<'_>)> = routes()
+    let mut candidates: Vec<(&Route, Captures<'_>)> = routes()
         .iter()
         .filter_map(|r| Some((r, matches(r.path, &path)?)))
         .collect();
+    // A literal segment wins over a capture: `…/bans/log` is the log's path only, not also
+    // `…/bans/{target}` with the target `log` (so its 405 allows GET alone).
+    if let Some(fewest) = candidates.iter().map(|(_, c)| c.count()).min() {
+        candidates.retain(|(_, c)| c.count() == fewest);
+    }
     if candidates.is_empty() {
         return Err(AdminError::NoRoute);
     }

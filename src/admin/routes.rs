@@ -186,6 +186,20 @@ pub(super) struct Captures<'a> {
     pub(super) target: Option<&'a str>,
 }
 
+impl Captures<'_> {
+    /// How many segments were captured.
+    pub(super) fn count(&self) -> usize {
+        [
+            self.room.is_some(),
+            self.reference.is_some(),
+            self.target.is_some(),
+        ]
+        .into_iter()
+        .filter(|&c| c)
+        .count()
+    }
+}
+
 /// Matches `path` against a route pattern; returns the `{room}`, `{ref}` and `{target}`
 /// segments.
 pub(super) fn matches<'a>(pattern: &str, path: &'a str) -> Option<Captures<'a>> {

@@ -166,8 +166,8 @@ async fn refusals_render_as_problem_json_with_their_status_and_field() {
             AdminError::from(BanError::InvalidDuration),
             422,
             Some("duration_secs"),
-            "duration_secs: duration_secs must be at least 1 (or null for a permanent ban); \
-             nothing was changed",
+            "duration_secs: duration_secs must be a whole number from 1 to 315360000 (ten \
+             years), or null for a permanent ban; nothing was changed",
         ),
         (
             AdminError::from(BanError::NotFound("192.0.2.1".to_owned())),

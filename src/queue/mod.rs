@@ -47,6 +47,10 @@ impl Schedule {
 /// a backlog is cleared over the following passes.
 pub const REAP_BUDGET: usize = 10_000;
 
+/// The largest `max_active`: far beyond any site's concurrent visitors, and exact as a
+/// double (Redis's Lua, the control room's JavaScript).
+pub const MAX_MAX_ACTIVE: u64 = 1_000_000_000;
+
 /// The settings an operator can change while a room runs. They live in the store (so they
 /// survive restarts and are shared by replicas); the config file only seeds them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -86,6 +90,9 @@ impl RoomSettings {
         }
         if self.max_active == 0 {
             return invalid("max_active", "must be at least 1");
+        }
+        if self.max_active > MAX_MAX_ACTIVE {
+            return invalid("max_active", "must be at most 1000000000");
         }
         if self.session_ttl < Duration::from_secs(1) {
             return invalid("session_ttl", "must be at least 1s");

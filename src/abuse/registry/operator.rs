@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::abuse::redis::BanReply;
 use crate::abuse::{
-    AbuseError, AbuseEvent, Ban, BanError, BanSource, DEFAULT_PAGE, LogAction, LogEntry, MAX_PAGE,
-    MAX_REASON_CHARS, Page, parse_target,
+    AbuseError, AbuseEvent, Ban, BanError, BanSource, DEFAULT_PAGE, LogAction, LogEntry,
+    MAX_BAN_SECS, MAX_PAGE, MAX_REASON_CHARS, Page, parse_target,
 };
 use crate::clock::ms;
 
@@ -24,7 +24,7 @@ impl AbuseRegistry {
         reason: &str,
     ) -> Result<Arc<Ban>, BanError> {
         let net = parse_target(target)?;
-        if duration.is_some_and(|d| d < Duration::from_secs(1)) {
+        if duration.is_some_and(|d| d < Duration::from_secs(1) || d.as_secs() > MAX_BAN_SECS) {
             return Err(BanError::InvalidDuration);
         }
         if reason.chars().count() > MAX_REASON_CHARS {

@@ -21,6 +21,7 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+/// The audit log's file name in `data_dir`; rotated files add `.1`, `.2`, ….
 pub const AUDIT_FILE: &str = "audit.log";
 /// When the log would grow past this, it is moved to `audit.log.1` (the older ones each
 /// move up by one) and a fresh file is started.
@@ -33,17 +34,22 @@ pub const ROTATED_KEEP: u32 = 9;
 pub struct AuditEntry {
     /// RFC 3339, milliseconds, UTC.
     pub time: String,
+    /// The room the action was on.
     pub room: String,
     /// `config`, `pause`, `resume`, `flush`.
     pub action: &'static str,
+    /// The affected values before the action (JSON; `null` when not applicable).
     pub old: serde_json::Value,
+    /// The affected values after the action (JSON; `null` when not applicable).
     pub new: serde_json::Value,
     /// The caller's address (trusted-proxy aware), and the connection's peer.
     pub caller: IpAddr,
+    /// The direct TCP peer, `ip:port` (a proxy's, when behind one).
     pub peer: String,
 }
 
 impl AuditEntry {
+    /// An entry stamped with the current time.
     pub fn now(
         room: &str,
         action: &'static str,
@@ -96,6 +102,7 @@ impl AuditLog {
         AuditLog::with_max_bytes(data_dir, DEFAULT_MAX_BYTES)
     }
 
+    /// The log in `data_dir`, rotated when it would exceed `max_bytes` (at least 1).
     pub fn with_max_bytes(data_dir: &Path, max_bytes: u64) -> AuditLog {
         AuditLog {
             inner: Arc::new(Mutex::new(Writer {
@@ -108,6 +115,7 @@ impl AuditLog {
         }
     }
 
+    /// The current log file's path.
     pub fn path(&self) -> PathBuf {
         self.lock().path.clone()
     }

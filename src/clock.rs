@@ -23,6 +23,7 @@ pub struct Clock {
 }
 
 impl Clock {
+    /// A clock reading the system's wall time, advanced by a monotonic timer from now on.
     pub fn system() -> Self {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -39,6 +40,7 @@ impl Clock {
         }
     }
 
+    /// Unix milliseconds now, by this clock.
     pub fn now_ms(&self) -> u64 {
         self.origin_unix_ms
             + self.origin.elapsed().as_millis() as u64
@@ -52,6 +54,7 @@ impl Clock {
         self.skipped_ms.fetch_add(ms(by), Ordering::Relaxed);
     }
 
+    /// This clock's time as a [`SystemTime`].
     pub fn now(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(self.now_ms())
     }

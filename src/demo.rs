@@ -11,10 +11,13 @@ use hyper::body::Incoming;
 
 use crate::http::body::{Body, full};
 
+/// The demo's admin token; fixed and public, so the demo is never for production.
 pub const ADMIN_TOKEN: &str = "demo-admin-token";
+/// Where the demo's waiting room listens.
 pub const LISTEN: &str = "127.0.0.1:8080";
 /// One visitor every two seconds, at most three on the site.
 pub const RATE: f64 = 0.5;
+/// Visitors on the demo origin at once.
 pub const MAX_ACTIVE: u64 = 3;
 /// Short, so slots free up while you watch.
 pub const SESSION_TTL: Duration = Duration::from_secs(30);

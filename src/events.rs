@@ -137,13 +137,19 @@ pub fn check_properties(config: &KafkaConfig) -> Result<(), (String, String)> {
 /// Events buffered in-process before new ones are dropped.
 pub const CHANNEL_CAPACITY: usize = 65_536;
 
+/// What an [`Event`] reports; published as its snake_case `type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
+    /// A visitor took a place in line (or entered the draw).
     VisitorJoined,
+    /// A visitor was let onto the site, from the line or by the fast path.
     VisitorAdmitted,
+    /// A waiting visitor stopped sending heartbeats and left the line.
     VisitorAbandoned,
+    /// An admitted session idled past `session_ttl` and gave its slot back.
     SessionExpired,
+    /// An operator changed a room's runtime settings; `detail` has the old and new values.
     ConfigChanged,
     /// A client (address or range) was banned; `client`, `reason`, `until`.
     ClientBanned,
@@ -157,15 +163,20 @@ pub enum EventKind {
 /// One event as published.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Event {
+    /// What happened.
     pub kind: EventKind,
+    /// The room it happened in; empty for events about a client rather than a room.
     pub room: String,
+    /// The visitor concerned, for visitor events.
     pub visitor_id: Option<VisitorId>,
+    /// When the event was created on this replica.
     pub ts: SystemTime,
     /// Extra fields (a config change's old and new values).
     pub detail: Option<serde_json::Value>,
 }
 
 impl Event {
+    /// An event of `kind` about one visitor of `room`, stamped now.
     pub fn visitor(kind: EventKind, room: &str, visitor: VisitorId) -> Event {
         Event {
             kind,
@@ -176,6 +187,7 @@ impl Event {
         }
     }
 
+    /// A settings change in `room`, with its old and new values as `detail`, stamped now.
     pub fn config_changed(room: &str, detail: serde_json::Value) -> Event {
         Event {
             kind: EventKind::ConfigChanged,
@@ -253,6 +265,7 @@ pub struct EventSink {
     stats: Arc<SinkStats>,
 }
 
+/// Counters of the side channel, shared by the sink and its publisher: events published and dropped.
 pub struct SinkStats {
     published: AtomicU64,
     dropped: AtomicU64,
@@ -282,6 +295,7 @@ impl SinkStats {
         }
     }
 
+    /// Counts `n` events acknowledged by the broker.
     pub fn record_published(&self, n: u64) {
         self.published.fetch_add(n, Ordering::Relaxed);
     }
@@ -305,6 +319,7 @@ impl EventSink {
         )
     }
 
+    /// Whether events go anywhere (brokers are configured).
     pub fn is_enabled(&self) -> bool {
         self.tx.is_some()
     }
@@ -331,6 +346,7 @@ impl EventSink {
         self.stats.published.load(Ordering::Relaxed)
     }
 
+    /// The counters, for the publisher to update.
     pub fn stats(&self) -> Arc<SinkStats> {
         self.stats.clone()
     }
@@ -339,12 +355,14 @@ impl EventSink {
 /// Why the Kafka publisher could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// Brokers are configured, but the binary was built without Kafka support.
     #[error("kafka.brokers: this binary was built without the `kafka` feature")]
     NotBuiltIn,
     /// librdkafka refused to create the producer; the message has any secret of
     /// `kafka.properties` masked.
     #[error("kafka: {0}")]
     Kafka(String),
+    /// The producer's thread could not be spawned.
     #[error("kafka: cannot start the producer thread: {0}")]
     Thread(#[from] std::io::Error),
 }

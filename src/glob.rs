@@ -29,22 +29,29 @@ pub const MAX_PATTERN_LEN: usize = 1024;
 /// Why a pattern was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum GlobError {
+    /// The pattern is empty.
     #[error("the pattern is empty")]
     Empty,
+    /// The pattern exceeds [`MAX_PATTERN_LEN`].
     #[error("the pattern is longer than {MAX_PATTERN_LEN} bytes")]
     TooLong,
+    /// The pattern contains `?` or `#`, which the matched path never does.
     #[error("`{0}` cannot appear in a path pattern: the query and fragment are never matched")]
     QueryChar(char),
+    /// The pattern contains a control character.
     #[error("the pattern contains a control character")]
     ControlChar,
+    /// `**` is part of a segment rather than the whole of one.
     #[error("`**` must be a whole segment (like `/a/**/b`), not part of `{0}`")]
     DoubleStarInSegment(String),
+    /// The pattern contains `//`.
     #[error("the pattern has an empty segment (`//`)")]
     EmptySegment,
     #[error(
         "a pattern without a leading `/` matches the last segment only, so it cannot contain \
          `/` or `**`; start it with `/` to match a whole path"
     )]
+    /// A last-segment pattern (no leading `/`) contains `/` or `**`.
     RelativeMultiSegment,
 }
 
@@ -284,8 +291,11 @@ fn wild_match(p: &[u8], s: &[u8]) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("pattern {index} (`{pattern}`): {error}")]
 pub struct GlobSetError {
+    /// Zero-based position of the bad pattern in the list.
     pub index: usize,
+    /// The bad pattern as written.
     pub pattern: String,
+    /// Why it was refused.
     pub error: GlobError,
 }
 
@@ -324,14 +334,17 @@ impl GlobSet {
         Ok(set)
     }
 
+    /// Whether the set has no patterns.
     pub fn is_empty(&self) -> bool {
         self.globs.is_empty()
     }
 
+    /// How many patterns the set holds.
     pub fn len(&self) -> usize {
         self.globs.len()
     }
 
+    /// The parsed patterns, in the order given.
     pub fn globs(&self) -> &[Glob] {
         &self.globs
     }

@@ -23,6 +23,7 @@ pub struct TrustedProxies {
 }
 
 impl TrustedProxies {
+    /// Trusts these networks.
     pub fn new(nets: Vec<IpNet>) -> Self {
         TrustedProxies { nets }
     }
@@ -33,10 +34,12 @@ impl TrustedProxies {
         self.nets.iter().any(|net| net.contains(&ip))
     }
 
+    /// Whether no proxy is trusted (`X-Forwarded-For` is never believed).
     pub fn is_empty(&self) -> bool {
         self.nets.is_empty()
     }
 
+    /// The trusted networks, as configured.
     pub fn nets(&self) -> &[IpNet] {
         &self.nets
     }

@@ -46,9 +46,12 @@
 //! others' types from the file), the per-replica parts ([`admission`], [`proxy`], …), the
 //! listeners ([`admin`], [`gate`]) and the wiring ([`run`]).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod abuse;
 pub mod access_log;
+// Docs for `admin` are being completed separately; lift this allow once they are.
+#[allow(missing_docs)]
 pub mod admin;
 pub mod admission;
 pub mod audit;
@@ -57,6 +60,8 @@ pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod events;
+// Docs for `fairness` are being completed separately; lift this allow once they are.
+#[allow(missing_docs)]
 pub mod fairness;
 pub mod fsutil;
 pub mod gate;

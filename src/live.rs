@@ -42,8 +42,11 @@ const PREAMBLE: &[u8] = b"retry: 5000\n: anteroom\n\n";
 /// One event on the wire.
 #[derive(Clone, Debug, PartialEq)]
 pub enum LiveEvent {
+    /// The visitor's place changed: the waiting view as JSON (`event: position`).
     Position(serde_json::Value),
+    /// The visitor was admitted: the page goes on to the site.
     Admitted,
+    /// The store cannot be reached: the page shows the stalled notice and keeps its place.
     Stalled,
 }
 
@@ -147,6 +150,7 @@ impl Default for StreamBudget {
 }
 
 impl StreamBudget {
+    /// At most `max_streams` streams at once, `per_client` of them from one client.
     pub fn new(max_streams: usize, per_client: usize) -> Self {
         StreamBudget {
             max_streams,
@@ -301,6 +305,7 @@ impl LiveHub {
         response
     }
 
+    /// Waiting-page streams open now on this hub.
     pub fn open_streams(&self) -> usize {
         lock(&self.listeners).len()
     }

@@ -22,6 +22,7 @@ struct LimiterState {
 }
 
 impl LogLimiter {
+    /// A limiter allowing one line per `every`.
     pub const fn new(every: Duration) -> Self {
         LogLimiter {
             every,

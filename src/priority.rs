@@ -26,6 +26,7 @@ pub const MAX_GRANT_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Nonce length bounds (characters of `[A-Za-z0-9_-]`), as the format fixes them.
 pub const MIN_NONCE: usize = 16;
+/// The longest nonce accepted, in characters.
 pub const MAX_NONCE: usize = 64;
 
 /// The longest grant text worth parsing: room (64) + expiry (20) + nonce (64) + mac (43)
@@ -36,9 +37,11 @@ const MAX_GRANT_LEN: usize = 256;
 /// still unspent is the store's to say.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
+    /// The room the grant admits to.
     pub room: String,
     /// Unix seconds.
     pub expires_at: u64,
+    /// The grant's one-time id: the store remembers it as spent until `expires_at`.
     pub nonce: String,
 }
 
@@ -52,18 +55,25 @@ impl Grant {
 /// Why a grant is refused (all are 403 on the request path; the reason goes to the log).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum GrantError {
+    /// Not `v1.<room>.<expiry>.<nonce>.<mac>`, or too long to be one.
     #[error("not a v1 grant (v1.<room>.<expiry>.<nonce>.<mac>)")]
     Malformed,
+    /// The nonce's length or alphabet is wrong.
     #[error("the nonce must be 16 to 64 characters of [A-Za-z0-9_-]")]
     BadNonce,
+    /// The MAC does not verify under `priority_secret`.
     #[error("the signature does not match priority_secret")]
     Forged,
+    /// Signed for a different room than the one asked for.
     #[error("the grant is for another room")]
     WrongRoom,
+    /// Its expiry has passed.
     #[error("the grant has expired")]
     Expired,
+    /// Its expiry is more than [`MAX_GRANT_TTL`] ahead.
     #[error("the grant expires more than 7 days ahead")]
     TooFarAhead,
+    /// Its nonce was already spent by another visitor.
     #[error("the grant was already used")]
     Replayed,
 }

@@ -23,39 +23,55 @@ use crate::server::{self, ServerLimits};
 /// Why an instance could not start or did not stop cleanly.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The Redis store could not be reached or set up.
     #[error("redis.url: {0}")]
     Redis(#[source] StoreError),
+    /// The embedded store could not open its snapshot in `data_dir`.
     #[error("data_dir: cannot open {path}: {source}")]
     DataDir {
+        /// The data directory.
         path: std::path::PathBuf,
+        /// What the store reported.
         #[source]
         source: StoreError,
     },
     /// The store refused to open a room (its message names what).
     #[error("{source}")]
     OpenRoom {
+        /// The room that could not be opened.
         room: String,
+        /// What the store reported.
         #[source]
         source: StoreError,
     },
+    /// The Kafka publisher could not start.
     #[error(transparent)]
     Events(#[from] crate::events::StartError),
+    /// The request handler could not be built from the config.
     #[error(transparent)]
     App(#[from] crate::gate::AppError),
+    /// The public listener could not be bound.
     #[error("{0}")]
     Listener(#[source] std::io::Error),
+    /// The separate admin listener could not be bound.
     #[error("admin_listen: cannot bind {addr}: {source}")]
     AdminListener {
+        /// The `admin_listen` address.
         addr: SocketAddr,
+        /// Why binding failed.
         #[source]
         source: std::io::Error,
     },
+    /// Serving failed after start.
     #[error("server failed: {0}")]
     Server(#[source] std::io::Error),
+    /// The embedded store's snapshot at shutdown could not be written.
     #[error("final snapshot failed: {0}")]
     Snapshot(#[source] StoreError),
+    /// The abuse registry's state could not be loaded or its store reached.
     #[error("abuse registry: {0}")]
     Abuse(#[from] crate::abuse::AbuseError),
+    /// A serving task panicked or was cancelled.
     #[error("server task panicked: {0}")]
     Panicked(#[from] tokio::task::JoinError),
 }
@@ -65,9 +81,11 @@ pub const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// A started instance: where it listens and how to stop it.
 pub struct Running {
+    /// The public listener's bound address (the real port when `:0` was asked for).
     pub addr: SocketAddr,
     /// Where the admin listener listens, when `admin_listen` is set.
     pub admin_addr: Option<SocketAddr>,
+    /// The request handler, shared with every listener (tests reach its parts through it).
     pub app: Arc<App>,
     stop: CancellationToken,
     done: tokio::task::JoinHandle<Result<(), RunError>>,
@@ -85,6 +103,7 @@ impl Running {
         self.done.await?
     }
 
+    /// A token that starts the shutdown when cancelled, as [`Running::shutdown`] does.
     pub fn stop_handle(&self) -> CancellationToken {
         self.stop.clone()
     }

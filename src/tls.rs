@@ -35,6 +35,7 @@ use rustls::pki_types::pem::PemObject;
 /// failure at the first connection.
 #[derive(Clone, PartialEq, Eq)]
 pub struct CaFile {
+    /// Where the file was read from, for messages.
     pub path: PathBuf,
     /// The file's bytes as read (PEM), for the Redis crate, which parses them itself.
     pub pem: Vec<u8>,
@@ -208,6 +209,7 @@ pub struct ConnectTimeout<C> {
 }
 
 impl<C> ConnectTimeout<C> {
+    /// Wraps `inner` so that each whole connect must finish within `limit`.
     pub fn new(inner: C, limit: Duration) -> Self {
         ConnectTimeout { inner, limit }
     }

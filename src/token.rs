@@ -72,7 +72,9 @@ pub enum CookieError {
 /// What a verified cookie says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VisitorClaim {
+    /// The visitor the cookie was issued to.
     pub visitor: VisitorId,
+    /// The room the cookie is for.
     pub room: RoomName,
     /// Whole seconds: sub-second precision is dropped when the cookie is issued.
     pub issued_at: SystemTime,
@@ -99,6 +101,7 @@ impl RoomName {
         Some(room)
     }
 
+    /// The room name as text.
     pub fn as_str(&self) -> &str {
         // Only `new` builds one, from a checked `str`.
         std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()

@@ -19,10 +19,12 @@ impl VisitorId {
         VisitorId(bytes)
     }
 
+    /// The id as 32 lowercase hex characters (the form on receipts and in `verify-draw`).
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)
     }
 
+    /// Parses 32 hex characters; `None` for anything else.
     pub fn from_hex(s: &str) -> Option<Self> {
         let mut bytes = [0u8; 16];
         hex::decode_to_slice(s, &mut bytes).ok()?;
@@ -93,6 +95,7 @@ impl VisitorRef {
         id.0[..5] == self.prefix()
     }
 
+    /// The reference as its 8 characters.
     pub fn as_str(&self) -> &str {
         // Only ever built from the ASCII alphabet above.
         std::str::from_utf8(&self.0).unwrap_or("????????")

@@ -16,6 +16,7 @@ use crate::glob::GlobSet;
 pub struct AbuseConfig {
     /// Strikes within `window` that ban a client.
     pub strikes: u32,
+    /// How long a strike counts toward `strikes`.
     #[serde(deserialize_with = "duration")]
     pub window: Duration,
     /// The first automatic ban; doubles with each repeat ban of that client.
@@ -63,7 +64,9 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {message}")]
 pub struct AbuseConfigError {
+    /// The offending key's path, e.g. `abuse.allow[2]`.
     pub key: String,
+    /// What is wrong with its value.
     pub message: String,
 }
 
@@ -77,12 +80,19 @@ fn err(key: impl fmt::Display, message: impl Into<String>) -> AbuseConfigError {
 /// A validated `abuse:` section, ready for [`super::AbuseRegistry`].
 #[derive(Clone, Debug)]
 pub struct AbusePolicy {
+    /// Strike weight within `window` that bans a client (at least 1).
     pub strikes: u32,
+    /// How long a strike counts toward `strikes`.
     pub window: Duration,
+    /// The first automatic ban's length; doubles with each repeat ban of the client.
     pub cooldown: Duration,
+    /// The longest an automatic ban's doubling may reach.
     pub max_cooldown: Duration,
+    /// Networks never struck or banned (parsed from `abuse.allow`).
     pub allow: Vec<IpNet>,
+    /// Paths whose first request bans the client for `cooldown`.
     pub ban_paths: GlobSet,
+    /// Clients whose strikes are remembered; the least recently struck are forgotten first.
     pub max_tracked: usize,
     /// See [`AbuseConfig::max_bans`].
     pub max_bans: usize,

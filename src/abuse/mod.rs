@@ -57,6 +57,7 @@ pub use registry::{AbuseRegistry, Judged, PathOutcome, StrikeOutcome};
 pub const LOG_CAP: usize = 10_000;
 /// Page size when the caller gives none, and the most one page holds.
 pub const DEFAULT_PAGE: usize = 50;
+/// The most entries one page of bans or ban log may hold, whatever the caller asks.
 pub const MAX_PAGE: usize = 1_000;
 /// Longest ban reason an admin may give, in characters.
 pub const MAX_REASON_CHARS: usize = 500;
@@ -66,6 +67,7 @@ pub const MAX_BAN_SECS: u64 = 10 * 365 * 24 * 60 * 60;
 
 /// The broadest ranges an admin may ban.
 pub const MIN_PREFIX_V4: u8 = 8;
+/// The broadest IPv6 range an admin may ban (`/16`); see [`MIN_PREFIX_V4`].
 pub const MIN_PREFIX_V6: u8 = 16;
 
 /// What earned a strike, with its weight.
@@ -82,6 +84,7 @@ pub enum StrikeReason {
 }
 
 impl StrikeReason {
+    /// Every strike reason, for labelling metrics up front.
     pub const ALL: [StrikeReason; 4] = [
         StrikeReason::BadCookie,
         StrikeReason::BadAdminToken,
@@ -89,6 +92,7 @@ impl StrikeReason {
         StrikeReason::BadGrant,
     ];
 
+    /// How many strikes this counts as toward `abuse.strikes`: 5 for forged credentials, 1 for the join limit.
     pub fn weight(self) -> u32 {
         match self {
             StrikeReason::BadCookie | StrikeReason::BadAdminToken | StrikeReason::BadGrant => 5,
@@ -124,6 +128,7 @@ pub enum BanSource {
 }
 
 impl BanSource {
+    /// The snake_case name, as serialized and shown in the control room.
     pub fn as_str(self) -> &'static str {
         match self {
             BanSource::Automatic => "automatic",
@@ -141,8 +146,11 @@ pub struct Ban {
     pub seq: u64,
     /// A client (`a.b.c.d/32`, `prefix::/64`) or a range.
     pub target: IpNet,
+    /// Who made the ban.
     pub source: BanSource,
+    /// Why: the operator's text, or a description of the strikes or path that earned it.
     pub reason: String,
+    /// Unix ms when the ban began.
     pub since_ms: u64,
     /// Unix ms when it ends; `None` is permanent.
     pub until_ms: Option<u64>,
@@ -160,10 +168,12 @@ impl Ban {
 pub struct BanVerdict {
     /// Time left; `None` is a permanent ban.
     pub retry_after: Option<Duration>,
+    /// The ban that matched the client.
     pub ban: Arc<Ban>,
 }
 
 impl BanVerdict {
+    /// Whether the ban never ends (answered with 403 rather than 429).
     pub fn is_permanent(&self) -> bool {
         self.retry_after.is_none()
     }
@@ -179,8 +189,11 @@ impl BanVerdict {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogAction {
+    /// A ban began.
     Banned,
+    /// An admin lifted a ban.
     Unbanned,
+    /// A ban ran out.
     Expired,
     /// Removed before its end to make room for a newer ban at `abuse.max_bans`.
     Displaced,
@@ -191,11 +204,15 @@ pub enum LogAction {
 pub struct LogEntry {
     /// Increases by one per entry; the paging cursor of [`AbuseRegistry::log`].
     pub seq: u64,
+    /// Unix ms when it happened.
     pub at_ms: u64,
+    /// What happened to the ban.
     pub action: LogAction,
+    /// The client or range the ban is on.
     pub target: IpNet,
     /// The source of the ban this entry is about.
     pub source: BanSource,
+    /// The ban's reason.
     pub reason: String,
     /// The ban's end (for `banned`), `None` when permanent or not applicable.
     pub until_ms: Option<u64>,
@@ -205,7 +222,9 @@ pub struct LogEntry {
 /// this was the last page.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Page<T> {
+    /// This page's entries, newest first.
     pub items: Vec<T>,
+    /// The cursor of the next (older) page; `None` on the last page.
     pub next_cursor: Option<u64>,
 }
 
@@ -214,6 +233,7 @@ pub struct Page<T> {
 /// change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AbuseEvent {
+    /// A new ban, automatic, by path or by an admin.
     Banned(Arc<Ban>),
     /// Lifted by an admin.
     Unbanned(Arc<Ban>),
@@ -224,6 +244,7 @@ pub enum AbuseEvent {
 }
 
 impl AbuseEvent {
+    /// The ban this event is about.
     pub fn ban(&self) -> &Ban {
         match self {
             AbuseEvent::Banned(b)
@@ -259,22 +280,34 @@ impl AbuseEvent {
 /// `Full` to 409 and `Store` to 503.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BanError {
+    /// The target is neither an address nor a CIDR range.
     #[error("target `{0}` is neither an IP address nor a CIDR range")]
     InvalidTarget(String),
     #[error(
         "target `{target}` is broader than /{min_prefix}, the broadest range that may be banned"
     )]
-    TooBroad { target: String, min_prefix: u8 },
+    /// The range is broader than [`MIN_PREFIX_V4`] / [`MIN_PREFIX_V6`] allow.
+    TooBroad {
+        /// The target as given.
+        target: String,
+        /// The shortest prefix allowed for its address family.
+        min_prefix: u8,
+    },
+    /// The target is in `abuse.allow` or `trusted_proxies`, which are never banned.
     #[error("target `{0}` is in abuse.allow or trusted_proxies, which are never banned")]
     Immune(String),
+    /// A duration of zero, or one past [`MAX_BAN_SECS`], was given.
     #[error(
         "duration_secs must be a whole number from 1 to {MAX_BAN_SECS} (ten years), or null for a permanent ban"
     )]
     InvalidDuration,
+    /// The reason exceeds [`MAX_REASON_CHARS`].
     #[error("reason is longer than {MAX_REASON_CHARS} characters")]
     ReasonTooLong,
+    /// No active ban on this exact target.
     #[error("no active ban on `{0}`")]
     NotFound(String),
+    /// The embedded file or Redis failed; the message says how.
     #[error("the ban store is unavailable: {0}")]
     Store(String),
     /// `abuse.max_bans` (the number) active bans are all operator bans.
@@ -287,8 +320,15 @@ pub enum BanError {
 /// Errors of the store underneath (files, Redis).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AbuseError {
+    /// The embedded store's file could not be read or written.
     #[error("abuse state in {path}: {reason}")]
-    File { path: String, reason: String },
+    File {
+        /// The state file's path.
+        path: String,
+        /// What went wrong reading, parsing or writing it.
+        reason: String,
+    },
+    /// A Redis command or script failed.
     #[error("redis (abuse): {0}")]
     Redis(String),
 }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{AbuseError, Ban, LogEntry};
 
+/// The embedded abuse state's file (bans and ban log) in `data_dir`.
 pub const ABUSE_FILE: &str = "abuse.json";
 const TMP_FILE: &str = "abuse.json.tmp";
 pub(super) const VERSION: u32 = 1;

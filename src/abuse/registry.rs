@@ -57,7 +57,10 @@ pub enum StrikeOutcome {
     /// Already banned: nothing more counted.
     AlreadyBanned,
     /// Counted; the client's weight within the window is now `total`.
-    Counted { total: u64 },
+    Counted {
+        /// The client's strike weight within the window, this strike included.
+        total: u64,
+    },
     /// This strike reached `abuse.strikes`.
     Banned(Arc<Ban>),
     /// Redis did not answer; the strike was lost (bans already known stay enforced).
@@ -231,6 +234,7 @@ impl AbuseRegistry {
         lock(&self.events_rx).take()
     }
 
+    /// The validated `abuse:` policy this registry enforces.
     pub fn policy(&self) -> &AbusePolicy {
         &self.policy
     }

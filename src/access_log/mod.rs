@@ -53,8 +53,10 @@ use crate::queue::VisitorRef;
 /// `access_log`: where the lines go.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Target {
+    /// No access log (the default).
     #[default]
     Off,
+    /// One line per request on standard output.
     Stdout,
     /// Appended to (created 0600), never through a symlink; reopened on SIGHUP.
     File(PathBuf),
@@ -134,12 +136,14 @@ pub struct Started {
     pub time: SystemTime,
     /// The same moment, for `duration_ms`.
     pub at: Instant,
+    /// The request's id (`X-Request-Id`), as forwarded and logged.
     pub request_id: HeaderValue,
     /// The client as the request path sees it (behind trusted proxies, what they
     /// forwarded for).
     pub client: IpAddr,
     /// The direct peer.
     pub peer: SocketAddr,
+    /// The request method.
     pub method: Method,
     /// The request's checked host (`name[:port]`), if it named a valid one.
     pub host: Option<String>,

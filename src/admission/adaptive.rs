@@ -51,10 +51,13 @@ pub struct RateView {
     pub explanation: String,
     /// What the last decision saw over its window, every replica's observations merged.
     pub origin_p95_ms: Option<u64>,
+    /// Share of origin responses in that window that were 5xx (0 to 1).
     pub origin_error_ratio: f64,
+    /// How many origin responses that window held.
     pub origin_samples: u64,
     /// The room's `adaptive:` limits, to show what the observations are held against.
     pub target_latency_ms: u64,
+    /// The 5xx share above which the rate is lowered.
     pub max_error_ratio: f64,
 }
 

@@ -24,6 +24,7 @@ impl StoreHealth {
         }
     }
 
+    /// Whether no store outage is under way (the last call did not fail).
     pub fn is_up(&self) -> bool {
         self.down_since
             .lock()

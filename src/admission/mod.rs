@@ -93,14 +93,18 @@ pub enum Decision {
     /// On the site, since `since` (unix seconds: when this replica first saw the session
     /// admitted; the `admitted_at` of the admission token).
     Admitted {
+        /// Unix seconds when this replica first saw the session admitted.
         since: u64,
     },
+    /// In line (or in the draw), at this place.
     Waiting(crate::queue::Place),
     /// A newcomer over their address's join limit or share, or an admitted cookie used
     /// from one client too many; try again after `retry_after`. `reason` is `None` for
     /// the queue breaker's stand-in.
     Refused {
+        /// How long until trying again may succeed.
         retry_after: Duration,
+        /// Which limit or share refused; `None` for the queue breaker's stand-in.
         reason: Option<RefusedReason>,
     },
     /// The queue breaker (`max_waiting`): the line is full; this newcomer was not added.
@@ -111,11 +115,13 @@ pub enum Decision {
     Closed,
     /// The store did not answer; `fail_open` says whether to proxy anyway.
     Stalled {
+        /// Proxy anyway: `fail_open` is on and the outage has outlasted `fail_open_after`.
         fail_open: bool,
     },
 }
 
 impl Admission {
+    /// The admission layer over `store`; `fail_open_after` is `None` when fail-open is off.
     pub fn new(
         store: Arc<dyn QueueStore>,
         fail_open_after: Option<Duration>,
@@ -411,6 +417,7 @@ impl Admission {
         self.stats.get(room)
     }
 
+    /// The queue-event sink passes and joins are reported to.
     pub fn events(&self) -> &EventSink {
         &self.events
     }
@@ -430,6 +437,7 @@ impl Admission {
         }
     }
 
+    /// The store's health as seen by this replica's calls.
     pub fn health(&self) -> &StoreHealth {
         &self.health
     }

@@ -21,31 +21,46 @@ pub mod probe;
 pub enum Command {
     /// Serve. `generated` says which secrets were made up (print a generated admin token).
     Run {
+        /// The validated configuration.
         config: Config,
+        /// Log format, verbosity and `--reseed`.
         options: RunOptions,
+        /// Which secrets were made up for this run.
         generated: Generated,
     },
     /// Print [`config::init_yaml`].
     Init,
     /// The validated config; the caller prints [`Config::describe`].
-    Check { config: Config },
+    Check {
+        /// The configuration that passed validation.
+        config: Config,
+    },
     /// The built-in demo origin plus a room in front of it.
-    Demo { options: RunOptions },
+    Demo {
+        /// Log format, verbosity and `--reseed`.
+        options: RunOptions,
+    },
     /// Print the version (and whether the front-end is built in).
     Version,
     /// `verify-draw`: check a lottery draw without any config.
     VerifyDraw(VerifyDrawArgs),
     /// `grant`: print a priority grant for `room`, minted by [`mint_grant`].
     Grant {
+        /// The configuration holding the room and the priority secret.
         config: Config,
+        /// The room the grant admits to.
         room: String,
+        /// How long the grant stays valid.
         ttl: std::time::Duration,
     },
     /// `probe`: ask the instance at `addr` for `check`'s endpoint within `timeout`
     /// ([`probe::probe`]).
     Probe {
+        /// The instance to ask.
         addr: std::net::SocketAddr,
+        /// Which endpoint to ask for.
         check: probe::Check,
+        /// How long to wait for the whole exchange.
         timeout: std::time::Duration,
     },
 }
@@ -77,15 +92,19 @@ pub struct VerifyDrawArgs {
 pub struct RunOptions {
     /// `--reseed`: the file's runtime settings win over the ones stored.
     pub reseed: bool,
+    /// How diagnostic log lines are written.
     pub log_format: LogFormat,
     /// Number of `-v` given.
     pub verbosity: u8,
 }
 
+/// The format of the diagnostic log (`--log-format`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// Human-readable lines.
     #[default]
     Text,
+    /// One JSON object per line, for log collectors.
     Json,
 }
 
@@ -95,6 +114,7 @@ pub enum CliError {
     /// Bad usage, `--help`: print with `err.print()` / `err.exit()`.
     #[error("{0}")]
     Clap(#[from] clap::Error),
+    /// The configuration (file, environment or flags) is invalid.
     #[error("{0}")]
     Config(#[from] ConfigError),
 }

@@ -41,20 +41,35 @@ pub enum ProbeError {
     /// Nothing answered the connection (not running, or another address).
     #[error("cannot connect to {addr}: {source}")]
     Connect {
+        /// The address dialled.
         addr: SocketAddr,
+        /// Why connecting failed.
         source: std::io::Error,
     },
     /// The connection or the HTTP exchange failed.
     #[error("{url}: {source}")]
-    Http { url: String, source: hyper::Error },
+    Http {
+        /// The URL asked for.
+        url: String,
+        /// What hyper reported.
+        source: hyper::Error,
+    },
     /// No answer within the timeout.
     #[error("{url}: no answer within {timeout:?}")]
-    TimedOut { url: String, timeout: Duration },
+    TimedOut {
+        /// The URL asked for.
+        url: String,
+        /// How long was waited.
+        timeout: Duration,
+    },
     /// An answer other than 200, with the first line of what it said.
     #[error("{url}: {status}{}", reason_suffix(.reason))]
     Status {
+        /// The URL asked for.
         url: String,
+        /// The status it answered with.
         status: StatusCode,
+        /// The first line of its body, at most 256 bytes.
         reason: String,
     },
 }

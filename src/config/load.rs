@@ -10,12 +10,19 @@ use super::{Config, ConfigError, Secret};
 /// Values given on the command line. `None` / `false` means "not given".
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
+    /// `--config`: the YAML file to read.
     pub config: Option<PathBuf>,
+    /// `--origin`: the origin URL, for a one-room setup without a file.
     pub origin: Option<String>,
+    /// `--rate`: visitors admitted per second.
     pub rate: Option<f64>,
+    /// `--max-active`: visitors on the site at once.
     pub max_active: Option<u64>,
+    /// `--listen`: the public listener's address.
     pub listen: Option<String>,
+    /// `--redis`: the shared store's URL.
     pub redis: Option<String>,
+    /// `--data-dir`: where embedded state, bans and the audit log live.
     pub data_dir: Option<PathBuf>,
     /// `--fail-open` can only turn fail-open on.
     pub fail_open: bool,
@@ -25,14 +32,18 @@ pub struct Overrides {
 /// config file). The caller prints a generated admin token so the operator can use it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Generated {
+    /// The admin token was generated (and must be shown to the operator).
     pub admin_token: bool,
+    /// The cookie secret was generated, so cookies do not survive a restart.
     pub cookie_secret: bool,
 }
 
 /// A loaded configuration and what was generated for it.
 #[derive(Clone, Debug)]
 pub struct Loaded {
+    /// The validated configuration.
     pub config: Config,
+    /// Which secrets were made up for it.
     pub generated: Generated,
 }
 

@@ -68,6 +68,7 @@ pub struct Config {
     pub waiting_page: WaitingPageConfig,
     /// Proxy everyone through after `fail_open_after` of continuous store outage.
     pub fail_open: bool,
+    /// How long the store must be continuously unreachable before `fail_open` takes effect.
     pub fail_open_after: Duration,
     /// `origin_ca_file`: the only CAs trusted for `https://` origins (else the system's).
     pub origin_ca_file: Option<crate::tls::CaFile>,
@@ -80,8 +81,11 @@ pub struct Config {
     pub metrics_token: Option<Secret>,
     /// `access_log`: where one JSON line per request goes; off by default.
     pub access_log: crate::access_log::Target,
+    /// `redis:`: the shared store's URL and CA file; an empty URL means the embedded store.
     pub redis: RedisConfig,
+    /// `kafka:`: the optional queue-event side channel.
     pub kafka: KafkaConfig,
+    /// `server:`: connection limits, timeouts, serving workers and shutdown timing.
     pub server: ServerConfig,
     /// `abuse:`, validated for the abuse registry.
     pub abuse: crate::abuse::AbusePolicy,
@@ -187,10 +191,13 @@ pub struct RoomConfig {
     pub rate: f64,
     /// Visitors on the site at once (≥ 1).
     pub max_active: u64,
+    /// An admitted session with no request for this long gives its slot back (seeds the live setting).
     pub session_ttl: Duration,
+    /// A waiting visitor with no heartbeat for this long leaves the line (seeds the live setting).
     pub abandon_after: Duration,
     /// Joins per client address per window; 0 disables the limit.
     pub join_limit_per_ip: u32,
+    /// The fixed window `join_limit_per_ip` counts over, from a client's first attempt.
     pub join_limit_window: Duration,
     /// Sessions on the site at once from one client; 0: no cap.
     pub max_sessions_per_client: u32,
@@ -198,9 +205,13 @@ pub struct RoomConfig {
     pub max_places_per_client: u32,
     /// Distinct clients one admitted cookie may be used from; 0: no cap.
     pub session_clients: u32,
+    /// The waiting page's heading; the translated default when left at it.
     pub title: String,
+    /// The operator's note on the waiting page, shown as written; may be empty.
     pub message: String,
+    /// Send the checked request host to the origin as `Host` instead of the origin's own authority.
     pub preserve_host: bool,
+    /// Place visitors who arrive before `admits_at` by a random draw rather than arrival order.
     pub lottery: bool,
     /// 200, 202, 429 or 503.
     pub queue_status_code: u16,
@@ -216,6 +227,7 @@ pub struct RoomConfig {
     pub inflight_wait: Duration,
     /// The queue breaker: at most this many in line; 0: no limit.
     pub max_waiting: u64,
+    /// When the line opens, admission starts and the room closes; empty for an ordinary room.
     pub schedule: Schedule,
     /// `adaptive:`: lower the rate actually used while the origin struggles.
     pub adaptive: Option<crate::fairness::adaptive::AdaptiveConfig>,
@@ -315,10 +327,12 @@ impl Secret {
         &self.text
     }
 
+    /// Length of the key material in bytes.
     pub fn len(&self) -> usize {
         self.bytes.len()
     }
 
+    /// Whether there is no key material.
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
@@ -349,18 +363,25 @@ pub enum ConfigError {
         line: Option<u64>,
         /// Dotted path (`rooms.main.rate`), or the flag / variable at fault.
         key: String,
+        /// What is wrong, for the operator.
         message: String,
     },
     /// YAML that does not parse at all.
     #[error("{}", located(Some(file), *line, None, message))]
     Syntax {
+        /// The file that failed to parse.
         file: String,
+        /// 1-based line of the error, when the parser knows it.
         line: Option<u64>,
+        /// The parser's description of the error.
         message: String,
     },
+    /// The config file could not be read.
     #[error("cannot read config file {}: {source}", path.display())]
     Read {
+        /// The file that was asked for.
         path: PathBuf,
+        /// Why reading it failed.
         #[source]
         source: std::io::Error,
     },
@@ -368,6 +389,7 @@ pub enum ConfigError {
         "nothing to protect: pass --origin URL (e.g. `anteroom --origin http://localhost:3000`), \
          --config FILE (`anteroom init > anteroom.yaml` writes one), or run `anteroom demo`"
     )]
+    /// Neither an origin nor a config file was given, so there is nothing to protect.
     NoOrigin,
     /// A command used without what it needs (e.g. `check` without a config file).
     #[error("{0}")]

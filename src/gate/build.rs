@@ -35,7 +35,9 @@ const ADMISSION_SIGNER_CAPACITY: usize = 200_000;
 #[derive(Debug, thiserror::Error)]
 #[error("rooms.{room}.origin: {source}")]
 pub struct BadOrigin {
+    /// The room whose origin it is.
     pub room: String,
+    /// Why the proxy cannot use it.
     #[source]
     pub source: ProxyError,
 }
@@ -43,6 +45,7 @@ pub struct BadOrigin {
 /// Why the public listener's state could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
+    /// A room's origin URL cannot be proxied to.
     #[error(transparent)]
     Origin(#[from] BadOrigin),
     /// Whom to trust for `https://` origins (`origin_ca_file`, else the system's CAs)
@@ -55,6 +58,7 @@ pub enum AppError {
 }
 
 impl App {
+    /// The public listener's state: rooms, origins and pages from `config`, over `admission` and `abuse`.
     pub fn new(
         config: &Config,
         admission: Arc<Admission>,
@@ -171,6 +175,7 @@ impl App {
         })
     }
 
+    /// The rooms' names, in config order.
     pub fn room_names(&self) -> Vec<String> {
         self.room_names.clone()
     }

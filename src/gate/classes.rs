@@ -55,6 +55,7 @@ pub struct Inflight {
 }
 
 impl Inflight {
+    /// The cap for `max` in-flight requests, each waiting at most `wait`; `None` when `max` is 0.
     pub fn of(max: u64, wait: Duration, gauge: Gauge) -> Option<Inflight> {
         (max > 0).then(|| Inflight {
             permits: Arc::new(Semaphore::new(

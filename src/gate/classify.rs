@@ -33,8 +33,11 @@ pub enum Class {
     Banned(crate::abuse::BanVerdict),
     /// Refused before anything routes on it (absolute-form target, CONNECT).
     Refused(Kind),
+    /// `/__anteroom/healthz`: liveness, 200 while the process serves.
     Healthz,
+    /// `/__anteroom/readyz`: readiness, 503 while draining or while the store is down without fail-open.
     Readyz,
+    /// `/__anteroom/events`: the waiting page's live stream (SSE or WebSocket).
     Events,
     /// `/__anteroom/admin` and everything below it: [`crate::admin::handle`].
     Admin,
@@ -102,11 +105,14 @@ impl Class {
 /// A room's path classes, parsed once (the config checked every pattern).
 #[derive(Clone, Debug, Default)]
 pub struct RoomPaths {
+    /// `bypass_paths`: proxied straight through, no queue and no cookie.
     pub bypass: GlobSet,
+    /// `asset_paths`: never join the line nor get the waiting page.
     pub assets: GlobSet,
 }
 
 impl RoomPaths {
+    /// The room's `bypass_paths` and `asset_paths`, parsed.
     pub fn of(room: &RoomConfig) -> RoomPaths {
         // Validation parsed these very patterns; a failure here cannot happen, and an
         // empty set (nothing matches) is the safe reading if it ever did.

@@ -57,7 +57,10 @@ pub enum Kind {
     BodyTimeout,
     /// The client is banned by the abuse registry: 429 with the time left as
     /// `Retry-After`, 403 when the ban is permanent.
-    Banned { permanent: bool },
+    Banned {
+        /// The ban never ends (403 rather than 429).
+        permanent: bool,
+    },
     /// Our own configuration is unusable (e.g. an origin the proxy cannot address).
     Internal,
     /// A newcomer over the room's join limit or per-client shares: told when to try again.
@@ -79,6 +82,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The HTTP status this kind of error is answered with.
     pub fn status(self) -> StatusCode {
         match self {
             Kind::AbsoluteForm
@@ -184,7 +188,9 @@ impl Kind {
 #[derive(Debug, thiserror::Error)]
 #[error("{kind:?}")]
 pub struct GateError {
+    /// What went wrong; decides the status and the page.
     pub kind: Kind,
+    /// The underlying error, for the log.
     #[source]
     pub source: Option<BoxError>,
     /// Seconds after which trying again makes sense (`Retry-After`).
@@ -192,6 +198,7 @@ pub struct GateError {
 }
 
 impl GateError {
+    /// An error of `kind` with no source and no `Retry-After`.
     pub fn new(kind: Kind) -> GateError {
         GateError {
             kind,

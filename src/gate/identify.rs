@@ -45,6 +45,7 @@ pub struct Identity {
     pub room: Option<usize>,
     /// The verified visitor of this room, if the cookie verified.
     pub visitor: Option<VisitorId>,
+    /// The client prefers JSON to HTML (`Accept`), so errors and the waiting view are JSON.
     pub wants_json: bool,
     /// The language of our pages, from `Accept-Language`.
     pub lang: i18n::Lang,

@@ -66,7 +66,9 @@ use identify::Identity;
 
 /// One room as the request path needs it.
 pub struct Room {
+    /// The room's validated configuration.
     pub config: RoomConfig,
+    /// Where and how its requests are forwarded.
     pub origin: Origin,
     /// `bypass_paths` and `asset_paths`, parsed.
     pub paths: RoomPaths,
@@ -83,7 +85,9 @@ pub struct App {
     /// Lower-cased host (no port) → index into `rooms`.
     hosts: HashMap<String, usize>,
     catch_all: Option<usize>,
+    /// The admission layer: the only door to the store.
     pub admission: Arc<Admission>,
+    /// The waiting page's live streams and their ticker.
     pub live: LiveHub,
     cookies: CookieKeys,
     secure_cookies: bool,
@@ -98,6 +102,7 @@ pub struct App {
     /// Warnings about unreadable `X-Forwarded-For` from a trusted proxy.
     unreadable_forwarded: LogLimiter,
     admin: Admin,
+    /// The Prometheus metrics every listener records into.
     pub metrics: Metrics,
     /// Signs `X-Anteroom-Admission` when `admission_key` is set.
     signer: Option<AdmissionSigner>,
@@ -318,6 +323,7 @@ impl App {
         self.draining.store(true, Ordering::Relaxed);
     }
 
+    /// Whether a drain has started (readiness then answers 503).
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
     }

@@ -51,7 +51,9 @@ struct ManifestEntry {
 /// URLs under [`STATIC_PREFIX`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
+    /// URL of the entry's module script.
     pub script: String,
+    /// URLs of the entry's stylesheets, in manifest order.
     pub styles: Vec<String>,
 }
 

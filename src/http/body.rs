@@ -10,17 +10,20 @@ use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::{BodyExt, Empty, Full, combinators::BoxBody};
 
+/// The error type of every body: anything sendable.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A streaming response body: proxied bytes, an SSE stream, or a rendered page.
 pub type Body = BoxBody<Bytes, BoxError>;
 
+/// A body of these bytes, all at once.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed()
 }
 
+/// A body with no bytes.
 pub fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed()
 }
@@ -52,6 +55,7 @@ pub struct Watched<B, W> {
 }
 
 impl<B, W> Watched<B, W> {
+    /// Wraps `inner` so that `watch` hears about every poll.
     pub fn new(inner: B, watch: W) -> Self {
         Watched {
             inner,

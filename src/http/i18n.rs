@@ -11,14 +11,20 @@ use serde::Serialize;
 /// A language the pages are written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lang {
+    /// English, the fallback when `Accept-Language` matches nothing.
     En,
+    /// German.
     De,
+    /// Spanish.
     Es,
+    /// French.
     Fr,
+    /// Arabic, written right to left.
     Ar,
 }
 
 impl Lang {
+    /// Every language the pages are written in, English first.
     pub const ALL: [Lang; 5] = [Lang::En, Lang::De, Lang::Es, Lang::Fr, Lang::Ar];
 
     fn from_primary_tag(tag: &str) -> Option<Lang> {
@@ -32,6 +38,7 @@ impl Lang {
         })
     }
 
+    /// This language's strings.
     pub fn catalog(self) -> &'static Catalog {
         match self {
             Lang::En => &EN,
@@ -79,51 +86,83 @@ pub fn negotiate(header: Option<&HeaderValue>) -> Lang {
 /// One language's strings. `{n}`, `{min}` and `{max}` are filled in by the page.
 #[derive(Debug, Serialize)]
 pub struct Catalog {
+    /// The BCP 47 primary tag (`en`, `de`, …), used as the page's `lang` attribute.
     pub code: &'static str,
     /// `ltr` or `rtl`.
     pub dir: &'static str,
     /// The title shown when the room's is the default one.
     pub title_default: &'static str,
+    /// Label of the visitor's position in line.
     pub your_place: &'static str,
+    /// Screen-reader announcement of the position; `{n}` is the position.
     pub announce: &'static str,
+    /// Label of how many are waiting in total.
     pub in_line_now: &'static str,
+    /// Label of the estimated wait.
     pub estimated_wait: &'static str,
+    /// The estimate when the wait is under a minute.
     pub eta_under_minute: &'static str,
     /// Shown instead of a range until the room has seen its line move enough to stand
     /// behind one.
     pub eta_estimating: &'static str,
+    /// A wait in seconds; `{n}` is the number (used below 90 s).
     pub eta_secs: &'static str,
+    /// A wait in whole minutes; `{n}` is the number.
     pub eta_mins: &'static str,
+    /// A range of two waits; `{min}` and `{max}` are already formatted.
     pub eta_range: &'static str,
+    /// Shown while the room is paused; reassures that the place is kept.
     pub paused: &'static str,
+    /// Shown on the waiting page while the store cannot be reached.
     pub stalled: &'static str,
+    /// Shown for the moment between admission and the redirect to the site.
     pub admitted: &'static str,
+    /// Shown while the live stream reconnects.
     pub reconnecting: &'static str,
+    /// The standing note under the line: keep the page open, reloading does not help.
     pub note: &'static str,
+    /// Label of the countdown to the queue opening (before `queue_opens_at`).
     pub opens_in: &'static str,
+    /// The note shown before the queue opens.
     pub before_open_note: &'static str,
+    /// Label of the countdown to the lottery's doors (`admits_at`).
     pub doors_open_in: &'static str,
+    /// Label of how many have entered the lottery draw so far.
     pub entered: &'static str,
+    /// The note shown during the draw: arrival time does not matter.
     pub draw_note: &'static str,
+    /// A countdown's days part; `{n}` is the number.
     pub days: &'static str,
+    /// One-line notice that the line is closed (`closes_at` has passed).
     pub closed: &'static str,
+    /// Heading of the page for a newcomer refused by the join limit or a share.
     pub refused_title: &'static str,
+    /// Body of the refused page.
     pub refused_detail: &'static str,
+    /// Heading of the page for a newcomer turned away by the queue breaker.
     pub full_title: &'static str,
+    /// Body of the line-full page.
     pub full_detail: &'static str,
     /// Label of the visitor's reference, for support.
     pub reference: &'static str,
     /// The lottery receipt: its heading, and the labels of the visitor's
     /// draw hash, place in the draw and visitor id (what `anteroom verify-draw` needs).
     pub receipt: &'static str,
+    /// Receipt label of the visitor's draw hash.
     pub draw_hash: &'static str,
+    /// Receipt label of the visitor's place in the draw.
     pub draw_place: &'static str,
+    /// Receipt label of the visitor id, to check with `anteroom verify-draw`.
     pub visitor_id: &'static str,
+    /// Heading of the page shown once the room is closed.
     pub closed_title: &'static str,
+    /// Body of the closed page.
     pub closed_detail: &'static str,
+    /// Body of the holding page shown while the store cannot be reached.
     pub stalled_detail: &'static str,
     /// A client banned by the abuse registry.
     pub banned_title: &'static str,
+    /// Body of the page shown to a banned client.
     pub banned_detail: &'static str,
 }
 
@@ -158,6 +197,7 @@ impl Catalog {
         }
     }
 
+    /// The screen-reader announcement for `position`, in this language.
     pub fn announce(&self, position: u64) -> String {
         self.announce.replace("{n}", &position.to_string())
     }

@@ -20,6 +20,7 @@ use super::body::{Body, full};
 use super::i18n::{self, Catalog, Lang};
 use crate::fairness::eta::Eta;
 
+/// The name of the `X-Anteroom-Status` header, which carries a [`VisitorStatus`].
 pub const STATUS_HEADER: &str = "x-anteroom-status";
 
 /// Whether the animated front-end (`web/dist`) is compiled into this binary: set by
@@ -31,16 +32,22 @@ pub const FRONTEND_BUILT_IN: bool = cfg!(anteroom_frontend);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum VisitorStatus {
+    /// In line (or in the draw, or before the queue opens).
     Waiting,
+    /// Turned away by the join limit or a per-client share; may retry later.
     Refused,
+    /// The room is past `closes_at` and admits nobody new.
     Closed,
+    /// The store is unreachable; the holding page keeps retrying.
     Stalled,
+    /// The client is banned by the abuse registry.
     Banned,
     /// The queue breaker (`max_waiting`) turned a newcomer away.
     Full,
 }
 
 impl VisitorStatus {
+    /// The header value: the lowercase name.
     pub fn as_str(self) -> &'static str {
         match self {
             VisitorStatus::Waiting => "waiting",
@@ -60,13 +67,21 @@ pub use crate::queue::Phase;
 /// What a waiting (or held) visitor is shown, in HTML or JSON.
 #[derive(Clone, Debug, Serialize)]
 pub struct WaitingView {
+    /// Which of the visitor statuses this view is; also sent as `X-Anteroom-Status`.
     pub status: VisitorStatus,
+    /// The room's name.
     pub room: String,
+    /// 1 for the head of the line; `None` during a lottery draw or when not in line.
     pub position: Option<u64>,
+    /// Everyone in line (during the draw: everyone entered).
     pub waiting: u64,
+    /// The estimated wait, as a range in seconds.
     pub eta_secs: Eta,
+    /// How soon to poll again, in seconds: the `Retry-After` header and the no-script refresh.
     pub retry_after_secs: u64,
+    /// Where the room is in its schedule.
     pub phase: Phase,
+    /// Whether the room is paused.
     pub paused: bool,
     /// The visitor's 8-character reference, for support; `ref` in JSON.
     #[serde(rename = "ref", skip_serializing_if = "Option::is_none")]
@@ -83,10 +98,13 @@ pub struct WaitingView {
 
 /// Page text that comes from the room's config rather than the store.
 pub struct RoomText<'a> {
+    /// The room's title (empty for the translated default).
     pub title: &'a str,
+    /// The operator's message for the page, shown as given.
     pub message: &'a str,
 }
 
+/// The page renderer: the built-in templates, the front-end entry when built in, and the operator's template and stylesheet.
 pub struct Pages {
     env: Environment<'static>,
     /// The split-flap board's script and stylesheets, when the front-end is built in.

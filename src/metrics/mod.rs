@@ -40,6 +40,7 @@ mod tests;
 
 pub use replica::Listener;
 
+/// The `Content-Type` of the `/metrics` exposition (Prometheus text format).
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -72,6 +73,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// The registry: gauges read from `admission` and the abuse registry (when given), series for the configured `rooms`, and whether `fail_open` is configured.
     pub fn new(
         admission: Arc<Admission>,
         rooms: Vec<String>,
@@ -207,6 +209,7 @@ impl Metrics {
         response
     }
 
+    /// Records one proxied request of `room`: its status class and how long it took.
     pub fn observe_proxy(&self, room: &str, status: StatusCode, took: Duration) {
         let class = match status.as_u16() / 100 {
             n @ 1..=5 => usize::from(n) - 1,

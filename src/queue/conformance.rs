@@ -17,7 +17,9 @@ use super::{
 /// A store under test plus control of the time it reads.
 #[async_trait]
 pub trait Harness: Send + Sync {
+    /// The store the suite runs against.
     type Store: QueueStore;
+    /// The store, opened on the harness's clock.
     fn store(&self) -> Arc<Self::Store>;
     /// Moves the store's clock forward.
     async fn advance(&self, by: Duration);
@@ -101,6 +103,7 @@ pub(crate) use suite;
 
 const ROOM: &str = "main";
 
+/// Room settings at `rate` and `max_active`, with a 5-minute session TTL and a 2-hour abandon time (long enough that heartbeats never matter).
 pub fn settings(rate: f64, max_active: u64) -> RoomSettings {
     RoomSettings {
         rate,
@@ -211,6 +214,7 @@ async fn run_passes<H: Harness>(h: &H, span: Duration) -> Vec<VisitorId> {
     admitted
 }
 
+/// A newcomer is admitted at once while nobody waits and the limits allow.
 pub async fn fast_path_admits_when_nobody_waits<H: Harness>(h: &mut H) {
     let store = open(h, settings(10.0, 100)).await;
     let first = VisitorId::random();
@@ -242,6 +246,7 @@ pub async fn fast_path_admits_when_nobody_waits<H: Harness>(h: &mut H) {
     assert_eq!(store.stats(ROOM).await.unwrap().total_joined, 1);
 }
 
+/// Concurrent joins are admitted in the order they joined.
 pub async fn fifo_under_concurrent_joins<H: Harness>(h: &mut H) {
     let store = open(h, settings(50.0, 10_000)).await;
     pause(&*store).await;
@@ -279,6 +284,7 @@ pub async fn fifo_under_concurrent_joins<H: Harness>(h: &mut H) {
     );
 }
 
+/// At 1000/s a full line admits 60 000 (±1) in a minute, and a resume releases no burst.
 pub async fn rate_is_exact_over_a_minute<H: Harness>(h: &mut H) {
     let store = open(h, settings(1_000.0, 1_000_000)).await;
     pause(&*store).await;
@@ -296,6 +302,7 @@ pub async fn rate_is_exact_over_a_minute<H: Harness>(h: &mut H) {
     assert_eq!(stats.waiting, 62_000 - admitted as u64);
 }
 
+/// Paused time earns no tokens: an hour's pause releases nobody at once on resume.
 pub async fn burst_is_capped_after_a_long_pause<H: Harness>(h: &mut H) {
     let store = open(h, settings(10.0, 1_000)).await;
     pause(&*store).await;
@@ -332,6 +339,7 @@ pub async fn burst_is_capped_after_a_long_pause<H: Harness>(h: &mut H) {
     assert_eq!(store.admit_pass(ROOM).await.unwrap().admitted.len(), 1);
 }
 
+/// Nobody is admitted beyond `max_active` sessions on the site.
 pub async fn max_active_is_held<H: Harness>(h: &mut H) {
     let store = open(h, settings(100.0, 5)).await;
     let crowd = visitors(20);
@@ -371,6 +379,7 @@ pub async fn max_active_is_held<H: Harness>(h: &mut H) {
     assert_eq!(report.joined_ms, vec![Some(START_MS); 3]);
 }
 
+/// A session idle past `session_ttl` is reaped and its slot given to the line.
 pub async fn idle_sessions_are_reclaimed<H: Harness>(h: &mut H) {
     let mut seed = settings(100.0, 2);
     seed.session_ttl = Duration::from_secs(10);
@@ -409,6 +418,7 @@ pub async fn idle_sessions_are_reclaimed<H: Harness>(h: &mut H) {
     assert_eq!((stats.active, stats.total_expired), (2, 1));
 }
 
+/// A waiter without heartbeats leaves the line after `abandon_after`, and comes back at the back.
 pub async fn abandoned_visitors_drop_and_rejoin_at_the_back<H: Harness>(h: &mut H) {
     let mut seed = settings(10.0, 100);
     seed.abandon_after = Duration::from_secs(60);
@@ -454,6 +464,7 @@ pub async fn abandonment_is_exact_to_the_millisecond<H: Harness>(h: &mut H) {
     assert_eq!(due.abandoned, vec![waiter], "1,000 ms after it: abandoned");
 }
 
+/// While paused nobody is admitted, not even by the fast path.
 pub async fn pause_holds_even_the_fast_path<H: Harness>(h: &mut H) {
     let store = open(h, settings(10.0, 100)).await;
     pause(&*store).await;
@@ -468,6 +479,7 @@ pub async fn pause_holds_even_the_fast_path<H: Harness>(h: &mut H) {
     assert_eq!(store.admit_pass(ROOM).await.unwrap().admitted, vec![v]);
 }
 
+/// A flush empties the line and leaves sessions on the site alone.
 pub async fn flush_empties_the_line_and_leaves_sessions<H: Harness>(h: &mut H) {
     let store = open(h, settings(1.0, 100)).await;
     let on_site = VisitorId::random();
@@ -491,6 +503,7 @@ pub async fn flush_empties_the_line_and_leaves_sessions<H: Harness>(h: &mut H) {
     assert_eq!((again.position, again.waiting), (Some(1), 1));
 }
 
+/// Live settings outlast a reopen and win over the file's; `reseed` makes the file win but does not lift an operator's pause.
 pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
     let seed = settings(10.0, 100);
     let store = open(h, seed.clone()).await;
@@ -542,6 +555,7 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
     );
 }
 
+/// The line and its order outlast a reopen.
 pub async fn line_survives_a_reopen<H: Harness>(h: &mut H) {
     let store = open(h, settings(5.0, 100)).await;
     let on_site = VisitorId::random();
@@ -574,6 +588,7 @@ pub async fn line_survives_a_reopen<H: Harness>(h: &mut H) {
     assert_eq!((stats.total_joined, stats.total_admitted), (50, 1));
 }
 
+/// A heartbeat reports places but never puts anyone in line.
 pub async fn heartbeat_never_joins<H: Harness>(h: &mut H) {
     let store = open(h, settings(10.0, 100)).await;
     let stranger = VisitorId::random();
@@ -592,6 +607,7 @@ pub async fn heartbeat_never_joins<H: Harness>(h: &mut H) {
     );
 }
 
+/// One pass reaps a bounded batch of a large backlog; later passes clear the rest.
 pub async fn reaping_is_bounded_but_catches_up<H: Harness>(h: &mut H) {
     let mut seed = settings(10.0, 100);
     seed.abandon_after = Duration::from_secs(60);
@@ -613,6 +629,7 @@ pub async fn reaping_is_bounded_but_catches_up<H: Harness>(h: &mut H) {
     assert_eq!(store.stats(ROOM).await.unwrap().waiting, 0);
 }
 
+/// A settings patch that fails validation changes nothing.
 pub async fn invalid_settings_change_nothing<H: Harness>(h: &mut H) {
     let store = open(h, settings(10.0, 100)).await;
     for (patch, field) in [
@@ -663,6 +680,7 @@ pub async fn invalid_settings_change_nothing<H: Harness>(h: &mut H) {
     ));
 }
 
+/// One room's line, limits and counters never affect another's.
 pub async fn rooms_are_independent<H: Harness>(h: &mut H) {
     let store = open(h, settings(1.0, 1)).await;
     store
@@ -704,6 +722,7 @@ fn waiting_place(resolution: Resolution) -> (Place, bool) {
     }
 }
 
+/// The join limit counts per client key, refused attempts included, within its window.
 pub async fn join_limit_counts_per_address_and_refusals<H: Harness>(h: &mut H) {
     let store = h.store();
     let policy = RoomPolicy {
@@ -775,6 +794,7 @@ pub async fn join_limit_counts_per_address_and_refusals<H: Harness>(h: &mut H) {
     }
 }
 
+/// The schedule's phases follow the store's clock, not the caller's.
 pub async fn schedule_phases_from_store_time<H: Harness>(h: &mut H) {
     let store = h.store();
     let policy = RoomPolicy {
@@ -882,6 +902,7 @@ async fn positions<S: QueueStore>(store: &S, who: &[VisitorId]) -> Vec<u64> {
     out
 }
 
+/// Entrants are placed by lot when the doors open, a dropped entrant may re-enter, and later arrivals queue behind the whole draw.
 pub async fn lottery_draw_is_by_lot_and_a_rejoin_keeps_its_place<H: Harness>(h: &mut H) {
     let store = h.store();
     let mut seed = settings(1_000.0, 100_000);
@@ -1038,6 +1059,7 @@ async fn draw_places<H: Harness>(h: &H, room: &str, n: usize, t0: u64) -> Vec<u6
     before
 }
 
+/// A draw's places show no bias toward early arrivals (chi-square over ten bands).
 pub async fn lottery_is_fair_to_early_arrivals<H: Harness>(h: &mut H) {
     let n = h.lottery_entrants();
     // 9 degrees of freedom: p > 0.01 below 21.67. With a random salt a fair lottery still
@@ -1057,6 +1079,7 @@ pub async fn lottery_is_fair_to_early_arrivals<H: Harness>(h: &mut H) {
     );
 }
 
+/// The lottery salt, the entrants collected so far and the drawn order outlast a reopen.
 pub async fn lottery_salt_and_draw_survive_a_reopen<H: Harness>(h: &mut H) {
     let seed = settings(1_000.0, 100_000);
     let store = h.store();
@@ -1235,6 +1258,7 @@ fn refused(resolution: Resolution) -> RefusedReason {
     }
 }
 
+/// `max_places_per_client` refuses a client's extra places and frees them as its visitors leave the line.
 pub async fn places_per_client_are_capped_and_freed<H: Harness>(h: &mut H) {
     let mut seed = settings(1.0, 100);
     seed.abandon_after = Duration::from_secs(60);
@@ -1300,6 +1324,7 @@ pub async fn places_per_client_are_capped_and_freed<H: Harness>(h: &mut H) {
     assert_eq!(store.stats(ROOM).await.unwrap().total_refused, 3);
 }
 
+/// `max_sessions_per_client` refuses a client's extra sessions and frees them as sessions end.
 pub async fn sessions_per_client_are_capped_and_freed<H: Harness>(h: &mut H) {
     let mut seed = settings(100.0, 100);
     seed.session_ttl = Duration::from_secs(10);
@@ -1398,6 +1423,7 @@ pub async fn sessions_per_client_are_capped_and_freed<H: Harness>(h: &mut H) {
     ));
 }
 
+/// A session is used from at most `session_clients` clients; the one more is refused that request only.
 pub async fn a_session_is_used_from_at_most_session_clients<H: Harness>(h: &mut H) {
     let mut seed = settings(10.0, 100);
     seed.session_ttl = Duration::from_secs(10);
@@ -1438,6 +1464,7 @@ pub async fn a_session_is_used_from_at_most_session_clients<H: Harness>(h: &mut 
     assert_eq!(store.admit_pass(ROOM).await.unwrap().expired, vec![v]);
 }
 
+/// `max_waiting` turns newcomers away once the line is full, never those in it or the fast path.
 pub async fn queue_breaker_refuses_newcomers_only<H: Harness>(h: &mut H) {
     let policy = RoomPolicy {
         max_waiting: 3,
@@ -1506,6 +1533,7 @@ pub async fn queue_breaker_refuses_newcomers_only<H: Harness>(h: &mut H) {
     assert_eq!(store.stats(ROOM).await.unwrap().total_refused, 2);
 }
 
+/// The queue view lists the head in order and finds a waiter by reference.
 pub async fn queue_head_and_find_by_reference<H: Harness>(h: &mut H) {
     let store = open(h, settings(1.0, 100)).await;
     pause(&*store).await;
@@ -1580,6 +1608,7 @@ pub async fn queue_head_and_find_by_reference<H: Harness>(h: &mut H) {
     ));
 }
 
+/// Moving a waiter to the front by reference gives them position 1.
 pub async fn move_to_front_by_reference<H: Harness>(h: &mut H) {
     let store = open(h, settings(1.0, 100)).await;
     pause(&*store).await;
@@ -1649,6 +1678,7 @@ pub async fn move_to_front_by_reference<H: Harness>(h: &mut H) {
     ));
 }
 
+/// During a draw a waiter moved to the front holds position 1 at once and stays ahead of the whole draw at the doors.
 pub async fn move_to_front_during_a_lottery_draw<H: Harness>(h: &mut H) {
     let store = h.store();
     store
@@ -1691,6 +1721,7 @@ pub async fn move_to_front_during_a_lottery_draw<H: Harness>(h: &mut H) {
     );
 }
 
+/// A priority join takes position 1, or is admitted at once when nobody waits and the limits allow.
 pub async fn priority_join_takes_position_one<H: Harness>(h: &mut H) {
     let store = open(h, settings(1.0, 2)).await;
     // Nobody waits and the limits allow: admitted at once.
@@ -1825,6 +1856,7 @@ pub async fn grant_nonces_are_spent_once<H: Harness>(h: &mut H) {
     ));
 }
 
+/// Ending a session frees its slot for the next pass at once.
 pub async fn end_session_frees_the_slot_at_once<H: Harness>(h: &mut H) {
     let store = open(h, settings(10.0, 1)).await;
     let [on_site, next] = [(); 2].map(|_| VisitorId::random());
@@ -1863,6 +1895,7 @@ pub async fn end_session_frees_the_slot_at_once<H: Harness>(h: &mut H) {
     ));
 }
 
+/// Touched sessions outlive `session_ttl`, and a touch never admits a waiter.
 pub async fn touch_sessions_keeps_sessions_alive<H: Harness>(h: &mut H) {
     let mut seed = settings(10.0, 10);
     seed.session_ttl = Duration::from_secs(10);

@@ -10,6 +10,7 @@
 //! tickets ([`RankIndex::add`] with the chunk number), which keeps this tree a few KiB
 //! even for a line of millions.
 
+/// A Fenwick tree counting live tickets (or chunks) in a sliding window, for positions in O(log n).
 #[derive(Clone, Debug)]
 pub struct RankIndex {
     /// The ticket at slot 0.
@@ -27,6 +28,7 @@ impl Default for RankIndex {
 }
 
 impl RankIndex {
+    /// An empty index whose window starts at ticket `base`.
     pub fn starting_at(base: u64) -> Self {
         RankIndex {
             base,
@@ -78,6 +80,7 @@ impl RankIndex {
         sum
     }
 
+    /// Forgets every ticket; the next window starts at `next_ticket`.
     pub fn clear(&mut self, next_ticket: u64) {
         *self = Self::starting_at(next_ticket);
     }

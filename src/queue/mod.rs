@@ -127,14 +127,20 @@ impl RoomSettings {
 /// resume are patches of `paused`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SettingsPatch {
+    /// New admission rate in visitors per second; must stay finite and above 0.
     pub rate: Option<f64>,
+    /// New cap on visitors on the site at once; at least 1.
     pub max_active: Option<u64>,
+    /// New idle time after which an admitted session gives its slot back.
     pub session_ttl: Option<Duration>,
+    /// New heartbeat silence after which a waiting visitor leaves the line.
     pub abandon_after: Option<Duration>,
+    /// `Some(true)` pauses admission, `Some(false)` resumes it.
     pub paused: Option<bool>,
 }
 
 impl SettingsPatch {
+    /// A patch that only pauses the room.
     pub fn pause() -> Self {
         SettingsPatch {
             paused: Some(true),
@@ -142,6 +148,7 @@ impl SettingsPatch {
         }
     }
 
+    /// A patch that only resumes the room.
     pub fn resume() -> Self {
         SettingsPatch {
             paused: Some(false),
@@ -160,6 +167,7 @@ pub struct RoomPolicy {
     pub join_limit_per_ip: u32,
     /// A fixed window per (room, client key), starting at its first attempt.
     pub join_limit_window: Duration,
+    /// The drop's opening, admission and closing times; empty for an ordinary room.
     pub schedule: Schedule,
     /// Visitors collected during the draw are placed by a salted hash of their id.
     pub lottery: bool,
@@ -184,7 +192,9 @@ impl RoomPolicy {
     /// The defaults for the per-client shares. [`RoomPolicy::default`] leaves every cap off
     /// (as it leaves the join limit off), so the config layer opts in explicitly.
     pub const DEFAULT_MAX_PLACES_PER_CLIENT: u32 = 64;
+    /// Default for [`RoomPolicy::max_sessions_per_client`].
     pub const DEFAULT_MAX_SESSIONS_PER_CLIENT: u32 = 32;
+    /// Default for [`RoomPolicy::session_clients`].
     pub const DEFAULT_SESSION_CLIENTS: u32 = 4;
 
     /// `self` with the default per-client shares.
@@ -248,6 +258,7 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// The phase's snake_case name, as serialized and shown on pages and in the API.
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Queueing => "queueing",
@@ -263,14 +274,24 @@ impl Phase {
 pub enum Resolution {
     /// On the site: proxy the request. `newly` when this very call let them in (the fast
     /// path), so the caller can report the admission.
-    Admitted { newly: bool },
+    Admitted {
+        /// This call let them in (the fast path).
+        newly: bool,
+    },
     /// In line (or in the draw). `joined` when this very call put them there.
-    Waiting { place: Place, joined: bool },
+    Waiting {
+        /// Their place in line (or in the draw).
+        place: Place,
+        /// This call put them in line.
+        joined: bool,
+    },
     /// Refused for `reason`; counted in `total_refused`, except
     /// [`RefusedReason::SessionClients`], which refuses one request of a visitor on the
     /// site rather than a visitor. Only [`RefusedReason::JoinLimit`] is a strike.
     Refused {
+        /// Which limit or share refused them.
         reason: RefusedReason,
+        /// How long until trying again may succeed (the refusal's `Retry-After`).
         retry_after: Duration,
     },
     /// The queue breaker (`max_waiting`): the line is full and this newcomer was not added;
@@ -329,6 +350,7 @@ pub struct WaitingEntry {
     /// The store's id; never shown to admins (the reference is).
     #[serde(skip)]
     pub visitor: VisitorId,
+    /// The short reference the visitor sees on their page, serialized as `ref`.
     #[serde(rename = "ref")]
     pub reference: VisitorRef,
     /// `None` for a lottery entrant before the doors open.
@@ -346,13 +368,17 @@ pub struct WaitingEntry {
 pub enum QueueQuery {
     /// The first `limit` in line, in order (at most [`QueueQuery::MAX_LIMIT`]). A lottery
     /// draw before the doors has no order: only those moved to the front are listed.
-    Head { limit: usize },
+    Head {
+        /// How many to list, capped at [`QueueQuery::MAX_LIMIT`].
+        limit: usize,
+    },
     /// The one waiting visitor (in line or in a draw) with this reference;
     /// [`StoreError::NotWaiting`] when there is none.
     Ref(VisitorRef),
 }
 
 impl QueueQuery {
+    /// The most entries one [`QueueQuery::Head`] may ask for.
     pub const MAX_LIMIT: usize = 1_000;
 }
 
@@ -376,14 +402,18 @@ pub struct Place {
     pub position: Option<u64>,
     /// Everyone in line (during the draw: everyone entered).
     pub waiting: u64,
+    /// Whether the room is paused (the line holds still).
     pub paused: bool,
+    /// Where the room is in its schedule.
     pub phase: Phase,
 }
 
 /// What a live stream reports for one visitor on a tick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VisitorState {
+    /// On the site: the page should go on to the origin.
     Admitted,
+    /// Still waiting, at this place.
     Waiting(Place),
     /// Neither waiting nor on the site: abandoned, flushed, or never joined. The page should
     /// reload, which rejoins them at the back.
@@ -393,25 +423,36 @@ pub enum VisitorState {
 /// What one admission pass did. Ids are reported so the events side channel can name them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PassReport {
+    /// Visitors admitted by this pass, in admission order.
     pub admitted: Vec<VisitorId>,
     /// When each of `admitted` joined the line (unix ms, the store's clock), in the same
     /// order: what their time in line is measured from. `None` where the store does not
     /// know (an entry older than the record of it).
     pub joined_ms: Vec<Option<u64>>,
+    /// Waiting visitors removed for missing heartbeats past `abandon_after`.
     pub abandoned: Vec<VisitorId>,
+    /// Admitted sessions reaped for idling past `session_ttl`.
     pub expired: Vec<VisitorId>,
 }
 
 /// A room's counters and live settings, as the control room and metrics show them.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RoomStats {
+    /// Visitors in line now (the draw included).
     pub waiting: u64,
+    /// Sessions on the site now.
     pub active: u64,
+    /// Visitors ever put in line, since the room's counters were created.
     pub total_joined: u64,
+    /// Visitors ever admitted, from the line or by the fast path.
     pub total_admitted: u64,
+    /// Sessions ever reaped for idling past `session_ttl`.
     pub total_expired: u64,
+    /// Waiting visitors ever dropped for missing heartbeats.
     pub total_abandoned: u64,
+    /// Newcomers ever refused (limits, shares, the queue breaker).
     pub total_refused: u64,
+    /// The room's live runtime settings.
     pub settings: RoomSettings,
 }
 
@@ -456,17 +497,26 @@ pub enum Seeded {
 /// stalled page (503), `UnknownRoom` a 404, `Invalid` a 400 naming the field.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The store could not be reached or failed; the message says why.
     #[error("queue store unavailable: {0}")]
     Unavailable(String),
+    /// No room of this name was opened in the store.
     #[error("unknown room {0:?}")]
     UnknownRoom(String),
+    /// A value the store refuses: which field, and why.
     #[error("invalid {field}: {reason}")]
-    Invalid { field: &'static str, reason: String },
+    Invalid {
+        /// The settings field or argument at fault, as the API names it.
+        field: &'static str,
+        /// What is wrong with it, for the operator.
+        reason: String,
+    },
     /// No visitor with this reference is waiting in the room (a 404 for the admin API).
     #[error("no waiting visitor with reference {0}")]
     NotWaiting(VisitorRef),
 }
 
+/// The result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
 
 /// The operations admission needs, each one atomic step on one room.
@@ -565,6 +615,7 @@ pub trait QueueStore: Send + Sync + 'static {
     /// nor after `closes_at`; the first pass at the doors orders a lottery draw (once).
     async fn admit_pass(&self, room: &str) -> StoreResult<PassReport>;
 
+    /// The room's counters and live settings, read in one atomic step.
     async fn stats(&self, room: &str) -> StoreResult<RoomStats>;
 
     /// The room's lottery record (docs/fairness.md): its salt, the phase, the entrants,

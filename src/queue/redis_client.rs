@@ -44,7 +44,9 @@ use crate::tls::CaFile;
 // Made once per start and consumed at once: the variants' sizes do not matter.
 #[allow(clippy::large_enum_variant)]
 pub enum RedisClient {
+    /// A single Redis node (`redis://` or `rediss://` URL).
     Single(redis::Client),
+    /// A Redis Cluster, seeded by one or more node URLs.
     Cluster(ClusterClientBuilder),
 }
 
@@ -52,9 +54,13 @@ pub enum RedisClient {
 /// choose their own: both must fail fast when Redis is away, so no request waits on it.
 #[derive(Clone, Copy, Debug)]
 pub struct Timeouts {
+    /// How long to wait for a new connection to be established.
     pub connect: Duration,
+    /// How long to wait for the reply to one command before failing it.
     pub response: Duration,
+    /// How many times to retry a failed connection before giving up.
     pub retries: usize,
+    /// Upper bound of the exponential backoff between reconnection attempts.
     pub max_retry_delay: Duration,
 }
 
@@ -89,7 +95,9 @@ impl RedisClient {
 /// serving worker, so each lives on the runtime of the thread that uses it.
 #[derive(Clone)]
 pub enum Connector {
+    /// One node: its client, and the timeouts each new manager uses.
     Single(redis::Client, Timeouts),
+    /// A Cluster client, timeouts already built in.
     Cluster(ClusterClient),
 }
 
@@ -114,7 +122,9 @@ impl Connector {
 /// anteroom (the queue store, the abuse registry) sends its scripts through.
 #[derive(Clone)]
 pub enum RedisConn {
+    /// One node through a reconnecting connection manager.
     Single(ConnectionManager),
+    /// A Redis Cluster connection, routing each key to its slot's node.
     Cluster(ClusterConnection),
 }
 

@@ -18,6 +18,7 @@ use crate::queue::{
     SettingsPatch, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
 };
 
+/// The embedded queue store: every room in this process's memory, optionally snapshotted to `data_dir`.
 pub struct MemoryStore {
     pub(super) clock: Clock,
     rooms: RwLock<HashMap<String, Arc<Mutex<Room>>>>,

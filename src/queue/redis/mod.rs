@@ -41,6 +41,7 @@ mod tests;
 
 /// How long to wait for a connection or a reply before calling the store unavailable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long to wait for a command's reply before calling the store unavailable.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 
 const TIMEOUTS: Timeouts = Timeouts {
@@ -50,6 +51,7 @@ const TIMEOUTS: Timeouts = Timeouts {
     max_retry_delay: Duration::from_millis(500),
 };
 
+/// The queue store in Redis: every operation is one Lua script on the room's keys, so replicas share one line.
 pub struct RedisStore {
     /// The shared connection (on the runtime that connected): background loops, tests, and
     /// a serving worker until its own is ready (see [`RedisStore::conn`]).

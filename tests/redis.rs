@@ -180,9 +180,15 @@ async fn redis_down_admits_nobody_and_recovery_needs_no_restart() {
         .update_settings("main", &SettingsPatch::resume())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let before = direct.stats("main").await.unwrap();
-    assert!(before.total_admitted > 0, "admitting before the outage");
+    let before = poll_until(
+        Duration::from_secs(10),
+        "admitting before the outage",
+        async || {
+            let stats = direct.stats("main").await.unwrap();
+            (stats.total_admitted > 0).then_some(stats)
+        },
+    )
+    .await;
     let hits_before = origin.hits();
 
     redis.kill();

@@ -334,6 +334,28 @@ impl Drop for BinaryReplica {
     }
 }
 
+/// Asks `check` every 20 ms until it answers `Some`, for at most `within` (real time), and
+/// returns the answer; panics naming `what` if it never comes. For a test waiting on an
+/// effect (an admission, a closed connection, a line written) instead of sleeping a fixed
+/// time and hoping it happened.
+pub async fn poll_until<T>(
+    within: std::time::Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(answer) = check().await {
+            return answer;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Panics anywhere in this test process so far, a server's connection task included (a
 /// panic inside a spawned task would otherwise vanish into a `JoinError` nobody reads).
 /// The first call installs the counting hook; count from then on.

@@ -9,7 +9,7 @@
 //! The IPv6 test makes whole /64s local (`ip -6 route add local ... dev lo`, so it needs
 //! root or CAP_NET_ADMIN) and connects from many addresses of one of them.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! `redis-server` (started by the test on a free loopback port), a Redis killed and brought
 //! back, and a replica killed with SIGKILL.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 //! records who was admitted, when and by which replica (the passes' reports and the fast
 //! path), so double admissions and admissions during an outage are counted, not inferred.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

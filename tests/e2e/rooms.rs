@@ -2,7 +2,7 @@
 //! and a scheduled drop with a lottery. A real anteroom on loopback in front of real
 //! origins, driven by a real HTTP client.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -331,7 +331,7 @@ fn used_memory(server: &RedisServer) -> u64 {
 }
 
 /// Not a timed test: prints joins/s, admissions/s and Redis memory per waiting visitor.
-/// `cargo test --release --test redis measure -- --ignored --nocapture`
+/// `cargo test --release --test e2e redis::measure -- --ignored --nocapture`
 /// (`ANTEROOM_MEASURE_N=1000000` for a million).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]

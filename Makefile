@@ -45,7 +45,8 @@ test-browser:
 
 ## test-plain: the end-to-end tests against a binary built without the front-end
 test-plain:
-	ANTEROOM_FRONTEND=off $(CARGO) test --locked --lib --test core --test admin
+	ANTEROOM_FRONTEND=off $(CARGO) test --locked --lib
+	ANTEROOM_FRONTEND=off $(CARGO) test --locked --test e2e -- core:: admin::
 
 ## test-deploy: the deployment kit (deploy/) with real promtool, systemd-analyze, hadolint,
 ## kubectl kustomize and kubernetes-validate, and a real Prometheus scraping

@@ -79,7 +79,7 @@ pub use queue::{QUEUE_DEFAULT_LIMIT, parse_queue_query};
 pub use rooms::{CONFIG_FIELDS, parse_patch};
 pub use routes::{Op, Route, routes};
 
-/// The OpenAPI 3 document of the admin API, kept true by `tests/admin.rs`.
+/// The OpenAPI 3 document of the admin API, kept true by `tests/e2e/admin.rs`.
 pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// Request bodies larger than this are refused with 413.

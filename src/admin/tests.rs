@@ -1,5 +1,5 @@
 //! Unit tests of the admin module's parsers and matcher; the API end to end is
-//! `tests/admin.rs`.
+//! `tests/e2e/admin.rs`.
 
 use std::time::Duration;
 

@@ -227,14 +227,22 @@ async fn in_flight_request_completes_at_shutdown() {
 
 #[tokio::test]
 async fn shutdown_grace_drops_connections_that_do_not_finish() {
+    let (entered_tx, entered_rx) = oneshot::channel::<()>();
+    let entered_tx = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
     let server = start(
         ServerLimits {
             shutdown_grace: Duration::from_millis(200),
             ..limits()
         },
-        |_req: Request<Incoming>, _peer: SocketAddr| async {
-            tokio::time::sleep(Duration::from_secs(30)).await;
-            Response::new(full("never"))
+        move |_req: Request<Incoming>, _peer: SocketAddr| {
+            let entered_tx = entered_tx.clone();
+            async move {
+                if let Some(tx) = entered_tx.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Response::new(full("never"))
+            }
         },
     )
     .await;
@@ -243,7 +251,8 @@ async fn shutdown_grace_drops_connections_that_do_not_finish() {
         .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // In flight: the handler has the request.
+    entered_rx.await.unwrap();
     let started = Instant::now();
     server.stop().await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(2));

@@ -2,7 +2,7 @@
 //! `redis-server` (started by the test on a free loopback port), a Redis killed and brought
 //! back, and a replica killed with SIGKILL.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -180,9 +180,15 @@ async fn redis_down_admits_nobody_and_recovery_needs_no_restart() {
         .update_settings("main", &SettingsPatch::resume())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let before = direct.stats("main").await.unwrap();
-    assert!(before.total_admitted > 0, "admitting before the outage");
+    let before = poll_until(
+        Duration::from_secs(10),
+        "admitting before the outage",
+        async || {
+            let stats = direct.stats("main").await.unwrap();
+            (stats.total_admitted > 0).then_some(stats)
+        },
+    )
+    .await;
     let hits_before = origin.hits();
 
     redis.kill();
@@ -325,7 +331,7 @@ fn used_memory(server: &RedisServer) -> u64 {
 }
 
 /// Not a timed test: prints joins/s, admissions/s and Redis memory per waiting visitor.
-/// `cargo test --release --test redis measure -- --ignored --nocapture`
+/// `cargo test --release --test e2e redis::measure -- --ignored --nocapture`
 /// (`ANTEROOM_MEASURE_N=1000000` for a million).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]

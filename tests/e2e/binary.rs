@@ -2,7 +2,7 @@
 //! `--version`, SIGTERM with a snapshot, surviving file-descriptor exhaustion, and the request
 //! id on the log lines about a request.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};

@@ -3,7 +3,7 @@
 //! the query; then logrotate's move and a real SIGHUP, after which lines land in a fresh
 //! file at the configured path.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

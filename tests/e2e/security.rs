@@ -3,7 +3,7 @@
 //! in front of real origins that report what they received; raw TCP sockets for malformed
 //! input, an HTTP/2 client for `:authority`.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 

@@ -17,7 +17,7 @@
 //! missing every one of a round's 24 connections to its replica would take the hand-off
 //! failing; the test runs many rounds.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

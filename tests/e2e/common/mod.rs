@@ -334,20 +334,81 @@ impl Drop for BinaryReplica {
     }
 }
 
-/// Panics anywhere in this test process so far, a server's connection task included (a
-/// panic inside a spawned task would otherwise vanish into a `JoinError` nobody reads).
-/// The first call installs the counting hook; count from then on.
+/// Asks `check` every 20 ms until it answers `Some`, for at most `within` (real time), and
+/// returns the answer; panics naming `what` if it never comes. For a test waiting on an
+/// effect (an admission, a closed connection, a line written) instead of sleeping a fixed
+/// time and hoping it happened.
+pub async fn poll_until<T>(
+    within: std::time::Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(answer) = check().await {
+            return answer;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Panics in this test process so far outside the tests' own code: in the server, a
+/// connection task included (a panic inside a spawned task would otherwise vanish into a
+/// `JoinError` nobody reads), or in a library. Every end-to-end test shares this process,
+/// so a failing assertion in another test (a panic in `tests/`) is not counted here; that
+/// test reports its own failure. The first call installs the counting hook; count from
+/// then on.
 pub fn panics() -> u64 {
     static PANICS: AtomicU64 = AtomicU64::new(0);
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            PANICS.fetch_add(1, Ordering::SeqCst);
+            let in_tests = info
+                .location()
+                .is_some_and(|l| l.file().starts_with("tests/"));
+            if !in_tests {
+                PANICS.fetch_add(1, Ordering::SeqCst);
+            }
             previous(info);
         }));
     });
     PANICS.load(Ordering::SeqCst)
+}
+
+/// For a test that observes the whole process (its open descriptors, say), which other
+/// tests running at once in this binary would disturb: runs `test` (in `module`, as
+/// `module_path!()` gives it) alone in a child process of this test binary and checks it
+/// passed. Returns `false` then, and the caller returns; in that child it returns `true`
+/// and the caller runs the test itself.
+pub fn run_alone(module: &str, test: &str) -> bool {
+    const CHILD: &str = "ANTEROOM_E2E_ALONE";
+    // `e2e::slowloris` → `slowloris::name`, as the test harness names it.
+    let module = module.split_once("::").map_or("", |(_, m)| m);
+    let name = format!("{module}::{test}");
+    if std::env::var_os(CHILD).is_some_and(|v| v == name.as_str()) {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name.as_str(), "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, &name)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Through the harness's capture: shown if this test fails, or with --nocapture.
+    println!("{stdout}");
+    println!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{name} failed in its own process");
+    assert!(
+        stdout.contains("test result: ok. 1 passed"),
+        "{name} did not run in its own process"
+    );
+    false
 }
 
 /// Opens a WebSocket through the anteroom at `addr` and checks three messages come back

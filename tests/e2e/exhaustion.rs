@@ -9,7 +9,7 @@
 //! The IPv6 test makes whole /64s local (`ip -6 route add local ... dev lo`, so it needs
 //! root or CAP_NET_ADMIN) and connects from many addresses of one of them.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::process::Command;
@@ -323,9 +323,16 @@ async fn connections_beyond_the_per_client_cap_are_closed_at_accept() {
     assert_eq!(served.status(), 200);
     // The peer gets its connections back as its open ones close.
     drop(held);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let again = served_quickly(&client_from("127.0.0.1"), ar.addr, None).await;
-    assert_eq!(again.status(), 200);
+    let peer = client_from("127.0.0.1");
+    poll_until(
+        Duration::from_secs(5),
+        "the peer served again",
+        async || {
+            let served = peer.get(format!("http://{}/", ar.addr)).send().await;
+            served.is_ok_and(|r| r.status() == 200).then_some(())
+        },
+    )
+    .await;
     ar.shutdown().await.unwrap();
 }
 
@@ -674,16 +681,18 @@ async fn websocket_tunnels_count_against_the_caps() {
     }
     // Closing them gives the connections back: a visitor elsewhere opens a working one.
     drop(alive);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let r = client_from("127.0.0.2")
         .get(format!("http://{}/", ar.addr))
         .send()
         .await
         .unwrap();
     let other = visitor_cookie(&r).unwrap();
-    let mut socket = ws_connect_from(ar.addr, "127.0.0.2", &other, Duration::from_secs(2))
-        .await
-        .unwrap();
+    let mut socket = poll_until(Duration::from_secs(5), "a tunnel opens again", async || {
+        ws_connect_from(ar.addr, "127.0.0.2", &other, Duration::from_secs(2))
+            .await
+            .ok()
+    })
+    .await;
     assert!(echoes(&mut socket).await);
     drop(socket);
     ar.shutdown().await.unwrap();

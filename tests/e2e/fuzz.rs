@@ -5,7 +5,7 @@
 //! machine does not have: these are proptest-driven loops with fixed case counts, which
 //! shrink a failure to a minimal input.)
 
-mod common;
+use crate::common;
 
 use std::time::SystemTime;
 

@@ -4,7 +4,7 @@
 //! refused when bad, never seen by the origin), minted by `anteroom grant` and by the
 //! Python and JavaScript snippets in docs/security.md exactly as written there.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -437,7 +437,7 @@ async fn the_grant_never_reaches_the_origin() {
 
 /// The code block of `lang` in docs/security.md's "Priority" section, unindented.
 fn readme_snippet(lang: &str) -> String {
-    let readme = include_str!("../docs/security.md");
+    let readme = include_str!("../../docs/security.md");
     let section = readme
         .split("\n## Priority\n")
         .nth(1)

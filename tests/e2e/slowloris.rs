@@ -8,7 +8,7 @@
 //! small (1-2 s) so the file stays well under a minute. Run with `--nocapture` for the
 //! figures RELIABILITY.md quotes.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,9 +51,6 @@ rooms:
     );
     from_yaml_str(&yaml, "slow.yaml").unwrap()
 }
-
-/// The tests here count the whole process's descriptors, so they take turns.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -170,7 +167,13 @@ async fn slow_connection(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_are_cut_off_while_a_real_visitor_is_served() {
-    let _turn = ONE_AT_A_TIME.lock().await;
+    // It counts the whole process's descriptors: alone, in a process of its own.
+    if !run_alone(
+        module_path!(),
+        "slow_clients_are_cut_off_while_a_real_visitor_is_served",
+    ) {
+        return;
+    }
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
     let ar = start(&slow_config(&origin.url(), dir.path())).await;
@@ -286,7 +289,13 @@ async fn slow_clients_are_cut_off_while_a_real_visitor_is_served() {
 /// while an operator's API calls (and the public site) are still answered quickly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_on_the_admin_listener_are_cut_off_while_the_admin_answers() {
-    let _turn = ONE_AT_A_TIME.lock().await;
+    // It counts the whole process's descriptors: alone, in a process of its own.
+    if !run_alone(
+        module_path!(),
+        "slow_clients_on_the_admin_listener_are_cut_off_while_the_admin_answers",
+    ) {
+        return;
+    }
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = slow_config(&origin.url(), dir.path());
@@ -416,7 +425,10 @@ async fn slow_clients_on_the_admin_listener_are_cut_off_while_the_admin_answers(
 /// (2 s here) is the whole body's deadline: the request gets a 408 and the connection closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_dribbled_forever_is_cut_off() {
-    let _turn = ONE_AT_A_TIME.lock().await;
+    // It counts the whole process's descriptors: alone, in a process of its own.
+    if !run_alone(module_path!(), "a_body_dribbled_forever_is_cut_off") {
+        return;
+    }
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
     let ar = start(&slow_config(&origin.url(), dir.path())).await;
@@ -432,7 +444,13 @@ async fn a_body_dribbled_forever_is_cut_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_connections_opened_and_dropped() {
-    let _turn = ONE_AT_A_TIME.lock().await;
+    // It counts the whole process's descriptors: alone, in a process of its own.
+    if !run_alone(
+        module_path!(),
+        "ten_thousand_connections_opened_and_dropped",
+    ) {
+        return;
+    }
     const CONNECTIONS: usize = 10_000;
     const AT_ONCE: usize = 64;
     let origin = Origin::start().await;

@@ -8,7 +8,7 @@
 //! steps instead of 20) through a hidden, test-only knob, so the whole run stays within
 //! about 25 s; the rules are the product's.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

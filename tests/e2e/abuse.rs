@@ -2,7 +2,7 @@
 //! requests, with real clients on distinct loopback addresses (127.0.0.x, a real source
 //! address per client), a real redis-server for the replica test, and real restarts.
 
-mod common;
+use crate::common;
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime};

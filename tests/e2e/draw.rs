@@ -6,7 +6,7 @@
 //! the real binary once, on the document saved as served), and the places published
 //! are the positions the visitors hold and the order the doors admit them in.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! records who was admitted, when and by which replica (the passes' reports and the fast
 //! path), so double admissions and admissions during an outage are counted, not inferred.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 
@@ -300,13 +300,18 @@ async fn redis_sigkilled_under_load_loses_no_place_and_admits_nobody_while_down(
     let stop = tokio_util::sync::CancellationToken::new();
     let tasks = joiners(addrs.clone(), 20, stop.clone());
 
+    // The load runs a while before the outage (part of the scenario, not a wait for an
+    // effect); then a newcomer is told to wait once the line has formed.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let waiting = http
-        .get(format!("http://{}/", addrs[1]))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(status_header(&waiting).as_deref(), Some("waiting"));
+    let waiting = poll_until(Duration::from_secs(10), "a line formed", async || {
+        let r = http
+            .get(format!("http://{}/", addrs[1]))
+            .send()
+            .await
+            .unwrap();
+        (status_header(&r).as_deref() == Some("waiting")).then_some(r)
+    })
+    .await;
     let in_line = visitor_cookie(&waiting).unwrap();
     // The line just before the kill, in order (only visitors already in it).
     let joined_ids = |tasks_out: &[Vec<Joined>], before: Instant| -> Vec<VisitorId> {

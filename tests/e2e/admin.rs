@@ -1,7 +1,7 @@
 //! The admin API end to end: a real anteroom on loopback in front of a real origin, driven
 //! by a real HTTP client with and without the admin token.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -243,7 +243,7 @@ async fn the_page_lists_the_api_without_a_token() {
 
 #[tokio::test]
 async fn every_api_route_refuses_a_missing_or_wrong_token() {
-    // Wrong tokens are strikes: this brute force would be banned (tests/abuse.rs
+    // Wrong tokens are strikes: this brute force would be banned (tests/e2e/abuse.rs
     // shows it) unless its address is in abuse.allow.
     let h = Harness::start("abuse:\n  allow: [127.0.0.1]\n").await;
     for route in admin::routes().iter().filter(|r| r.auth) {

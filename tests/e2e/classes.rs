@@ -2,7 +2,7 @@
 //! origins (an echo origin, a slow origin that counts its concurrency, a WebSocket echo),
 //! driven by real HTTP and WebSocket clients.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,7 +1,7 @@
 //! End to end on the embedded store: a real anteroom on loopback in front of a real origin,
 //! driven by a real HTTP client.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -2,7 +2,7 @@
 //! back with a real Kafka client; and the broker killed mid-run without slowing a join.
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -175,7 +175,7 @@ async fn anteroom_starts_with_the_broker_down_from_the_start() {
 /// be shown with it; what this shows is that the settings are in force: the same broker that
 /// takes plain events (above) gets none from a producer told to authenticate, and the
 /// failure is a counted drop that never blocks a visitor. `check`-time validation of the
-/// properties is in tests/tls.rs.
+/// properties is in tests/e2e/tls.rs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sasl_properties_reach_librdkafka() {
     let broker = Broker::start();

@@ -2,7 +2,7 @@
 //! and a scheduled drop with a lottery. A real anteroom on loopback in front of real
 //! origins, driven by a real HTTP client.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 
@@ -314,10 +314,18 @@ async fn a_scheduled_drop_collects_a_draw_then_admits_by_lot() {
         .update_settings("drop", &SettingsPatch::resume())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let winner = places.iter().position(|&p| p == 1).unwrap();
-    let through = json(get(&ar, "shop.example", &[("cookie", &cookies[winner])]).await).await;
-    assert_eq!(through["origin"], true);
+    poll_until(
+        Duration::from_secs(10),
+        "the first place let in",
+        async || {
+            // Until then the answer is the waiting page (HTML): the origin answers in JSON.
+            let answer = get(&ar, "shop.example", &[("cookie", &cookies[winner])]).await;
+            let through = answer.json::<serde_json::Value>().await.ok()?;
+            (through["origin"] == true).then_some(())
+        },
+    )
+    .await;
     for (i, cookie) in cookies.iter().enumerate().filter(|&(i, _)| i != winner) {
         let body = json(get(&ar, "shop.example", &[("cookie", cookie), as_json[0]]).await).await;
         assert_eq!(body["position"], places[i] - 1, "visitor {i}");

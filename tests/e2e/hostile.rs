@@ -8,7 +8,7 @@
 //!
 //! Run with `--nocapture` to see the figures that RELIABILITY.md quotes.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -224,7 +224,7 @@ async fn a_hundred_thousand_bad_cookies_admit_nobody() {
     let (origin, _dir, ar) = front_with(
         // Every bad cookie is a strike that would soon ban loopback, and this
         // test is about what the verifier and the store do with each one: loopback is in
-        // abuse.allow (tests/abuse.rs shows the ban).
+        // abuse.allow (tests/e2e/abuse.rs shows the ban).
         "abuse:\n  allow: [127.0.0.1]\n",
         // Every request comes from loopback: the per-client shares are off here.
         "    rate: 0.01\n    max_active: 1000\n    join_limit_per_ip: 0\n    abandon_after: 1h\n    max_sessions_per_client: 0\n    max_places_per_client: 0",

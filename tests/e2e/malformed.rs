@@ -8,7 +8,7 @@
 //! The cases come from proptest's deterministic runner, so a failure names a case that
 //! reproduces run after run. Run with `--nocapture` for the figures RELIABILITY.md quotes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -324,7 +324,7 @@ fn python_origin_snippet_verifies_the_admission_header() {
 // The admission header end to end: a real origin that trusts only what the public key at
 // /__anteroom/admission-key verifies, and ends sessions with X-Anteroom-End-Session.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -50,8 +50,6 @@
 
 pub mod abuse;
 pub mod access_log;
-// Docs for `admin` are being completed separately; lift this allow once they are.
-#[allow(missing_docs)]
 pub mod admin;
 pub mod admission;
 pub mod audit;
@@ -60,8 +58,6 @@ pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod events;
-// Docs for `fairness` are being completed separately; lift this allow once they are.
-#[allow(missing_docs)]
 pub mod fairness;
 pub mod fsutil;
 pub mod gate;

@@ -50,6 +50,7 @@ pub const DECREASE_EVERY_MS: u64 = WINDOW_SECS * 1_000;
 /// Increases happen at most once per second, by 1/20 of the configured rate (so a full
 /// recovery from the floor takes about 20 s of a healthy origin).
 pub const INCREASE_EVERY_MS: u64 = 1_000;
+/// Each increase adds the configured rate divided by this (20: 5 % of `rate` a step).
 pub const INCREASE_STEPS: f64 = 20.0;
 /// Decisions come once a second from the pass driver, whose ticks jitter by a few ms (and
 /// with replicas, whichever claims first decides): intervals this much short still count.
@@ -151,7 +152,9 @@ mod duration_text {
 #[derive(Debug, thiserror::Error, PartialEq)]
 #[error("adaptive.{field}: {reason}")]
 pub struct AdaptiveConfigError {
+    /// The key inside `adaptive:`: `target_latency`, `max_error_ratio` or `min_rate`.
     pub field: &'static str,
+    /// What the value must satisfy, e.g. "must be between 0 and 1".
     pub reason: String,
 }
 
@@ -184,13 +187,17 @@ impl AdaptiveConfig {
 /// two summaries is adding their fields, so replicas' summaries merge exactly.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OriginSummary {
+    /// Responses observed, whatever their status.
     pub count: u64,
+    /// Of `count`, the responses with a 5xx status (500 to 599).
     pub server_errors: u64,
     /// `HIST` counts; a `Vec` so the wire form is compact and forward-compatible.
     pub latency_buckets: Vec<u64>,
 }
 
 impl OriginSummary {
+    /// Adds one response: its time to headers (in ms, capped at `u32::MAX`) to its latency
+    /// bucket, and a 5xx status to `server_errors`.
     pub fn record(&mut self, latency: Duration, status: u16) {
         // Grow only: never drop counts a merged summary already holds.
         if self.latency_buckets.len() < HIST {
@@ -205,6 +212,8 @@ impl OriginSummary {
         }
     }
 
+    /// Adds `other`'s counts to these (saturating), bucket by bucket, keeping the longer
+    /// bucket list.
     pub fn merge(&mut self, other: &OriginSummary) {
         self.count = self.count.saturating_add(other.count);
         self.server_errors = self.server_errors.saturating_add(other.server_errors);
@@ -236,6 +245,7 @@ impl OriginSummary {
         None
     }
 
+    /// `server_errors / count`, from 0 to 1; 0 with no observations.
     pub fn error_ratio(&self) -> f64 {
         if self.count == 0 {
             0.0
@@ -254,6 +264,8 @@ pub struct OriginWindow {
 }
 
 impl OriginWindow {
+    /// Records one response in the slot of `now_ms`'s unix second, first dropping slots
+    /// outside the last [`WINDOW_SECS`] seconds.
     pub fn record(&mut self, now_ms: u64, latency: Duration, status: u16) {
         let sec = now_ms / 1000;
         self.expire(now_ms);
@@ -430,13 +442,26 @@ pub enum Reason {
     /// Healthy and at the configured rate.
     AtConfiguredRate,
     /// p95 over the target: lowered.
-    SlowOrigin { p95_ms: u64, target_ms: u64 },
+    SlowOrigin {
+        /// The p95 judged, in ms: the upper edge of its histogram bucket.
+        p95_ms: u64,
+        /// The configured `target_latency`, in ms.
+        target_ms: u64,
+    },
     /// 5xx share over the limit: lowered.
-    OriginErrors { ratio: f64, max: f64 },
+    OriginErrors {
+        /// The 5xx share judged, 0 to 1.
+        ratio: f64,
+        /// The configured `max_error_ratio`.
+        max: f64,
+    },
     /// Healthy again: being raised step by step.
     Recovering,
     /// Too few observations to judge; holding.
-    NotEnoughData { samples: u64 },
+    NotEnoughData {
+        /// Responses over the whole window: fewer than `min_samples` (20 by default).
+        samples: u64,
+    },
     /// Waiting for the last cut to show its effect (or stale slow responses to age out).
     Holding,
 }
@@ -486,8 +511,12 @@ impl std::fmt::Display for Reason {
 /// The controller's output.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RateDecision {
+    /// The room's configured `rate`, in visitors per second: the ceiling.
     pub configured_rate: f64,
+    /// The rate actually admitted at, in visitors per second: at most `configured_rate`, at
+    /// least `min(min_rate, configured_rate)`.
     pub effective_rate: f64,
+    /// Why `effective_rate` is what it is.
     pub reason: Reason,
     /// [`Reason`] as a sentence, for the control room.
     pub explanation: String,
@@ -518,13 +547,22 @@ struct Observed {
 /// replica decides next carries on from it, and shown in the room stats.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AdaptiveState {
+    /// The rate the room admits at, in visitors per second; the bucket refills at
+    /// `min(rate, effective_rate)`.
     pub effective_rate: f64,
+    /// Why the rate is what it is, as of `decided_ms`.
     pub reason: Reason,
+    /// Store time (unix ms) of the last cut, `None` before any: the next waits
+    /// `decrease_every_ms` (10 s by default).
     pub last_decrease_ms: Option<u64>,
+    /// Store time (unix ms) of the last step up, `None` before any: steps come at most
+    /// once a second.
     pub last_increase_ms: Option<u64>,
     /// Over the last decision's whole window, every replica's observations merged.
     pub p95_ms: Option<u64>,
+    /// The 5xx share over that same merged window, 0 to 1 (0 with no responses).
     pub error_ratio: f64,
+    /// Responses counted over that same merged window.
     pub samples: u64,
     /// Store time of the decision.
     pub decided_ms: u64,
@@ -610,10 +648,13 @@ impl AdaptiveController {
             .max(self.floor());
     }
 
+    /// The rate to admit at now, in visitors per second: never above the configured rate
+    /// nor below `min(min_rate, rate)`.
     pub fn effective_rate(&self) -> f64 {
         self.effective_rate
     }
 
+    /// The current rate and reason, without deciding anything.
     pub fn current(&self) -> RateDecision {
         RateDecision {
             configured_rate: self.configured_rate,

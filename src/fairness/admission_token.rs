@@ -55,12 +55,15 @@ const MAX_TOKEN_LEN: usize = 1024;
 /// Why a configured key could not be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum KeyError {
+    /// The text is empty or only whitespace.
     #[error("admission_key is empty")]
     Empty,
+    /// Not a valid key as base64url of 32 bytes or PEM, or PEM encoding failed; holds why.
     #[error(
         "admission_key must be base64url of a 32-byte Ed25519 seed (43 characters) or a PKCS#8 PEM private key: {0}"
     )]
     Malformed(String),
+    /// The OS random generator failed while generating a key; holds its error.
     #[error("the operating system's random generator failed: {0}")]
     Random(String),
 }
@@ -68,18 +71,30 @@ pub enum KeyError {
 /// Why a token was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TokenError {
+    /// Not `v1.<payload>.<signature>` in base64url, a signature of the wrong length, or a
+    /// payload that is not the claims' JSON.
     #[error("token is not of the form v1.<payload>.<signature>")]
     Malformed,
+    /// Over 1024 bytes: refused before any decoding.
     #[error("token is longer than {MAX_TOKEN_LEN} bytes")]
     TooLong,
+    /// A version prefix other than `v1`; holds at most its first 8 characters.
     #[error("token version {0:?} is not supported")]
     Version(String),
+    /// Well-formed, but the signature does not verify (strictly) against this key.
     #[error("token signature does not verify")]
     BadSignature,
+    /// The signature verifies, but the payload names another key id; holds that `kid`.
     #[error("token was signed by key {0:?}, not this one")]
     WrongKey(String),
+    /// The verification time is at or past the token's `exp`.
     #[error("token expired at {expired_at} (now {now})")]
-    Expired { expired_at: u64, now: u64 },
+    Expired {
+        /// The token's `exp`, unix seconds.
+        expired_at: u64,
+        /// The time `verify` was given, unix seconds.
+        now: u64,
+    },
 }
 
 /// What the token asserts.
@@ -87,6 +102,7 @@ pub enum TokenError {
 pub struct AdmissionClaims {
     /// The signing key's id.
     pub kid: String,
+    /// The name of the room the visitor was admitted to.
     pub room: String,
     /// The visitor's reference ([`VisitorId::reference`]): the same 8 characters their
     /// waiting page shows and the access log's `ref`, so an origin's log line, a visitor's
@@ -164,6 +180,7 @@ impl AdmissionKey {
             .map_err(|e| KeyError::Malformed(e.to_string()))
     }
 
+    /// The public half and its key id, to serve or to verify tokens with.
     pub fn public(&self) -> &AdmissionPublicKey {
         &self.public
     }
@@ -199,7 +216,9 @@ pub struct AdmissionPublicKey {
 /// The body of `GET /__anteroom/admission-key`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublicKeyDocument {
+    /// The signature algorithm: always `Ed25519`.
     pub alg: String,
+    /// The key id tokens carry: base64url of the first 8 bytes of SHA-256(public key).
     pub kid: String,
     /// base64url (no padding) of the 32-byte Ed25519 public key.
     pub public_key: String,
@@ -214,6 +233,7 @@ impl AdmissionPublicKey {
         AdmissionPublicKey { verifying, kid }
     }
 
+    /// The key id, 11 characters: base64url of the first 8 bytes of SHA-256(public key).
     pub fn kid(&self) -> &str {
         &self.kid
     }
@@ -232,6 +252,7 @@ impl AdmissionPublicKey {
             .unwrap_or_default()
     }
 
+    /// The JSON body served at `GET /__anteroom/admission-key`.
     pub fn document(&self) -> PublicKeyDocument {
         PublicKeyDocument {
             alg: "Ed25519".to_owned(),
@@ -331,6 +352,7 @@ impl AdmissionSigner {
         }
     }
 
+    /// The public half of the key tokens are signed with.
     pub fn public(&self) -> &AdmissionPublicKey {
         self.key.public()
     }

@@ -27,12 +27,27 @@ use crate::visitor::VisitorId;
 /// Why a draw could not be checked (as opposed to a check that failed).
 #[derive(Debug, thiserror::Error)]
 pub enum DrawError {
+    /// `--salt` or `--commitment` is not hex, or was not given and no document supplies it.
     #[error("{what} is not hex: {reason}")]
-    NotHex { what: &'static str, reason: String },
+    NotHex {
+        /// The input at fault, named by its command-line flag (e.g. `--salt`).
+        what: &'static str,
+        /// The hex decoder's error, or why it was missing and could not be taken from the
+        /// document.
+        reason: String,
+    },
+    /// `--visitor-id` is not 32 hex characters.
     #[error("visitor id must be 32 hex characters (16 bytes)")]
     VisitorId,
+    /// The published draw (`--draw`) could not be read or fetched.
     #[error("cannot read the draw from {source_name}: {reason}")]
-    Read { source_name: String, reason: String },
+    Read {
+        /// The `--draw` argument as given: a file path, `-` or a URL.
+        source_name: String,
+        /// What failed: I/O, the HTTP fetch, the size limit, or an `https://` URL.
+        reason: String,
+    },
+    /// The published draw is not the JSON of a [`DrawDocument`]; holds the parser's error.
     #[error("the draw document is not valid JSON: {0}")]
     Document(String),
 }
@@ -42,6 +57,7 @@ pub enum DrawError {
 pub struct DrawHash(pub [u8; 32]);
 
 impl DrawHash {
+    /// The hash of `visitor` under `salt`: SHA-256(salt bytes ‖ the id's 16 bytes).
     pub fn of(salt: &[u8], visitor: VisitorId) -> Self {
         let digest = Sha256::new()
             .chain_update(salt)
@@ -57,10 +73,12 @@ impl DrawHash {
         u64::from_be_bytes(first)
     }
 
+    /// Lowercase hex, 64 characters: the form published and compared.
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)
     }
 
+    /// Parses 64 hex characters (either case, surrounding space ignored); `None` otherwise.
     pub fn from_hex(s: &str) -> Option<Self> {
         let mut bytes = [0u8; 32];
         hex::decode_to_slice(s.trim(), &mut bytes).ok()?;
@@ -104,12 +122,15 @@ pub struct Receipt {
     /// The visitor's own id, hex: the input of `verify-draw --visitor-id`. Shown only to
     /// them (on their page); it admits nobody without their signed cookie.
     pub visitor_id: String,
+    /// SHA-256(room salt ‖ visitor id): the same before and after the doors.
     pub draw_hash: DrawHash,
     /// `None` before the doors (nobody has a place yet).
     pub place: Option<u64>,
 }
 
 impl Receipt {
+    /// The receipt of `visitor` under `salt`, with its place in `sorted` (every entrant's
+    /// hash, ascending) when given.
     pub fn new(salt: &[u8], visitor: VisitorId, sorted: Option<&[DrawHash]>) -> Self {
         let draw_hash = DrawHash::of(salt, visitor);
         Receipt {
@@ -126,6 +147,7 @@ impl Receipt {
 /// (never their ids).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DrawDocument {
+    /// The room's name.
     pub room: String,
     /// `"collecting"` before the doors, `"drawn"` after.
     pub status: DrawStatus,
@@ -134,6 +156,7 @@ pub struct DrawDocument {
     /// When the doors open (`admits_at`), RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub opens_at: Option<String>,
+    /// How many have entered; after the doors, the length of `hashes`.
     pub entrants: u64,
     /// Hex of the salt, once the doors have opened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -143,10 +166,13 @@ pub struct DrawDocument {
     pub hashes: Option<Vec<DrawHash>>,
 }
 
+/// Whether the draw has been made: the `status` of a [`DrawDocument`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DrawStatus {
+    /// Before the doors: entrants are collected, the salt is secret.
     Collecting,
+    /// The doors have opened: the salt and the sorted hashes are published.
     Drawn,
 }
 
@@ -197,6 +223,7 @@ impl DrawDocument {
             .collect()
     }
 
+    /// Parses a saved or fetched draw document; [`DrawError::Document`] if it is not one.
     pub fn from_json(bytes: &[u8]) -> Result<Self, DrawError> {
         serde_json::from_slice(bytes).map_err(|e| DrawError::Document(e.to_string()))
     }
@@ -209,8 +236,11 @@ fn rfc3339(t: SystemTime) -> String {
 /// The inputs of `anteroom verify-draw`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerifyInput {
+    /// The salt's raw bytes (from hex, any length).
     pub salt: Vec<u8>,
+    /// The commitment to check against, lowercase hex, 64 characters.
     pub commitment: String,
+    /// The visitor whose hash and place are recomputed.
     pub visitor: VisitorId,
 }
 
@@ -239,6 +269,7 @@ impl VerifyInput {
 /// What `verify-draw` found. `ok()` is the exit status.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Verification {
+    /// The visitor's hash, recomputed from the salt and their id.
     pub draw_hash: DrawHash,
     /// SHA-256(salt) equals the commitment given.
     pub salt_matches_commitment: bool,
@@ -247,6 +278,7 @@ pub struct Verification {
     pub document_problems: Vec<String>,
     /// The visitor's place in the published list, if a list was given and holds them.
     pub place: Option<u64>,
+    /// How many hashes the document lists, if it lists any.
     pub entrants: Option<u64>,
     /// Whether a list was checked at all.
     pub list_checked: bool,

@@ -235,6 +235,7 @@ impl Pace {
 /// The `eta` object of room stats.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EtaReport {
+    /// Admitted visitors counted: only those first shown a real range, not "estimating".
     pub admitted: u64,
     /// Share admitted within the range first shown; `null` when nobody was admitted.
     pub within_range: Option<f64>,
@@ -245,7 +246,10 @@ pub struct EtaReport {
 /// A mergeable summary of admitted visitors' ETA accuracy (one minute's, or a window's).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EtaSummary {
+    /// Admitted visitors recorded, each with the range first shown to them.
     pub admitted: u64,
+    /// Of `admitted`, those whose wait, rounded to whole seconds, lay in `[min, max]` of
+    /// that range.
     pub within: u64,
     errors: [u32; ERROR_BUCKETS],
 }
@@ -283,6 +287,8 @@ impl EtaSummary {
         }
     }
 
+    /// In the room stats' form: the median error is the middle of its histogram bucket
+    /// (1 s wide below a minute).
     pub fn report(&self) -> EtaReport {
         if self.admitted == 0 {
             return EtaReport {
@@ -361,6 +367,7 @@ pub struct EtaTracker {
 }
 
 impl EtaTracker {
+    /// An empty tracker whose minutes count from `now`.
     pub fn new(now: Instant) -> Self {
         EtaTracker {
             start: now,
@@ -396,6 +403,7 @@ impl EtaTracker {
         total
     }
 
+    /// [`EtaTracker::last_hour`] in the room stats' form (this replica's admissions only).
     pub fn report(&self, now: Instant) -> EtaReport {
         self.last_hour(now).report()
     }

@@ -7,8 +7,8 @@ use std::io;
 
 use crate::http::body::BoxError;
 
-/// Why a request could not be forwarded; [`ProxyError::status`] maps it to the status the
-/// visitor gets.
+/// Why a request could not be forwarded. The request path turns it into its own error
+/// (`gate::error`), which decides the status the visitor gets.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
     /// The origin could not be reached (refused, unreachable, DNS).

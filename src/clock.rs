@@ -49,7 +49,7 @@ impl Clock {
 
     /// Moves this clock and its clones forward by `by` without waiting: end-to-end tests,
     /// whose sockets need tokio's real clock, drive the store's time with it.
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn advance_for_tests(&self, by: Duration) {
         self.skipped_ms.fetch_add(ms(by), Ordering::Relaxed);
     }

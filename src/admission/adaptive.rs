@@ -121,7 +121,7 @@ impl Admission {
 
     /// Shorter controller windows and steps, for end-to-end tests that must finish in
     /// seconds. Not user-facing.
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn set_adaptive_tuning_for_tests(&self, tuning: Tuning) {
         *self
             .adaptive

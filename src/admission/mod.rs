@@ -154,7 +154,7 @@ impl Admission {
 
     /// The raw store, for tests that drive its clock or inspect it directly. Product code
     /// goes through the methods below so that failures are recorded.
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn store_for_tests(&self) -> &Arc<dyn QueueStore> {
         &self.store
     }

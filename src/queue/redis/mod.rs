@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use super::redis_client::{Connector, KeepAlive, RedisConn, Timeouts};
 use super::{StoreError, StoreResult};
-use crate::clock::ms;
 
 mod calls;
 mod keys;
@@ -139,21 +138,22 @@ impl RedisStore {
     }
 
     /// Moves this store's view of time forward (tests only: Redis `TIME` cannot be paused).
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn advance_clock_for_tests(&self, by: Duration) {
-        self.offset_ms.fetch_add(ms(by), Ordering::SeqCst);
+        self.offset_ms
+            .fetch_add(crate::clock::ms(by), Ordering::SeqCst);
     }
 
     /// Freezes this store's clock at `unix_ms` (tests only); it then moves only through
     /// [`RedisStore::advance_clock_for_tests`].
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn freeze_clock_for_tests(&self, unix_ms: u64) {
         self.offset_ms.store(unix_ms, Ordering::SeqCst);
         self.frozen.store(true, Ordering::SeqCst);
     }
 
     /// The clock offset, or the frozen time (tests only).
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn clock_for_tests(&self) -> u64 {
         self.offset_ms.load(Ordering::SeqCst)
     }
@@ -174,7 +174,7 @@ impl RedisStore {
 
     /// Tests only: runs every operation as an `EVALSHA` script, as when Redis refuses the
     /// Functions library.
-    #[doc(hidden)]
+    #[cfg(test)]
     pub fn use_eval_for_tests(&self) {
         self.eval_only.store(true, Ordering::SeqCst);
     }

@@ -144,7 +144,7 @@ impl Harness for RedisHarness {
         Some(Arc::new(store))
     }
     async fn reopen(&mut self, downtime: Duration) {
-        let at = self.store.clock_for_tests() + ms(downtime);
+        let at = self.store.clock_for_tests() + crate::clock::ms(downtime);
         let store = self.connect().await;
         store.freeze_clock_for_tests(at);
         self.store = Arc::new(store);

@@ -7,13 +7,20 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::abuse::{Ban, LogEntry, MAX_PAGE};
+use crate::abuse::{self, LogEntry, MAX_PAGE};
 use crate::http::body::Body;
 
-use super::body::read_body;
-use super::problem::ok;
+use super::api::{
+    Ban, BanCreated, BanList, BanLog, BanLogEntry, BanRequest, PageQuery, Problem, TargetPath,
+    Unbanned,
+};
+use super::body::{read_body, whole_number};
+use super::openapi::{
+    BadQuery, BodyTooLarge, BodyTooSlow, Forbidden, MethodNotAllowed, TooManyRequests, Unauthorized,
+};
+use super::problem::{json, ok};
 use super::record::audit;
 use super::{AdminContext, AdminError, Caller, FieldError};
 
@@ -72,58 +79,116 @@ fn now_ms() -> u64 {
 }
 
 /// One ban as the API shows it (`remaining_secs` null when permanent).
-fn ban_view(b: &Ban) -> Value {
-    json!({
-        "target": b.target.to_string(),
-        "source": b.source,
-        "reason": b.reason,
-        "since": ms_rfc3339(b.since_ms),
-        "until": b.until_ms.map(ms_rfc3339),
-        "remaining_secs": b.until_ms.map(|u| u.saturating_sub(now_ms()).div_ceil(1000)),
-        "permanent": b.until_ms.is_none(),
-        "cursor": b.seq,
-    })
+fn ban_view(b: &abuse::Ban) -> Ban {
+    Ban {
+        target: b.target.to_string(),
+        source: b.source.into(),
+        reason: b.reason.clone(),
+        since: ms_rfc3339(b.since_ms),
+        until: b.until_ms.map(ms_rfc3339),
+        remaining_secs: b
+            .until_ms
+            .map(|u| u.saturating_sub(now_ms()).div_ceil(1000)),
+        permanent: b.until_ms.is_none(),
+        cursor: b.seq,
+    }
 }
 
 /// One line of the ban log as the API shows it.
-fn log_view(e: &LogEntry) -> Value {
-    json!({
-        "at": ms_rfc3339(e.at_ms),
-        "action": e.action,
-        "target": e.target.to_string(),
-        "source": e.source,
-        "reason": e.reason,
-        "until": e.until_ms.map(ms_rfc3339),
-        "cursor": e.seq,
-    })
+fn log_view(e: &LogEntry) -> BanLogEntry {
+    BanLogEntry {
+        at: ms_rfc3339(e.at_ms),
+        action: e.action.into(),
+        target: e.target.to_string(),
+        source: e.source.into(),
+        reason: e.reason.clone(),
+        until: e.until_ms.map(ms_rfc3339),
+        cursor: e.seq,
+    }
 }
 
-/// `GET …/bans`: the active bans, newest first.
+/// Active bans, newest first
+#[utoipa::path(
+    get,
+    path = "/__anteroom/admin/api/bans",
+    operation_id = "listBans",
+    params(PageQuery),
+    responses(
+        (status = 200, description = "Active bans", body = BanList),
+        (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
+        (status = 405, response = MethodNotAllowed),
+        (status = 422, response = BadQuery),
+        (status = 429, response = TooManyRequests),
+    )
+)]
 pub(super) fn bans(
     app: &AdminContext<'_>,
     req: &Request<Incoming>,
 ) -> Result<Response<Body>, AdminError> {
     let Paging { limit, cursor } = paging(req).map_err(AdminError::Unprocessable)?;
     let page = app.admin.abuse.list(limit, cursor);
-    let items: Vec<Value> = page.items.iter().map(|b| ban_view(b)).collect();
-    Ok(ok(
-        json!({ "bans": items, "next_cursor": page.next_cursor }),
-    ))
+    Ok(ok(&BanList {
+        bans: page.items.iter().map(|b| ban_view(b)).collect(),
+        next_cursor: page.next_cursor,
+    }))
 }
 
-/// `GET …/bans/log`: the ban log, newest first.
+/// The ban log, newest first
+#[utoipa::path(
+    get,
+    path = "/__anteroom/admin/api/bans/log",
+    operation_id = "banLog",
+    params(PageQuery),
+    responses(
+        (status = 200, description = "Log", body = BanLog),
+        (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
+        (status = 405, response = MethodNotAllowed),
+        (status = 422, response = BadQuery),
+        (status = 429, response = TooManyRequests),
+        (status = 503, description = "The ban store did not answer",
+            body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub(super) async fn ban_log(
     app: &AdminContext<'_>,
     req: &Request<Incoming>,
 ) -> Result<Response<Body>, AdminError> {
     let Paging { limit, cursor } = paging(req).map_err(AdminError::Unprocessable)?;
     let page = app.admin.abuse.log(limit, cursor).await?;
-    let items: Vec<Value> = page.items.iter().map(log_view).collect();
-    Ok(ok(json!({ "log": items, "next_cursor": page.next_cursor })))
+    Ok(ok(&BanLog {
+        log: page.items.iter().map(log_view).collect(),
+        next_cursor: page.next_cursor,
+    }))
 }
 
-/// `POST …/bans`: `target`, `duration_secs` (null or absent: permanent) and `reason`; 201
-/// with the ban.
+/// Ban an address or range (IPv4 no broader than /8, IPv6 /16); duration_secs null is permanent
+///
+/// `target`, `duration_secs` (null or absent: permanent) and `reason`; 201 with the ban.
+#[utoipa::path(
+    post,
+    path = "/__anteroom/admin/api/bans",
+    operation_id = "ban",
+    request_body = BanRequest,
+    responses(
+        (status = 201, description = "Banned", body = BanCreated),
+        (status = 400, description = "Not a JSON object, an unknown field, or a field of the wrong type; `field` names it",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
+        (status = 405, response = MethodNotAllowed),
+        (status = 408, response = BodyTooSlow),
+        (status = 409, description = "Every active ban is an operator ban and abuse.max_bans are active; nothing was changed",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 413, response = BodyTooLarge),
+        (status = 422, description = "A target that cannot be banned (does not parse, too broad, in abuse.allow or trusted_proxies), a duration out of 1..315360000, a reason too long; `field` names it",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 429, response = TooManyRequests),
+        (status = 503, description = "The ban store did not answer; nothing was changed",
+            body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub(super) async fn ban(
     app: &AdminContext<'_>,
     req: Request<Incoming>,
@@ -156,9 +221,9 @@ pub(super) async fn ban(
     };
     let duration = match object.get("duration_secs") {
         None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64() {
+        Some(v) => match whole_number(v) {
             Some(secs) => Some(Duration::from_secs(secs)),
-            None => return Err(crate::abuse::BanError::InvalidDuration.into()),
+            None => return Err(abuse::BanError::InvalidDuration.into()),
         },
     };
     let reason = match object.get("reason") {
@@ -168,13 +233,32 @@ pub(super) async fn ban(
     };
     let ban = app.admin.abuse.ban(target, duration, reason).await?;
     let view = ban_view(&ban);
-    let audit = audit(app, "", "ban", Value::Null, view.clone(), who).await;
-    let mut response = ok(json!({ "ban": view, "audit": audit }));
-    *response.status_mut() = StatusCode::CREATED;
-    Ok(response)
+    let audit = audit(app, "", "ban", Value::Null, audited(&view), who).await;
+    Ok(json(StatusCode::CREATED, &BanCreated { ban: view, audit }))
 }
 
-/// `DELETE …/bans/{target}`: lifts the ban on the (URL-encoded) target.
+/// Lift a ban
+///
+/// Lifts the ban on the (URL-encoded) target.
+#[utoipa::path(
+    delete,
+    path = "/__anteroom/admin/api/bans/{target}",
+    operation_id = "unban",
+    params(TargetPath),
+    responses(
+        (status = 200, description = "Lifted", body = Unbanned),
+        (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
+        (status = 404, description = "No active ban on exactly this target (`field`: target)",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 405, response = MethodNotAllowed),
+        (status = 422, description = "Not an address or CIDR range (`field`: target)",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 429, response = TooManyRequests),
+        (status = 503, description = "The ban store did not answer; nothing was changed",
+            body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub(super) async fn unban(
     app: &AdminContext<'_>,
     target: &str,
@@ -183,8 +267,16 @@ pub(super) async fn unban(
     let target = percent_decode(target);
     let ban = app.admin.abuse.unban(&target).await?;
     let view = ban_view(&ban);
-    let audit = audit(app, "", "unban", view.clone(), Value::Null, who).await;
-    Ok(ok(json!({ "unbanned": view, "audit": audit })))
+    let audit = audit(app, "", "unban", audited(&view), Value::Null, who).await;
+    Ok(ok(&Unbanned {
+        unbanned: view,
+        audit,
+    }))
+}
+
+/// A ban as its audit line records it: as the API shows it.
+fn audited(ban: &Ban) -> Value {
+    serde_json::to_value(ban).expect("a ban serializes")
 }
 
 /// `%2F` → `/` and the like, for a target in a path segment.

@@ -57,9 +57,11 @@ use crate::live::LiveHub;
 use crate::log_limiter::LogLimiter;
 use crate::metrics::Metrics;
 
+mod api;
 mod auth;
 mod bans;
 mod body;
+mod openapi;
 mod page;
 mod problem;
 mod queue;
@@ -79,8 +81,11 @@ pub use queue::{QUEUE_DEFAULT_LIMIT, parse_queue_query};
 pub use rooms::{CONFIG_FIELDS, parse_patch};
 pub use routes::{Op, Route, routes};
 
-/// The OpenAPI 3 document of the admin API, kept true by `tests/e2e/admin.rs`.
-pub const OPENAPI: &str = include_str!("openapi.json");
+/// The admin API's OpenAPI document, generated from its handlers and types; the server
+/// serves it, and `src/admin/openapi.json` is a committed copy kept equal by a test.
+pub fn openapi_json() -> &'static str {
+    openapi::document()
+}
 
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -98,7 +103,7 @@ pub struct Admin {
     metrics_token: Option<Secret>,
     audit: AuditLog,
     fail_open_after: Option<Duration>,
-    store_kind: &'static str,
+    store_kind: api::StoreKind,
     pages: Environment<'static>,
     /// The control room's script and stylesheets, when the front-end is built in.
     control: Option<Entry>,
@@ -117,9 +122,9 @@ impl Admin {
             audit: AuditLog::new(&config.data_dir),
             fail_open_after: config.fail_open.then_some(config.fail_open_after),
             store_kind: if config.redis.is_embedded() {
-                "embedded"
+                api::StoreKind::Embedded
             } else {
-                "redis"
+                api::StoreKind::Redis
             },
             pages: page::templates(),
             control: assets::entry(assets::CONTROL_ENTRY),
@@ -265,19 +270,15 @@ async fn dispatch(
         (Op::OpenApi, _) => Ok(respond(
             StatusCode::OK,
             "application/json",
-            OPENAPI.to_owned(),
+            openapi::serve().to_owned(),
         )),
         (Op::Status, _) => Ok(status::status(app)),
-        (Op::Metrics, _) => Ok(respond(
-            StatusCode::OK,
-            crate::metrics::CONTENT_TYPE,
-            app.metrics.render(app.live.open_streams()),
-        )),
+        (Op::Metrics, _) => Ok(status::metrics(app)),
         (Op::Rooms, _) => Ok(rooms::rooms(app)),
         (Op::RoomStats, Some(room)) => rooms::stats(app, room),
         (Op::RoomConfig, Some(room)) => rooms::configure(app, req, room, &who).await,
-        (Op::Pause, Some(room)) => rooms::set_paused(app, room, true, &who).await,
-        (Op::Resume, Some(room)) => rooms::set_paused(app, room, false, &who).await,
+        (Op::Pause, Some(room)) => rooms::pause(app, room, &who).await,
+        (Op::Resume, Some(room)) => rooms::resume(app, room, &who).await,
         (Op::Flush, Some(room)) => rooms::flush(app, room, &who).await,
         (Op::Bans, _) => bans::bans(app, &req),
         (Op::BanLog, _) => bans::ban_log(app, &req).await,

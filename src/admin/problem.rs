@@ -9,7 +9,7 @@
 //! here too, so every admin response has the same headers.
 
 use http::{HeaderValue, Response, StatusCode, header};
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use crate::abuse::{AbuseError, BanError};
 use crate::http::body::{Body, full};
@@ -17,6 +17,8 @@ use crate::http::pages::STATUS_HEADER;
 use crate::queue::{StoreError, VisitorRef};
 
 use super::MAX_BODY_BYTES;
+use super::api::Problem;
+use super::openapi::PROBLEM_JSON;
 
 /// An input at fault: the field (or query parameter) it names, and what is wrong with it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -253,16 +255,15 @@ impl AdminError {
     /// `detail`, and `field` when an input is at fault.
     pub fn into_response(self) -> Response<Body> {
         let (status, title, field, extra) = self.parts();
-        let mut body = json!({
-            "type": "about:blank",
-            "title": title,
-            "status": status.as_u16(),
-            "detail": self.to_string(),
-        });
-        if let Some(field) = field {
-            body["field"] = json!(field);
-        }
-        let mut response = respond(status, "application/problem+json", body.to_string());
+        let body = Problem {
+            kind: "about:blank",
+            title,
+            status: status.as_u16(),
+            detail: self.to_string(),
+            field: field.map(str::to_owned),
+        };
+        let body = serde_json::to_string(&body).expect("a problem serializes");
+        let mut response = respond(status, PROBLEM_JSON, body);
         let headers = response.headers_mut();
         match extra {
             Extra::None => {}
@@ -334,9 +335,15 @@ impl From<AbuseError> for AdminError {
     }
 }
 
-/// A `200 OK` with a JSON body.
-pub(super) fn ok(body: Value) -> Response<Body> {
-    respond(StatusCode::OK, "application/json", body.to_string())
+/// A `200 OK` with `body` as JSON.
+pub(super) fn ok<T: Serialize>(body: &T) -> Response<Body> {
+    json(StatusCode::OK, body)
+}
+
+/// A response of `status` with `body` as JSON.
+pub(super) fn json<T: Serialize>(status: StatusCode, body: &T) -> Response<Body> {
+    let body = serde_json::to_string(body).expect("an admin API body serializes");
+    respond(status, "application/json", body)
 }
 
 /// A response of `status` with `body` as `content_type`, never cached.

@@ -10,6 +10,10 @@ use crate::audit::AuditEntry;
 use crate::http::body::Body;
 use crate::queue::{QueueQuery, StoreError, VisitorRef};
 
+use super::api::{FrontResult, Problem, QueueParams, QueueResult, VisitorPath};
+use super::openapi::{
+    Forbidden, MethodNotAllowed, StoreUnavailable, TooManyRequests, Unauthorized, UnknownRoom,
+};
 use super::problem::ok;
 use super::record::write_audit;
 use super::{AdminContext, AdminError, Caller, FieldError};
@@ -17,9 +21,27 @@ use super::{AdminContext, AdminError, Caller, FieldError};
 /// The default number of the Queue view's entries.
 pub const QUEUE_DEFAULT_LIMIT: usize = 50;
 
-/// `GET …/queue?limit=N&ref=R`: the head of the line (in order, with each visitor's ref,
-/// position, and when they joined and were last seen), or the one waiting visitor with
+/// The head of the line (ref, position, joined, last seen), or one waiting visitor by ref
+///
+/// `?limit=N&ref=R`: the head of the line, in order, or the one waiting visitor with
 /// reference `ref` (an empty list when nobody waiting has it).
+#[utoipa::path(
+    get,
+    path = "/__anteroom/admin/api/rooms/{room}/queue",
+    operation_id = "roomQueue",
+    params(super::api::RoomPath, QueueParams),
+    responses(
+        (status = 200, description = "The head of the line, in order", body = QueueResult),
+        (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
+        (status = 404, response = UnknownRoom),
+        (status = 405, response = MethodNotAllowed),
+        (status = 422, description = "A bad parameter; `field` names it (limit out of 1..1000, a malformed ref, an unknown parameter)",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 429, response = TooManyRequests),
+        (status = 503, response = StoreUnavailable),
+    )
+)]
 pub(super) async fn queue(
     app: &AdminContext<'_>,
     req: &Request<Incoming>,
@@ -36,12 +58,12 @@ pub(super) async fn queue(
         Err(StoreError::NotWaiting(_)) => Vec::new(),
         Err(e) => return Err(e.into()),
     };
-    Ok(ok(json!({
-        "room": room,
-        "limit": limit,
-        "waiting": app.admission.cached_stats(room).map(|c| c.stats.waiting),
-        "entries": entries,
-    })))
+    Ok(ok(&QueueResult {
+        room: room.to_owned(),
+        limit: limit.map(|n| n as u64),
+        waiting: app.admission.cached_stats(room).map(|c| c.stats.waiting),
+        entries: entries.into_iter().map(Into::into).collect(),
+    }))
 }
 
 /// The query of `GET …/queue`, or the parameter at fault and why.
@@ -94,8 +116,27 @@ pub fn parse_queue_query(query: &str) -> Result<QueueQuery, FieldError> {
     })
 }
 
-/// `POST …/visitors/{ref}/front`: the waiting visitor with that reference goes to
-/// position 1; audited, and a `visitor_prioritized` event.
+/// Move a waiting visitor to position 1, ahead of everyone; nobody else's order changes
+///
+/// Audited, and a `visitor_prioritized` event.
+#[utoipa::path(
+    post,
+    path = "/__anteroom/admin/api/rooms/{room}/visitors/{ref}/front",
+    operation_id = "moveToFront",
+    params(VisitorPath),
+    responses(
+        (status = 200, description = "Moved; admitted by the next pass the limits allow", body = FrontResult),
+        (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
+        (status = 404, description = "No such room (`field`: room), or nobody waiting has this reference (`field`: ref)",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 405, response = MethodNotAllowed),
+        (status = 422, description = "Not a visitor reference (`field`: ref)",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 429, response = TooManyRequests),
+        (status = 503, response = StoreUnavailable),
+    )
+)]
 pub(super) async fn front(
     app: &AdminContext<'_>,
     room: &str,
@@ -119,11 +160,11 @@ pub(super) async fn front(
         who.peer,
     );
     let audit = write_audit(app, entry).await;
-    Ok(ok(json!({
-        "room": room,
-        "ref": reference,
-        "position": place.position,
-        "waiting": place.waiting,
-        "audit": audit,
-    })))
+    Ok(ok(&FrontResult {
+        room: room.to_owned(),
+        reference,
+        position: place.position,
+        waiting: place.waiting,
+        audit,
+    }))
 }

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use crate::audit::AuditEntry;
 
+use super::api::Audit;
 use super::{AdminContext, Caller};
 
 /// Records a change: the audit line (its result goes into the response so an operator
@@ -18,7 +19,7 @@ pub(super) async fn audit(
     old: Value,
     new: Value,
     who: &Caller,
-) -> Value {
+) -> Audit {
     app.admission
         .events()
         .publish(crate::events::Event::config_changed(
@@ -30,9 +31,15 @@ pub(super) async fn audit(
 }
 
 /// Appends `entry` to the audit log; what the response says about it.
-pub(super) async fn write_audit(app: &AdminContext<'_>, entry: AuditEntry) -> Value {
+pub(super) async fn write_audit(app: &AdminContext<'_>, entry: AuditEntry) -> Audit {
     match app.admin.audit.append(&entry).await {
-        Ok(()) => json!({ "written": true }),
-        Err(error) => json!({ "written": false, "error": error.to_string() }),
+        Ok(()) => Audit {
+            written: true,
+            error: None,
+        },
+        Err(error) => Audit {
+            written: false,
+            error: Some(error.to_string()),
+        },
     }
 }

@@ -13,7 +13,15 @@ use crate::admission::CachedStats;
 use crate::http::body::Body;
 use crate::queue::{RoomSettings, SettingsPatch};
 
-use super::body::read_body;
+use super::api::{
+    AdaptiveStats, ConfigPatch, ConfigResult, EtaReport, FlushResult, Inflight, PauseResult,
+    Problem, RoomList, RoomPath, RoomStats, Settings,
+};
+use super::body::{read_body, whole_number};
+use super::openapi::{
+    BodyTooLarge, BodyTooSlow, Forbidden, MethodNotAllowed, StoreUnavailable, TooManyRequests,
+    Unauthorized, UnknownRoom,
+};
 use super::problem::ok;
 use super::record::audit;
 use super::{AdminContext, AdminError, Caller, FieldError, RoomLimits};
@@ -26,82 +34,141 @@ pub const CONFIG_FIELDS: [&str; 4] = [
     "abandon_after_secs",
 ];
 
-/// `GET …/rooms`: every room with its counters (`stats_available: false` for a room the
-/// cache has no statistics of yet).
+/// Every room with its counters
+///
+/// `stats_available: false` for a room the cache has no statistics of yet.
+#[utoipa::path(
+    get,
+    path = "/__anteroom/admin/api/rooms",
+    operation_id = "listRooms",
+    responses(
+        (status = 200, description = "Rooms", body = RoomList),
+        (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
+        (status = 405, response = MethodNotAllowed),
+        (status = 429, response = TooManyRequests),
+    )
+)]
 pub(super) fn rooms(app: &AdminContext<'_>) -> Response<Body> {
-    let rooms: Vec<Value> = app
+    let rooms = app
         .rooms
         .iter()
         .map(|r| room_view(r, app.admission.cached_stats(r), app.limits_of(r)))
         .collect();
-    ok(json!({ "rooms": rooms }))
+    ok(&RoomList { rooms })
 }
 
-/// `GET …/rooms/{room}/stats`: one room's counters.
+/// One room's counters
+#[utoipa::path(
+    get,
+    path = "/__anteroom/admin/api/rooms/{room}/stats",
+    operation_id = "roomStats",
+    params(RoomPath),
+    responses(
+        (status = 200, description = "Counters", body = RoomStats),
+        (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
+        (status = 404, response = UnknownRoom),
+        (status = 405, response = MethodNotAllowed),
+        (status = 429, response = TooManyRequests),
+        (status = 503, description = "No statistics yet: the store has not answered since this replica started",
+            body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub(super) fn stats(app: &AdminContext<'_>, room: &str) -> Result<Response<Body>, AdminError> {
     let cached = app
         .admission
         .cached_stats(room)
         .ok_or(AdminError::NoStatsYet)?;
-    Ok(ok(room_view(room, Some(cached), app.limits_of(room))))
+    Ok(ok(&room_view(room, Some(cached), app.limits_of(room))))
 }
 
 /// A room's counters (and its origin protections) as the API shows them.
-fn room_view(room: &str, cached: Option<CachedStats>, limits: RoomLimits) -> Value {
+fn room_view(room: &str, cached: Option<CachedStats>, limits: RoomLimits) -> RoomStats {
     let Some(c) = cached else {
-        return json!({ "room": room, "stats_available": false });
+        return RoomStats {
+            room: room.to_owned(),
+            ..RoomStats::default()
+        };
     };
     let s = &c.stats;
-    json!({
-        "room": room,
-        "stats_available": true,
-        "waiting": s.waiting,
-        "active": s.active,
-        "max_active": s.settings.max_active,
-        "rate": s.settings.rate,
+    RoomStats {
+        room: room.to_owned(),
+        stats_available: true,
+        waiting: Some(s.waiting),
+        active: Some(s.active),
+        max_active: Some(s.settings.max_active),
+        rate: Some(s.settings.rate),
         // Closed-loop admission (docs/fairness.md): the rate passes use, and why it differs.
-        "effective_rate": c.effective_rate(),
-        "rate_reason": c.adaptive.as_ref().map_or("configured", |a| a.rate_reason),
-        "adaptive": c.adaptive.as_ref().map(|a| json!({
-            "explanation": a.explanation,
-            "origin_p95_ms": a.origin_p95_ms,
-            "origin_error_ratio": a.origin_error_ratio,
-            "origin_samples": a.origin_samples,
-            "target_latency_ms": a.target_latency_ms,
-            "max_error_ratio": a.max_error_ratio,
+        effective_rate: Some(c.effective_rate()),
+        rate_reason: Some(c.adaptive.as_ref().map_or("configured", |a| a.rate_reason)),
+        adaptive: Some(c.adaptive.as_ref().map(|a| AdaptiveStats {
+            explanation: a.explanation.clone(),
+            origin_p95_ms: a.origin_p95_ms,
+            origin_error_ratio: a.origin_error_ratio,
+            origin_samples: a.origin_samples,
+            target_latency_ms: a.target_latency_ms,
+            max_error_ratio: a.max_error_ratio,
         })),
-        "paused": s.settings.paused,
-        "session_ttl_secs": s.settings.session_ttl.as_secs_f64(),
-        "abandon_after_secs": s.settings.abandon_after.as_secs_f64(),
-        "total_joined": s.total_joined,
-        "total_admitted": s.total_admitted,
-        "total_expired": s.total_expired,
-        "total_abandoned": s.total_abandoned,
-        "total_refused": s.total_refused,
-        "observed_rate": c.observed_rate(),
-        "last_pass_ms": c.last_pass.map(|d| d.as_secs_f64() * 1000.0),
-        "stats_age_secs": c.read_at.elapsed().as_secs_f64(),
+        paused: Some(s.settings.paused),
+        session_ttl_secs: Some(s.settings.session_ttl.as_secs_f64()),
+        abandon_after_secs: Some(s.settings.abandon_after.as_secs_f64()),
+        total_joined: Some(s.total_joined),
+        total_admitted: Some(s.total_admitted),
+        total_expired: Some(s.total_expired),
+        total_abandoned: Some(s.total_abandoned),
+        total_refused: Some(s.total_refused),
+        observed_rate: Some(c.observed_rate()),
+        last_pass_ms: Some(c.last_pass.map(|d| d.as_secs_f64() * 1000.0)),
+        stats_age_secs: Some(c.read_at.elapsed().as_secs_f64()),
         // This replica's honest-ETA figures over the last hour (docs/fairness.md, "Honest ETA").
-        "eta": c.eta,
-        "eta_revised": c.eta_revised,
-        "estimating": c.pace().eta(1).estimating,
+        eta: Some(EtaReport {
+            admitted: c.eta.admitted,
+            within_range: c.eta.within_range,
+            median_error_secs: c.eta.median_error_secs,
+        }),
+        eta_revised: Some(c.eta_revised),
+        estimating: Some(c.pace().eta(1).estimating),
         // This replica's origin in-flight cap (null: none) and the queue breaker (0: off).
-        "inflight": limits.inflight.map(|i| json!({ "now": i.now, "max": i.max })),
-        "max_waiting": limits.max_waiting,
-    })
+        inflight: Some(limits.inflight.map(|i| Inflight {
+            now: i.now,
+            max: i.max,
+        })),
+        max_waiting: Some(limits.max_waiting),
+    }
 }
 
-fn settings_view(s: &RoomSettings) -> Value {
-    json!({
-        "rate": s.rate,
-        "max_active": s.max_active,
-        "session_ttl_secs": s.session_ttl.as_secs_f64(),
-        "abandon_after_secs": s.abandon_after.as_secs_f64(),
-        "paused": s.paused,
-    })
+fn settings_view(s: &RoomSettings) -> Settings {
+    Settings {
+        rate: s.rate,
+        max_active: s.max_active,
+        session_ttl_secs: s.session_ttl.as_secs_f64(),
+        abandon_after_secs: s.abandon_after.as_secs_f64(),
+        paused: s.paused,
+    }
 }
 
-/// `PUT …/config`.
+/// Change rate, max_active, session_ttl_secs, abandon_after_secs (any subset)
+#[utoipa::path(
+    put,
+    path = "/__anteroom/admin/api/rooms/{room}/config",
+    operation_id = "configureRoom",
+    params(RoomPath),
+    request_body = ConfigPatch,
+    responses(
+        (status = 200, description = "Applied from the next admission pass", body = ConfigResult),
+        (status = 400, description = "Invalid input; `field` names it (malformed JSON, not an object, no field, an unknown field, wrong type, out of range: rate above 0 and at most 1000000, max_active 1 to 1000000000, seconds 1 to 31536000, 365 days)",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
+        (status = 404, response = UnknownRoom),
+        (status = 405, response = MethodNotAllowed),
+        (status = 408, response = BodyTooSlow),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = TooManyRequests),
+        (status = 503, response = StoreUnavailable),
+    )
+)]
 pub(super) async fn configure(
     app: &AdminContext<'_>,
     req: Request<Incoming>,
@@ -116,22 +183,26 @@ pub(super) async fn configure(
     current.patched(&patch)?;
     let new = app.admission.update_settings(room, &patch).await?;
     let (old_view, new_view) = (settings_view(&current), settings_view(&new));
-    let named = |view: &Value| -> Value {
-        CONFIG_FIELDS
-            .iter()
-            .filter(|f| patch_names(&patch, f))
-            .map(|f| ((*f).to_owned(), view[*f].clone()))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
-    };
-    tracing::info!(room, caller = %who.ip, old = %named(&old_view), new = %named(&new_view), "admin: settings changed");
-    let audit = audit(app, room, "config", named(&old_view), named(&new_view), who).await;
-    Ok(ok(json!({
-        "room": room,
-        "settings": new_view,
-        "applies": "from the next admission pass",
-        "audit": audit,
-    })))
+    let (old_named, new_named) = (named(&patch, &old_view), named(&patch, &new_view));
+    tracing::info!(room, caller = %who.ip, old = %old_named, new = %new_named, "admin: settings changed");
+    let audit = audit(app, room, "config", old_named, new_named, who).await;
+    Ok(ok(&ConfigResult {
+        room: room.to_owned(),
+        settings: new_view,
+        applies: "from the next admission pass",
+        audit,
+    }))
+}
+
+/// The settings the patch names, as the audit line records them.
+fn named(patch: &SettingsPatch, view: &Settings) -> Value {
+    let view = serde_json::to_value(view).expect("settings serialize");
+    CONFIG_FIELDS
+        .iter()
+        .filter(|f| patch_names(patch, f))
+        .map(|f| ((*f).to_owned(), view[*f].clone()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 fn patch_names(patch: &SettingsPatch, field: &str) -> bool {
@@ -144,8 +215,55 @@ fn patch_names(patch: &SettingsPatch, field: &str) -> bool {
     }
 }
 
-/// `POST …/pause` and `…/resume`.
-pub(super) async fn set_paused(
+/// Hold everyone; nobody is admitted, not even by the fast path
+#[utoipa::path(
+    post,
+    path = "/__anteroom/admin/api/rooms/{room}/pause",
+    operation_id = "pauseRoom",
+    params(RoomPath),
+    responses(
+        (status = 200, description = "Paused", body = PauseResult),
+        (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
+        (status = 404, response = UnknownRoom),
+        (status = 405, response = MethodNotAllowed),
+        (status = 429, response = TooManyRequests),
+        (status = 503, response = StoreUnavailable),
+    )
+)]
+pub(super) async fn pause(
+    app: &AdminContext<'_>,
+    room: &str,
+    who: &Caller,
+) -> Result<Response<Body>, AdminError> {
+    set_paused(app, room, true, who).await
+}
+
+/// Admit again from the next admission pass
+#[utoipa::path(
+    post,
+    path = "/__anteroom/admin/api/rooms/{room}/resume",
+    operation_id = "resumeRoom",
+    params(RoomPath),
+    responses(
+        (status = 200, description = "Resumed", body = PauseResult),
+        (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
+        (status = 404, response = UnknownRoom),
+        (status = 405, response = MethodNotAllowed),
+        (status = 429, response = TooManyRequests),
+        (status = 503, response = StoreUnavailable),
+    )
+)]
+pub(super) async fn resume(
+    app: &AdminContext<'_>,
+    room: &str,
+    who: &Caller,
+) -> Result<Response<Body>, AdminError> {
+    set_paused(app, room, false, who).await
+}
+
+async fn set_paused(
     app: &AdminContext<'_>,
     room: &str,
     paused: bool,
@@ -169,10 +287,29 @@ pub(super) async fn set_paused(
         who,
     )
     .await;
-    Ok(ok(json!({ "room": room, "paused": new, "audit": audit })))
+    Ok(ok(&PauseResult {
+        room: room.to_owned(),
+        paused: new,
+        audit,
+    }))
 }
 
-/// `POST …/flush`.
+/// Empty the line; sessions on the site are untouched
+#[utoipa::path(
+    post,
+    path = "/__anteroom/admin/api/rooms/{room}/flush",
+    operation_id = "flushRoom",
+    params(RoomPath),
+    responses(
+        (status = 200, description = "Flushed", body = FlushResult),
+        (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
+        (status = 404, response = UnknownRoom),
+        (status = 405, response = MethodNotAllowed),
+        (status = 429, response = TooManyRequests),
+        (status = 503, response = StoreUnavailable),
+    )
+)]
 pub(super) async fn flush(
     app: &AdminContext<'_>,
     room: &str,
@@ -189,9 +326,11 @@ pub(super) async fn flush(
         who,
     )
     .await;
-    Ok(ok(
-        json!({ "room": room, "flushed": removed, "audit": audit }),
-    ))
+    Ok(ok(&FlushResult {
+        room: room.to_owned(),
+        flushed: removed,
+        audit,
+    }))
 }
 
 /// A `PUT …/config` body as a patch, or the field at fault and why.
@@ -228,7 +367,7 @@ pub fn parse_patch(body: &[u8]) -> Result<SettingsPatch, FieldError> {
                 Some(rate) => patch.rate = Some(rate),
                 None => return fail("rate", format!("must be a number (got {v})")),
             },
-            "max_active" => match v.as_u64() {
+            "max_active" => match whole_number(v) {
                 Some(n) => patch.max_active = Some(n),
                 None => {
                     return fail(

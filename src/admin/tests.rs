@@ -114,6 +114,9 @@ fn patches_name_the_field_at_fault() {
     assert_eq!(patch.session_ttl, Some(Duration::from_secs(90)));
     assert_eq!(patch.abandon_after, None);
     assert_eq!(patch.paused, None);
+    // A whole number written with a fraction is one, as the document's JSON Schema says.
+    let patch = parse_patch(br#"{"max_active": 28982.0}"#).unwrap();
+    assert_eq!(patch.max_active, Some(28982));
 }
 
 #[test]

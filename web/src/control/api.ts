@@ -1,144 +1,48 @@
-// The admin API as the control room uses it (docs/admin-api.md, src/admin/openapi.json). Every call
-// carries the token as a bearer token; every failure becomes an ApiError carrying what the
-// API's problem+json said, so the UI can put a field's error next to that field.
+// The admin API as the control room uses it (docs/admin-api.md). Its bodies' types are the
+// ones generated from the server's OpenAPI document (./api-types.ts, `npm run
+// generate:api-types`), never kept by hand. Every call carries the token as a bearer token;
+// every failure becomes an ApiError carrying what the API's problem+json said, so the UI
+// can put a field's error next to that field.
+
+import type { components } from './api-types';
 
 export const API_BASE = '/__anteroom/admin/api';
 
+type Schemas = components['schemas'];
+
 /** One room as `GET /rooms` lists it. Without statistics yet only `room` is there. */
-export interface RoomView {
-  room: string;
-  stats_available: boolean;
-  waiting?: number;
-  active?: number;
-  max_active?: number;
-  rate?: number;
-  paused?: boolean;
-  session_ttl_secs?: number;
-  abandon_after_secs?: number;
-  total_joined?: number;
-  total_admitted?: number;
-  total_expired?: number;
-  total_abandoned?: number;
-  total_refused?: number;
-  observed_rate?: number;
-  /** The rate admissions actually use (closed-loop admission, docs/fairness.md); at most `rate`. */
-  effective_rate?: number;
-  rate_reason?: 'configured' | 'latency' | 'errors' | 'recovering';
-  /** The last closed-loop decision; null for a room without `adaptive:`. */
-  adaptive?: AdaptiveStats | null;
-  last_pass_ms?: number | null;
-  stats_age_secs?: number;
-  /** Honest ETA over the last hour (docs/fairness.md); absent from servers that do not measure it. */
-  eta?: EtaStats | null;
-  /** The origin in-flight cap (`max_inflight`) on the replica that answered, and how many of
-   * the room's requests are at the origin now; null when the room has no cap. */
-  inflight?: { now: number; max: number } | null;
-  /** The queue breaker (`max_waiting`): newcomers beyond it get 503 `full`; 0 when off. */
-  max_waiting?: number;
-}
+export type RoomView = Schemas['RoomStats'];
 
 /** What closed-loop admission's last decision saw (docs/fairness.md). */
-export interface AdaptiveStats {
-  explanation: string;
-  origin_p95_ms: number | null;
-  origin_error_ratio: number;
-  origin_samples: number;
-  target_latency_ms: number;
-  max_error_ratio: number;
-}
+export type AdaptiveStats = Schemas['AdaptiveStats'];
 
 /** How well the waits shown matched the waits had, over the last hour (docs/fairness.md, "Honest ETA"). */
-export interface EtaStats {
-  /** Visitors admitted in the last hour whose first shown range is known. */
-  admitted: number;
-  /** Share of them (0..1) admitted within the range first shown; null when none. */
-  within_range: number | null;
-  /** Median distance, in seconds, between the wait had and the range shown; null when none. */
-  median_error_secs: number | null;
-}
+export type EtaStats = Schemas['EtaReport'];
 
-export interface Status {
-  version: string;
-  frontend_built_in: boolean;
-  store: { kind: string; up: boolean; down_for_secs: number | null };
-  fail_open: { enabled: boolean; after_secs: number | null; active: boolean };
-  audit_log: { path: string; ok: boolean; last_error: string | null };
-  rooms: string[];
-  open_streams: number;
-}
+export type Status = Schemas['Status'];
 
-export interface AuditResult {
-  written: boolean;
-  error?: string;
-}
+export type AuditResult = Schemas['Audit'];
 
-export interface Settings {
-  rate: number;
-  max_active: number;
-  session_ttl_secs: number;
-  abandon_after_secs: number;
-  paused: boolean;
-}
+export type Settings = Schemas['Settings'];
 
 /** The fields `PUT …/config` takes, as the form sends them. A value that is not a number is
  * sent as the text typed, so the API (the one judge of valid input) names the field. */
 export type ConfigPatch = Partial<Record<'rate' | 'max_active', number | string>>;
 
 /** One waiting visitor as `GET …/queue` lists them (docs/security.md, "Priority"). */
-export interface QueueEntry {
-  ref: string;
-  /** 1 for the head; null for a lottery entrant before the doors. */
-  position: number | null;
-  /** Unix ms when they took their current place; null while in a lottery draw. */
-  joined_at_ms: number | null;
-  /** Unix ms of their last heartbeat. */
-  last_seen_ms: number;
-}
+export type QueueEntry = Schemas['QueueEntry'];
 
-export interface QueueResult {
-  room: string;
-  /** null for a search by ref. */
-  limit: number | null;
-  waiting: number | null;
-  entries: QueueEntry[];
-}
+export type QueueResult = Schemas['QueueResult'];
 
-export interface FrontResult {
-  room: string;
-  ref: string;
-  position: number | null;
-  waiting: number;
-  audit: AuditResult;
-}
+export type FrontResult = Schemas['FrontResult'];
 
 /** Who made a ban: the strike count, a `ban_paths` hit, or an operator. */
-export type BanSource = 'automatic' | 'ban_path' | 'admin';
+export type BanSource = Schemas['BanSource'];
 
 /** One active ban as `GET /bans` lists it (docs/security.md, "Bans and the abuse registry"). */
-export interface Ban {
-  /** The network banned, normalised by the server: `192.0.2.7/32`, `2001:db8::/48`. */
-  target: string;
-  source: BanSource | string;
-  reason: string;
-  /** RFC 3339, when the ban was made. */
-  since: string;
-  /** RFC 3339, when it ends; null when permanent. */
-  until: string | null;
-  /** Seconds left when the server answered (rounded up); null when permanent. */
-  remaining_secs: number | null;
-  permanent: boolean;
-  cursor: number;
-}
+export type Ban = Schemas['Ban'];
 
-export interface BanLogEntry {
-  at: string;
-  action: 'banned' | 'unbanned' | 'expired' | string;
-  target: string;
-  source: BanSource | string;
-  reason: string;
-  until: string | null;
-  cursor: number;
-}
+export type BanLogEntry = Schemas['BanLogEntry'];
 
 /** One page of a list, newest first; `next_cursor` asks for the next (older) page. */
 export interface Paged {
@@ -147,11 +51,7 @@ export interface Paged {
 }
 
 /** What `POST /bans` takes: `duration_secs` null for a permanent ban. */
-export interface BanRequest {
-  target: string;
-  duration_secs: number | null;
-  reason: string;
-}
+export type BanRequest = Schemas['BanRequest'];
 
 /** The fields of a ban the API may name in an error. */
 export type BanField = 'target' | 'duration_secs' | 'reason';
@@ -341,23 +241,23 @@ export class Api {
   }
 
   async rooms(signal?: AbortSignal): Promise<RoomView[]> {
-    const body = await this.call<{ rooms: RoomView[] }>('GET', '/rooms', undefined, signal);
+    const body = await this.call<Schemas['RoomList']>('GET', '/rooms', undefined, signal);
     return body.rooms;
   }
 
-  configure(room: string, patch: ConfigPatch): Promise<{ room: string; settings: Settings; audit: AuditResult }> {
+  configure(room: string, patch: ConfigPatch): Promise<Schemas['ConfigResult']> {
     return this.call('PUT', `/rooms/${encodeURIComponent(room)}/config`, patch);
   }
 
-  pause(room: string): Promise<{ room: string; paused: boolean; audit: AuditResult }> {
+  pause(room: string): Promise<Schemas['PauseResult']> {
     return this.call('POST', `/rooms/${encodeURIComponent(room)}/pause`);
   }
 
-  resume(room: string): Promise<{ room: string; paused: boolean; audit: AuditResult }> {
+  resume(room: string): Promise<Schemas['PauseResult']> {
     return this.call('POST', `/rooms/${encodeURIComponent(room)}/resume`);
   }
 
-  flush(room: string): Promise<{ room: string; flushed: number; audit: AuditResult }> {
+  flush(room: string): Promise<Schemas['FlushResult']> {
     return this.call('POST', `/rooms/${encodeURIComponent(room)}/flush`);
   }
 
@@ -377,22 +277,22 @@ export class Api {
   }
 
   /** Active bans, newest first; `cursor` is the previous page's `next_cursor`. */
-  bans(page: Paged = {}, signal?: AbortSignal): Promise<{ bans: Ban[]; next_cursor: number | null }> {
+  bans(page: Paged = {}, signal?: AbortSignal): Promise<Schemas['BanList']> {
     return this.call('GET', `/bans${pageQuery(page)}`, undefined, signal);
   }
 
   /** Bans an address or range for `duration_secs`, or permanently with null. */
-  ban(request: BanRequest): Promise<{ ban: Ban; audit: AuditResult }> {
+  ban(request: BanRequest): Promise<Schemas['BanCreated']> {
     return this.call('POST', '/bans', request);
   }
 
   /** Lifts the ban on exactly `target` (a 404 ApiError when there is none). */
-  unban(target: string): Promise<{ unbanned: Ban; audit: AuditResult }> {
+  unban(target: string): Promise<Schemas['Unbanned']> {
     return this.call('DELETE', `/bans/${encodeURIComponent(target.trim())}`);
   }
 
   /** The ban log (banned, unbanned, expired), newest first, paged like {@link Api.bans}. */
-  banLog(page: Paged = {}, signal?: AbortSignal): Promise<{ log: BanLogEntry[]; next_cursor: number | null }> {
+  banLog(page: Paged = {}, signal?: AbortSignal): Promise<Schemas['BanLog']> {
     return this.call('GET', `/bans/log${pageQuery(page)}`, undefined, signal);
   }
 }

@@ -34,9 +34,10 @@ test-site-bound: test-tools
 	$(CARGO) build --locked --bin anteroom
 	$(CARGO) test --locked -p anteroom-loadtest --test site_bound --test adaptive_door -- --nocapture --test-threads 1
 
-## test-web: tsc --noEmit and the vitest unit tests
+## test-web: the control room's API types match src/admin/openapi.json (check:api-types),
+## tsc --noEmit and the vitest unit tests
 test-web:
-	cd web && npx tsc --noEmit && npx vitest run --project unit
+	cd web && npm run --silent check:api-types && npx tsc --noEmit && npx vitest run --project unit
 
 ## test-browser: Chromium against target/debug/anteroom (built with web/dist)
 test-browser:

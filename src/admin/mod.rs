@@ -26,7 +26,7 @@
 //!
 //! - this file — the entry point ([`handle`]: route, authorize, dispatch), the admin's
 //!   state ([`Admin`]) and the view of the instance it is given ([`AdminContext`]).
-//! - `routes` — the route table ([`routes`], [`Route`], [`Op`]) and the path matcher.
+//! - `routes` — the route table ([`routes`], [`Route`], [`Op`]) and the router (`matchit`).
 //! - `auth` — the bearer token and what it grants.
 //! - `problem` — [`AdminError`], the one error type, and the one place a refusal becomes a
 //!   status and a problem+json body; the JSON response helpers.
@@ -74,7 +74,6 @@ mod tests;
 
 use auth::Access;
 use problem::respond;
-use routes::{Captures, matches};
 
 pub use problem::{AdminError, FieldError, forbidden};
 pub use queue::{QUEUE_DEFAULT_LIMIT, parse_queue_query};
@@ -224,25 +223,15 @@ async fn dispatch(
             }),
         };
     }
-    let mut candidates: Vec<(&Route, Captures<'_>)> = routes()
-        .iter()
-        .filter_map(|r| Some((r, matches(r.path, &path)?)))
-        .collect();
-    // A literal segment wins over a capture: `…/bans/log` is the log's path only, not also
-    // `…/bans/{target}` with the target `log` (so its 405 allows GET alone).
-    if let Some(fewest) = candidates.iter().map(|(_, c)| c.count()).min() {
-        candidates.retain(|(_, c)| c.count() == fewest);
-    }
-    if candidates.is_empty() {
-        return Err(AdminError::NoRoute);
-    }
-    if candidates.iter().any(|(r, _)| r.auth) {
+    let found = routes::find(&path).ok_or(AdminError::NoRoute)?;
+    let candidates = found.routes;
+    if candidates.iter().any(|r| r.auth) {
         match app.admin.authorize(&req, caller)? {
             Access::Admin => {}
             Access::MetricsOnly => {
                 let reads_metrics = candidates
                     .iter()
-                    .any(|(r, _)| r.op == Op::Metrics && r.method == req.method());
+                    .any(|r| r.op == Op::Metrics && r.method == req.method());
                 if !reads_metrics {
                     return Err(AdminError::Forbidden(
                         "The metrics token may only read GET /__anteroom/admin/api/metrics."
@@ -252,12 +241,13 @@ async fn dispatch(
             }
         }
     }
-    let Some(&(route, captures)) = candidates.iter().find(|(r, _)| r.method == req.method()) else {
-        let allow: Vec<&str> = candidates.iter().map(|(r, _)| r.method.as_str()).collect();
+    let Some(route) = candidates.iter().find(|r| r.method == req.method()) else {
+        let allow: Vec<&str> = candidates.iter().map(|r| r.method.as_str()).collect();
         return Err(AdminError::MethodNotAllowed {
             allow: allow.join(", "),
         });
     };
+    let captures = found.captures;
     let room = match captures.room {
         Some(name) => match app.rooms.iter().find(|r| *r == name) {
             Some(r) => Some(r.as_str()),

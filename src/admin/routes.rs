@@ -1,6 +1,10 @@
 //! The admin API's routes: the table every route is listed in ([`routes`], which the
-//! OpenAPI document and the placeholder page both follow), and the matcher that finds a
-//! path's routes and the segments it captured.
+//! placeholder page follows and the OpenAPI document is checked against), and [`find`],
+//! which looks a path up in a `matchit` radix tree built from the table: the routes of
+//! the path (one per method, for dispatch and the `Allow` of a 405) and the segments it
+//! captured. A literal segment wins over a capture, so `…/bans/log` is the log's path
+//! only, never `…/bans/{target}` with the target `log`; a capture is one non-empty
+//! segment; the path must match whole (no trailing `/`).
 
 use http::Method;
 
@@ -186,38 +190,40 @@ pub(super) struct Captures<'a> {
     pub(super) target: Option<&'a str>,
 }
 
-impl Captures<'_> {
-    /// How many segments were captured.
-    pub(super) fn count(&self) -> usize {
-        [
-            self.room.is_some(),
-            self.reference.is_some(),
-            self.target.is_some(),
-        ]
-        .into_iter()
-        .filter(|&c| c)
-        .count()
-    }
+/// A path's routes (one per method it answers, in table order) and what it captured.
+#[derive(Debug)]
+pub(super) struct Found<'a> {
+    /// The routes of the path's pattern.
+    pub(super) routes: &'static [&'static Route],
+    /// The pattern's captured segments.
+    pub(super) captures: Captures<'a>,
 }
 
-/// Matches `path` against a route pattern; returns the `{room}`, `{ref}` and `{target}`
-/// segments.
-pub(super) fn matches<'a>(pattern: &str, path: &'a str) -> Option<Captures<'a>> {
-    let mut captures = Captures::default();
-    let mut pattern_parts = pattern.split('/');
-    let mut path_parts = path.split('/');
-    loop {
-        match (pattern_parts.next(), path_parts.next()) {
-            (None, None) => return Some(captures),
-            (Some("{room}"), Some(segment)) if !segment.is_empty() => captures.room = Some(segment),
-            (Some("{ref}"), Some(segment)) if !segment.is_empty() => {
-                captures.reference = Some(segment)
+/// The routes `path` names, or `None` when no route has it.
+pub(super) fn find(path: &str) -> Option<Found<'_>> {
+    static TREE: std::sync::LazyLock<matchit::Router<Vec<&'static Route>>> =
+        std::sync::LazyLock::new(|| {
+            let mut patterns: Vec<(&str, Vec<&'static Route>)> = Vec::new();
+            for route in routes() {
+                match patterns.iter_mut().find(|(p, _)| *p == route.path) {
+                    Some((_, same)) => same.push(route),
+                    None => patterns.push((route.path, vec![route])),
+                }
             }
-            (Some("{target}"), Some(segment)) if !segment.is_empty() => {
-                captures.target = Some(segment)
+            let mut tree = matchit::Router::new();
+            for (pattern, same) in patterns {
+                tree.insert(pattern, same)
+                    .expect("the route table's patterns do not conflict");
             }
-            (Some(p), Some(s)) if p == s => {}
-            _ => return None,
-        }
-    }
+            tree
+        });
+    let found = TREE.at(path).ok()?;
+    Some(Found {
+        routes: found.value.as_slice(),
+        captures: Captures {
+            room: found.params.get("room"),
+            reference: found.params.get("ref"),
+            target: found.params.get("target"),
+        },
+    })
 }

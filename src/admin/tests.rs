@@ -3,29 +3,26 @@
 
 use std::time::Duration;
 
-use super::routes::{Captures, matches};
+use super::routes::{Captures, find};
 use super::*;
 use crate::queue::{QueueQuery, RoomSettings, StoreError};
 
+/// The captures of `path`'s routes, or `None` when no route has it.
+fn captured(path: &str) -> Option<Captures<'_>> {
+    find(path).map(|f| f.captures)
+}
+
 #[test]
-fn route_patterns_capture_the_room() {
-    let p = "/__anteroom/admin/api/rooms/{room}/stats";
-    let room = |r| {
+fn the_router_captures_the_segments_of_a_path() {
+    assert_eq!(
+        captured("/__anteroom/admin/api/rooms/main/stats"),
         Some(Captures {
-            room: Some(r),
+            room: Some("main"),
             ..Captures::default()
         })
-    };
-    assert_eq!(
-        matches(p, "/__anteroom/admin/api/rooms/main/stats"),
-        room("main")
     );
-    let f = "/__anteroom/admin/api/rooms/{room}/visitors/{ref}/front";
     assert_eq!(
-        matches(
-            f,
-            "/__anteroom/admin/api/rooms/main/visitors/ABCD1234/front"
-        ),
+        captured("/__anteroom/admin/api/rooms/main/visitors/ABCD1234/front"),
         Some(Captures {
             room: Some("main"),
             reference: Some("ABCD1234"),
@@ -33,32 +30,53 @@ fn route_patterns_capture_the_room() {
         })
     );
     assert_eq!(
-        matches(
-            "/__anteroom/admin/api/bans/{target}",
-            "/__anteroom/admin/api/bans/10.0.0.0%2F24"
-        ),
+        captured("/__anteroom/admin/api/bans/10.0.0.0%2F24"),
         Some(Captures {
             target: Some("10.0.0.0%2F24"),
             ..Captures::default()
         })
     );
     assert_eq!(
-        matches(f, "/__anteroom/admin/api/rooms/main/visitors//front"),
+        captured("/__anteroom/admin/api/rooms/main/visitors//front"),
         None
     );
-    assert_eq!(matches(p, "/__anteroom/admin/api/rooms//stats"), None);
-    assert_eq!(matches(p, "/__anteroom/admin/api/rooms/main/stats/x"), None);
+    assert_eq!(captured("/__anteroom/admin/api/rooms//stats"), None);
+    assert_eq!(captured("/__anteroom/admin/api/rooms/main/stats/x"), None);
     assert_eq!(
-        matches("/__anteroom/admin/api/rooms", "/__anteroom/admin/api/rooms"),
+        captured("/__anteroom/admin/api/rooms"),
         Some(Captures::default())
     );
+    assert_eq!(captured("/__anteroom/admin/api/rooms/"), None);
+    assert_eq!(captured("/__anteroom/admin/api/nope"), None);
+}
+
+#[test]
+fn the_router_finds_every_method_of_a_path_and_prefers_a_literal_segment() {
+    let methods = |path: &str| -> Vec<String> {
+        find(path)
+            .unwrap()
+            .routes
+            .iter()
+            .map(|r| r.method.to_string())
+            .collect()
+    };
+    assert_eq!(methods("/__anteroom/admin/api/bans"), ["GET", "POST"]);
+    // `log` is the ban log's literal segment, not a `{target}`.
+    assert_eq!(methods("/__anteroom/admin/api/bans/log"), ["GET"]);
     assert_eq!(
-        matches(
-            "/__anteroom/admin/api/rooms",
-            "/__anteroom/admin/api/rooms/"
-        ),
-        None
+        captured("/__anteroom/admin/api/bans/log"),
+        Some(Captures::default())
     );
+    assert_eq!(methods("/__anteroom/admin/api/bans/192.0.2.1"), ["DELETE"]);
+    // Every route of the table is found by its own pattern.
+    for route in routes() {
+        let found = find(route.path).expect(route.path);
+        assert!(
+            found.routes.iter().any(|r| std::ptr::eq(*r, route)),
+            "{}",
+            route.path
+        );
+    }
 }
 
 #[test]

@@ -27,9 +27,13 @@
 //! - this file — the entry point ([`handle`]: route, authorize, dispatch), the admin's
 //!   state ([`Admin`]) and the view of the instance it is given ([`AdminContext`]).
 //! - `routes` — the route table ([`routes`], [`Route`], [`Op`]) and the router (`matchit`).
+//! - `api` — the request and response bodies as types: what the handlers serialize and what
+//!   the OpenAPI document's schemas are generated from.
+//! - `openapi` — the OpenAPI document, generated with utoipa from the handlers'
+//!   `#[utoipa::path]` declarations and `api`'s types; `openapi.json` is its committed copy.
 //! - `auth` — the bearer token and what it grants.
 //! - `problem` — [`AdminError`], the one error type, and the one place a refusal becomes a
-//!   status and a problem+json body; the JSON response helpers.
+//!   status and a problem+json body (`api::Problem`); the JSON response helpers.
 //! - `body` — reading a request body within its size and time limits.
 //! - `status` — `GET …/status`.
 //! - `rooms` — room counters, `PUT …/config` ([`parse_patch`]), pause, resume, flush.

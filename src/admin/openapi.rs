@@ -40,6 +40,7 @@ fn generate() -> String {
     let doc = ApiDoc::openapi();
     let mut value = serde_json::to_value(&doc).expect("the OpenAPI document serializes");
     require_headers(&mut value);
+    unwrap_descriptions(&mut value);
     let mut text = serde_json::to_string_pretty(&value).expect("JSON serializes");
     text.push('\n');
     text
@@ -59,6 +60,29 @@ fn require_headers(doc: &mut Value) {
                 }
             }
         }
+    }
+}
+
+/// Descriptions come from doc comments wrapped at the source's width; each paragraph
+/// becomes one line, as a reader of the document (or of the generated TypeScript) wants.
+fn unwrap_descriptions(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                match v {
+                    Value::String(text) if key == "description" || key == "summary" => {
+                        *text = text
+                            .split("\n\n")
+                            .map(|p| p.split('\n').map(str::trim).collect::<Vec<_>>().join(" "))
+                            .collect::<Vec<_>>()
+                            .join("\n\n");
+                    }
+                    _ => unwrap_descriptions(v),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(unwrap_descriptions),
+        _ => {}
     }
 }
 

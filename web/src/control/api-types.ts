@@ -174,8 +174,7 @@ export interface paths {
         };
         /**
          * The head of the line (ref, position, joined, last seen), or one waiting visitor by ref
-         * @description `?limit=N&ref=R`: the head of the line, in order, or the one waiting visitor with
-         *     reference `ref` (an empty list when nobody waiting has it).
+         * @description `?limit=N&ref=R`: the head of the line, in order, or the one waiting visitor with reference `ref` (an empty list when nobody waiting has it).
          */
         get: operations["roomQueue"];
         put?: never;
@@ -277,8 +276,7 @@ export interface components {
             origin_error_ratio: number;
             /**
              * Format: int64
-             * @description The origin's p95 time to response headers over the window, every replica's
-             *     observations merged.
+             * @description The origin's p95 time to response headers over the window, every replica's observations merged.
              */
             origin_p95_ms: number | null;
             /**
@@ -414,12 +412,7 @@ export interface components {
          * @enum {string}
          */
         BanSource: "automatic" | "ban_path" | "admin";
-        /**
-         * @description An IPv4 or IPv6 address (banned as its client: the address, or its IPv6 /64), or a
-         *     CIDR range no broader than /8 (IPv4) or /16 (IPv6). The pattern is the shape; the
-         *     server also refuses (422) an IPv6 text that does not parse, a range that covers every
-         *     IPv4 client (::ffff:0:0/96), and a target in abuse.allow or trusted_proxies.
-         */
+        /** @description An IPv4 or IPv6 address (banned as its client: the address, or its IPv6 /64), or a CIDR range no broader than /8 (IPv4) or /16 (IPv6). The pattern is the shape; the server also refuses (422) an IPv6 text that does not parse, a range that covers every IPv4 client (::ffff:0:0/96), and a target in abuse.allow or trusted_proxies. */
         BanTarget: string;
         /** @description What a banned client gets, on either listener, before the admin token is looked at. */
         BannedClient: {
@@ -435,8 +428,7 @@ export interface components {
         ConfigPatch: {
             /**
              * Format: double
-             * @description How long a waiting visitor may be silent before losing their place, in seconds (at
-             *     most 365 days).
+             * @description How long a waiting visitor may be silent before losing their place, in seconds (at most 365 days).
              */
             abandon_after_secs?: number;
             /**
@@ -451,8 +443,7 @@ export interface components {
             rate?: number;
             /**
              * Format: double
-             * @description How long an admitted visitor's session lasts without a request, in seconds (at most
-             *     365 days).
+             * @description How long an admitted visitor's session lasts without a request, in seconds (at most 365 days).
              */
             session_ttl_secs?: number;
         };
@@ -467,10 +458,7 @@ export interface components {
             /** @description Its settings after the change. */
             settings: components["schemas"]["Settings"];
         };
-        /**
-         * @description Honest ETA, over the last hour, of the visitors this replica showed a range while they
-         *     waited and then saw admitted: the range first shown against the wait they had.
-         */
+        /** @description Honest ETA, over the last hour, of the visitors this replica showed a range while they waited and then saw admitted: the range first shown against the wait they had. */
         EtaReport: {
             /**
              * Format: int64
@@ -479,14 +467,12 @@ export interface components {
             admitted: number;
             /**
              * Format: double
-             * @description Median of |wait - middle of the range first shown|, in seconds (to the histogram
-             *     bucket); null when admitted is 0.
+             * @description Median of |wait - middle of the range first shown|, in seconds (to the histogram bucket); null when admitted is 0.
              */
             median_error_secs: number | null;
             /**
              * Format: double
-             * @description Share (0 to 1) whose wait, in whole seconds, lay within the range first shown; null
-             *     when admitted is 0.
+             * @description Share (0 to 1) whose wait, in whole seconds, lay within the range first shown; null when admitted is 0.
              */
             within_range: number | null;
         };
@@ -559,10 +545,7 @@ export interface components {
         Problem: {
             /** @description What was wrong, in a sentence. */
             detail: string;
-            /**
-             * @description The input at fault: a body field, `body`, `room`, `ref`, a query parameter or a
-             *     ban's `target`.
-             */
+            /** @description The input at fault: a body field, `body`, `room`, `ref`, a query parameter or a ban's `target`. */
             field?: string;
             /**
              * Format: int32
@@ -616,10 +599,7 @@ export interface components {
             /** @description The rooms, in config order. */
             rooms: components["schemas"]["RoomStats"][];
         };
-        /**
-         * @description One room's counters. When stats_available is false (the store has not answered since
-         *     start) only room is present.
-         */
+        /** @description One room's counters. When stats_available is false (the store has not answered since start) only room is present. */
         RoomStats: {
             /**
              * Format: double
@@ -634,23 +614,16 @@ export interface components {
             adaptive?: components["schemas"]["AdaptiveStats"] | null;
             /**
              * Format: double
-             * @description The rate admissions actually use: the configured one, or lower while closed-loop
-             *     admission (the room's adaptive: block) holds it down; never above rate.
+             * @description The rate admissions actually use: the configured one, or lower while closed-loop admission (the room's adaptive: block) holds it down; never above rate.
              */
             effective_rate?: number;
-            /**
-             * @description The room has not yet seen its line move enough (10 admissions over 5 s of somebody
-             *     waiting, since its limits last moved) to promise a range: waiting pages say
-             *     estimating.
-             */
+            /** @description The room has not yet seen its line move enough (10 admissions over 5 s of somebody waiting, since its limits last moved) to promise a range: waiting pages say estimating. */
             estimating?: boolean;
             /** @description Honest ETA over the last hour. */
             eta?: components["schemas"]["EtaReport"];
             /**
              * Format: int64
-             * @description Waiting visitors whose promised range this replica made again because the room's
-             *     limits (the admitting rate, max_active, a pause) moved by more than a range's
-             *     margin, since start.
+             * @description Waiting visitors whose promised range this replica made again because the room's limits (the admitting rate, max_active, a pause) moved by more than a range's margin, since start.
              */
             eta_revised?: number;
             inflight?: components["schemas"]["Inflight"] | null;
@@ -666,8 +639,7 @@ export interface components {
             max_active?: number;
             /**
              * Format: int64
-             * @description The queue breaker: at most this many in line, newcomers beyond it get 503 full; 0
-             *     when off.
+             * @description The queue breaker: at most this many in line, newcomers beyond it get 503 full; 0 when off.
              */
             max_waiting?: number;
             /**
@@ -782,10 +754,7 @@ export interface components {
          * @enum {string}
          */
         StoreKind: "embedded" | "redis";
-        /**
-         * @description The queue store's health, from the store health tracker (so it answers while the
-         *     store is down).
-         */
+        /** @description The queue store's health, from the store health tracker (so it answers while the store is down). */
         StoreStatus: {
             /**
              * Format: double
@@ -1272,10 +1241,7 @@ export interface operations {
             query?: {
                 /** @description How many from the head (default 50). */
                 limit?: number;
-                /**
-                 * @description Find the one waiting visitor with this reference (case-insensitive; O reads as 0,
-                 *     I and L as 1); an empty list when nobody waiting has it.
-                 */
+                /** @description Find the one waiting visitor with this reference (case-insensitive; O reads as 0, I and L as 1); an empty list when nobody waiting has it. */
                 ref?: string;
             };
             header?: never;
@@ -1386,10 +1352,7 @@ export interface operations {
             path: {
                 /** @description The room's name, as configured. */
                 room: string;
-                /**
-                 * @description The visitor's 8-character reference, as their waiting page shows it: Crockford
-                 *     base32, case-insensitive, O read as 0, I and L as 1, hyphens ignored.
-                 */
+                /** @description The visitor's 8-character reference, as their waiting page shows it: Crockford base32, case-insensitive, O read as 0, I and L as 1, hyphens ignored. */
                 ref: string;
             };
             cookie?: never;

@@ -6,8 +6,12 @@
 //! server and these declarations agree.
 //!
 //! The request bodies (`ConfigPatch`, `BanRequest`) are read field by field by the
-//! handlers ([`super::parse_patch`], `bans::ban`) so a refusal names the field at fault;
-//! their types here describe what those readers accept.
+//! handlers ([`super::parse_patch`], `bans::ban`) so a refusal names the field at fault,
+//! and the path and query parameters (`RoomPath`, `VisitorPath`, `TargetPath`,
+//! `PageQuery`, `QueueParams`) by the router and the handlers' query parsers; their types
+//! here describe what those readers accept (the bodies' `deny_unknown_fields` is what
+//! closes their schemas). `BannedClient` describes the banned page the request path
+//! renders on either listener.
 
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
@@ -36,13 +40,18 @@ pub struct Problem {
 }
 
 /// What a banned client gets, on either listener, before the admin token is looked at.
-#[derive(Debug, Serialize, ToSchema)]
+/// The request path renders it (the banned page, as JSON); this type only describes it.
+#[derive(Debug, ToSchema)]
+#[allow(
+    dead_code,
+    reason = "describes the banned page's JSON, rendered by the request path"
+)]
 pub struct BannedClient {
     /// Always `banned`.
     #[schema(schema_with = banned_status)]
     pub status: &'static str,
     /// Seconds until the ban ends; null for a permanent ban.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = true)]
     pub retry_after_secs: Option<u64>,
 }
 
@@ -600,7 +609,7 @@ pub struct FrontResult {
 /// The room a path names.
 #[derive(Debug, IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code)]
+#[allow(dead_code, reason = "describes the path segments the router captures")]
 pub struct RoomPath {
     /// The room's name, as configured.
     #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
@@ -610,7 +619,7 @@ pub struct RoomPath {
 /// The room and the visitor a path names.
 #[derive(Debug, IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code)]
+#[allow(dead_code, reason = "describes the path segments the router captures")]
 pub struct VisitorPath {
     /// The room's name, as configured.
     #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
@@ -624,7 +633,7 @@ pub struct VisitorPath {
 /// The ban a path names.
 #[derive(Debug, IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code)]
+#[allow(dead_code, reason = "describes the path segments the router captures")]
 pub struct TargetPath {
     /// URL-encoded address or CIDR (10.0.0.0%2F24).
     pub target: BanTarget,
@@ -633,7 +642,7 @@ pub struct TargetPath {
 /// `limit` and `cursor` of a paged list.
 #[derive(Debug, IntoParams)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)]
+#[allow(dead_code, reason = "describes the query the handler parses")]
 pub struct PageQuery {
     /// How many, newest first (default 50).
     #[param(minimum = 1, maximum = 1000)]
@@ -646,7 +655,7 @@ pub struct PageQuery {
 /// `limit` or `ref` of `GET …/queue`.
 #[derive(Debug, IntoParams)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)]
+#[allow(dead_code, reason = "describes the query the handler parses")]
 pub struct QueueParams {
     /// How many from the head (default 50).
     #[param(minimum = 1, maximum = 1000, default = 50)]

@@ -107,7 +107,9 @@ pub fn load(
 /// Parse and validate YAML text alone: no environment, no flags, nothing generated.
 /// `file_name` is used in error messages.
 pub fn from_yaml_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
-    file::parse(text, file_name)?.validate(Some(file_name), Some(text))
+    let mut draft = file::parse(text, file_name)?;
+    super::secrets::resolve_files(&mut draft, Some(file_name), Some(text))?;
+    draft.validate(Some(file_name), Some(text))
 }
 
 fn display_name(path: &Path) -> String {

@@ -5,7 +5,8 @@
 #  1. Prometheus rules: `promtool check rules` and `promtool test rules` (every alert shown
 #     firing and quiet), `promtool check config` on the shipped scrape config.
 #  2. systemd: `systemd-analyze verify` accepts the unit with no warning at all (it reloads
-#     with SIGHUP, which reopens the access log), and `systemd-analyze security` rates it 2.0
+#     with a check of the file and SIGHUP, which rereads it; secrets from LoadCredential=),
+#     and `systemd-analyze security` rates it 2.0
 #     or better.
 #  3. Dockerfile: hadolint passes; every COPY source exists; its build steps are the
 #     Makefile's `make build` steps; non-root, /data volume, a HEALTHCHECK that is
@@ -111,7 +112,8 @@ done
 echo "systemd-analyze verify: OK (as shipped, and with ExecReload enabled)"
 for key in LimitNOFILE StateDirectory DynamicUser ProtectSystem=strict NoNewPrivileges=yes \
   PrivateTmp=yes RestrictAddressFamilies CapabilityBoundingSet= SystemCallFilter=@system-service \
-  KillSignal=SIGTERM TimeoutStopSec 'ExecReload=/bin/kill -HUP \$MAINPID'; do
+  KillSignal=SIGTERM TimeoutStopSec 'ExecReload=/bin/kill -HUP \$MAINPID' \
+  'LoadCredential=admin_token:' 'Environment=ANTEROOM_ADMIN_TOKEN_FILE=%d/admin_token'; do
   grep -q "^$key" deploy/anteroom.service || fail "the unit lacks $key"
 done
 # TimeoutStopSec against the shipped configs' drain and grace: step 3c.

@@ -46,6 +46,10 @@ pub struct AuditEntry {
     pub caller: IpAddr,
     /// The direct TCP peer, `ip:port` (a proxy's, when behind one).
     pub peer: String,
+    /// The name of the admin token the change was made with (`admin` for `admin_token`,
+    /// else its `admin.tokens` name); `None` for a change not made through the API.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 impl AuditEntry {
@@ -66,7 +70,14 @@ impl AuditEntry {
             new,
             caller,
             peer: peer.to_string(),
+            token: None,
         }
+    }
+
+    /// The entry, naming the admin token it was made with.
+    pub fn by_token(mut self, name: &str) -> AuditEntry {
+        self.token = Some(name.to_owned());
+        self
     }
 }
 
@@ -148,6 +159,12 @@ impl AuditLog {
                 Err(error)
             }
         }
+    }
+
+    /// Closes the current file, so the next line opens the log's path afresh (a log
+    /// rotator moved the file away: SIGUSR1).
+    pub fn reopen(&self) {
+        self.lock().file = None;
     }
 
     /// The last write's failure, if the last write failed.

@@ -33,9 +33,13 @@
 //! - [`logging`]  — the diagnostic log (text or JSON) and the request id on its lines.
 //! - [`clock`]    — wall time that tokio's paused clock can drive in tests.
 //! - [`audit`]    — the audit log of admin changes (JSON lines, rotated by size).
-//! - [`access_log`] — one JSON line per request (off, stdout or a file; SIGHUP reopens it).
+//! - [`access_log`] — one JSON line per request (off, stdout or a file; SIGUSR1 reopens it).
 //! - [`fsutil`]   — private `data_dir`, exclusive no-follow temp files, atomic writes.
 //! - [`run`]      — wiring: store, rooms, background loops, serve, drain, snapshot.
+//! - [`signals`]  — what each common signal does to a running process (none ends it
+//!   without a drain).
+//! - [`reload`]   — SIGHUP: the config file reread, what can change live applied, the
+//!   rest refused whole.
 //! - [`demo`]     — the built-in demo origin.
 //!
 //! Imports point one way, from the wiring down to the leaves: the layers are listed in
@@ -72,8 +76,10 @@ pub mod metrics;
 pub mod priority;
 pub mod proxy;
 pub mod queue;
+pub mod reload;
 pub mod run;
 pub mod server;
+pub mod signals;
 pub mod tls;
 pub mod token;
 pub mod visitor;

@@ -43,6 +43,7 @@ fn main() -> ExitCode {
             config,
             options,
             generated,
+            reload_from,
         } => {
             init_logging(&options);
             if generated.admin_token {
@@ -56,8 +57,9 @@ fn main() -> ExitCode {
                     "cookie_secret was generated for this run: visitors' places will not survive a restart unless ANTEROOM_COOKIE_SECRET is set"
                 );
             }
-            exit(serve(config, options.reseed))
+            exit(serve(config, options.reseed, reload_from))
         }
+        Command::Reload { pid_file } => reload(&pid_file),
         Command::Demo { options } => {
             init_logging(&options);
             exit(serve_demo())
@@ -83,6 +85,20 @@ fn main() -> ExitCode {
                     ExitCode::from(1)
                 }
             }
+        }
+    }
+}
+
+/// `anteroom reload`: SIGHUP to the pid in `pid_file`; 0 when sent, 1 with the reason.
+fn reload(pid_file: &std::path::Path) -> ExitCode {
+    match anteroom::reload::signal_reload(pid_file) {
+        Ok(pid) => {
+            println!("sent SIGHUP to {pid}; its log says what the reload changed");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("anteroom reload: {e}");
+            ExitCode::from(1)
         }
     }
 }
@@ -168,14 +184,19 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-fn serve(config: Config, reseed: bool) -> anyhow::Result<()> {
-    runtime()?.block_on(serve_until_signal(config, reseed, None))
+fn serve(
+    config: Config,
+    reseed: bool,
+    reload_from: Option<anteroom::config::Overrides>,
+) -> anyhow::Result<()> {
+    runtime()?.block_on(serve_until_signal(config, reseed, None, reload_from))
 }
 
 async fn serve_until_signal(
     config: Config,
     reseed: bool,
     banner: Option<String>,
+    reload_from: Option<anteroom::config::Overrides>,
 ) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
         .await
@@ -186,6 +207,13 @@ async fn serve_until_signal(
     if let Some(admin) = running.admin_addr {
         tracing::info!(addr = %admin, "admin listener (control room, admin API, /metrics)");
     }
+    if let Some(overrides) = reload_from {
+        running.reload_with(anteroom::reload::Reloader::new(overrides, config.clone()));
+    }
+    let pid_file = match &config.pid_file {
+        Some(path) => Some(anteroom::reload::PidFile::write(path)?),
+        None => None,
+    };
     if let Some(banner) = banner {
         println!("{banner}");
     }
@@ -194,7 +222,9 @@ async fn serve_until_signal(
         run::shutdown_signal().await;
         stop.cancel();
     });
-    Ok(running.wait().await?)
+    let result = running.wait().await;
+    drop(pid_file);
+    Ok(result?)
 }
 
 fn serve_demo() -> anyhow::Result<()> {
@@ -211,7 +241,7 @@ fn serve_demo() -> anyhow::Result<()> {
             .context("demo: cannot create a private data directory")?;
         let config = demo::config(origin_addr, &data_dir)?;
         let banner = demo::banner(config.listen);
-        let result = serve_until_signal(config, false, Some(banner)).await;
+        let result = serve_until_signal(config, false, Some(banner), None).await;
         let _ = std::fs::remove_dir_all(&data_dir);
         result
     })

@@ -1,6 +1,6 @@
 //! Wiring for a running anteroom: open the store and its rooms, start the admission driver,
-//! the live-stream ticker and the snapshot loop, reopen the access log on SIGHUP, serve
-//! until a signal, then drain and snapshot. `main` and the end-to-end tests both start the product through here.
+//! the live-stream ticker and the snapshot loop, act on signals ([`crate::signals`]), serve
+//! until a drain is asked for, then drain and snapshot. `main` and the end-to-end tests both start the product through here.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -88,6 +88,7 @@ pub struct Running {
     /// The request handler, shared with every listener (tests reach its parts through it).
     pub app: Arc<App>,
     stop: CancellationToken,
+    reloader: Arc<std::sync::OnceLock<crate::reload::Reloader>>,
     done: tokio::task::JoinHandle<Result<(), RunError>>,
 }
 
@@ -107,13 +108,20 @@ impl Running {
     pub fn stop_handle(&self) -> CancellationToken {
         self.stop.clone()
     }
+
+    /// From now on SIGHUP rereads the config through `reloader` (the binary sets it when
+    /// it was started with a config file). Only the first call has an effect.
+    pub fn reload_with(&self, reloader: crate::reload::Reloader) {
+        let _ = self.reloader.set(reloader);
+    }
 }
 
 /// Opens the store the config asks for: Redis when `redis.url` is set (one node, or a
 /// Cluster given as several comma-separated node URLs), else the embedded store.
 pub async fn open_store(config: &Config) -> Result<Arc<dyn QueueStore>, RunError> {
     if !config.redis.is_embedded() {
-        let nodes = config.redis.nodes();
+        let urls = config.redis.connect_urls();
+        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
         let store = RedisStore::connect_with(&nodes, config.redis.ca_file.as_ref())
             .await
             .map_err(RunError::Redis)?;
@@ -213,9 +221,16 @@ pub async fn start(
     let abuse_ticker = abuse.spawn_ticker(ABUSE_TICK);
     tokio::spawn(abuse_loop(app.clone(), abuse_events, background.clone()));
     tokio::spawn(stream_touch_loop(app.clone(), background.clone()));
-    // Installed before `start` returns, so a SIGHUP from then on reopens the access log
-    // and never takes the signal's default action (ending the process).
-    tokio::spawn(hangup_loop(app.clone(), hangups(), background.clone()));
+    // Installed before `start` returns, so from then on no common signal takes its default
+    // action (ending the process).
+    let reloader = Arc::new(std::sync::OnceLock::new());
+    tokio::spawn(crate::signals::run(
+        app.clone(),
+        crate::signals::Signals::install(),
+        reloader.clone(),
+        stop.clone(),
+        background.clone(),
+    ));
 
     let limits = ServerLimits {
         header_read_timeout: config.server.header_read_timeout,
@@ -312,6 +327,7 @@ pub async fn start(
         admin_addr,
         app,
         stop,
+        reloader,
         done,
     })
 }
@@ -325,8 +341,9 @@ pub async fn open_abuse(config: &Config) -> Result<AbuseRegistry, RunError> {
     let policy = config.abuse.clone();
     let trusted = config.trusted_proxies.clone();
     if !config.redis.is_embedded() {
-        let redis =
-            RedisAbuse::connect(&config.redis.nodes(), config.redis.ca_file.as_ref()).await?;
+        let urls = config.redis.connect_urls();
+        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let redis = RedisAbuse::connect(&nodes, config.redis.ca_file.as_ref()).await?;
         return Ok(AbuseRegistry::with_redis(policy, trusted, Clock::system(), redis).await?);
     }
     Ok(AbuseRegistry::open(
@@ -415,41 +432,6 @@ async fn stream_touch_loop(app: Arc<App>, stop: CancellationToken) {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = ticks.tick() => app.touch_streams().await,
-        }
-    }
-}
-
-/// The SIGHUP stream (`None` where there is none, or it could not be installed).
-fn hangups() -> Option<tokio::signal::unix::Signal> {
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(signal) => Some(signal),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGHUP; the access log will not be reopened by it");
-            None
-        }
-    }
-}
-
-/// SIGHUP (`systemctl reload`, logrotate's `postrotate`): the access log's file is
-/// reopened; nothing else is reloaded.
-async fn hangup_loop(
-    app: Arc<App>,
-    signal: Option<tokio::signal::unix::Signal>,
-    stop: CancellationToken,
-) {
-    let Some(mut signal) = signal else { return };
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            got = signal.recv() => {
-                if got.is_none() {
-                    return;
-                }
-                tracing::info!("SIGHUP: reopening the access log (nothing else is reloaded)");
-                if !app.reopen_access_log() {
-                    tracing::info!("access_log is off: nothing to reopen");
-                }
-            }
         }
     }
 }

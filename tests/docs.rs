@@ -157,8 +157,14 @@ fn file_keys() -> BTreeSet<String> {
                         format!("{prefix}.{field}")
                     };
                     keys.insert(path.clone());
-                    if structs.contains_key(ty.as_str()) {
-                        walk(structs, ty, &path, keys, seen);
+                    // A list of sections (`admin.tokens`): each item's keys under the
+                    // list's own path (`admin.tokens.name`).
+                    let item = ty
+                        .strip_prefix("Vec<")
+                        .and_then(|t| t.strip_suffix('>'))
+                        .unwrap_or(ty);
+                    if structs.contains_key(item) {
+                        walk(structs, item, &path, keys, seen);
                     }
                 }
             }

@@ -37,7 +37,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["admission", "metrics", "live", "proxy", "cli", "logging"],
     ),
     ("listeners", &["admin", "gate"]),
-    ("wiring", &["run", "demo"]),
+    ("wiring", &["run", "demo", "reload", "signals"]),
 ];
 
 fn src() -> PathBuf {

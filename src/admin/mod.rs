@@ -54,7 +54,7 @@ use minijinja::Environment;
 use crate::abuse::AbuseRegistry;
 use crate::admission::Admission;
 use crate::audit::AuditLog;
-use crate::config::{Config, Secret};
+use crate::config::Config;
 use crate::http::assets::{self, Entry};
 use crate::http::body::Body;
 use crate::live::LiveHub;
@@ -101,9 +101,9 @@ pub const METRICS_PATH: &str = "/__anteroom/admin/api/metrics";
 
 /// The admin side of the listener: the token, the audit log, the placeholder page.
 pub struct Admin {
-    token: Secret,
-    /// May only read the metrics: what Prometheus holds instead of the admin token.
-    metrics_token: Option<Secret>,
+    /// The admin tokens and the metrics token (which may only read the metrics: what
+    /// Prometheus holds instead of an admin token).
+    tokens: arc_swap::ArcSwap<auth::Tokens>,
     audit: AuditLog,
     fail_open_after: Option<Duration>,
     store_kind: api::StoreKind,
@@ -120,8 +120,7 @@ impl Admin {
     /// The admin of `config`, striking wrong tokens in `abuse`.
     pub fn new(config: &Config, abuse: Arc<AbuseRegistry>) -> Admin {
         Admin {
-            token: config.admin_token.clone(),
-            metrics_token: config.metrics_token.clone(),
+            tokens: arc_swap::ArcSwap::from_pointee(auth::Tokens::of(config)),
             audit: AuditLog::new(&config.data_dir),
             fail_open_after: config.fail_open.then_some(config.fail_open_after),
             store_kind: if config.redis.is_embedded() {
@@ -208,6 +207,8 @@ pub async fn handle(
 struct Caller {
     ip: IpAddr,
     peer: SocketAddr,
+    /// The name of the token used (`admin` for `admin_token`).
+    token: std::sync::Arc<str>,
 }
 
 /// The route, the token, the method and the room, refused in that order; then the
@@ -229,9 +230,10 @@ async fn dispatch(
     }
     let found = routes::find(&path).ok_or(AdminError::NoRoute)?;
     let candidates = found.routes;
+    let mut access = None;
     if candidates.iter().any(|r| r.auth) {
         match app.admin.authorize(&req, caller)? {
-            Access::Admin => {}
+            Access::Token { name, role } => access = Some((name, role)),
             Access::MetricsOnly => {
                 let reads_metrics = candidates
                     .iter()
@@ -252,6 +254,14 @@ async fn dispatch(
         });
     };
     let captures = found.captures;
+    if let Some((name, role)) = &access
+        && !auth::permits(*role, route.op, req.method())
+    {
+        return Err(AdminError::RoleForbids {
+            token: name.to_string(),
+            role: role.as_str(),
+        });
+    }
     let room = match captures.room {
         Some(name) => match app.rooms.iter().find(|r| *r == name) {
             Some(r) => Some(r.as_str()),
@@ -259,7 +269,11 @@ async fn dispatch(
         },
         None => None,
     };
-    let who = Caller { ip: caller, peer };
+    let who = Caller {
+        ip: caller,
+        peer,
+        token: access.map_or_else(|| std::sync::Arc::from("-"), |(name, _)| name),
+    };
     match (route.op, room) {
         (Op::OpenApi, _) => Ok(respond(
             StatusCode::OK,

@@ -270,11 +270,13 @@ shared_response!(
 );
 
 shared_response!(
-    /// 403: outside `admin_allow`, the metrics token misused, or banned for good.
+    /// 403: outside `admin_allow`, the metrics token misused, a named token's role
+    /// refused, or banned for good.
     Forbidden => problem_or_banned(
         "The caller is outside admin_allow, used the metrics token for anything but GET \
-         …/metrics (problem+json), or is banned permanently (the banned page: JSON when \
-         asked for, else HTML)",
+         …/metrics, or used a named token whose role does not allow the request (viewer: \
+         GET only; operator: no bans) (problem+json), or is banned permanently (the banned \
+         page: JSON when asked for, else HTML)",
     )
     .build()
 );

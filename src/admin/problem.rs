@@ -56,6 +56,14 @@ pub enum AdminError {
     /// the metrics.
     #[error("{0}")]
     Forbidden(String),
+    /// 403: a valid admin token whose role does not allow this route.
+    #[error("The token {token:?} has the role {role}, which does not allow this request.")]
+    RoleForbids {
+        /// The token's name.
+        token: String,
+        /// Its role.
+        role: &'static str,
+    },
     /// 404: no route has this path.
     #[error("No admin API route has this path; see /__anteroom/admin/api/openapi.json.")]
     NoRoute,
@@ -168,6 +176,12 @@ impl AdminError {
                 Extra::Challenge,
             ),
             E::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden", None, Extra::None),
+            E::RoleForbids { .. } => (
+                StatusCode::FORBIDDEN,
+                "Not allowed for this token's role",
+                None,
+                Extra::None,
+            ),
             E::NoRoute => (StatusCode::NOT_FOUND, "Not found", None, Extra::None),
             E::UnknownRoom(_) | E::RoomNotInStore(_) => (
                 StatusCode::NOT_FOUND,

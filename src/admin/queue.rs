@@ -158,7 +158,8 @@ pub(super) async fn front(
         json!({ "ref": reference, "position": place.position }),
         who.ip,
         who.peer,
-    );
+    )
+    .by_token(&who.token);
     let audit = write_audit(app, entry).await;
     Ok(ok(&FrontResult {
         room: room.to_owned(),

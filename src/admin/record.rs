@@ -26,7 +26,7 @@ pub(super) async fn audit(
             room,
             json!({ "action": action, "old": old.clone(), "new": new.clone() }),
         ));
-    let entry = AuditEntry::now(room, action, old, new, who.ip, who.peer);
+    let entry = AuditEntry::now(room, action, old, new, who.ip, who.peer).by_token(&who.token);
     write_audit(app, entry).await
 }
 

@@ -27,6 +27,14 @@ pub enum Command {
         options: RunOptions,
         /// Which secrets were made up for this run.
         generated: Generated,
+        /// The flags, when a config file is named: SIGHUP rereads it with them.
+        reload_from: Option<Overrides>,
+    },
+    /// `reload`: send SIGHUP to the process whose id is in `pid_file` (the config, when
+    /// named, was validated first).
+    Reload {
+        /// The running process's pid file.
+        pid_file: PathBuf,
     },
     /// Print [`config::init_yaml`].
     Init,
@@ -213,6 +221,14 @@ enum Sub {
         #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
         ttl: std::time::Duration,
     },
+    /// Make a running instance reread its config file (SIGHUP to the pid in --pid-file or
+    /// the config's pid_file), after validating the file (--config FILE) so a bad file is
+    /// refused here. Under systemd, `systemctl reload anteroom` does the same
+    Reload {
+        /// The running instance's pid file [default: the config's pid_file]
+        #[arg(long, value_name = "FILE")]
+        pid_file: Option<PathBuf>,
+    },
     /// Ask a running instance for its liveness (default) or readiness, at the config's
     /// listen address (--config FILE, the environment, or :8080): exit 0 on 200, 1 with
     /// the reason otherwise. For container health checks; needs no curl
@@ -398,12 +414,28 @@ where
                 config: loaded.config,
             })
         }
+        Some(Sub::Reload { pid_file }) => {
+            let configured = if has_config_file(&overrides, env) {
+                config::load(&overrides, env)?.config.pid_file
+            } else {
+                None
+            };
+            let pid_file = pid_file.or(configured).ok_or_else(|| {
+                ConfigError::Usage(
+                    "reload needs the running instance's pid file: --pid-file FILE, or                      --config FILE with pid_file set"
+                        .to_string(),
+                )
+            })?;
+            Ok(Command::Reload { pid_file })
+        }
         None => {
+            let reload_from = has_config_file(&overrides, env).then(|| overrides.clone());
             let loaded = config::load(&overrides, env)?;
             Ok(Command::Run {
                 config: loaded.config,
                 options,
                 generated: loaded.generated,
+                reload_from,
             })
         }
     }
@@ -520,6 +552,7 @@ mod tests {
             config,
             options,
             generated,
+            ..
         } = cmd
         else {
             panic!("expected Run")

@@ -27,6 +27,17 @@ impl Config {
             if let Some(ca) = &self.redis.ca_file {
                 let _ = writeln!(o, "redis trusts:     {}", ca.path.display());
             }
+            if self.redis.password.is_some() {
+                let _ = writeln!(
+                    o,
+                    "redis auth:       password (from redis.password){}",
+                    self.redis
+                        .username
+                        .as_deref()
+                        .map(|u| format!(", user {u}"))
+                        .unwrap_or_default()
+                );
+            }
         }
         let _ = writeln!(o, "admit interval:   {}", dur(self.admit_interval));
         let _ = writeln!(
@@ -100,6 +111,17 @@ impl Config {
                 "not set"
             }
         );
+        let tokens: Vec<String> = std::iter::once(format!("{} (admin)", super::ADMIN_TOKEN_NAME))
+            .chain(
+                self.admin_tokens
+                    .iter()
+                    .map(|t| format!("{} ({})", t.name, t.role.as_str())),
+            )
+            .collect();
+        let _ = writeln!(o, "admin tokens:     {}", tokens.join(", "));
+        if let Some(pid_file) = &self.pid_file {
+            let _ = writeln!(o, "pid file:         {}", pid_file.display());
+        }
         let _ = writeln!(o, "access log:       {}", self.access_log);
         let _ = writeln!(
             o,

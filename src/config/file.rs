@@ -28,6 +28,14 @@ pub(super) struct RawFile {
     pub admin_token: Option<V>,
     pub admission_key: Option<V>,
     pub priority_secret: Option<V>,
+    pub cookie_secret_file: Option<V>,
+    pub admin_token_file: Option<V>,
+    pub admission_key_file: Option<V>,
+    pub priority_secret_file: Option<V>,
+    pub metrics_token_file: Option<V>,
+    pub pid_file: Option<V>,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub admin: RawAdmin,
     pub secure_cookies: Option<V>,
     pub public_scheme: Option<V>,
     #[serde(default, deserialize_with = "null_is_empty")]
@@ -69,6 +77,27 @@ where
 pub(super) struct RawRedis {
     pub url: Option<V>,
     pub ca_file: Option<V>,
+    pub username: Option<V>,
+    pub password: Option<V>,
+    pub password_file: Option<V>,
+}
+
+/// `admin:`: the named admin API tokens.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdmin {
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub tokens: Vec<RawToken>,
+}
+
+/// One of `admin.tokens`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawToken {
+    pub name: Option<V>,
+    pub token: Option<V>,
+    pub token_file: Option<V>,
+    pub role: Option<V>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -79,9 +108,11 @@ pub(super) struct RawKafka {
     pub topic: Option<V>,
     #[serde(default, deserialize_with = "null_is_empty")]
     pub properties: std::collections::BTreeMap<String, V>,
-    /// `sasl.password`, from `ANTEROOM_KAFKA_SASL_PASSWORD` only (never the file).
+    /// `sasl.password`, from `kafka.sasl_password_file` or the environment
+    /// (`ANTEROOM_KAFKA_SASL_PASSWORD`, `ANTEROOM_KAFKA_SASL_PASSWORD_FILE`).
     #[serde(skip)]
     pub sasl_password: Option<V>,
+    pub sasl_password_file: Option<V>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -66,7 +66,9 @@ pub fn load(
                 source,
             })?;
             let name = display_name(path);
-            (file::parse(&text, &name)?, Some((text, name)))
+            let mut draft = file::parse(&text, &name)?;
+            super::secrets::resolve_files(&mut draft, Some(&name), Some(&text))?;
+            (draft, Some((text, name)))
         }
         None => {
             let has_origin = overrides.origin.is_some() || env("ANTEROOM_ORIGIN").is_some();
@@ -105,7 +107,9 @@ pub fn load(
 /// Parse and validate YAML text alone: no environment, no flags, nothing generated.
 /// `file_name` is used in error messages.
 pub fn from_yaml_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
-    file::parse(text, file_name)?.validate(Some(file_name), Some(text))
+    let mut draft = file::parse(text, file_name)?;
+    super::secrets::resolve_files(&mut draft, Some(file_name), Some(text))?;
+    draft.validate(Some(file_name), Some(text))
 }
 
 fn display_name(path: &Path) -> String {
@@ -140,15 +144,48 @@ fn apply(
     set(&mut draft.redis.url, e("ANTEROOM_REDIS_URL"));
     set(&mut draft.data_dir, e("ANTEROOM_DATA_DIR"));
     set(&mut draft.fail_open, e("ANTEROOM_FAIL_OPEN"));
-    set(&mut draft.admin_token, e("ANTEROOM_ADMIN_TOKEN"));
-    set(&mut draft.admission_key, e("ANTEROOM_ADMISSION_KEY"));
-    set(&mut draft.cookie_secret, e("ANTEROOM_COOKIE_SECRET"));
-    set(&mut draft.priority_secret, e("ANTEROOM_PRIORITY_SECRET"));
-    set(
-        &mut draft.kafka.sasl_password,
-        e("ANTEROOM_KAFKA_SASL_PASSWORD"),
-    );
-    set(&mut draft.metrics_token, e("ANTEROOM_METRICS_TOKEN"));
+    super::secrets::apply_env(
+        env,
+        vec![
+            (
+                "ANTEROOM_ADMIN_TOKEN",
+                "ANTEROOM_ADMIN_TOKEN_FILE",
+                &mut draft.admin_token,
+            ),
+            (
+                "ANTEROOM_ADMISSION_KEY",
+                "ANTEROOM_ADMISSION_KEY_FILE",
+                &mut draft.admission_key,
+            ),
+            (
+                "ANTEROOM_COOKIE_SECRET",
+                "ANTEROOM_COOKIE_SECRET_FILE",
+                &mut draft.cookie_secret,
+            ),
+            (
+                "ANTEROOM_PRIORITY_SECRET",
+                "ANTEROOM_PRIORITY_SECRET_FILE",
+                &mut draft.priority_secret,
+            ),
+            (
+                "ANTEROOM_KAFKA_SASL_PASSWORD",
+                "ANTEROOM_KAFKA_SASL_PASSWORD_FILE",
+                &mut draft.kafka.sasl_password,
+            ),
+            (
+                "ANTEROOM_METRICS_TOKEN",
+                "ANTEROOM_METRICS_TOKEN_FILE",
+                &mut draft.metrics_token,
+            ),
+            (
+                "ANTEROOM_REDIS_PASSWORD",
+                "ANTEROOM_REDIS_PASSWORD_FILE",
+                &mut draft.redis.password,
+            ),
+        ],
+    )?;
+    set(&mut draft.redis.username, e("ANTEROOM_REDIS_USERNAME"));
+    set(&mut draft.pid_file, e("ANTEROOM_PID_FILE"));
     set(&mut draft.admin_listen, e("ANTEROOM_ADMIN_LISTEN"));
     set(&mut draft.access_log, e("ANTEROOM_ACCESS_LOG"));
 

@@ -24,6 +24,7 @@ mod describe;
 mod file;
 mod init;
 mod load;
+mod secrets;
 mod sections;
 mod validate;
 mod values;
@@ -35,6 +36,7 @@ pub use crate::queue::Schedule;
 pub use describe::redact_url;
 pub use init::init_yaml;
 pub use load::{Generated, Loaded, Overrides, from_yaml_str, load};
+pub use secrets::ADMIN_TOKEN_NAME;
 pub use values::{MAX_DURATION, parse_listen, parse_rfc3339};
 
 /// The whole validated configuration.
@@ -79,6 +81,12 @@ pub struct Config {
     pub admin_allow: Vec<ipnet::IpNet>,
     /// A bearer token that may only read the metrics.
     pub metrics_token: Option<Secret>,
+    /// `admin.tokens`: named admin API tokens, each with a role, besides `admin_token`
+    /// (which is the token named `admin`, role admin).
+    pub admin_tokens: Vec<AdminToken>,
+    /// `pid_file`: where the process writes its id while it runs (`anteroom reload`
+    /// reads it); `None`: no pid file.
+    pub pid_file: Option<PathBuf>,
     /// `access_log`: where one JSON line per request goes; off by default.
     pub access_log: crate::access_log::Target,
     /// `redis:`: the shared store's URL and CA file; an empty URL means the embedded store.
@@ -93,13 +101,50 @@ pub struct Config {
     pub rooms: Vec<RoomConfig>,
 }
 
-/// `redis.url`: empty means the embedded store.
+/// A named admin API token (`admin.tokens`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminToken {
+    /// Its name, as the audit log records it.
+    pub name: String,
+    /// The bearer token.
+    pub token: Secret,
+    /// What it may do.
+    pub role: Role,
+}
+
+/// What an admin token may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Reads only (`GET`).
+    Viewer,
+    /// Reads, and changes to rooms and their lines; not bans.
+    Operator,
+    /// Everything.
+    Admin,
+}
+
+impl Role {
+    /// The role's name as the config writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// `redis:`: empty `url` means the embedded store.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RedisConfig {
     /// `""`, `redis://…`, `rediss://…`, or several cluster nodes separated by commas.
     pub url: String,
     /// `redis.ca_file`: the only CAs trusted for `rediss://` (else the system's).
     pub ca_file: Option<crate::tls::CaFile>,
+    /// `redis.username`: the ACL user (needs `password`); `None`: the default user.
+    pub username: Option<String>,
+    /// `redis.password`: kept apart from the URL so the URL holds no secret.
+    pub password: Option<Secret>,
 }
 
 impl RedisConfig {
@@ -108,12 +153,34 @@ impl RedisConfig {
         self.url.is_empty()
     }
 
-    /// The individual node URLs (one unless a cluster is given comma-separated).
+    /// The individual node URLs (one unless a cluster is given comma-separated), without
+    /// the credentials of `username` and `password`: for showing.
     pub fn nodes(&self) -> Vec<&str> {
         self.url
             .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
+            .collect()
+    }
+
+    /// The node URLs to connect with: [`RedisConfig::nodes`] with `username` and
+    /// `password` in each. They hold the password: never log them (`redact_url` masks it).
+    pub fn connect_urls(&self) -> Vec<String> {
+        let Some(password) = &self.password else {
+            return self.nodes().into_iter().map(str::to_owned).collect();
+        };
+        let user = self
+            .username
+            .as_deref()
+            .map(secrets::userinfo_encode)
+            .unwrap_or_default();
+        let userinfo = format!("{user}:{}@", secrets::userinfo_encode(password.as_str()));
+        self.nodes()
+            .into_iter()
+            .map(|node| match node.split_once("://") {
+                Some((scheme, rest)) => format!("{scheme}://{userinfo}{rest}"),
+                None => node.to_owned(),
+            })
             .collect()
     }
 }

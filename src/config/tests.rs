@@ -597,5 +597,6 @@ fn duplicate_hosts_are_errors() {
     assert!(e.contains("`main`"), "{e}");
 }
 
+mod secrets;
 mod sections;
 mod sources;

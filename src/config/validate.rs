@@ -50,7 +50,12 @@ pub(super) struct Ctx<'a> {
     text: Option<&'a str>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// Errors about the file `file` (its `text` to find a key's line in), if any.
+    pub(super) fn new(file: Option<&'a str>, text: Option<&'a str>) -> Ctx<'a> {
+        Ctx { file, text }
+    }
+
     pub(super) fn fail(&self, key: &str, v: &V, message: impl Into<String>) -> ConfigError {
         let mut message = message.into();
         let line = match v.src {
@@ -263,6 +268,18 @@ impl RawFile {
             _ => None,
         };
 
+        let admin_tokens = super::secrets::validate_tokens(
+            &cx,
+            &d.admin.tokens,
+            &admin_token,
+            metrics_token.as_ref(),
+        )?;
+        let pid_file = d
+            .pid_file
+            .as_ref()
+            .filter(|v| !v.text.trim().is_empty())
+            .map(|v| PathBuf::from(v.text.trim()));
+
         // Opened here as the writer will open it, so a bad path fails at load (and `check`).
         let access_log = match &d.access_log {
             Some(v) => crate::access_log::Target::parse(&v.text)
@@ -275,10 +292,18 @@ impl RawFile {
             let url = v.text.trim().to_string();
             validate_redis_url(&url).map_err(|m| cx.fail("redis.url", &v, m))?;
             let ca_file = ca_file(&cx, "redis.ca_file", &d.redis.ca_file)?;
-            let redis = RedisConfig { url, ca_file };
+            let (username, password) = super::secrets::redis_credentials(&cx, &d.redis, &url)?;
+            let redis = RedisConfig {
+                url,
+                ca_file,
+                username,
+                password,
+            };
             // The very function the server connects with, so both accept the same URLs.
             if !redis.is_embedded() {
-                crate::queue::redis_client::build(&redis.nodes(), redis.ca_file.as_ref())
+                let urls = redis.connect_urls();
+                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+                crate::queue::redis_client::build(&urls, redis.ca_file.as_ref())
                     .map_err(|m| cx.fail("redis.url", &v, m))?;
             } else if let (Some(_), Some(ca)) = (&redis.ca_file, &d.redis.ca_file) {
                 return Err(cx.fail("redis.ca_file", ca, "is set but redis.url is empty"));
@@ -494,6 +519,8 @@ impl RawFile {
             admin_listen,
             admin_allow,
             metrics_token,
+            admin_tokens,
+            pid_file,
             access_log,
             redis,
             kafka,

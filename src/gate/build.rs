@@ -175,6 +175,11 @@ impl App {
         })
     }
 
+    /// The admin API's state (its tokens, its audit log).
+    pub fn admin_state(&self) -> &Admin {
+        &self.admin
+    }
+
     /// The rooms' names, in config order.
     pub fn room_names(&self) -> Vec<String> {
         self.room_names.clone()

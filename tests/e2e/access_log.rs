@@ -1,6 +1,6 @@
 //! The access log end to end: a real origin and anteroom on loopback, one line
 //! per request with its class, decision, status and visitor reference, never the cookie or
-//! the query; then logrotate's move and a real SIGHUP, after which lines land in a fresh
+//! the query; then logrotate's move and a real SIGUSR1, after which lines land in a fresh
 //! file at the configured path.
 
 use crate::common;
@@ -34,7 +34,7 @@ async fn lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
 }
 
 #[tokio::test]
-async fn one_line_per_request_then_a_sighup_reopens_the_file() {
+async fn one_line_per_request_then_a_sigusr1_reopens_the_file() {
     let logs = tempfile::tempdir().unwrap();
     let path = logs.path().join("access.log");
     let top = format!(
@@ -190,19 +190,19 @@ async fn one_line_per_request_then_a_sighup_reopens_the_file() {
     assert!(!text.contains("query-secret") && !text.contains("ar_token"));
     assert!(!text.contains("not-the-admin-token"));
 
-    // logrotate: the file is moved away, then `postrotate` sends SIGHUP. `run::start`
+    // logrotate: the file is moved away, then `postrotate` sends SIGUSR1. `run::start`
     // installed the handler, so the signal reopens rather than ends the process.
     let rotated = logs.path().join("access.log.1");
     std::fs::rename(&path, &rotated).unwrap();
     // SAFETY: sends a signal to this very process; its handler is tokio's.
     assert_eq!(
-        unsafe { libc::kill(std::process::id() as i32, libc::SIGHUP) },
+        unsafe { libc::kill(std::process::id() as i32, libc::SIGUSR1) },
         0
     );
     // Until the writer has seen it a line may still reach the moved file; keep asking.
     let mut sent = 0;
     while !path.exists() || std::fs::read_to_string(&path).unwrap().is_empty() {
-        assert!(sent < 200, "no line reached a fresh file after SIGHUP");
+        assert!(sent < 200, "no line reached a fresh file after SIGUSR1");
         let r = c
             .get(format!("{base}/after"))
             .visitor(&a)

@@ -1,0 +1,410 @@
+//! Rereading the config file while serving (SIGHUP, [`crate::signals`]).
+//!
+//! The file is loaded exactly as at start ([`crate::config::load`] with the same flags and
+//! environment, `*_file` secrets read again) and compared with the config in force:
+//!
+//! - A file that does not validate is refused whole: the reason is logged and the old
+//!   config keeps serving.
+//! - A change to a key that cannot apply live (a listen address, the store, the cookie
+//!   keys, a room's origin, …) refuses the whole reload: one log line names every such
+//!   key, and nothing changes, not even what could have applied.
+//! - Otherwise what changed is applied: the admin tokens (`admin_token`, `admin.tokens`,
+//!   `metrics_token`) at once, and each room's runtime settings (`rate`, `max_active`,
+//!   `session_ttl`, `abandon_after`) that changed in the file are written to the store,
+//!   as the admin API's `PUT …/config` would. A setting the file did not change keeps its
+//!   live value, so a rate set through the API survives a reload of an unrelated change.
+//!
+//! [`plan`] is the comparison alone (no I/O), [`Reloader`] the rereading and applying.
+
+use std::fmt::Debug;
+
+use crate::config::{self, Config, ConfigError, Overrides, RoomConfig};
+use crate::gate::App;
+use crate::queue::{SettingsPatch, StoreError};
+
+/// Why a reload changed nothing (or, for [`ReloadError::Store`], not everything).
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The file could not be read or does not validate.
+    #[error("the config file is refused; the running config is unchanged: {0}")]
+    Config(#[from] ConfigError),
+    /// Keys changed that only a restart can change.
+    #[error(
+        "the reload is refused; nothing changed: {} cannot change without a restart",
+        keys.join(", ")
+    )]
+    NeedsRestart {
+        /// The dotted keys, in file order (`listen`, `rooms.main.origin`).
+        keys: Vec<String>,
+    },
+    /// The store did not take a room's new settings (the rooms before it have theirs).
+    #[error("rooms.{room}: the store did not take the new settings: {source}")]
+    Store {
+        /// The room whose settings were not written.
+        room: String,
+        /// What the store reported.
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// What a reload will change.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// Per room, the runtime settings the file changed.
+    pub settings: Vec<(String, SettingsPatch)>,
+    /// Whether an admin or metrics token changed.
+    pub tokens: bool,
+}
+
+impl Plan {
+    /// Whether nothing changes.
+    pub fn is_empty(&self) -> bool {
+        self.settings.is_empty() && !self.tokens
+    }
+}
+
+/// Compares two configs: what can apply live, or every key that cannot.
+pub fn plan(old: &Config, new: &Config) -> Result<Plan, Vec<String>> {
+    let mut fixed = Vec::new();
+    let mut differ = |key: &str, same: bool| {
+        if !same {
+            fixed.push(key.to_owned());
+        }
+    };
+    let dbg = |a: &dyn Debug, b: &dyn Debug| format!("{a:?}") == format!("{b:?}");
+    macro_rules! debug_eq {
+        ($($key:literal => $field:ident),* $(,)?) => {
+            $( differ($key, dbg(&old.$field, &new.$field)); )*
+        };
+    }
+    debug_eq!(
+        "listen" => listen,
+        "admit_interval" => admit_interval,
+        "secure_cookies" => secure_cookies,
+        "public_scheme" => public_scheme,
+        "trusted_proxies" => trusted_proxies,
+        "data_dir" => data_dir,
+        "fail_open" => fail_open,
+        "fail_open_after" => fail_open_after,
+        "admin_listen" => admin_listen,
+        "admin_allow" => admin_allow,
+        "access_log" => access_log,
+        "abuse" => abuse,
+        "pid_file" => pid_file,
+    );
+    differ("cookie_secret", old.cookie_secret == new.cookie_secret);
+    differ(
+        "previous_cookie_secrets",
+        old.previous_cookie_secrets == new.previous_cookie_secrets,
+    );
+    differ(
+        "priority_secret",
+        old.priority_secret == new.priority_secret,
+    );
+    let public = |c: &Config| {
+        c.admission_key
+            .as_ref()
+            .map(|k| serde_json::to_string(&k.public().document()).unwrap_or_default())
+    };
+    differ("admission_key", public(old) == public(new));
+    differ(
+        "waiting_template",
+        old.waiting_page.template == new.waiting_page.template,
+    );
+    differ(
+        "waiting_stylesheet",
+        old.waiting_page.stylesheet == new.waiting_page.stylesheet,
+    );
+    differ("origin_ca_file", old.origin_ca_file == new.origin_ca_file);
+    differ("redis", old.redis == new.redis);
+    differ("kafka", old.kafka == new.kafka);
+    differ("server", old.server == new.server);
+
+    let old_names: Vec<&str> = old.rooms.iter().map(|r| r.name.as_str()).collect();
+    let new_names: Vec<&str> = new.rooms.iter().map(|r| r.name.as_str()).collect();
+    for name in &old_names {
+        if !new_names.contains(name) {
+            fixed.push(format!("rooms.{name} (removed)"));
+        }
+    }
+    for name in &new_names {
+        if !old_names.contains(name) {
+            fixed.push(format!("rooms.{name} (added)"));
+        }
+    }
+    let mut settings = Vec::new();
+    for new_room in &new.rooms {
+        let Some(old_room) = old.room(&new_room.name) else {
+            continue;
+        };
+        fixed.extend(fixed_room_changes(old_room, new_room));
+        let patch = settings_patch(old_room, new_room);
+        if patch != SettingsPatch::default() {
+            settings.push((new_room.name.clone(), patch));
+        }
+    }
+    if !fixed.is_empty() {
+        return Err(fixed);
+    }
+    let tokens = old.admin_token != new.admin_token
+        || old.metrics_token != new.metrics_token
+        || old.admin_tokens != new.admin_tokens;
+    Ok(Plan { settings, tokens })
+}
+
+/// The runtime settings `new` changes from `old`.
+fn settings_patch(old: &RoomConfig, new: &RoomConfig) -> SettingsPatch {
+    let changed = |same: bool| !same;
+    SettingsPatch {
+        rate: changed(old.rate == new.rate).then_some(new.rate),
+        max_active: changed(old.max_active == new.max_active).then_some(new.max_active),
+        session_ttl: changed(old.session_ttl == new.session_ttl).then_some(new.session_ttl),
+        abandon_after: changed(old.abandon_after == new.abandon_after).then_some(new.abandon_after),
+        paused: None,
+    }
+}
+
+/// The keys of a room that changed and only apply at a restart.
+fn fixed_room_changes(old: &RoomConfig, new: &RoomConfig) -> Vec<String> {
+    let mut keys = Vec::new();
+    macro_rules! fixed {
+        ($($field:ident),* $(,)?) => {
+            $(
+                if format!("{:?}", old.$field) != format!("{:?}", new.$field) {
+                    keys.push(format!("rooms.{}.{}", new.name, stringify!($field)));
+                }
+            )*
+        };
+    }
+    fixed!(
+        match_host,
+        origin,
+        join_limit_per_ip,
+        join_limit_window,
+        max_sessions_per_client,
+        max_places_per_client,
+        session_clients,
+        title,
+        message,
+        preserve_host,
+        lottery,
+        queue_status_code,
+        bypass_paths,
+        asset_paths,
+        stream_cap,
+        max_inflight,
+        inflight_wait,
+        max_waiting,
+        schedule,
+        adaptive,
+    );
+    keys
+}
+
+/// Rereads the config file on request and applies what it can.
+pub struct Reloader {
+    overrides: Overrides,
+    current: tokio::sync::Mutex<Config>,
+}
+
+impl Reloader {
+    /// A reloader for a process started from `overrides` (naming the config file) with
+    /// `config`.
+    pub fn new(overrides: Overrides, config: Config) -> Reloader {
+        Reloader {
+            overrides,
+            current: tokio::sync::Mutex::new(config),
+        }
+    }
+
+    /// Rereads the file and applies it to `app`, logging what changed or why nothing did.
+    pub async fn reload(&self, app: &App) {
+        match self.try_reload(app).await {
+            Ok(plan) if plan.is_empty() => {
+                tracing::info!("config reloaded: nothing that applies live changed");
+            }
+            Ok(plan) => {
+                let rooms: Vec<&str> = plan.settings.iter().map(|(r, _)| r.as_str()).collect();
+                tracing::info!(
+                    rooms_changed = ?rooms,
+                    tokens_changed = plan.tokens,
+                    "config reloaded"
+                );
+            }
+            Err(ReloadError::NeedsRestart { keys }) => {
+                for key in &keys {
+                    tracing::error!(
+                        key = %key,
+                        "config reload refused: {key} cannot change without a restart; nothing changed"
+                    );
+                }
+            }
+            Err(e) => tracing::error!("config reload failed: {e}"),
+        }
+    }
+
+    /// The reload itself: what was applied, or why nothing (or not everything) was.
+    pub async fn try_reload(&self, app: &App) -> Result<Plan, ReloadError> {
+        let mut current = self.current.lock().await;
+        let loaded = config::load(&self.overrides, &|k| std::env::var(k).ok())?.config;
+        let plan = plan(&current, &loaded).map_err(|keys| ReloadError::NeedsRestart { keys })?;
+        if plan.tokens {
+            app.admin_state().set_tokens(&loaded);
+        }
+        for (room, patch) in &plan.settings {
+            app.admission
+                .update_settings(room, patch)
+                .await
+                .map_err(|source| ReloadError::Store {
+                    room: room.clone(),
+                    source,
+                })?;
+        }
+        *current = loaded;
+        Ok(plan)
+    }
+}
+
+/// The running process's id in `pid_file` while it runs; the file is removed on drop.
+pub struct PidFile {
+    path: std::path::PathBuf,
+}
+
+/// Why `anteroom reload` could not signal the running instance.
+#[derive(Debug, thiserror::Error)]
+pub enum SignalError {
+    /// The pid file could not be read.
+    #[error("cannot read the pid file {}: {source}", path.display())]
+    Read {
+        /// The pid file.
+        path: std::path::PathBuf,
+        /// Why reading failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The pid file holds no process id.
+    #[error("the pid file {} holds no process id (got {text:?})", path.display())]
+    NotAPid {
+        /// The pid file.
+        path: std::path::PathBuf,
+        /// What it holds.
+        text: String,
+    },
+    /// The signal could not be sent (no such process, or not ours).
+    #[error("cannot send SIGHUP to {pid}: {source}")]
+    Send {
+        /// The process id.
+        pid: i32,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why the pid file could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("pid_file: cannot write {}: {source}", path.display())]
+pub struct PidFileError {
+    /// The pid file.
+    pub path: std::path::PathBuf,
+    /// Why writing failed.
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl PidFile {
+    /// Writes this process's id to `path` (replacing what was there).
+    pub fn write(path: &std::path::Path) -> Result<PidFile, PidFileError> {
+        std::fs::write(path, format!("{}\n", std::process::id())).map_err(|source| {
+            PidFileError {
+                path: path.to_owned(),
+                source,
+            }
+        })?;
+        Ok(PidFile {
+            path: path.to_owned(),
+        })
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// `anteroom reload`: sends SIGHUP to the process whose id `pid_file` holds.
+pub fn signal_reload(pid_file: &std::path::Path) -> Result<i32, SignalError> {
+    let text = std::fs::read_to_string(pid_file).map_err(|source| SignalError::Read {
+        path: pid_file.to_owned(),
+        source,
+    })?;
+    let not_a_pid = || SignalError::NotAPid {
+        path: pid_file.to_owned(),
+        text: text.trim().to_owned(),
+    };
+    let raw: i32 = text.trim().parse().map_err(|_| not_a_pid())?;
+    let pid = rustix::process::Pid::from_raw(raw)
+        .filter(|_| raw > 0)
+        .ok_or_else(not_a_pid)?;
+    rustix::process::kill_process(pid, rustix::process::Signal::HUP).map_err(|e| {
+        SignalError::Send {
+            pid: raw,
+            source: e.into(),
+        }
+    })?;
+    Ok(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra_top: &str, room: &str) -> Config {
+        let yaml = format!(
+            "listen: 127.0.0.1:0\ncookie_secret: {}\nadmin_token: reload-test-admin-token\n{extra_top}rooms:\n  main:\n    origin: http://127.0.0.1:9\n{room}",
+            "ab".repeat(32)
+        );
+        config::from_yaml_str(&yaml, "test.yaml").unwrap()
+    }
+
+    #[test]
+    fn a_changed_rate_is_a_patch_and_nothing_else_changes() {
+        let old = config("", "    rate: 5\n");
+        let new = config("", "    rate: 9\n    max_active: 100\n");
+        let plan = plan(&old, &new).unwrap();
+        assert_eq!(plan.settings.len(), 1);
+        let (room, patch) = &plan.settings[0];
+        assert_eq!(room, "main");
+        assert_eq!(patch.rate, Some(9.0));
+        assert_eq!(patch.session_ttl, None);
+        assert!(!plan.tokens);
+    }
+
+    #[test]
+    fn an_unchanged_file_plans_nothing() {
+        let old = config("", "");
+        assert!(plan(&old, &config("", "")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn keys_that_need_a_restart_are_all_named() {
+        let old = config("", "");
+        let new = {
+            let mut c = config("", "    rate: 3\n    preserve_host: true\n");
+            c.listen = "127.0.0.1:1".parse().unwrap();
+            c
+        };
+        let keys = plan(&old, &new).unwrap_err();
+        assert_eq!(keys, ["listen", "rooms.main.preserve_host"]);
+    }
+
+    #[test]
+    fn a_new_admin_token_applies_live() {
+        let old = config("", "");
+        let mut new = config("", "");
+        new.admin_token = crate::config::Secret::from_text("another-admin-token-0123");
+        assert!(plan(&old, &new).unwrap().tokens);
+    }
+}

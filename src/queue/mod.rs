@@ -24,7 +24,7 @@ pub use crate::fairness::adaptive::{AdaptiveState, OriginExchange, OriginReport}
 pub use crate::identity::ClientKey;
 pub use crate::visitor::{VisitorId, VisitorRef};
 pub use memory::MemoryStore;
-pub use mode::Mode;
+pub use mode::{Mode, RoomPhase};
 pub use redis::RedisStore;
 
 /// A scheduled drop; all optional, in order when several are given.
@@ -462,6 +462,8 @@ pub struct RoomStats {
     pub total_refused: u64,
     /// Visitors ever admitted by the passthrough mode (in `total_admitted` too).
     pub total_passed_through: u64,
+    /// Where the schedule stands (store time) as the counters were read.
+    pub schedule: Phase,
     /// The room's live runtime settings.
     pub settings: RoomSettings,
 }

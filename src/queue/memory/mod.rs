@@ -666,7 +666,7 @@ impl Room {
             .ok_or(StoreError::NotWaiting(reference))
     }
 
-    fn stats(&self) -> RoomStats {
+    fn stats(&self, now: u64) -> RoomStats {
         let c = self.counters;
         RoomStats {
             waiting: self.waiting(),
@@ -677,6 +677,7 @@ impl Room {
             total_abandoned: c.total_abandoned,
             total_refused: c.total_refused,
             total_passed_through: c.total_passed_through,
+            schedule: self.policy.phase_at(now),
             settings: self.settings.clone(),
         }
     }

@@ -416,6 +416,7 @@ impl QueueStore for RedisStore {
             paused,
             mode,
             passed,
+            schedule,
         ] = fields.as_slice()
         else {
             return Err(bad_reply("stats", &fields));
@@ -429,6 +430,7 @@ impl QueueStore for RedisStore {
             total_abandoned: parse("total_abandoned", abandoned)?,
             total_refused: parse("total_refused", refused)?,
             total_passed_through: parse("total_passed_through", passed)?,
+            schedule: place(0, 0, 0, parse("phase", schedule)?)?.phase,
             settings: RoomSettings {
                 rate: parse("rate", rate)?,
                 max_active: parse("max_active", max_active)?,

@@ -25,6 +25,7 @@ mod hostile;
 mod kafka;
 mod malformed;
 mod model;
+mod modes;
 mod priority;
 mod reconnect;
 mod redis;

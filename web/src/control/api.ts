@@ -13,6 +13,12 @@ export interface RoomView {
   max_active?: number;
   rate?: number;
   paused?: boolean;
+  /** The room's mode; absent from servers without modes. */
+  mode?: Mode;
+  /** Where the room stands (schedule, pause, mode, line); absent from older servers. */
+  phase?: Phase;
+  /** Visitors ever admitted by the passthrough mode. */
+  total_passed_through?: number;
   session_ttl_secs?: number;
   abandon_after_secs?: number;
   total_joined?: number;
@@ -67,6 +73,12 @@ export interface Status {
   open_streams: number;
 }
 
+/** A room's mode (`PUT …/config` `mode`). */
+export type Mode = 'queue' | 'passthrough' | 'sold_out';
+
+/** A room's phase, as its stats and `anteroom_room_phase` give it. */
+export type Phase = 'idle' | 'pre_queue' | 'draw' | 'queueing' | 'paused' | 'passthrough' | 'sold_out' | 'closed';
+
 export interface AuditResult {
   written: boolean;
   error?: string;
@@ -78,11 +90,12 @@ export interface Settings {
   session_ttl_secs: number;
   abandon_after_secs: number;
   paused: boolean;
+  mode?: Mode;
 }
 
 /** The fields `PUT …/config` takes, as the form sends them. A value that is not a number is
  * sent as the text typed, so the API (the one judge of valid input) names the field. */
-export type ConfigPatch = Partial<Record<'rate' | 'max_active', number | string>>;
+export type ConfigPatch = Partial<Record<'rate' | 'max_active', number | string>> & { mode?: Mode };
 
 /** One waiting visitor as `GET …/queue` lists them (docs/security.md, "Priority"). */
 export interface QueueEntry {

@@ -385,6 +385,8 @@ impl LiveHub {
         match state {
             VisitorState::Admitted => Some(LiveEvent::Admitted),
             VisitorState::Unknown => None,
+            // Sold out: end the stream; the page reloads and shows the sold-out page.
+            VisitorState::Waiting(_) if admission.mode(room) == crate::queue::Mode::SoldOut => None,
             // Closed (or not open after a schedule change): end the stream; the page
             // reloads and shows why.
             VisitorState::Waiting(place)

@@ -162,6 +162,7 @@ fn settings_patch(old: &RoomConfig, new: &RoomConfig) -> SettingsPatch {
         session_ttl: changed(old.session_ttl == new.session_ttl).then_some(new.session_ttl),
         abandon_after: changed(old.abandon_after == new.abandon_after).then_some(new.abandon_after),
         paused: None,
+        mode: changed(old.mode == new.mode).then_some(new.mode),
     }
 }
 

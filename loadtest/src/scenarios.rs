@@ -923,6 +923,7 @@ fn room_seed() -> RoomSettings {
         session_ttl: Duration::from_secs(3_600),
         abandon_after: Duration::from_secs(36_000),
         paused: true,
+        mode: anteroom::queue::Mode::Queue,
     }
 }
 

@@ -177,6 +177,18 @@ pub struct RoomStats {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub paused: Option<bool>,
+    /// The room's mode: queue, passthrough (everyone straight through) or sold_out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = mode)]
+    pub mode: Option<&'static str>,
+    /// What the room is doing now, from its mode, schedule, pause and line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = phase)]
+    pub phase: Option<&'static str>,
+    /// Visitors let through without waiting by passthrough, since the room was created.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub total_passed_through: Option<u64>,
     /// How long an admitted visitor's session lasts without a request, in seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -246,6 +258,37 @@ pub struct RoomStats {
     pub max_waiting: Option<u64>,
 }
 
+fn mode() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["queue", "passthrough", "sold_out"]))
+        .description(Some(
+            "The room's mode: queue (the waiting room as usual), passthrough (everyone \
+             straight through, counted) or sold_out (the line and newcomers see the sold-out \
+             page).",
+        ))
+        .into()
+}
+
+fn phase() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some([
+            "idle",
+            "pre_queue",
+            "draw",
+            "queueing",
+            "paused",
+            "passthrough",
+            "sold_out",
+            "closed",
+        ]))
+        .description(Some(
+            "What the room is doing now, derived from its mode, schedule, pause and line.",
+        ))
+        .into()
+}
+
 fn rate_reason() -> Schema {
     ObjectBuilder::new()
         .schema_type(Type::String)
@@ -301,7 +344,7 @@ pub struct Inflight {
     pub max: u64,
 }
 
-/// The body of `PUT …/config`: any of the four settings, at least one.
+/// The body of `PUT …/config`: any of the five settings, at least one.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(min_properties = 1)]
@@ -321,6 +364,9 @@ pub struct ConfigPatch {
     /// most 365 days).
     #[schema(nullable = false, minimum = 1, maximum = 31_536_000)]
     pub abandon_after_secs: Option<f64>,
+    /// The room's mode: queue, passthrough or sold_out.
+    #[schema(schema_with = mode)]
+    pub mode: Option<String>,
 }
 
 /// A room's runtime settings.
@@ -336,6 +382,9 @@ pub struct Settings {
     pub abandon_after_secs: f64,
     /// Whether the room is paused.
     pub paused: bool,
+    /// The room's mode: queue, passthrough or sold_out.
+    #[schema(schema_with = mode)]
+    pub mode: &'static str,
 }
 
 /// Whether a change reached the audit log. A failed write does not undo the change.

@@ -1,6 +1,6 @@
 //! A room's reads and changes: the counters of every room or one (from the statistics
-//! cache, never a store round trip), `PUT …/config` and the body it takes, pause, resume
-//! and flush. Changes go to the store through admission and are recorded
+//! cache, never a store round trip; with the room's mode and phase), `PUT …/config` and
+//! the body it takes (the mode among the settings), pause, resume and flush. Changes go to the store through admission and are recorded
 //! ([`super::record`]).
 
 use std::time::Duration;
@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::admission::CachedStats;
 use crate::http::body::Body;
-use crate::queue::{RoomSettings, SettingsPatch};
+use crate::queue::{Mode, RoomSettings, SettingsPatch};
 
 use super::api::{
     AdaptiveStats, ConfigPatch, ConfigResult, EtaReport, FlushResult, Inflight, PauseResult,
@@ -27,11 +27,12 @@ use super::record::audit;
 use super::{AdminContext, AdminError, Caller, FieldError, RoomLimits};
 
 /// The fields `PUT …/config` accepts.
-pub const CONFIG_FIELDS: [&str; 4] = [
+pub const CONFIG_FIELDS: [&str; 5] = [
     "rate",
     "max_active",
     "session_ttl_secs",
     "abandon_after_secs",
+    "mode",
 ];
 
 /// Every room with its counters
@@ -111,6 +112,9 @@ fn room_view(room: &str, cached: Option<CachedStats>, limits: RoomLimits) -> Roo
             max_error_ratio: a.max_error_ratio,
         })),
         paused: Some(s.settings.paused),
+        mode: Some(s.settings.mode.as_str()),
+        phase: Some(s.phase().as_str()),
+        total_passed_through: Some(s.total_passed_through),
         session_ttl_secs: Some(s.settings.session_ttl.as_secs_f64()),
         abandon_after_secs: Some(s.settings.abandon_after.as_secs_f64()),
         total_joined: Some(s.total_joined),
@@ -145,10 +149,11 @@ fn settings_view(s: &RoomSettings) -> Settings {
         session_ttl_secs: s.session_ttl.as_secs_f64(),
         abandon_after_secs: s.abandon_after.as_secs_f64(),
         paused: s.paused,
+        mode: s.mode.as_str(),
     }
 }
 
-/// Change rate, max_active, session_ttl_secs, abandon_after_secs (any subset)
+/// Change rate, max_active, session_ttl_secs, abandon_after_secs, mode (any subset)
 #[utoipa::path(
     put,
     path = "/__anteroom/admin/api/rooms/{room}/config",
@@ -165,6 +170,8 @@ fn settings_view(s: &RoomSettings) -> Settings {
         (status = 405, response = MethodNotAllowed),
         (status = 408, response = BodyTooSlow),
         (status = 413, response = BodyTooLarge),
+        (status = 422, description = "A mode that is not one of queue, passthrough, sold_out; `field` is mode and nothing was changed",
+            body = Problem, content_type = "application/problem+json"),
         (status = 429, response = TooManyRequests),
         (status = 503, response = StoreUnavailable),
     )
@@ -176,7 +183,11 @@ pub(super) async fn configure(
     who: &Caller,
 ) -> Result<Response<Body>, AdminError> {
     let body = read_body(req, app.admin.body_timeout).await?;
-    let patch = parse_patch(&body).map_err(AdminError::BadRequest)?;
+    // A mode that names none is a value the API cannot serve (422); the rest is 400.
+    let patch = parse_patch(&body).map_err(|e| match e.field.as_str() {
+        "mode" => AdminError::Unprocessable(e),
+        _ => AdminError::BadRequest(e),
+    })?;
     let current = app.admission.settings(room).await?;
     // Checked here too so the error names the API's field; the store checks again
     // atomically, so a refusal there changes nothing either.
@@ -211,6 +222,7 @@ fn patch_names(patch: &SettingsPatch, field: &str) -> bool {
         "max_active" => patch.max_active.is_some(),
         "session_ttl_secs" => patch.session_ttl.is_some(),
         "abandon_after_secs" => patch.abandon_after.is_some(),
+        "mode" => patch.mode.is_some(),
         _ => false,
     }
 }
@@ -378,6 +390,15 @@ pub fn parse_patch(body: &[u8]) -> Result<SettingsPatch, FieldError> {
             },
             "session_ttl_secs" => patch.session_ttl = Some(seconds(key, v)?),
             "abandon_after_secs" => patch.abandon_after = Some(seconds(key, v)?),
+            "mode" => match v.as_str().and_then(Mode::parse) {
+                Some(mode) => patch.mode = Some(mode),
+                None => {
+                    return fail(
+                        "mode",
+                        format!("must be one of {} (got {v})", Mode::names()),
+                    );
+                }
+            },
             other => {
                 return fail(
                     other,

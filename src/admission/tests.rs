@@ -1,8 +1,12 @@
 //! The admission facade's own rules: the session cache, the statistics cache, the pace
 //! and the ETA ledger's wiring, store health and closed-loop admission across replicas.
 
+use std::collections::VecDeque;
+
+use super::stats_cache::observed;
 use super::*;
 use crate::clock::Clock;
+use crate::fairness::eta::{EtaReport, Observed};
 use crate::queue::{
     MemoryStore, RoomPolicy,
     conformance::{anyone, settings},

@@ -270,6 +270,9 @@ impl Config {
                 r.queue_status_code,
                 if r.lottery { ", lottery draw" } else { "" }
             );
+            if r.mode != crate::queue::Mode::Queue {
+                let _ = writeln!(o, "    mode:         {}", r.mode);
+            }
             let cap = |n: u64| {
                 if n == 0 {
                     "no cap".to_string()

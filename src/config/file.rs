@@ -172,6 +172,7 @@ pub(super) struct RawRoom {
     pub message: Option<V>,
     pub preserve_host: Option<V>,
     pub lottery: Option<V>,
+    pub mode: Option<V>,
     pub queue_status_code: Option<V>,
     pub schedule: Option<RawSchedule>,
     #[serde(default, deserialize_with = "null_is_empty")]

@@ -161,6 +161,9 @@ rooms:
     preserve_host: false
     # Draw places at random among everyone who arrived before the doors opened.
     lottery: false
+    # queue (default), passthrough (everybody straight through) or sold_out (the sold-out
+    # page for newcomers and the line); switched live through the admin API.
+    mode: queue
     # HTTP status of the waiting page: 200 (default), 202, 429 or 503.
     # queue_status_code: 200
     # Path globs (`*` within a segment, `**` across, no leading `/`: the last segment).

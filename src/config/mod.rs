@@ -296,6 +296,8 @@ pub struct RoomConfig {
     pub max_waiting: u64,
     /// When the line opens, admission starts and the room closes; empty for an ordinary room.
     pub schedule: Schedule,
+    /// The room's mode (seeds the live setting): queue, passthrough or sold out.
+    pub mode: crate::queue::Mode,
     /// `adaptive:`: lower the rate actually used while the origin struggles.
     pub adaptive: Option<crate::fairness::adaptive::AdaptiveConfig>,
 }
@@ -512,6 +514,7 @@ impl RoomSettings {
             session_ttl: room.session_ttl,
             abandon_after: room.abandon_after,
             paused: false,
+            mode: room.mode,
         }
     }
 }

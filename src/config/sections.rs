@@ -222,6 +222,20 @@ pub(super) fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, Con
         &or_default(&r.preserve_host, "false"),
     )?;
     let lottery = boolean(cx, &k("lottery"), &or_default(&r.lottery, "false"))?;
+    let mode = {
+        let v = or_default(&r.mode, "queue");
+        crate::queue::Mode::parse(v.text.trim()).ok_or_else(|| {
+            cx.fail(
+                &k("mode"),
+                &v,
+                format!(
+                    "must be one of {} (got {:?})",
+                    crate::queue::Mode::names(),
+                    v.text.trim()
+                ),
+            )
+        })?
+    };
     let queue_status_code = {
         let v = or_default(&r.queue_status_code, "200");
         match v.text.trim().parse::<u16>() {
@@ -341,6 +355,7 @@ pub(super) fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, Con
         message,
         preserve_host,
         lottery,
+        mode,
         queue_status_code,
         bypass_paths,
         asset_paths,

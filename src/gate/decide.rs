@@ -168,6 +168,7 @@ impl App {
             }
             Decision::NotOpen => self.not_open(room, identity),
             Decision::Closed => self.closed(room, identity),
+            Decision::SoldOut => self.sold_out(room, identity),
             Decision::Stalled { fail_open: false } => self.stalled(room, identity),
         };
         // A refused (or turned-away) newcomer is not anyone yet: no cookie to remember them by.

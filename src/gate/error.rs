@@ -69,6 +69,12 @@ pub enum Kind {
     LineFull,
     /// After the room's `closes_at`: nobody else gets in.
     Closed,
+    /// The room's sold-out mode: newcomers and the line get the sold-out page, with the
+    /// room's `queue_status_code` (200 by default), as the waiting page.
+    SoldOut {
+        /// The room's `queue_status_code`.
+        queue_status_code: u16,
+    },
     /// The store did not answer and the room does not fail open: the visitor is held.
     Stalled,
     /// A full `max_inflight` door or stream cap: try again shortly.
@@ -106,6 +112,9 @@ impl Kind {
             | Kind::DrawUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Kind::OverJoinLimit => StatusCode::TOO_MANY_REQUESTS,
             Kind::BadGrant => StatusCode::FORBIDDEN,
+            Kind::SoldOut { queue_status_code } => {
+                StatusCode::from_u16(queue_status_code).unwrap_or(StatusCode::OK)
+            }
             Kind::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
             Kind::Banned { permanent: true } => StatusCode::FORBIDDEN,
             Kind::Banned { permanent: false } => StatusCode::TOO_MANY_REQUESTS,
@@ -169,6 +178,10 @@ impl Kind {
                 Lang::En.catalog().full_detail,
             ),
             Kind::Closed => ("Closed", "This queue is closed."),
+            Kind::SoldOut { .. } => (
+                Lang::En.catalog().sold_out_title,
+                Lang::En.catalog().sold_out_detail,
+            ),
             Kind::Stalled => ("Please wait", Lang::En.catalog().stalled_detail),
             Kind::Busy => ("Busy", "The site is busy: try again shortly."),
             Kind::NotAdmitted => ("Waiting", "This browser has not been let in yet."),

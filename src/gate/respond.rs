@@ -264,6 +264,21 @@ impl App {
             .closed(identity.lang, Kind::Closed.status(), false)
     }
 
+    /// The room's sold-out mode: the sold-out page with the operator's message (the
+    /// room's `queue_status_code`, as the waiting page).
+    pub(super) fn sold_out(&self, room: &Room, identity: &Identity) -> Response<Body> {
+        let kind = Kind::SoldOut {
+            queue_status_code: room.config.queue_status_code,
+        };
+        if identity.wants_json {
+            let mut view = self.placeless(room, VisitorStatus::SoldOut, self.phase_now(room), 0);
+            view.waiting = 0;
+            return self.placeless_json(room, &view, kind.status(), identity);
+        }
+        self.pages
+            .sold_out(identity.lang, kind.status(), &room.config.message, false)
+    }
+
     /// The store did not answer and the room does not fail open: hold the visitor.
     pub(super) fn stalled(&self, room: &Room, identity: &Identity) -> Response<Body> {
         const RETRY_SECS: u64 = 5;

@@ -143,6 +143,10 @@ pub struct Catalog {
     pub full_title: &'static str,
     /// Body of the line-full page.
     pub full_detail: &'static str,
+    /// Heading of the sold-out page (the room's sold-out mode).
+    pub sold_out_title: &'static str,
+    /// Body of the sold-out page when the operator left no message.
+    pub sold_out_detail: &'static str,
     /// Label of the visitor's reference, for support.
     pub reference: &'static str,
     /// The lottery receipt: its heading, and the labels of the visitor's
@@ -232,6 +236,8 @@ static EN: Catalog = Catalog {
     refused_detail: "Too many visitors joined from your network in a short time. Please wait a moment; this page will try again by itself.",
     full_title: "The line is full",
     full_detail: "So many people are already waiting that the line cannot take more right now. Please try again in a little while.",
+    sold_out_title: "Sold out",
+    sold_out_detail: "Everything is gone: this sale is sold out. Thank you for waiting with us.",
     reference: "Your reference",
     receipt: "Your draw receipt",
     draw_hash: "Draw hash",
@@ -273,6 +279,8 @@ static DE: Catalog = Catalog {
     refused_detail: "Aus Ihrem Netzwerk haben sich in kurzer Zeit zu viele Besucher angestellt. Bitte warten Sie einen Moment; diese Seite versucht es von selbst erneut.",
     full_title: "Die Warteschlange ist voll",
     full_detail: "Es warten gerade so viele Menschen, dass niemand mehr dazukommen kann. Bitte versuchen Sie es in Kürze erneut.",
+    sold_out_title: "Ausverkauft",
+    sold_out_detail: "Alles ist vergeben: Dieser Verkauf ist ausverkauft. Danke fürs Warten.",
     reference: "Ihre Referenz",
     receipt: "Ihr Losbeleg",
     draw_hash: "Los-Hash",
@@ -314,6 +322,8 @@ static ES: Catalog = Catalog {
     refused_detail: "Se unieron demasiados visitantes desde tu red en poco tiempo. Espera un momento; esta página lo volverá a intentar sola.",
     full_title: "La fila está llena",
     full_detail: "Ya hay tantas personas esperando que la fila no admite más por ahora. Vuelve a intentarlo en un rato.",
+    sold_out_title: "Agotado",
+    sold_out_detail: "Ya no queda nada: esta venta está agotada. Gracias por esperar con nosotros.",
     reference: "Tu referencia",
     receipt: "Tu comprobante del sorteo",
     draw_hash: "Hash del sorteo",
@@ -355,6 +365,8 @@ static FR: Catalog = Catalog {
     refused_detail: "Trop de visiteurs ont rejoint la file depuis votre réseau en peu de temps. Patientez un instant ; cette page réessaiera toute seule.",
     full_title: "La file est pleine",
     full_detail: "Tant de personnes attendent déjà que la file ne peut plus en accueillir pour le moment. Réessayez dans un petit moment.",
+    sold_out_title: "Épuisé",
+    sold_out_detail: "Tout est parti : cette vente est épuisée. Merci de votre patience.",
     reference: "Votre référence",
     receipt: "Votre reçu du tirage",
     draw_hash: "Empreinte du tirage",
@@ -396,6 +408,8 @@ static AR: Catalog = Catalog {
     refused_detail: "انضم عدد كبير جدًا من الزوار من شبكتك في وقت قصير. يُرجى الانتظار قليلًا؛ ستعيد هذه الصفحة المحاولة تلقائيًا.",
     full_title: "الطابور ممتلئ",
     full_detail: "ينتظر الآن عدد كبير جدًا من الأشخاص ولا يتسع الطابور لمزيد. يُرجى المحاولة مرة أخرى بعد قليل.",
+    sold_out_title: "نفدت الكمية",
+    sold_out_detail: "نفد كل شيء: انتهى هذا البيع. شكرًا لانتظارك معنا.",
     reference: "رقمك المرجعي",
     receipt: "إيصال القرعة الخاص بك",
     draw_hash: "بصمة القرعة",

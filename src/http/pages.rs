@@ -44,6 +44,9 @@ pub enum VisitorStatus {
     Banned,
     /// The queue breaker (`max_waiting`) turned a newcomer away.
     Full,
+    /// The room is sold out (its sold-out mode): nobody else gets in.
+    #[serde(rename = "sold_out")]
+    SoldOut,
 }
 
 impl VisitorStatus {
@@ -56,6 +59,7 @@ impl VisitorStatus {
             VisitorStatus::Stalled => "stalled",
             VisitorStatus::Banned => "banned",
             VisitorStatus::Full => "full",
+            VisitorStatus::SoldOut => "sold_out",
         }
     }
 }
@@ -565,6 +569,32 @@ impl Pages {
             Some(VisitorStatus::Closed),
             t.closed_title,
             t.closed_detail,
+            None,
+            json,
+        )
+    }
+
+    /// The sold-out page, in the visitor's language; `message` (the operator's, may be
+    /// empty) replaces the built-in detail.
+    pub fn sold_out(
+        &self,
+        lang: Lang,
+        status: StatusCode,
+        message: &str,
+        json: bool,
+    ) -> Response<Body> {
+        let t = lang.catalog();
+        let detail = if message.is_empty() {
+            t.sold_out_detail
+        } else {
+            message
+        };
+        self.message_in(
+            lang,
+            status,
+            Some(VisitorStatus::SoldOut),
+            t.sold_out_title,
+            detail,
             None,
             json,
         )

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use crate::abuse::{AbuseRegistry, StrikeReason};
 use crate::admission::{Admission, RoomLabel};
 use crate::http::body::Body;
+use crate::queue::RoomPhase;
 use crate::server::Census;
 
 mod process;
@@ -399,7 +400,7 @@ impl Collector for CacheCollector {
             .filter_map(|room| Some((room.as_str(), self.admission.cached_stats(room)?)))
             .collect();
         type Extract = fn(&crate::admission::CachedStats) -> Option<Value>;
-        let families: [(&str, &str, Extract); 22] = [
+        let families: [(&str, &str, Extract); 23] = [
             ("anteroom_waiting", "Visitors in line", |c| {
                 int(c.stats.waiting)
             }),
@@ -480,6 +481,11 @@ impl Collector for CacheCollector {
             ("anteroom_refused", "Visitors refused (join limit)", |c| {
                 Some(Value::Counter(c.stats.total_refused))
             }),
+            (
+                "anteroom_passed_through",
+                "Visitors admitted by the passthrough mode, whatever the limits (in anteroom_admitted too)",
+                |c| Some(Value::Counter(c.stats.total_passed_through)),
+            ),
             // The honest ETA, as this replica saw it over the last hour: the two
             // ratios are absent while nobody shown a range has been admitted.
             (
@@ -529,6 +535,24 @@ impl Collector for CacheCollector {
                     Value::Gauge(v) => ConstGauge::new(*v).encode(metric)?,
                     Value::Float(v) => ConstGauge::new(*v).encode(metric)?,
                     Value::Counter(v) => ConstCounter::new(*v).encode(metric)?,
+                }
+            }
+        }
+        if !cached.is_empty() {
+            // One series per phase, 1 for the room's current one: an alert can ask
+            // `anteroom_room_phase{phase="queueing"} == 1` without knowing the others.
+            let mut family = encoder.encode_descriptor(
+                "anteroom_room_phase",
+                "1 for the room's current phase (idle, pre_queue, draw, queueing, paused, passthrough, sold_out, closed), 0 for the others.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (room, c) in &cached {
+                let now = c.stats.phase();
+                for phase in RoomPhase::ALL {
+                    let labels = [("room", *room), ("phase", phase.as_str())];
+                    let metric = family.encode_family(&labels)?;
+                    ConstGauge::new(i64::from(phase == now)).encode(metric)?;
                 }
             }
         }

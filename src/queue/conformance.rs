@@ -9,9 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    ClientKey, GrantUse, Join, Phase, Place, QueueQuery, QueueStore, RefusedReason, Resolution,
-    RoomPolicy, RoomSettings, Schedule, Seeded, SettingsPatch, StoreError, VisitorId, VisitorRef,
-    VisitorState,
+    ClientKey, GrantUse, Join, Mode, Phase, Place, QueueQuery, QueueStore, RefusedReason,
+    Resolution, RoomPolicy, RoomSettings, Schedule, Seeded, SettingsPatch, StoreError, VisitorId,
+    VisitorRef, VisitorState,
 };
 
 /// A store under test plus control of the time it reads.
@@ -56,6 +56,7 @@ macro_rules! suite {
             pause_holds_even_the_fast_path,
             flush_empties_the_line_and_leaves_sessions,
             settings_survive_a_reopen,
+            passthrough_lets_the_line_and_newcomers_in_then_queues_again,
             line_survives_a_reopen,
             heartbeat_never_joins,
             reaping_is_bounded_but_catches_up,
@@ -112,6 +113,7 @@ pub fn settings(rate: f64, max_active: u64) -> RoomSettings {
         // Long enough that tests about other rules need no heartbeats.
         abandon_after: Duration::from_secs(7_200),
         paused: false,
+        mode: Mode::Queue,
     }
 }
 
@@ -516,10 +518,26 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
                 session_ttl: Some(Duration::from_secs(90)),
                 abandon_after: Some(Duration::from_secs(30)),
                 paused: Some(true),
+                mode: Some(Mode::SoldOut),
             },
         )
         .await
         .unwrap();
+    // A patch of the mode alone leaves the rest alone.
+    let switched = store
+        .update_settings(
+            ROOM,
+            &SettingsPatch {
+                mode: Some(Mode::Passthrough),
+                ..SettingsPatch::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (switched.mode, switched.rate, switched.paused),
+        (Mode::Passthrough, 25.0, true)
+    );
     drop(store);
     h.reopen(Duration::from_secs(5)).await;
     let store = h.store();
@@ -536,7 +554,8 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
     assert_eq!(live.session_ttl, Duration::from_secs(90));
     assert_eq!(live.abandon_after, Duration::from_secs(30));
     assert!(live.paused);
-    // --reseed makes the file win, but does not lift an operator's pause.
+    assert_eq!(live.mode, Mode::Passthrough);
+    // --reseed makes the file win (the mode too), but does not lift an operator's pause.
     assert_eq!(
         store
             .open_room(ROOM, &seed, &RoomPolicy::default(), true)
@@ -546,6 +565,7 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
     );
     let live = store.stats(ROOM).await.unwrap().settings;
     assert_eq!((live.rate, live.max_active, live.paused), (10.0, 100, true));
+    assert_eq!(live.mode, Mode::Queue);
     assert_eq!(
         store
             .open_room(ROOM, &seed, &RoomPolicy::default(), false)
@@ -553,6 +573,79 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
             .unwrap(),
         Seeded::Unchanged
     );
+    // A file that names another mode is a difference like any other setting.
+    let sold_out = RoomSettings {
+        mode: Mode::SoldOut,
+        ..seed.clone()
+    };
+    assert!(matches!(
+        store
+            .open_room(ROOM, &sold_out, &RoomPolicy::default(), false)
+            .await
+            .unwrap(),
+        Seeded::KeptLive(live) if live.mode == Mode::Queue
+    ));
+}
+
+/// The passthrough mode lets the whole line in on the next pass and newcomers in on the
+/// spot, whatever the rate, `max_active` and a pause, counting each; back in the queue mode
+/// the limits hold again (nobody more while the site is over `max_active`).
+pub async fn passthrough_lets_the_line_and_newcomers_in_then_queues_again<H: Harness>(h: &mut H) {
+    let store = open(h, settings(1.0, 2)).await;
+    // One token: the first is let in by the fast path, the rest wait.
+    assert!(admitted(
+        store
+            .resolve(ROOM, VisitorId::random(), anyone())
+            .await
+            .unwrap()
+    ));
+    let line = visitors(5);
+    join_all(&*store, &line).await;
+    pause(&*store).await;
+    let passthrough = SettingsPatch {
+        mode: Some(Mode::Passthrough),
+        ..SettingsPatch::default()
+    };
+    store.update_settings(ROOM, &passthrough).await.unwrap();
+    // A newcomer goes in at once, ahead of the line's pass.
+    let newcomer = VisitorId::random();
+    assert!(admitted(
+        store.resolve(ROOM, newcomer, anyone()).await.unwrap()
+    ));
+    h.advance(Duration::from_millis(250)).await;
+    let report = store.admit_pass(ROOM).await.unwrap();
+    assert_eq!(
+        report.admitted, line,
+        "the whole line, in order, in one pass"
+    );
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.waiting, stats.active), (0, 7));
+    assert_eq!(stats.total_passed_through, 6);
+    assert_eq!(stats.total_admitted, 7);
+    for &v in &line {
+        assert!(admitted(store.resolve(ROOM, v, anyone()).await.unwrap()));
+    }
+    // Back to queueing (and resumed): 7 on the site against a max_active of 2.
+    store
+        .update_settings(
+            ROOM,
+            &SettingsPatch {
+                mode: Some(Mode::Queue),
+                paused: Some(false),
+                ..SettingsPatch::default()
+            },
+        )
+        .await
+        .unwrap();
+    let later = VisitorId::random();
+    assert_eq!(
+        place(store.resolve(ROOM, later, anyone()).await.unwrap()).position,
+        Some(1)
+    );
+    h.advance(Duration::from_secs(2)).await;
+    assert!(store.admit_pass(ROOM).await.unwrap().admitted.is_empty());
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.waiting, stats.total_passed_through), (1, 6));
 }
 
 /// The line and its order outlast a reopen.

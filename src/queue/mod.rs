@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod fenwick;
 pub mod memory;
+pub mod mode;
 pub mod redis;
 pub mod redis_client;
 
@@ -23,6 +24,7 @@ pub use crate::fairness::adaptive::{AdaptiveState, OriginExchange, OriginReport}
 pub use crate::identity::ClientKey;
 pub use crate::visitor::{VisitorId, VisitorRef};
 pub use memory::MemoryStore;
+pub use mode::{Mode, RoomPhase};
 pub use redis::RedisStore;
 
 /// A scheduled drop; all optional, in order when several are given.
@@ -65,6 +67,9 @@ pub struct RoomSettings {
     pub abandon_after: Duration,
     /// Nobody is admitted while paused, not even by the fast path.
     pub paused: bool,
+    /// How the room's door behaves ([`Mode`]); a snapshot without it is in the queue mode.
+    #[serde(default)]
+    pub mode: Mode,
 }
 
 impl RoomSettings {
@@ -117,6 +122,7 @@ impl RoomSettings {
             session_ttl: patch.session_ttl.unwrap_or(self.session_ttl),
             abandon_after: patch.abandon_after.unwrap_or(self.abandon_after),
             paused: patch.paused.unwrap_or(self.paused),
+            mode: patch.mode.unwrap_or(self.mode),
         };
         next.validate()?;
         Ok(next)
@@ -137,6 +143,8 @@ pub struct SettingsPatch {
     pub abandon_after: Option<Duration>,
     /// `Some(true)` pauses admission, `Some(false)` resumes it.
     pub paused: Option<bool>,
+    /// A new [`Mode`].
+    pub mode: Option<Mode>,
 }
 
 impl SettingsPatch {
@@ -452,6 +460,10 @@ pub struct RoomStats {
     pub total_abandoned: u64,
     /// Newcomers ever refused (limits, shares, the queue breaker).
     pub total_refused: u64,
+    /// Visitors ever admitted by the passthrough mode (in `total_admitted` too).
+    pub total_passed_through: u64,
+    /// Where the schedule stands (store time) as the counters were read.
+    pub schedule: Phase,
     /// The room's live runtime settings.
     pub settings: RoomSettings,
 }

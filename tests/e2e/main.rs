@@ -25,6 +25,7 @@ mod hostile;
 mod kafka;
 mod malformed;
 mod model;
+mod modes;
 mod ops;
 mod priority;
 mod reconnect;

@@ -494,6 +494,7 @@ impl Model {
                 session_ttl: Duration::from_millis(self.session_ttl),
                 abandon_after: Duration::from_millis(self.abandon_after),
                 paused: self.paused,
+                mode: anteroom::queue::Mode::Queue,
             },
         )
     }
@@ -551,6 +552,7 @@ async fn run_case(
         session_ttl: Duration::from_secs(case.session_ttl_s),
         abandon_after: Duration::from_secs(case.abandon_after_s),
         paused: false,
+        mode: anteroom::queue::Mode::Queue,
     };
     let policy = RoomPolicy {
         join_limit_per_ip: case.join_limit,

@@ -66,9 +66,13 @@ drain_draw(budget)
 -- Admit from the head while both limits allow; nobody before the doors or after closing.
 refill(r)
 local admitted, joined = {}, {}
-if ph == QUEUEING and not r.paused and r.tokens >= 1 then
+if ph == QUEUEING and (r.passthrough or (not r.paused and r.tokens >= 1)) then
   local room_left = r.max_active - redis.call('ZCARD', K_ACTIVE)
   local n = math.min(math.floor(r.tokens), room_left)
+  if r.passthrough then
+    -- The whole line, a budget's worth a pass.
+    n = math.min(waiting_count(), budget)
+  end
   local nxt, last = draw_tickets()
   if nxt < last and draw_size() > 0 then
     -- Part of the draw is still to be moved: nobody behind it goes first.
@@ -77,9 +81,9 @@ if ph == QUEUEING and not r.paused and r.tokens >= 1 then
   if n > 0 then
     admitted, joined = line_pop(n)
     if #admitted > 0 then
-      r.tokens = r.tokens - #admitted
+      r.tokens = math.max(r.tokens - #admitted, 0)
       chunked('ZADD', K_ACTIVE, admitted, r.live)
-      redis.call('HINCRBY', K_STATE, 'total_admitted', #admitted)
+      count_admitted(r, #admitted)
     end
   end
 end

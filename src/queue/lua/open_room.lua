@@ -2,7 +2,8 @@
 -- ARGV[6] = 1 to reseed; ARGV[7..12] = the policy: jl_limit, jl_window_ms, opens_ms,
 -- admits_ms, closes_ms ('' for none), lottery (1/0); ARGV[13] = a fresh random salt, kept
 -- only if the room has none (the salt is never replaced, not even by a reseed);
--- ARGV[14..17] = max_places, max_sessions, session_clients, max_waiting (0: off).
+-- ARGV[14..17] = max_places, max_sessions, session_clients, max_waiting (0: off);
+-- ARGV[18] = the file's mode (a runtime setting like the rate).
 -- Returns {0} fresh, {1} unchanged, {2} kept live, {3} reseeded.
 --
 -- The policy is config, not a runtime setting: it is written on every open.
@@ -19,7 +20,7 @@ end
 
 if redis.call('EXISTS', K_CONF) == 0 then
   redis.call('HSET', K_CONF, 'rate', ARGV[2], 'max_active', ARGV[3], 'session_ttl_ms', ARGV[4],
-    'abandon_after_ms', ARGV[5], 'paused', '0')
+    'abandon_after_ms', ARGV[5], 'paused', '0', 'mode', ARGV[18])
   redis.call('HSET', K_STATE, 'tokens', string.format('%.17g', math.max(tonumber(ARGV[2]), 1)),
     'refilled_ms', string.format('%d', NOW), 'pass_ms', string.format('%d', NOW))
   write_policy()
@@ -93,6 +94,7 @@ if last_pass and NOW > last_pass then
 end
 local differs = r.rate ~= tonumber(ARGV[2]) or r.max_active ~= tonumber(ARGV[3])
   or r.ttl ~= tonumber(ARGV[4]) or r.abandon ~= tonumber(ARGV[5])
+  or (redis.call('HGET', K_CONF, 'mode') or 'queue') ~= ARGV[18]
 if not differs then
   return {1}
 end
@@ -101,7 +103,7 @@ if ARGV[6] ~= '1' then
 end
 -- `paused` is an incident control, not a file value: a reseed keeps it.
 redis.call('HSET', K_CONF, 'rate', ARGV[2], 'max_active', ARGV[3], 'session_ttl_ms', ARGV[4],
-  'abandon_after_ms', ARGV[5])
+  'abandon_after_ms', ARGV[5], 'mode', ARGV[18])
 r.rate = tonumber(ARGV[2])
 r.tokens = math.min(r.tokens, burst(r))
 redis.call('HSET', K_STATE, 'tokens', string.format('%.17g', r.tokens))

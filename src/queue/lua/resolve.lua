@@ -111,14 +111,15 @@ end
 
 if ph == QUEUEING then
   refill(r)
-  if waiting_count() == 0 and can_admit(r) then
-    r.tokens = r.tokens - 1
+  -- In passthrough, newcomers go in on the spot even with a line (drained by the next pass).
+  if (waiting_count() == 0 or r.passthrough) and can_admit(r) then
+    r.tokens = math.max(r.tokens - 1, 0)
     save_bucket(r)
     redis.call('ZADD', K_ACTIVE, r.live, id)
     if tracks_sessions(r) then
       charge_session(id, client)
     end
-    redis.call('HINCRBY', K_STATE, 'total_admitted', 1)
+    count_admitted(r, 1)
     return {1, 1}
   end
 end

@@ -1,14 +1,17 @@
 -- stats: returns {-1} unknown room, else {waiting, active, joined, admitted, expired,
--- abandoned, refused, rate, max_active, session_ttl_ms, abandon_after_ms, paused} as strings.
+-- abandoned, refused, rate, max_active, session_ttl_ms, abandon_after_ms, paused, mode, passed_through, phase} as
+-- strings (a room without a mode is in the queue mode).
 local r = load_room()
 if not r then
   return {-1}
 end
-local c = redis.call('HMGET', K_STATE, 'total_joined', 'total_admitted', 'total_expired', 'total_abandoned', 'total_refused')
-local c2 = redis.call('HMGET', K_CONF, 'rate', 'max_active', 'session_ttl_ms', 'abandon_after_ms', 'paused')
+local c = redis.call('HMGET', K_STATE, 'total_joined', 'total_admitted', 'total_expired', 'total_abandoned', 'total_refused',
+  'total_passed_through')
+local c2 = redis.call('HMGET', K_CONF, 'rate', 'max_active', 'session_ttl_ms', 'abandon_after_ms', 'paused', 'mode')
 return {
   tostring(waiting_count()),
   tostring(redis.call('ZCARD', K_ACTIVE)),
   c[1] or '0', c[2] or '0', c[3] or '0', c[4] or '0', c[5] or '0',
-  c2[1], c2[2], c2[3], c2[4], c2[5] or '0',
+  c2[1], c2[2], c2[3], c2[4], c2[5] or '0', c2[6] or 'queue', c[6] or '0',
+  tostring(phase_of(r)),
 }

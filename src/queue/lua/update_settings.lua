@@ -1,5 +1,5 @@
--- update_settings: ARGV[2..6] = rate, max_active, session_ttl_ms, abandon_after_ms, paused,
--- each '' to leave alone (already validated by the caller). The bucket is credited at the
+-- update_settings: ARGV[2..7] = rate, max_active, session_ttl_ms, abandon_after_ms, paused,
+-- mode, each '' to leave alone (already validated by the caller). The bucket is credited at the
 -- old rate up to now, so a rate change applies from this moment on.
 -- Returns {-1} unknown room, else {1}.
 local r = load_room()
@@ -7,7 +7,7 @@ if not r then
   return {-1}
 end
 refill(r)
-local fields = {'rate', 'max_active', 'session_ttl_ms', 'abandon_after_ms', 'paused'}
+local fields = {'rate', 'max_active', 'session_ttl_ms', 'abandon_after_ms', 'paused', 'mode'}
 for i, f in ipairs(fields) do
   local v = ARGV[i + 1]
   if v ~= '' then

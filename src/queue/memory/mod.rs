@@ -61,9 +61,10 @@ use std::collections::{BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AdaptiveState, ClientKey, DrawRecord, Join, OriginReport, PassReport, Phase, Place, QueueQuery,
-    REAP_BUDGET, RefusedReason, Resolution, RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER,
-    Seeded, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
+    AdaptiveState, ClientKey, DrawRecord, Join, Mode, OriginReport, PassReport, Phase, Place,
+    QueueQuery, REAP_BUDGET, RefusedReason, Resolution, RoomPolicy, RoomSettings, RoomStats,
+    SHARE_RETRY_AFTER, Seeded, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState,
+    WaitingEntry,
 };
 use crate::clock::ms;
 use crate::fairness::draw::DrawHash;
@@ -130,6 +131,9 @@ struct Counters {
     total_expired: u64,
     total_abandoned: u64,
     total_refused: u64,
+    /// Admissions the passthrough mode made (a snapshot without it counted none).
+    #[serde(default)]
+    total_passed_through: u64,
 }
 
 struct Room {
@@ -201,7 +205,8 @@ impl Room {
         let differs = live.rate != seed.rate
             || live.max_active != seed.max_active
             || live.session_ttl != seed.session_ttl
-            || live.abandon_after != seed.abandon_after;
+            || live.abandon_after != seed.abandon_after
+            || live.mode != seed.mode;
         match (differs, reseed) {
             (false, _) => Seeded::Unchanged,
             (true, false) => Seeded::KeptLive(self.settings.clone()),
@@ -240,9 +245,15 @@ impl Room {
     }
 
     fn can_admit(&self) -> bool {
-        !self.settings.paused
-            && self.tokens >= 1.0
-            && (self.sessions.len() as u64) < self.settings.max_active
+        self.passthrough()
+            || (!self.settings.paused
+                && self.tokens >= 1.0
+                && (self.sessions.len() as u64) < self.settings.max_active)
+    }
+
+    /// Whether the passthrough mode lets everybody in, whatever the limits.
+    fn passthrough(&self) -> bool {
+        self.settings.mode == Mode::Passthrough
     }
 
     /// The schedule's phase now, opening the doors on a collected draw once it is over:
@@ -376,8 +387,10 @@ impl Room {
         }
         if phase == Phase::Queueing {
             self.refill(now);
-            if self.waiting() == 0 && self.can_admit() {
-                self.tokens -= 1.0;
+            // In passthrough, newcomers go in on the spot even with a line (drained by the
+            // next pass).
+            if (self.waiting() == 0 || self.passthrough()) && self.can_admit() {
+                self.spend_token();
                 self.start_session(visitor, now, Some(client));
                 return Resolution::Admitted { newly: true };
             }
@@ -512,6 +525,15 @@ impl Room {
             self.session_counts.add(client);
         }
         self.counters.total_admitted += 1;
+        if self.passthrough() {
+            self.counters.total_passed_through += 1;
+        }
+    }
+
+    /// Spends a token for an admission; the passthrough mode admits without one and never
+    /// takes the bucket below empty.
+    fn spend_token(&mut self) {
+        self.tokens = (self.tokens - 1.0).max(0.0);
     }
 
     /// Removes a session from every index, freeing its client's share.
@@ -571,7 +593,12 @@ impl Room {
             // How many `can_admit` lets in, counted the way admitting them spends it, so
             // the line gives them up in one batch (see `WaitingLine::take_heads`).
             let (mut tokens, mut active, mut n) = (self.tokens, self.sessions.len() as u64, 0);
+            if self.passthrough() {
+                // The whole line, a budget's worth a pass.
+                n = self.line.len().min(REAP_BUDGET);
+            }
             while n < self.line.len()
+                && !self.passthrough()
                 && !self.settings.paused
                 && tokens >= 1.0
                 && active < self.settings.max_active
@@ -582,7 +609,7 @@ impl Room {
             }
             for w in self.line.take_heads(n) {
                 self.places.release(w.client);
-                self.tokens -= 1.0;
+                self.spend_token();
                 // Charged to the client it is first used from (see `session_request`).
                 self.start_session(w.visitor, now, None);
                 report.admitted.push(w.visitor);
@@ -639,7 +666,7 @@ impl Room {
             .ok_or(StoreError::NotWaiting(reference))
     }
 
-    fn stats(&self) -> RoomStats {
+    fn stats(&self, now: u64) -> RoomStats {
         let c = self.counters;
         RoomStats {
             waiting: self.waiting(),
@@ -649,6 +676,8 @@ impl Room {
             total_expired: c.total_expired,
             total_abandoned: c.total_abandoned,
             total_refused: c.total_refused,
+            total_passed_through: c.total_passed_through,
+            schedule: self.policy.phase_at(now),
             settings: self.settings.clone(),
         }
     }

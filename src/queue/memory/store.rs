@@ -245,7 +245,7 @@ impl QueueStore for MemoryStore {
     }
 
     async fn stats(&self, room: &str) -> StoreResult<RoomStats> {
-        self.with_room(room, |room, _| room.stats())
+        self.with_room(room, |room, now| room.stats(now))
     }
 
     async fn draw(&self, room: &str, hashes: bool) -> StoreResult<DrawRecord> {

@@ -173,7 +173,8 @@ impl QueueStore for RedisStore {
                     .arg(policy.max_places_per_client)
                     .arg(policy.max_sessions_per_client)
                     .arg(policy.session_clients)
-                    .arg(policy.max_waiting);
+                    .arg(policy.max_waiting)
+                    .arg(seed.mode.as_str());
             })
             .await?;
         // The salt in the store is the one that counts (another replica may have set it).
@@ -413,6 +414,9 @@ impl QueueStore for RedisStore {
             ttl,
             abandon,
             paused,
+            mode,
+            passed,
+            schedule,
         ] = fields.as_slice()
         else {
             return Err(bad_reply("stats", &fields));
@@ -425,12 +429,16 @@ impl QueueStore for RedisStore {
             total_expired: parse("total_expired", expired)?,
             total_abandoned: parse("total_abandoned", abandoned)?,
             total_refused: parse("total_refused", refused)?,
+            total_passed_through: parse("total_passed_through", passed)?,
+            schedule: place(0, 0, 0, parse("phase", schedule)?)?.phase,
             settings: RoomSettings {
                 rate: parse("rate", rate)?,
                 max_active: parse("max_active", max_active)?,
                 session_ttl: Duration::from_millis(parse("session_ttl_ms", ttl)?),
                 abandon_after: Duration::from_millis(parse("abandon_after_ms", abandon)?),
                 paused: paused == "1",
+                // A room opened before modes existed has none: the queue.
+                mode: crate::queue::Mode::parse(mode).unwrap_or_default(),
             },
         })
     }
@@ -476,6 +484,7 @@ impl QueueStore for RedisStore {
             session_ttl: Duration::from_secs(1),
             abandon_after: Duration::from_secs(1),
             paused: false,
+            mode: crate::queue::Mode::Queue,
         }
         .patched(patch)?;
         let opt = |v: Option<String>| v.unwrap_or_default();
@@ -487,7 +496,8 @@ impl QueueStore for RedisStore {
                     .arg(opt(patch.abandon_after.map(|d| ms(d).to_string())))
                     .arg(opt(patch
                         .paused
-                        .map(|p| if p { "1" } else { "0" }.to_owned())));
+                        .map(|p| if p { "1" } else { "0" }.to_owned())))
+                    .arg(opt(patch.mode.map(|m| m.as_str().to_owned())));
             })
             .await?;
         match ints("update_settings", reply)?.as_slice() {

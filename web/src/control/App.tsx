@@ -20,6 +20,7 @@ import {
   type Status,
 } from './api';
 import { BansView } from './Bans';
+import { ModeSwitch, PhaseBadge } from './Mode';
 import {
   formatAdaptive,
   formatAge,
@@ -774,6 +775,7 @@ function RoomTile(props: {
     >
       <header class="cr-tile-head">
         <h3 id={`${id}-name`}>{r.room}</h3>
+        <PhaseBadge phase={r.phase === 'paused' ? undefined : r.phase} />
         {paused && (
           <span class="cr-badge cr-badge-paused" data-testid="paused-badge">
             Paused
@@ -851,6 +853,7 @@ function RoomTile(props: {
         </ul>
       )}
       <ConfigForm id={id} room={r} api={api} onUnauthorized={onUnauthorized} refresh={refresh} />
+      <ModeSwitch id={id} room={r} api={api} onUnauthorized={onUnauthorized} refresh={refresh} />
       <div class="cr-actions">
         <button
           type="button"

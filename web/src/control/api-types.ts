@@ -122,7 +122,7 @@ export interface paths {
             cookie?: never;
         };
         get?: never;
-        /** Change rate, max_active, session_ttl_secs, abandon_after_secs (any subset) */
+        /** Change rate, max_active, session_ttl_secs, abandon_after_secs, mode (any subset) */
         put: operations["configureRoom"];
         post?: never;
         delete?: never;
@@ -424,7 +424,7 @@ export interface components {
             /** @enum {string} */
             status: "banned";
         };
-        /** @description The body of `PUT …/config`: any of the four settings, at least one. */
+        /** @description The body of `PUT …/config`: any of the five settings, at least one. */
         ConfigPatch: {
             /**
              * Format: double
@@ -436,6 +436,11 @@ export interface components {
              * @description How many may be on the site at once.
              */
             max_active?: number;
+            /**
+             * @description The room's mode: queue (the waiting room as usual), passthrough (everyone straight through, counted) or sold_out (the line and newcomers see the sold-out page).
+             * @enum {string}
+             */
+            mode?: "queue" | "passthrough" | "sold_out";
             /**
              * Format: double
              * @description Visitors admitted per second.
@@ -643,12 +648,22 @@ export interface components {
              */
             max_waiting?: number;
             /**
+             * @description The room's mode: queue (the waiting room as usual), passthrough (everyone straight through, counted) or sold_out (the line and newcomers see the sold-out page).
+             * @enum {string}
+             */
+            mode?: "queue" | "passthrough" | "sold_out";
+            /**
              * Format: double
              * @description Admissions per second observed over the last minute.
              */
             observed_rate?: number | null;
             /** @description Whether the room is paused: nobody is admitted. */
             paused?: boolean;
+            /**
+             * @description What the room is doing now, derived from its mode, schedule, pause and line.
+             * @enum {string}
+             */
+            phase?: "idle" | "pre_queue" | "draw" | "queueing" | "paused" | "passthrough" | "sold_out" | "closed";
             /**
              * Format: double
              * @description The configured rate (visitors per second), as PUT …/config sets it.
@@ -695,6 +710,11 @@ export interface components {
             total_joined?: number;
             /**
              * Format: int64
+             * @description Visitors let through without waiting by passthrough, since the room was created.
+             */
+            total_passed_through?: number;
+            /**
+             * Format: int64
              * @description Newcomers refused (the queue breaker, the join limit).
              */
             total_refused?: number;
@@ -716,6 +736,11 @@ export interface components {
              * @description How many may be on the site at once.
              */
             max_active: number;
+            /**
+             * @description The room's mode: queue (the waiting room as usual), passthrough (everyone straight through, counted) or sold_out (the line and newcomers see the sold-out page).
+             * @enum {string}
+             */
+            mode: "queue" | "passthrough" | "sold_out";
             /** @description Whether the room is paused. */
             paused: boolean;
             /**
@@ -802,7 +827,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The caller is outside admin_allow, used the metrics token for anything but GET …/metrics (problem+json), or is banned permanently (the banned page: JSON when asked for, else HTML) */
+        /** @description The caller is outside admin_allow, used the metrics token for anything but GET …/metrics, or used a named token whose role does not allow the request (viewer: GET only; operator: no bans) (problem+json), or is banned permanently (the banned page: JSON when asked for, else HTML) */
         Forbidden: {
             headers: {
                 [name: string]: unknown;
@@ -1174,6 +1199,15 @@ export interface operations {
             405: components["responses"]["MethodNotAllowed"];
             408: components["responses"]["BodyTooSlow"];
             413: components["responses"]["BodyTooLarge"];
+            /** @description A mode that is not one of queue, passthrough, sold_out; `field` is mode and nothing was changed */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["StoreUnavailable"];
         };

@@ -25,9 +25,15 @@ export type AuditResult = Schemas['Audit'];
 
 export type Settings = Schemas['Settings'];
 
+/** A room's mode (`PUT …/config` `mode`). */
+export type Mode = Settings['mode'];
+
+/** A room's phase, as its stats and `anteroom_room_phase` give it. */
+export type Phase = NonNullable<RoomView['phase']>;
+
 /** The fields `PUT …/config` takes, as the form sends them. A value that is not a number is
  * sent as the text typed, so the API (the one judge of valid input) names the field. */
-export type ConfigPatch = Partial<Record<'rate' | 'max_active', number | string>>;
+export type ConfigPatch = Partial<Record<'rate' | 'max_active', number | string>> & { mode?: Mode };
 
 /** One waiting visitor as `GET …/queue` lists them (docs/security.md, "Priority"). */
 export type QueueEntry = Schemas['QueueEntry'];

@@ -28,7 +28,9 @@ const STATUS = {
   open_streams: 0,
 };
 
-function mount(rooms: RoomView[]): HTMLElement {
+type Call = { url: string; method: string; body: unknown };
+
+function mount(rooms: RoomView[], calls: Call[] = []): HTMLElement {
   const storage = new Map<string, string>([[TOKEN_KEY, 'tok']]);
   const fake = {
     getItem: (k: string) => storage.get(k) ?? null,
@@ -36,7 +38,16 @@ function mount(rooms: RoomView[]): HTMLElement {
     removeItem: (k: string) => void storage.delete(k),
   };
   const makeApi = (t: string) =>
-    new Api(t, async (url) => new Response(JSON.stringify(url.endsWith('/rooms') ? { rooms } : STATUS), { status: 200 }));
+    new Api(t, async (url, init) => {
+      calls.push({ url, method: init?.method ?? 'GET', body: init?.body ? JSON.parse(String(init.body)) : undefined });
+      if (init?.method === 'PUT') {
+        const body = JSON.parse(String(init.body));
+        return new Response(JSON.stringify({ room: 'main', settings: { mode: body.mode }, audit: { written: true } }), {
+          status: 200,
+        });
+      }
+      return new Response(JSON.stringify(url.endsWith('/rooms') ? { rooms } : STATUS), { status: 200 });
+    });
   const root = document.createElement('div');
   document.body.append(root);
   render(<App storage={fake} version="test" makeApi={makeApi} />, root);
@@ -163,5 +174,31 @@ describe('the Bans form', () => {
     await until(() => posts.length === 1);
     expect(JSON.parse(posts[0])).toEqual({ target: '203.0.113.7', duration_secs: null, reason: '' });
     await until(() => root.querySelector('[data-testid="ban-result"]')?.textContent === 'Banned 203.0.113.7/32 permanently.');
+  });
+
+  it('shows the phase and switches the mode after a confirmation', async () => {
+    const calls: Call[] = [];
+    const root = mount([room({ mode: 'queue', phase: 'draw' })], calls);
+    await until(() => root.querySelector('[data-stat="phase"]') !== null);
+    expect(root.querySelector('[data-stat="phase"]')?.textContent).toBe('Draw');
+    const select = root.querySelector('[data-testid="mode"] select') as HTMLSelectElement;
+    expect(select.value).toBe('queue');
+    select.value = 'sold_out';
+    select.dispatchEvent(new Event('change'));
+    await until(() => root.querySelector('[data-action="mode"]') !== null);
+    expect(calls.some((c) => c.method === 'PUT')).toBe(false);
+    (root.querySelector('[data-action="mode"]') as HTMLButtonElement).click();
+    await until(() => calls.some((c) => c.method === 'PUT'));
+    const put = calls.find((c) => c.method === 'PUT');
+    expect(put?.url).toContain('/rooms/main/config');
+    expect(put?.body).toEqual({ mode: 'sold_out' });
+    await until(() => root.textContent?.includes('Mode: Sold out') ?? false);
+  });
+
+  it('shows no mode switch for a server without modes', async () => {
+    const root = mount([room({})]);
+    await until(() => root.querySelector('[data-stat="waiting"]')?.textContent === '3');
+    expect(root.querySelector('[data-testid="mode"]')).toBeNull();
+    expect(root.querySelector('[data-stat="phase"]')).toBeNull();
   });
 });

@@ -1,0 +1,259 @@
+//! The one-second statistics cache: each room's counters as last read from the store, and
+//! what this replica derives from them (the observed admission rate while somebody waited,
+//! the limits' epoch that restarts the observation, the pace ranges are drawn from).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::RwLock;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::RATE_WINDOW;
+use super::adaptive::RateView;
+use crate::fairness::eta::{Eta, EtaReport, MIN_SPREAD, Observed, Pace};
+use crate::queue::{Place, RoomStats};
+
+/// What the ETA ledger says of a room, as the statistics cache keeps it.
+pub(super) struct LedgerView {
+    pub(super) report: EtaReport,
+    pub(super) forgotten: u64,
+    pub(super) revised: u64,
+}
+
+/// A room's counters as last read, with what this replica derived from them.
+#[derive(Clone, Debug)]
+pub struct CachedStats {
+    /// The counters and settings as the store gave them.
+    pub stats: RoomStats,
+    /// Admissions per second over the last minute since the room's limits last moved,
+    /// counting only the stretches when somebody was waiting (an idle room's quiet is not
+    /// slowness); `None` until such a stretch has been seen or while nothing was admitted
+    /// in it.
+    pub observed: Option<Observed>,
+    /// Counts the times the room's limits (the admitting rate, `max_active`, a pause) moved
+    /// by more than a range's margin since this replica started: each restarts the
+    /// observation and lets the waiting visitors' promises be made again.
+    pub epoch: u64,
+    /// How long the last admission pass took.
+    pub last_pass: Option<Duration>,
+    /// When these counters were read.
+    pub read_at: Instant,
+    /// This replica's honest-ETA report over the last hour, as of `read_at`.
+    pub eta: EtaReport,
+    /// ETA ledger entries this replica forgot before their visitor was admitted (the cap,
+    /// or too old), since start.
+    pub eta_forgotten: u64,
+    /// Promises replaced by a later range because the room's limits moved, since start.
+    pub eta_revised: u64,
+    /// The mean length of the room's latest sessions seen by this replica and how many
+    /// it rests on (`None` until enough have ended).
+    pub session_length: Option<(Duration, usize)>,
+    /// Closed-loop admission's effective rate and why; `None` without
+    /// `adaptive:`.
+    pub adaptive: Option<RateView>,
+}
+
+impl CachedStats {
+    /// The rate admissions actually run at: the configured one, or closed-loop
+    /// admission's lower one.
+    pub fn effective_rate(&self) -> f64 {
+        self.adaptive
+            .as_ref()
+            .map_or(self.stats.settings.rate, |a| a.effective_rate)
+    }
+
+    /// Admissions per second while somebody waited, if any were seen (see `observed`).
+    pub fn observed_rate(&self) -> Option<f64> {
+        self.observed.map(|o| o.rate)
+    }
+
+    /// What the room knows of its line's speed, for the waiting visitors' ranges.
+    pub fn pace(&self) -> Pace {
+        let s = &self.stats;
+        let full = s.settings.max_active > 0 && s.active >= s.settings.max_active;
+        let turnover = self
+            .session_length
+            .filter(|(length, _)| full && !length.is_zero())
+            .map(|(length, n)| (s.settings.max_active as f64 / length.as_secs_f64(), n));
+        Pace {
+            admitting: self.admitting(),
+            observed: self.observed,
+            turnover,
+        }
+    }
+
+    /// The rate the line can never outrun: the configured one, 0 while paused. Not
+    /// closed-loop admission's: that moves every second by design, lowered while the site
+    /// struggles and raised as it recovers, so over a visitor's wait the line moves at its
+    /// average, which is what the observed rate measures.
+    fn admitting(&self) -> f64 {
+        if self.stats.settings.paused {
+            0.0
+        } else {
+            self.stats.settings.rate
+        }
+    }
+}
+
+/// The limits a room's ranges rest on: (admitting rate, `max_active`).
+type Basis = (f64, u64);
+
+/// Whether the limits moved by more than a range's margin ([`MIN_SPREAD`]) either way, in
+/// a way that can change how fast the line moves: a change of the admitting rate while the
+/// line moves well below both the old and the new one (the site, not the rate, sets the
+/// pace: `observed`) changes nothing.
+fn moved(from: Basis, to: Basis, observed: Option<f64>) -> bool {
+    let far = |a: f64, b: f64| {
+        if a <= 0.0 || b <= 0.0 {
+            (a <= 0.0) != (b <= 0.0)
+        } else {
+            a / b > MIN_SPREAD || b / a > MIN_SPREAD
+        }
+    };
+    let site_bound = observed.is_some_and(|o| o > 0.0 && from.0.min(to.0) > o * MIN_SPREAD);
+    (far(from.0, to.0) && !site_bound) || far(from.1 as f64, to.1 as f64)
+}
+
+#[derive(Default)]
+pub(super) struct StatsCache {
+    rooms: RwLock<HashMap<String, RoomSamples>>,
+}
+
+#[derive(Default)]
+struct RoomSamples {
+    latest: Option<CachedStats>,
+    /// (when, total_admitted, waiting) over the last minute, oldest first.
+    admitted: VecDeque<(Instant, u64, u64)>,
+    last_pass: Option<Duration>,
+    /// The limits at the last change of epoch (see [`CachedStats::epoch`]).
+    basis: Option<Basis>,
+    epoch: u64,
+}
+
+impl StatsCache {
+    pub(super) fn get(&self, room: &str) -> Option<CachedStats> {
+        let rooms = self.rooms.read().unwrap_or_else(|p| p.into_inner());
+        rooms.get(room).and_then(|r| r.latest.clone())
+    }
+
+    /// The room's pace and limits epoch, read without copying the rest (every waiting
+    /// page and stream event asks).
+    pub(super) fn pace(&self, room: &str) -> Option<(Pace, u64)> {
+        let rooms = self.rooms.read().unwrap_or_else(|p| p.into_inner());
+        let latest = rooms.get(room)?.latest.as_ref()?;
+        Some((latest.pace(), latest.epoch))
+    }
+
+    pub(super) fn record(
+        &self,
+        room: &str,
+        stats: RoomStats,
+        ledger: LedgerView,
+        session_length: Option<(Duration, usize)>,
+        adaptive: Option<RateView>,
+    ) {
+        let now = Instant::now();
+        let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
+        let samples = rooms.entry(room.to_owned()).or_default();
+        // As `CachedStats::admitting`: the configured rate, not closed-loop admission's.
+        let admitting = if stats.settings.paused {
+            0.0
+        } else {
+            stats.settings.rate
+        };
+        let basis = (admitting, stats.settings.max_active);
+        let seen = observed(&samples.admitted).map(|o| o.rate);
+        match samples.basis {
+            Some(old) if !moved(old, basis, seen) => {}
+            Some(_) => {
+                // What was seen was a line under other limits; the basis moves only here,
+                // so many small steps add up to one change.
+                samples.admitted.clear();
+                samples.epoch += 1;
+                samples.basis = Some(basis);
+            }
+            None => samples.basis = Some(basis),
+        }
+        samples
+            .admitted
+            .push_back((now, stats.total_admitted, stats.waiting));
+        while samples
+            .admitted
+            .front()
+            .is_some_and(|&(at, _, _)| now.duration_since(at) > RATE_WINDOW)
+        {
+            samples.admitted.pop_front();
+        }
+        let observed = observed(&samples.admitted);
+        if observed.is_none() {
+            // Nothing has left a waiting line yet: the wait before the first admission says
+            // how long the first sessions last, not how fast the line moves, so the
+            // observation starts with the interval of the first admission.
+            let last = samples.admitted.pop_back();
+            samples.admitted.clear();
+            samples.admitted.extend(last);
+        }
+        samples.latest = Some(CachedStats {
+            stats,
+            observed,
+            epoch: samples.epoch,
+            last_pass: samples.last_pass,
+            read_at: now,
+            eta: ledger.report,
+            eta_forgotten: ledger.forgotten,
+            eta_revised: ledger.revised,
+            session_length,
+            adaptive,
+        });
+    }
+
+    /// Tests only: as if the room's line had been seen moving at `rate` for the last
+    /// minute, so its ranges are promises from the start.
+    #[cfg(test)]
+    pub(super) fn assume_seen(&self, room: &str, rate: f64) {
+        let now = Instant::now();
+        let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
+        let samples = rooms.entry(room.to_owned()).or_default();
+        samples.admitted = [
+            (now - RATE_WINDOW, 0, 1),
+            (now, (rate * RATE_WINDOW.as_secs_f64()) as u64, 1),
+        ]
+        .into_iter()
+        .collect();
+    }
+
+    pub(super) fn record_pass(&self, room: &str, took: Duration) {
+        let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
+        rooms.entry(room.to_owned()).or_default().last_pass = Some(took);
+    }
+}
+
+/// The wait of a visitor at `place` at `pace` ("estimating" without one). Without a
+/// position (a lottery draw) their place could be anywhere in the draw: from no wait to the
+/// whole draw's.
+pub(super) fn eta_at(pace: Option<Pace>, place: &Place) -> Eta {
+    let at = |position| pace.map_or(Eta::estimating(0), |pace| pace.eta(position));
+    match place.position {
+        Some(position) => at(position),
+        None => Eta {
+            min: 0,
+            ..at(place.waiting)
+        },
+    }
+}
+
+/// Admissions per second over the intervals that began with somebody waiting.
+pub(super) fn observed(samples: &VecDeque<(Instant, u64, u64)>) -> Option<Observed> {
+    let (mut admitted, mut busy) = (0u64, Duration::ZERO);
+    for (&(t0, a0, waiting), &(t1, a1, _)) in samples.iter().zip(samples.iter().skip(1)) {
+        if waiting > 0 {
+            admitted += a1.saturating_sub(a0);
+            busy += t1.duration_since(t0);
+        }
+    }
+    (admitted > 0 && !busy.is_zero()).then(|| Observed {
+        rate: admitted as f64 / busy.as_secs_f64(),
+        admitted,
+        busy,
+    })
+}

@@ -40,7 +40,7 @@ pub struct Problem {
 }
 
 /// What a banned client gets, on either listener, before the admin token is looked at.
-/// The request path renders it (the banned page, as JSON); this type only describes it.
+// The request path renders it (the banned page, as JSON); this type only describes it.
 #[derive(Debug, ToSchema)]
 #[allow(
     dead_code,

@@ -414,7 +414,7 @@ export interface components {
         BanSource: "automatic" | "ban_path" | "admin";
         /** @description An IPv4 or IPv6 address (banned as its client: the address, or its IPv6 /64), or a CIDR range no broader than /8 (IPv4) or /16 (IPv6). The pattern is the shape; the server also refuses (422) an IPv6 text that does not parse, a range that covers every IPv4 client (::ffff:0:0/96), and a target in abuse.allow or trusted_proxies. */
         BanTarget: string;
-        /** @description What a banned client gets, on either listener, before the admin token is looked at. The request path renders it (the banned page, as JSON); this type only describes it. */
+        /** @description What a banned client gets, on either listener, before the admin token is looked at. */
         BannedClient: {
             /**
              * Format: int64

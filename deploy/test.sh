@@ -30,7 +30,7 @@
 #     liveness and container health checks healthz.
 #  4. Live: a real target/debug/anteroom in front of a tiny origin, a real `prometheus`
 #     scraping its metrics with the bearer token (the shipped prometheus.yml, retargeted),
-#     queried through Prometheus's HTTP API: the room's rate and waiting count come back,
+#     queried through Prometheus's HTTP API: the room's rate, waiting count and phase come back,
 #     the alert rules load and evaluate.
 # 4b. The line moves: the room is resumed and its three visitors are let out of the line,
 #     so the time-in-line histogram has data in the scrape and in Prometheus.
@@ -653,6 +653,9 @@ echo "Prometheus API: anteroom_rate{room=\"main\"} = $(query 'anteroom_rate{room
 wait_for 10 "Prometheus to return anteroom_waiting{room=\"main\"} = 3" is 'anteroom_waiting{room="main"}' 3
 wait_for 5 "Prometheus to return anteroom_paused{room=\"main\"} = 1" is 'anteroom_paused{room="main"}' 1
 echo "Prometheus API: anteroom_waiting{room=\"main\"} = 3, anteroom_paused = 1 (three newcomers in a paused room)"
+wait_for 5 "Prometheus to return the room's phase paused" is 'anteroom_room_phase{room="main",phase="paused"}' 1
+is 'sum(anteroom_room_phase{room="main"})' 1 || fail "anteroom_room_phase is 1 for more than one phase"
+echo "Prometheus API: anteroom_room_phase{room=\"main\",phase=\"paused\"} = 1, and no other phase"
 is 'up{job="anteroom"}' 1 || fail "Prometheus does not see the anteroom target up"
 rules_ok() {
   curl -fsS -m 3 "$PROM/api/v1/rules" | python3 -c 'import json,sys

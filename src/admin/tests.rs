@@ -126,6 +126,12 @@ fn patches_name_the_field_at_fault() {
     assert_eq!(field("{"), "body");
     assert_eq!(field("[1]"), "body");
     assert_eq!(field("{}"), "body");
+    assert_eq!(field(r#"{"mode": "closed"}"#), "mode");
+    assert_eq!(field(r#"{"mode": "SOLD_OUT"}"#), "mode");
+    assert_eq!(field(r#"{"mode": 1}"#), "mode");
+    let patch = parse_patch(br#"{"mode": "sold_out"}"#).unwrap();
+    assert_eq!(patch.mode, Some(crate::queue::Mode::SoldOut));
+    assert_eq!(patch.rate, None);
     let patch = parse_patch(br#"{"rate": 2.5, "max_active": 7, "session_ttl_secs": 90}"#).unwrap();
     assert_eq!(patch.rate, Some(2.5));
     assert_eq!(patch.max_active, Some(7));

@@ -115,6 +115,7 @@ fn the_example_file_parses_with_its_values() {
     assert_eq!(r.max_active, 500);
     assert_eq!(r.session_ttl, Duration::from_secs(300));
     assert_eq!(r.abandon_after, Duration::from_secs(60));
+    assert_eq!(r.mode, crate::queue::Mode::Queue);
     assert_eq!(r.join_limit_per_ip, 120);
     assert_eq!(r.join_limit_window, Duration::from_secs(60));
     assert_eq!(r.title, "You're in line");
@@ -367,6 +368,11 @@ fn semantic_errors_name_key_and_line() {
         (
             "    lottery: maybe\n",
             "anteroom.yaml:6: rooms.main.lottery: must be true or false",
+            "",
+        ),
+        (
+            "    mode: closed\n",
+            "anteroom.yaml:6: rooms.main.mode: must be one of queue, passthrough, sold_out (got \"closed\")",
             "",
         ),
         (

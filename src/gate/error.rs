@@ -290,4 +290,15 @@ mod tests {
             assert_eq!(g.kind.text().0, title);
         }
     }
+
+    #[test]
+    fn sold_out_answers_with_the_rooms_queue_status_code() {
+        for (code, status) in [(200, 200), (202, 202), (429, 429), (503, 503)] {
+            let kind = Kind::SoldOut {
+                queue_status_code: code,
+            };
+            assert_eq!(kind.status().as_u16(), status);
+            assert_eq!(kind.text().0, "Sold out");
+        }
+    }
 }

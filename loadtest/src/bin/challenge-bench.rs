@@ -37,7 +37,10 @@ impl Function {
 }
 
 #[derive(Parser, Debug)]
-#[command(name = "challenge-bench", about = "native proof-of-work solver and verify cost")]
+#[command(
+    name = "challenge-bench",
+    about = "native proof-of-work solver and verify cost"
+)]
 struct Cli {
     /// The work function.
     #[arg(long, value_enum)]
@@ -80,16 +83,23 @@ impl Hasher {
             Function::Argon2id => Hasher::Argon2(argon2::Argon2::new(
                 argon2::Algorithm::Argon2id,
                 argon2::Version::V0x13,
-                argon2::Params::new(cli.argon2_m, cli.argon2_t, 1, Some(32)).expect("argon2 params"),
+                argon2::Params::new(cli.argon2_m, cli.argon2_t, 1, Some(32))
+                    .expect("argon2 params"),
             )),
-            Function::Scrypt => Hasher::Scrypt(
-                scrypt::Params::new(cli.scrypt_log_n, 8, 1).expect("scrypt params"),
-            ),
+            Function::Scrypt => {
+                Hasher::Scrypt(scrypt::Params::new(cli.scrypt_log_n, 8, 1).expect("scrypt params"))
+            }
         }
     }
 
     /// Hashes `prefix || counter` into `out`. `mem` is the reusable Argon2 block buffer.
-    fn hash(&self, prefix: &[u8; 16], counter: u64, mem: &mut Vec<argon2::Block>, out: &mut [u8; 32]) {
+    fn hash(
+        &self,
+        prefix: &[u8; 16],
+        counter: u64,
+        mem: &mut Vec<argon2::Block>,
+        out: &mut [u8; 32],
+    ) {
         let mut input = [0u8; 24];
         input[..16].copy_from_slice(prefix);
         input[16..].copy_from_slice(&counter.to_be_bytes());
@@ -121,7 +131,10 @@ fn leading_zero_bits(h: &[u8]) -> u32 {
 }
 
 fn prefix(function: Function, difficulty: u32, i: u32) -> [u8; 16] {
-    let d = Sha256::digest(format!("anteroom-bench/{}/{difficulty}/{i}", function.name()));
+    let d = Sha256::digest(format!(
+        "anteroom-bench/{}/{difficulty}/{i}",
+        function.name()
+    ));
     let mut p = [0u8; 16];
     p.copy_from_slice(&d[..16]);
     p

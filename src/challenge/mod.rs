@@ -262,7 +262,7 @@ impl ChallengeKey {
         let tag_bytes: [u8; TAG_LEN] = decode(tag).ok_or(ChallengeError::Malformed)?;
         let sig_bytes: [u8; 32] = decode(sig).ok_or(ChallengeError::BadSignature)?;
         let mut mac = self.mac.clone();
-        mac.update(text[..text.len() - sig.len() - 1].as_bytes());
+        mac.update(&text.as_bytes()[..text.len() - sig.len() - 1]);
         mac.verify_slice(&sig_bytes)
             .map_err(|_| ChallengeError::BadSignature)?;
         if room != expected.room {

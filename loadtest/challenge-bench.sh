@@ -31,9 +31,10 @@ fi
 for c in "${CANDIDATES[@]}"; do
   IFS=: read -r fn diffs extra <<< "$c"
   native_fn=$fn; [ "$fn" = sha256-wasm ] && native_fn=sha256
+  verifies=2000; [ "$native_fn" = sha256 ] && verifies=1000000
   # shellcheck disable=SC2086
   "$TARGET/release/challenge-bench" --function "$native_fn" --difficulty "$diffs" --count "$COUNT" \
-    --threads 2 --verifies 200 $extra | sed "s/\"function\":\"$native_fn\"/\"function\":\"$fn\"/" >> "$OUT"
+    --threads 2 --verifies "$verifies" $extra | sed "s/\"function\":\"$native_fn\"/\"function\":\"$fn\"/" >> "$OUT"
   # shellcheck disable=SC2086
   node web/bench/challenge-bench.mjs --function "$fn" --difficulty "$diffs" --count "$COUNT" \
     --where worker --throttle 1 $extra >> "$OUT"

@@ -213,6 +213,44 @@ fn main() {
             })
         );
     }
+    if cli.verifies > 0 && cli.function == Function::Sha256 {
+        // The whole check of anteroom's challenge module, as a join will run it: parse,
+        // HMAC of the text, HMAC of the client tag, one SHA-256 (the store's spent-id
+        // check is not included).
+        use anteroom::challenge::{ChallengeKey, Expected, solve as solve_one};
+        let key = ChallengeKey::new(b"challenge-bench secret of 32 bytes or more");
+        let client = [7u8; 16];
+        let now_ms = 1_700_000_000_000;
+        let ch = key.issue("main", &client, 12, now_ms, [9u8; 16]);
+        let counter = solve_one(&ch.nonce, ch.bits);
+        let expected = Expected {
+            room: "main",
+            client,
+            now_ms,
+            ttl: std::time::Duration::from_secs(120),
+        };
+        let t0 = Instant::now();
+        let mut ok = 0u32;
+        for _ in 0..cli.verifies {
+            ok += u32::from(
+                key.verify(std::hint::black_box(&ch.text), counter, &expected)
+                    .is_ok(),
+            );
+        }
+        let verify_us = t0.elapsed().as_secs_f64() * 1e6 / f64::from(cli.verifies);
+        let t0 = Instant::now();
+        for i in 0..cli.verifies {
+            std::hint::black_box(key.issue("main", &client, 17, now_ms, [i as u8; 16]));
+        }
+        let issue_us = t0.elapsed().as_secs_f64() * 1e6 / f64::from(cli.verifies);
+        println!(
+            "{}",
+            serde_json::json!({
+                "side": "module", "function": "sha256", "params": "anteroom::challenge",
+                "verify_us": verify_us, "issue_us": issue_us, "verifies": cli.verifies, "ok": ok,
+            })
+        );
+    }
     if cli.verifies > 0 {
         // The server's side: one hash of the submitted counter and the zero-bit check, on
         // one thread, over a spread of challenges.

@@ -9,7 +9,7 @@ const rate = (x) => (x >= 1e6 ? `${(x / 1e6).toFixed(2)} M/s` : x >= 1e3 ? `${(x
 
 console.log('| function | params | difficulty (bits) | browser worker p50 / p95 ms | browser main p50 / p95 ms | browser main 4x throttled p50 / p95 ms | native 2 threads p50 / p95 ms | hashes/s worker / native | native ÷ browser (hashes/s) |');
 console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- |');
-const solves = rows.filter((r) => r.side !== 'verify');
+const solves = rows.filter((r) => r.side === 'native' || r.side === 'browser');
 const groups = [...new Set(solves.map((r) => `${key(r)}|${r.difficulty}`))];
 for (const g of groups) {
   const of = solves.filter((r) => `${key(r)}|${r.difficulty}` === g);

@@ -47,8 +47,8 @@ const VERSION: &str = "c1";
 pub const NONCE_LEN: usize = 16;
 /// Bytes of the client tag.
 const TAG_LEN: usize = 12;
-/// The longest room name a challenge carries (as the visitor cookie's).
-pub const MAX_ROOM_LEN: usize = 64;
+/// The longest room name a challenge carries (the visitor cookie's).
+pub const MAX_ROOM_LEN: usize = crate::token::MAX_ROOM_LEN;
 /// The longest challenge text worth parsing: version, room, issue time (20 digits), bits,
 /// nonce (22), tag (16), MAC (43) and the dots. Anything longer is refused before any work.
 const MAX_LEN: usize = 2 + MAX_ROOM_LEN + 20 + 2 + 22 + 16 + 43 + 6;
@@ -186,7 +186,7 @@ impl ChallengeKey {
     ///
     /// # Panics
     ///
-    /// If `room` is empty, longer than [`MAX_ROOM_LEN`] or contains a `.`, or `bits` is
+    /// If `room` is not a valid room name (`token::is_valid_room`), or `bits` is
     /// above [`MAX_BITS`]: the config validates room names and [`bits_for`] caps the bits,
     /// so either is a programming error.
     pub fn issue(
@@ -299,9 +299,10 @@ pub fn random_nonce() -> [u8; NONCE_LEN] {
     bytes
 }
 
-/// A room name a challenge can carry: 1 to [`MAX_ROOM_LEN`] bytes, no `.` (the separator).
+/// A room name a challenge can carry: a valid room name (1 to 64 characters of
+/// `[A-Za-z0-9_-]`, as the visitor cookie's), so never the `.` separator.
 fn room_ok(room: &str) -> bool {
-    !room.is_empty() && room.len() <= MAX_ROOM_LEN && !room.contains('.')
+    room.len() <= MAX_ROOM_LEN && crate::token::is_valid_room(room)
 }
 
 /// Decimal digits only (no sign, no spaces), at most `max` of them, so one number has one

@@ -166,6 +166,7 @@ fn garbage_is_malformed_never_a_panic() {
         "c1.main.-1.8.MDEyMzQ1Njc4OWFiY2RlZg.AAAAAAAAAAAAAAAA.x",
         "c1.main.0.8.short.AAAAAAAAAAAAAAAA.x",
         "c1..0.8.MDEyMzQ1Njc4OWFiY2RlZg.AAAAAAAAAAAAAAAA.x",
+        "c1.ma in.0.8.MDEyMzQ1Njc4OWFiY2RlZg.AAAAAAAAAAAAAAAA.x",
         too_many_bits.as_str(),
         long.as_str(),
     ] {

@@ -57,6 +57,7 @@ pub mod access_log;
 pub mod admin;
 pub mod admission;
 pub mod audit;
+pub mod challenge;
 pub mod cli;
 pub mod clock;
 pub mod config;

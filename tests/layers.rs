@@ -24,7 +24,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "worker",
         ],
     ),
-    ("formats", &["tls", "token", "audit", "fairness"]),
+    (
+        "formats",
+        &["tls", "token", "audit", "fairness", "challenge"],
+    ),
     ("stores", &["queue", "abuse"]),
     ("shared by the listeners", &["http"]),
     (

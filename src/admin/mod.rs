@@ -5,14 +5,17 @@
 //! The admin listener (`admin_listen`, [`crate::gate::App::handle_admin`]) calls the same
 //! [`handle`]; `admin_allow` is checked before it, on either listener.
 //!
-//! - Every API route except `openapi.json` needs `Authorization: Bearer <admin_token>`,
-//!   compared in constant time. Missing or wrong: 401 with `WWW-Authenticate: Bearer`.
-//!   `metrics_token`, when set, may only `GET …/api/metrics` (403 for anything else).
+//! - Every API route except `openapi.json` needs `Authorization: Bearer <token>`:
+//!   `admin_token` or one of `admin.tokens`, compared in constant time. Missing or wrong:
+//!   401 with `WWW-Authenticate: Bearer`. A named token's role limits what it may call
+//!   (`auth::permits`: a viewer reads, an operator changes rooms but not bans; 403
+//!   otherwise). `metrics_token`, when set, may only `GET …/api/metrics` (403 for
+//!   anything else).
 //!   `openapi.json` and the page need no token: they describe the API and hold nothing
 //!   about the running rooms.
 //! - Order of refusals: unknown path 404, then the token 401, then the method 405 (with
-//!   `Allow`), then an unknown room 404, then bad input 400/413. Every error is an
-//!   [`AdminError`], rendered in one place as `application/problem+json`; input errors
+//!   `Allow`), then the token's role 403, then an unknown room 404, then bad input
+//!   400/413. Every error is an [`AdminError`], rendered in one place as `application/problem+json`; input errors
 //!   carry a `field` member naming what was wrong, and a refused request changes nothing.
 //! - Reads (`rooms`, `stats`, `metrics`, `status`) come from the one-second statistics
 //!   cache and the store health tracker, never a store round trip, so they answer through a
@@ -27,7 +30,7 @@
 //! - this file — the entry point ([`handle`]: route, authorize, dispatch), the admin's
 //!   state ([`Admin`]) and the view of the instance it is given ([`AdminContext`]).
 //! - `routes` — the route table ([`routes`], [`Route`], [`Op`]) and the path matcher.
-//! - `auth` — the bearer token and what it grants.
+//! - `auth` — the bearer tokens, what each grants, and their swap on a reload.
 //! - `problem` — [`AdminError`], the one error type, and the one place a refusal becomes a
 //!   status and a problem+json body; the JSON response helpers.
 //! - `body` — reading a request body within its size and time limits.

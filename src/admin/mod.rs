@@ -15,8 +15,9 @@
 //!   about the running rooms.
 //! - Order of refusals: unknown path 404, then the token 401, then the method 405 (with
 //!   `Allow`), then the token's role 403, then an unknown room 404, then bad input
-//!   400/413. Every error is an [`AdminError`], rendered in one place as `application/problem+json`; input errors
-//!   carry a `field` member naming what was wrong, and a refused request changes nothing.
+//!   400/413. Every error is an [`AdminError`], rendered in one place as
+//!   `application/problem+json`; input errors carry a `field` member naming what was
+//!   wrong, and a refused request changes nothing.
 //! - Reads (`rooms`, `stats`, `metrics`, `status`) come from the one-second statistics
 //!   cache and the store health tracker, never a store round trip, so they answer through a
 //!   store outage. Changes go to the store and apply on the next admission pass; the cache

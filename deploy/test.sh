@@ -364,13 +364,14 @@ mounts = [m for m in c.get("volumeMounts", []) if m["name"] in secret_vols]
 if not mounts or not all(m.get("readOnly") for m in mounts):
     fail("the anteroom container mounts no Secret read-only")
 script = " ".join(c.get("command", []) + c.get("args", []))
+env = {e["name"]: e.get("value", "") for e in c.get("env", [])}
 for var in ("ANTEROOM_ADMIN_TOKEN", "ANTEROOM_COOKIE_SECRET"):
-    if any(e["name"] == var for e in c.get("env", [])):
+    if var in env:
         fail(f"{var} is in the pod spec's env: secrets are mounted as files")
-    if not re.search(var + r'=\$\(cat "?\$s/', script) or mounts[0]["mountPath"] not in script:
-        fail(f"the container does not read {var} from the mounted Secret")
-if "exec /usr/local/bin/anteroom" not in script:
-    fail("the shell does not exec anteroom (SIGTERM would reach the shell, not anteroom)")
+    if not env.get(var + "_FILE", "").startswith(mounts[0]["mountPath"] + "/"):
+        fail(f"the container does not read {var} from the mounted Secret ({var}_FILE)")
+if not script.startswith("/usr/local/bin/anteroom "):
+    fail("the container does not run anteroom itself (SIGTERM would reach another process)")
 cfg_mount = [m for m in c["volumeMounts"] if m["name"] in
              {v["name"] for v in pod["volumes"] if "configMap" in v}]
 if not cfg_mount or f"--config {cfg_mount[0]['mountPath']}/anteroom.yaml" not in script:

@@ -226,12 +226,19 @@ impl Reloader {
                 tracing::info!("config reloaded: nothing that applies live changed");
             }
             Ok(plan) => {
-                let rooms: Vec<&str> = plan.settings.iter().map(|(r, _)| r.as_str()).collect();
-                tracing::info!(
-                    rooms_changed = ?rooms,
-                    tokens_changed = plan.tokens,
-                    "config reloaded"
-                );
+                for (room, patch) in &plan.settings {
+                    tracing::info!(
+                        room = %room,
+                        rate = ?patch.rate,
+                        max_active = ?patch.max_active,
+                        session_ttl = ?patch.session_ttl,
+                        abandon_after = ?patch.abandon_after,
+                        "config reloaded: the room's changed settings are live"
+                    );
+                }
+                if plan.tokens {
+                    tracing::info!("config reloaded: the admin tokens are replaced");
+                }
             }
             Err(ReloadError::NeedsRestart { keys }) => {
                 for key in &keys {

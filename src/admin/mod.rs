@@ -5,15 +5,19 @@
 //! The admin listener (`admin_listen`, [`crate::gate::App::handle_admin`]) calls the same
 //! [`handle`]; `admin_allow` is checked before it, on either listener.
 //!
-//! - Every API route except `openapi.json` needs `Authorization: Bearer <admin_token>`,
-//!   compared in constant time. Missing or wrong: 401 with `WWW-Authenticate: Bearer`.
-//!   `metrics_token`, when set, may only `GET …/api/metrics` (403 for anything else).
+//! - Every API route except `openapi.json` needs `Authorization: Bearer <token>`:
+//!   `admin_token` or one of `admin.tokens`, compared in constant time. Missing or wrong:
+//!   401 with `WWW-Authenticate: Bearer`. A named token's role limits what it may call
+//!   (`auth::permits`: a viewer reads, an operator changes rooms but not bans; 403
+//!   otherwise). `metrics_token`, when set, may only `GET …/api/metrics` (403 for
+//!   anything else).
 //!   `openapi.json` and the page need no token: they describe the API and hold nothing
 //!   about the running rooms.
 //! - Order of refusals: unknown path 404, then the token 401, then the method 405 (with
-//!   `Allow`), then an unknown room 404, then bad input 400/413. Every error is an
-//!   [`AdminError`], rendered in one place as `application/problem+json`; input errors
-//!   carry a `field` member naming what was wrong, and a refused request changes nothing.
+//!   `Allow`), then the token's role 403, then an unknown room 404, then bad input
+//!   400/413. Every error is an [`AdminError`], rendered in one place as
+//!   `application/problem+json`; input errors carry a `field` member naming what was
+//!   wrong, and a refused request changes nothing.
 //! - Reads (`rooms`, `stats`, `metrics`, `status`) come from the one-second statistics
 //!   cache and the store health tracker, never a store round trip, so they answer through a
 //!   store outage. Changes go to the store and apply on the next admission pass; the cache
@@ -31,7 +35,7 @@
 //!   the OpenAPI document's schemas are generated from.
 //! - `openapi` — the OpenAPI document, generated with utoipa from the handlers'
 //!   `#[utoipa::path]` declarations and `api`'s types; `openapi.json` is its committed copy.
-//! - `auth` — the bearer token and what it grants.
+//! - `auth` — the bearer tokens, what each grants, and their swap on a reload.
 //! - `problem` — [`AdminError`], the one error type, and the one place a refusal becomes a
 //!   status and a problem+json body (`api::Problem`); the JSON response helpers.
 //! - `body` — reading a request body within its size and time limits.

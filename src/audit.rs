@@ -47,7 +47,7 @@ pub struct AuditEntry {
     /// The direct TCP peer, `ip:port` (a proxy's, when behind one).
     pub peer: String,
     /// The name of the admin token the change was made with (`admin` for `admin_token`,
-    /// else its `admin.tokens` name); `None` for a change not made through the API.
+    /// else its `admin_tokens` name); `None` for a change not made through the API.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
 }

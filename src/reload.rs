@@ -8,7 +8,7 @@
 //! - A change to a key that cannot apply live (a listen address, the store, the cookie
 //!   keys, a room's origin, …) refuses the whole reload: one log line names every such
 //!   key, and nothing changes, not even what could have applied.
-//! - Otherwise what changed is applied: the admin tokens (`admin_token`, `admin.tokens`,
+//! - Otherwise what changed is applied: the admin tokens (`admin_token`, `admin_tokens`,
 //!   `metrics_token`) at once, and each room's runtime settings (`rate`, `max_active`,
 //!   `session_ttl`, `abandon_after`) that changed in the file are written to the store,
 //!   as the admin API's `PUT …/config` would. A setting the file did not change keeps its

@@ -157,8 +157,8 @@ fn file_keys() -> BTreeSet<String> {
                         format!("{prefix}.{field}")
                     };
                     keys.insert(path.clone());
-                    // A list of sections (`admin.tokens`): each item's keys under the
-                    // list's own path (`admin.tokens.name`).
+                    // A list of sections (`admin_tokens`): each item's keys under the
+                    // list's own path (`admin_tokens.name`).
                     let item = ty
                         .strip_prefix("Vec<")
                         .and_then(|t| t.strip_suffix('>'))

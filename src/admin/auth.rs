@@ -1,5 +1,5 @@
 //! Who may call the admin API: the bearer token, compared in constant time, and what it
-//! grants. `admin_token` (named `admin`) grants everything; each of `admin.tokens` what
+//! grants. `admin_token` (named `admin`) grants everything; each of `admin_tokens` what
 //! its role allows ([`permits`]); `metrics_token`, when set, only `GET …/api/metrics`. A
 //! wrong token is a strike in the abuse registry, and an address with too many is not
 //! compared again for a while. The tokens are swapped whole when a reload changes them.
@@ -19,7 +19,7 @@ use super::{Admin, AdminError};
 /// What a valid token allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Access {
-    /// `admin_token` or one of `admin.tokens`: what the role allows, under the name.
+    /// `admin_token` or one of `admin_tokens`: what the role allows, under the name.
     Token {
         /// The token's name, for the audit log.
         name: Arc<str>,
@@ -37,7 +37,7 @@ pub(super) struct Tokens {
 }
 
 impl Tokens {
-    /// The tokens of `config`: `admin_token` first, then `admin.tokens`, then the metrics one.
+    /// The tokens of `config`: `admin_token` first, then `admin_tokens`, then the metrics one.
     pub(super) fn of(config: &Config) -> Tokens {
         let mut named = vec![(
             Arc::from(ADMIN_TOKEN_NAME),

@@ -6,7 +6,7 @@
 //! [`handle`]; `admin_allow` is checked before it, on either listener.
 //!
 //! - Every API route except `openapi.json` needs `Authorization: Bearer <token>`:
-//!   `admin_token` or one of `admin.tokens`, compared in constant time. Missing or wrong:
+//!   `admin_token` or one of `admin_tokens`, compared in constant time. Missing or wrong:
 //!   401 with `WWW-Authenticate: Bearer`. A named token's role limits what it may call
 //!   (`auth::permits`: a viewer reads, an operator changes rooms but not bans; 403
 //!   otherwise). `metrics_token`, when set, may only `GET …/api/metrics` (403 for

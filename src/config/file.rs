@@ -34,8 +34,9 @@ pub(super) struct RawFile {
     pub priority_secret_file: Option<V>,
     pub metrics_token_file: Option<V>,
     pub pid_file: Option<V>,
+    /// `admin_tokens:`: the named admin API tokens.
     #[serde(default, deserialize_with = "null_is_empty")]
-    pub admin: RawAdmin,
+    pub admin_tokens: Vec<RawToken>,
     pub secure_cookies: Option<V>,
     pub public_scheme: Option<V>,
     #[serde(default, deserialize_with = "null_is_empty")]
@@ -82,15 +83,7 @@ pub(super) struct RawRedis {
     pub password_file: Option<V>,
 }
 
-/// `admin:`: the named admin API tokens.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawAdmin {
-    #[serde(default, deserialize_with = "null_is_empty")]
-    pub tokens: Vec<RawToken>,
-}
-
-/// One of `admin.tokens`.
+/// One of `admin_tokens`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawToken {

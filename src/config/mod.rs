@@ -81,7 +81,7 @@ pub struct Config {
     pub admin_allow: Vec<ipnet::IpNet>,
     /// A bearer token that may only read the metrics.
     pub metrics_token: Option<Secret>,
-    /// `admin.tokens`: named admin API tokens, each with a role, besides `admin_token`
+    /// `admin_tokens`: named admin API tokens, each with a role, besides `admin_token`
     /// (which is the token named `admin`, role admin).
     pub admin_tokens: Vec<AdminToken>,
     /// `pid_file`: where the process writes its id while it runs (`anteroom reload`
@@ -101,7 +101,7 @@ pub struct Config {
     pub rooms: Vec<RoomConfig>,
 }
 
-/// A named admin API token (`admin.tokens`).
+/// A named admin API token (`admin_tokens`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AdminToken {
     /// Its name, as the audit log records it.

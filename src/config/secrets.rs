@@ -1,4 +1,4 @@
-//! Secrets given by file, and the keys made of secrets: `admin.tokens` and the Redis
+//! Secrets given by file, and the keys made of secrets: `admin_tokens` and the Redis
 //! credentials.
 //!
 //! Every secret key may be given as `<key>_file` in the file and `ANTEROOM_<KEY>_FILE` in
@@ -15,7 +15,7 @@ use super::validate::{Ctx, Src, V};
 use super::values::bearer_token;
 use super::{AdminToken, ConfigError, Role, Secret};
 
-/// The name `admin_token` has in the audit log and the logs; no `admin.tokens` entry may
+/// The name `admin_token` has in the audit log and the logs; no `admin_tokens` entry may
 /// take it.
 pub const ADMIN_TOKEN_NAME: &str = "admin";
 
@@ -98,11 +98,11 @@ pub(super) fn resolve_files(
         &mut draft.kafka.sasl_password,
         &draft.kafka.sasl_password_file,
     )?;
-    for (i, token) in draft.admin.tokens.iter_mut().enumerate() {
+    for (i, token) in draft.admin_tokens.iter_mut().enumerate() {
         let RawToken {
             token, token_file, ..
         } = token;
-        from_file(&cx, &format!("admin.tokens[{i}].token"), token, token_file)?;
+        from_file(&cx, &format!("admin_tokens[{i}].token"), token, token_file)?;
     }
     Ok(())
 }
@@ -135,7 +135,7 @@ pub(super) fn apply_env(
     Ok(())
 }
 
-/// `admin.tokens`, validated: each with a name (unique, not `admin`), a token of the
+/// `admin_tokens`, validated: each with a name (unique, not `admin`), a token of the
 /// admin token's shape that no other token shares, and a role.
 pub(super) fn validate_tokens(
     cx: &Ctx<'_>,
@@ -145,9 +145,9 @@ pub(super) fn validate_tokens(
 ) -> Result<Vec<AdminToken>, ConfigError> {
     let mut tokens: Vec<AdminToken> = Vec::new();
     for (i, t) in raw.iter().enumerate() {
-        let at = |field: &str| format!("admin.tokens[{i}].{field}");
+        let at = |field: &str| format!("admin_tokens[{i}].{field}");
         let Some(name) = &t.name else {
-            return Err(cx.fail_key(&["admin", "tokens"], format!("{}: required", at("name"))));
+            return Err(cx.fail_key(&["admin_tokens"], format!("{}: required", at("name"))));
         };
         let valid_name = !name.text.is_empty()
             && name.text.len() <= 64
@@ -184,7 +184,7 @@ pub(super) fn validate_tokens(
             return Err(cx.fail(
                 &at("token"),
                 token,
-                "must differ from every other token (admin_token, metrics_token, admin.tokens)",
+                "must differ from every other token (admin_token, metrics_token, admin_tokens)",
             ));
         }
         let Some(role) = &t.role else {

@@ -270,7 +270,7 @@ impl RawFile {
 
         let admin_tokens = super::secrets::validate_tokens(
             &cx,
-            &d.admin.tokens,
+            &d.admin_tokens,
             &admin_token,
             metrics_token.as_ref(),
         )?;

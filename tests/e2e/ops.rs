@@ -152,7 +152,7 @@ async fn sighup_applies_a_changed_file_and_refuses_what_needs_a_restart() {
     // A changed rate and a new named token apply live.
     let viewer = "reload-viewer-token-0123456789";
     write(
-        &format!("admin:\n  tokens:\n    - {{name: watcher, token: {viewer}, role: viewer}}\n"),
+        &format!("admin_tokens:\n  - {{name: watcher, token: {viewer}, role: viewer}}\n"),
         "9",
         listen,
     );
@@ -341,8 +341,8 @@ fn concrete(path: &str) -> String {
 #[tokio::test]
 async fn roles_limit_named_tokens_and_the_audit_log_names_them() {
     let top = format!(
-        "admin:\n  tokens:\n    - name: watcher\n      token: {VIEWER}\n      role: viewer\n    \
-         - name: ops\n      token: {OPERATOR}\n      role: operator\n"
+        "admin_tokens:\n  - name: watcher\n    token: {VIEWER}\n    role: viewer\n  \
+         - name: ops\n    token: {OPERATOR}\n    role: operator\n"
     );
     let (_origin, dir, ar) = common::front_with(&top, "").await;
     let base = format!("http://{}", ar.addr);

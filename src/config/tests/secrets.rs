@@ -1,4 +1,4 @@
-//! Secrets from files (`<key>_file`, `ANTEROOM_<KEY>_FILE`), `admin.tokens` and the Redis
+//! Secrets from files (`<key>_file`, `ANTEROOM_<KEY>_FILE`), `admin_tokens` and the Redis
 //! credentials.
 
 use super::*;
@@ -71,7 +71,7 @@ fn the_environment_file_form_overrides_the_file_and_refuses_both() {
 fn named_tokens_parse_and_their_errors_name_the_item() {
     let viewer = secret_file("viewer-token-0123456789\n");
     let text = format!(
-        "{}admin:\n  tokens:\n    - name: dash\n      token_file: \"{}\"\n      role: viewer\n    - {{name: ops, token: operator-token-0123456, role: operator}}\n",
+        "{}admin_tokens:\n  - name: dash\n    token_file: \"{}\"\n    role: viewer\n  - {{name: ops, token: operator-token-0123456, role: operator}}\n",
         minimal(""),
         viewer.path().display()
     );
@@ -86,21 +86,21 @@ fn named_tokens_parse_and_their_errors_name_the_item() {
             .contains("admin tokens:     admin (admin), dash (viewer), ops (operator)")
     );
 
-    let item = |body: &str| err(&format!("{}admin:\n  tokens:\n    - {body}\n", minimal("")));
+    let item = |body: &str| err(&format!("{}admin_tokens:\n  - {body}\n", minimal("")));
     let e = item("{name: admin, token: operator-token-0123456, role: admin}");
-    assert!(e.contains("admin.tokens[0].name"), "{e}");
+    assert!(e.contains("admin_tokens[0].name"), "{e}");
     let e = item("{name: ops, token: operator-token-0123456, role: root}");
     assert!(
-        e.contains("admin.tokens[0].role") && e.contains("root"),
+        e.contains("admin_tokens[0].role") && e.contains("root"),
         "{e}"
     );
     let e = item(&format!("{{name: ops, token: {TOKEN}, role: viewer}}"));
     assert!(
-        e.contains("admin.tokens[0].token") && e.contains("differ"),
+        e.contains("admin_tokens[0].token") && e.contains("differ"),
         "{e}"
     );
     let e = item("{name: ops, token: short, role: viewer}");
-    assert!(e.contains("admin.tokens[0].token"), "{e}");
+    assert!(e.contains("admin_tokens[0].token"), "{e}");
     let e = item("{name: ops, role: viewer}");
     assert!(e.contains("token_file"), "{e}");
 }

@@ -18,7 +18,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::abuse::{self, LogAction};
-use crate::queue::{VisitorRef, WaitingEntry};
+use crate::queue::{Mode, RoomPhase, VisitorRef, WaitingEntry};
 
 /// An RFC 9457 problem: how the admin API answers every refusal.
 #[derive(Debug, Serialize, ToSchema)]
@@ -261,7 +261,7 @@ pub struct RoomStats {
 fn mode() -> Schema {
     ObjectBuilder::new()
         .schema_type(Type::String)
-        .enum_values(Some(["queue", "passthrough", "sold_out"]))
+        .enum_values(Some(Mode::ALL.map(Mode::as_str)))
         .description(Some(
             "The room's mode: queue (the waiting room as usual), passthrough (everyone \
              straight through, counted) or sold_out (the line and newcomers see the sold-out \
@@ -273,16 +273,7 @@ fn mode() -> Schema {
 fn phase() -> Schema {
     ObjectBuilder::new()
         .schema_type(Type::String)
-        .enum_values(Some([
-            "idle",
-            "pre_queue",
-            "draw",
-            "queueing",
-            "paused",
-            "passthrough",
-            "sold_out",
-            "closed",
-        ]))
+        .enum_values(Some(RoomPhase::ALL.map(RoomPhase::as_str)))
         .description(Some(
             "What the room is doing now, derived from its mode, schedule, pause and line.",
         ))

@@ -6,6 +6,7 @@ use crate::common;
 
 use std::time::{Duration, SystemTime};
 
+use anteroom::run::Running;
 use common::*;
 
 fn rfc3339(t: SystemTime) -> String {

@@ -109,8 +109,8 @@ impl App {
             identity.lang,
             Kind::BadGrant.status(),
             Some(VisitorStatus::Refused),
-            Kind::BadGrant.text().0,
-            Kind::BadGrant.text().1,
+            Kind::BadGrant.text(identity.lang).0,
+            Kind::BadGrant.text(identity.lang).1,
             None,
             identity.wants_json,
         )

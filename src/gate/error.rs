@@ -8,13 +8,15 @@
 //! not valid, the draw unreadable), which have pages of their own (`gate/respond.rs`,
 //! `gate/classes.rs`, `gate/draw.rs`) but take their status from their [`Kind`].
 //!
-//! A new refusal on the request path (a ban, a bad preflight, …) is a new [`Kind`] and one
-//! line in each of [`Kind::status`] and [`Kind::text`], nothing else.
+//! A new refusal on the request path (a ban, a bad preflight, …) is a new [`Kind`], one
+//! line in each of [`Kind::status`] and [`Kind::text`], and its strings in every language
+//! of the error catalogue ([`crate::http::i18n::Errors`]). Every page is in the visitor's
+//! language.
 
 use http::{Response, StatusCode};
 
 use crate::http::body::{Body, BoxError};
-use crate::http::i18n::Lang;
+use crate::http::i18n::{ErrorText, Lang};
 use crate::http::pages::Pages;
 use crate::proxy::ProxyError;
 
@@ -121,78 +123,38 @@ impl Kind {
         }
     }
 
-    /// The page's title and detail.
-    pub fn text(self) -> (&'static str, &'static str) {
+    /// The page's title and detail, in `lang` (the catalog's, [`crate::http::i18n`]).
+    pub fn text(self, lang: Lang) -> (&'static str, &'static str) {
+        let t = lang.catalog();
+        let e = lang.errors();
+        let pair = |x: &'static ErrorText| (x.title, x.detail);
         match self {
-            Kind::AbsoluteForm => (
-                "Bad request",
-                "Absolute-form request targets are not accepted.",
-            ),
-            Kind::Connect => ("Method not allowed", "CONNECT is not supported."),
-            Kind::BadHost => ("Bad request", "The request does not name one valid host."),
-            Kind::BadPath => ("Bad request", "The request path is not acceptable."),
-            Kind::BadForwardedFor => (
-                "Bad request",
-                "The X-Forwarded-For header from the proxy cannot be read.",
-            ),
-            Kind::PreflightBody => ("Bad request", "A CORS preflight carries no body."),
-            Kind::NotFound => ("Not found", "There is nothing here."),
-            Kind::UnknownSite => ("Unknown site", "This address is not served here."),
-            Kind::NotInLine => ("Not in line", "There is no place in line for this browser."),
-            Kind::OriginTimeout => (
-                "Gateway timeout",
-                "The site took too long to answer. Please try again shortly.",
-            ),
-            Kind::OriginFailed => (
-                "Bad gateway",
-                "The site could not be reached. Please try again shortly.",
-            ),
-            Kind::Unforwardable => ("Bad request", "The request could not be forwarded."),
-            Kind::StreamsFull => (
-                "Live updates unavailable",
-                "Too many live updates are open; this page refreshes on its own instead.",
-            ),
-            Kind::TooManyStreams => (
-                "Too many open connections",
-                "This address holds too many live connections already.",
-            ),
-            Kind::BodyTimeout => (
-                "Request timeout",
-                "The request body took too long to arrive.",
-            ),
-            Kind::Internal => (
-                "Internal error",
-                "This site is misconfigured here. Please try again later.",
-            ),
-            // The pages of these are translated (`Pages`); this is their English text.
-            Kind::Banned { .. } => (
-                Lang::En.catalog().banned_title,
-                Lang::En.catalog().banned_detail,
-            ),
-            Kind::OverJoinLimit => (
-                Lang::En.catalog().refused_title,
-                Lang::En.catalog().refused_detail,
-            ),
-            Kind::LineFull => (
-                Lang::En.catalog().full_title,
-                Lang::En.catalog().full_detail,
-            ),
-            Kind::Closed => ("Closed", "This queue is closed."),
-            Kind::SoldOut { .. } => (
-                Lang::En.catalog().sold_out_title,
-                Lang::En.catalog().sold_out_detail,
-            ),
-            Kind::Stalled => ("Please wait", Lang::En.catalog().stalled_detail),
-            Kind::Busy => ("Busy", "The site is busy: try again shortly."),
-            Kind::NotAdmitted => ("Waiting", "This browser has not been let in yet."),
-            Kind::DrawUnavailable => (
-                "Draw unavailable",
-                "The queue store is unavailable; try again.",
-            ),
-            Kind::BadGrant => (
-                "Priority link not valid",
-                "This priority link has expired, was already used, or is not for this site.",
-            ),
+            Kind::AbsoluteForm => pair(&e.absolute_form),
+            Kind::Connect => pair(&e.connect),
+            Kind::BadHost => pair(&e.bad_host),
+            Kind::BadPath => pair(&e.bad_path),
+            Kind::BadForwardedFor => pair(&e.bad_forwarded_for),
+            Kind::PreflightBody => pair(&e.preflight_body),
+            Kind::NotFound => pair(&e.not_found),
+            Kind::UnknownSite => pair(&e.unknown_site),
+            Kind::NotInLine => pair(&e.not_in_line),
+            Kind::OriginTimeout => pair(&e.origin_timeout),
+            Kind::OriginFailed => pair(&e.origin_failed),
+            Kind::Unforwardable => pair(&e.unforwardable),
+            Kind::StreamsFull => pair(&e.streams_full),
+            Kind::TooManyStreams => pair(&e.too_many_streams),
+            Kind::BodyTimeout => pair(&e.body_timeout),
+            Kind::Internal => pair(&e.internal),
+            Kind::Banned { .. } => (t.banned_title, t.banned_detail),
+            Kind::OverJoinLimit => (t.refused_title, t.refused_detail),
+            Kind::LineFull => (t.full_title, t.full_detail),
+            Kind::Closed => (t.closed_title, t.closed_detail),
+            Kind::SoldOut { .. } => (t.sold_out_title, t.sold_out_detail),
+            Kind::Stalled => (e.stalled_title, t.stalled_detail),
+            Kind::Busy => pair(&e.busy),
+            Kind::NotAdmitted => pair(&e.not_admitted),
+            Kind::DrawUnavailable => pair(&e.draw_unavailable),
+            Kind::BadGrant => pair(&e.bad_grant),
         }
     }
 }
@@ -236,8 +198,9 @@ impl GateError {
         if let Kind::Banned { .. } = self.kind {
             return pages.banned(lang, self.kind.status(), self.retry_after, json);
         }
-        let (title, detail) = self.kind.text();
-        pages.message(
+        let (title, detail) = self.kind.text(lang);
+        pages.message_in(
+            lang,
             self.kind.status(),
             None,
             title,
@@ -287,7 +250,7 @@ mod tests {
         for (e, status, title) in cases {
             let g = GateError::from(e);
             assert_eq!(g.kind.status().as_u16(), status, "{g:?}");
-            assert_eq!(g.kind.text().0, title);
+            assert_eq!(g.kind.text(Lang::En).0, title);
         }
     }
 
@@ -298,7 +261,8 @@ mod tests {
                 queue_status_code: code,
             };
             assert_eq!(kind.status().as_u16(), status);
-            assert_eq!(kind.text().0, "Sold out");
+            assert_eq!(kind.text(Lang::En).0, "Sold out");
+            assert_eq!(kind.text(Lang::De).0, "Ausverkauft");
         }
     }
 }

@@ -8,6 +8,10 @@
 use http::HeaderValue;
 use serde::Serialize;
 
+mod errors;
+
+pub use errors::{ErrorText, Errors};
+
 /// A language the pages are written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lang {
@@ -46,6 +50,17 @@ impl Lang {
             Lang::Es => &ES,
             Lang::Fr => &FR,
             Lang::Ar => &AR,
+        }
+    }
+
+    /// This language's error pages.
+    pub fn errors(self) -> &'static Errors {
+        match self {
+            Lang::En => &errors::EN,
+            Lang::De => &errors::DE,
+            Lang::Es => &errors::ES,
+            Lang::Fr => &errors::FR,
+            Lang::Ar => &errors::AR,
         }
     }
 }
@@ -463,6 +478,92 @@ mod tests {
                 assert_ne!(c.your_place, EN.your_place, "{} is translated", c.code);
                 assert_ne!(c.note, EN.note, "{} is translated", c.code);
             }
+        }
+    }
+
+    /// Every string of every page, by key (`errors.bad_grant.title`, …), in `lang`.
+    fn strings(lang: Lang) -> Vec<(String, String)> {
+        fn walk(prefix: &str, value: &serde_json::Value, out: &mut Vec<(String, String)>) {
+            match value {
+                serde_json::Value::Object(map) => {
+                    for (key, value) in map {
+                        let key = if prefix.is_empty() {
+                            key.clone()
+                        } else {
+                            format!("{prefix}.{key}")
+                        };
+                        walk(&key, value, out);
+                    }
+                }
+                serde_json::Value::String(s) => out.push((prefix.to_owned(), s.clone())),
+                other => panic!("{prefix}: not a string: {other}"),
+            }
+        }
+        let mut out = Vec::new();
+        walk("", &serde_json::to_value(lang.catalog()).unwrap(), &mut out);
+        walk(
+            "errors",
+            &serde_json::to_value(lang.errors()).unwrap(),
+            &mut out,
+        );
+        out
+    }
+
+    /// Strings that are the same in some language as in English by design: formats made
+    /// only of placeholders and units, and names that are not translated.
+    const SAME_AS_ENGLISH: &[&str] = &["eta_secs", "eta_mins", "eta_range", "days"];
+
+    #[test]
+    fn every_string_of_every_page_is_translated_in_every_language() {
+        let english = strings(Lang::En);
+        assert!(english.len() > 60, "the walk found the strings");
+        for lang in Lang::ALL.into_iter().filter(|l| *l != Lang::En) {
+            let theirs: std::collections::BTreeMap<_, _> = strings(lang).into_iter().collect();
+            assert_eq!(theirs.len(), english.len(), "{lang:?} has every key");
+            for (key, en) in &english {
+                let text = &theirs[key];
+                assert!(!text.trim().is_empty(), "{lang:?}: {key} is empty");
+                if !SAME_AS_ENGLISH.contains(&key.as_str()) && key != "code" && key != "dir" {
+                    assert_ne!(text, en, "{lang:?}: {key} is not translated");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_string_a_built_in_template_uses_is_in_the_catalog() {
+        let keys: std::collections::BTreeSet<_> =
+            strings(Lang::En).into_iter().map(|(k, _)| k).collect();
+        for (name, template) in [
+            ("waiting.html", include_str!("templates/waiting.html")),
+            ("board.html", include_str!("templates/board.html")),
+            ("message.html", include_str!("templates/message.html")),
+        ] {
+            let mut rest = template;
+            let mut used = 0;
+            while let Some(i) = rest.find("t.") {
+                let before = rest[..i].chars().next_back();
+                rest = &rest[i + 2..];
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+                    continue;
+                }
+                let key: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .collect();
+                if key.is_empty() {
+                    continue;
+                }
+                used += 1;
+                assert!(
+                    keys.contains(&key),
+                    "{name} uses t.{key}, not in the catalog"
+                );
+            }
+            assert!(
+                used > 0 || name == "message.html",
+                "{name} uses the catalog"
+            );
         }
     }
 

@@ -7,6 +7,10 @@
 //! without it the plain page (`templates/waiting.html`, an inline script). Both are
 //! complete without JavaScript (a `<noscript>` meta refresh), and both speak the visitor's
 //! language ([`super::i18n`]).
+//!
+//! The operator's template (`waiting_template`), when set, renders every state's page,
+//! the holding and error pages included, with a `state` variable to branch on
+//! ([`states`]); a template that fails falls back to the built-in page.
 
 use std::sync::OnceLock;
 use std::time::SystemTime;
@@ -19,6 +23,11 @@ use super::assets::{self, Entry};
 use super::body::{Body, full};
 use super::i18n::{self, Catalog, Lang};
 use crate::fairness::eta::Eta;
+use crate::log_limiter::LogLimiter;
+
+mod states;
+
+use states::{OPERATOR_TEMPLATE, PageState};
 
 /// The name of the `X-Anteroom-Status` header, which carries a [`VisitorStatus`].
 pub const STATUS_HEADER: &str = "x-anteroom-status";
@@ -117,6 +126,8 @@ pub struct Pages {
     custom_template: bool,
     /// The operator's stylesheet, added to our pages (`waiting_stylesheet`).
     custom_css: Option<String>,
+    /// Rations the log lines of an operator's template that fails to render.
+    template_errors: LogLimiter,
 }
 
 impl Default for Pages {
@@ -152,7 +163,7 @@ impl Pages {
         if let Some(template) = &page.template {
             match self
                 .env
-                .add_template_owned("custom.html", template.text.clone())
+                .add_template_owned(OPERATOR_TEMPLATE, template.text.clone())
             {
                 Ok(()) => self.custom_template = true,
                 Err(e) => {
@@ -361,6 +372,7 @@ impl Pages {
             board,
             custom_template: false,
             custom_css: None,
+            template_errors: LogLimiter::new(states::LOG_EVERY),
         }
     }
 
@@ -406,7 +418,10 @@ impl Pages {
                 server_now_ms: unix_ms(now),
                 countdown_to_ms: view.phase_ends_at.map(unix_ms),
             };
+            let state = PageState::of_waiting(view);
             let ctx = context! {
+                state => state.as_str(),
+                status_code => status.as_u16(),
                 t => catalog_value(lang),
                 title => title,
                 message => text.message,
@@ -434,21 +449,26 @@ impl Pages {
                 data_json => Value::from_safe_string(board_data(lang, &data)),
                 data => self.custom_template.then_some(BoardData { strings: Some(t), ..data }),
             };
-            let template = if self.custom_template {
-                "custom.html"
-            } else if self.board.is_some() {
+            let operator = self
+                .custom_template
+                .then(|| {
+                    states::render_operator(&self.env, &self.template_errors, state, ctx.clone())
+                })
+                .flatten();
+            let built_in = if self.board.is_some() {
                 "board.html"
             } else {
                 "waiting.html"
             };
-            let html = self
-                .env
-                .get_template(template)
-                .and_then(|t| t.render(ctx))
-                .unwrap_or_else(|e| {
-                    tracing::error!(error = %e, "waiting page failed to render");
-                    format!("You are number {:?} in line.", view.position)
-                });
+            let html = operator.unwrap_or_else(|| {
+                self.env
+                    .get_template(built_in)
+                    .and_then(|t| t.render(ctx))
+                    .unwrap_or_else(|e| {
+                        tracing::error!(error = %e, "waiting page failed to render");
+                        format!("You are number {:?} in line.", view.position)
+                    })
+            });
             ("text/html; charset=utf-8", html)
         };
         respond(
@@ -457,29 +477,6 @@ impl Pages {
             content_type,
             body,
             Some(view.retry_after_secs),
-        )
-    }
-
-    /// A page anteroom answers itself instead of the site: HTML for browsers,
-    /// `application/problem+json` for clients that prefer JSON. The text is English; see
-    /// [`Pages::message_in`].
-    pub fn message(
-        &self,
-        status: StatusCode,
-        visitor_status: Option<VisitorStatus>,
-        title: &str,
-        detail: &str,
-        retry_after: Option<u64>,
-        json: bool,
-    ) -> Response<Body> {
-        self.message_in(
-            Lang::En,
-            status,
-            visitor_status,
-            title,
-            detail,
-            retry_after,
-            json,
         )
     }
 
@@ -600,8 +597,9 @@ impl Pages {
         )
     }
 
-    /// [`Pages::message`] in `lang` (the page's `lang` and `dir`; the caller translates
-    /// the text).
+    /// A page anteroom answers itself instead of the site, in `lang` (the page's `lang`
+    /// and `dir`; the caller passes the catalog's text): HTML for browsers,
+    /// `application/problem+json` for clients that prefer JSON.
     #[allow(clippy::too_many_arguments)]
     pub fn message_in(
         &self,
@@ -622,18 +620,35 @@ impl Pages {
             });
             ("application/problem+json", problem.to_string())
         } else {
-            let html = self
-                .env
-                .get_template("message.html")
-                .and_then(|t| {
-                    t.render(context! {
-                        t => lang.catalog(),
+            let state = PageState::of_message(visitor_status);
+            let operator = self
+                .custom_template
+                .then(|| {
+                    let ctx = context! {
+                        state => state.as_str(),
+                        status_code => status.as_u16(),
+                        t => catalog_value(lang),
                         title => title,
                         detail => detail,
                         refresh_secs => retry_after,
-                    })
+                        custom_css => self.custom_css.clone().map(Value::from_safe_string),
+                    };
+                    states::render_operator(&self.env, &self.template_errors, state, ctx)
                 })
-                .unwrap_or_else(|_| title.to_owned());
+                .flatten();
+            let html = operator.unwrap_or_else(|| {
+                self.env
+                    .get_template("message.html")
+                    .and_then(|t| {
+                        t.render(context! {
+                            t => lang.catalog(),
+                            title => title,
+                            detail => detail,
+                            refresh_secs => retry_after,
+                        })
+                    })
+                    .unwrap_or_else(|_| title.to_owned())
+            });
             ("text/html; charset=utf-8", html)
         };
         let mut response = respond_raw(status, content_type, body, retry_after);

@@ -27,6 +27,7 @@ mod malformed;
 mod model;
 mod modes;
 mod ops;
+mod pages;
 mod priority;
 mod reconnect;
 mod redis;

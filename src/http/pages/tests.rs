@@ -286,3 +286,77 @@ fn countdown_and_digits() {
     let d: String = board_digits(0, 0).iter().map(|d| d.d).collect();
     assert_eq!(d, "0");
 }
+
+fn operator_pages(text: &str) -> Pages {
+    Pages::plain().with_operator_page(&WaitingPageConfig {
+        template: Some(PageFile {
+            path: "op.html".into(),
+            text: text.to_owned(),
+        }),
+        stylesheet: None,
+    })
+}
+
+async fn body_of(response: Response<Body>) -> String {
+    use http_body_util::BodyExt;
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+/// One operator template renders every state, each with its translated text and status.
+#[tokio::test]
+async fn the_operator_template_renders_every_state() {
+    let pages = operator_pages(
+        "<p>{{ state }} {{ status_code }} {{ title }}{% if state == 'waiting' %} #{{ position }}{% else %}: {{ detail }}{% endif %}</p>",
+    );
+    let html = render(&pages, &view(Some(4), 9, Phase::Queueing), "Drop", Lang::En).await;
+    assert!(html.contains("<p>waiting 200 Drop #4</p>"), "{html}");
+    let html = render(&pages, &view(None, 9, Phase::Draw), "Drop", Lang::En).await;
+    assert!(html.contains("<p>draw 200 Drop: </p>"), "{html}");
+    let de = Lang::De.catalog();
+    for (response, expected) in [
+        (
+            pages.full(Lang::De, StatusCode::SERVICE_UNAVAILABLE, 30, false),
+            format!("full 503 {}: {}", de.full_title, de.full_detail),
+        ),
+        (
+            pages.closed(Lang::De, StatusCode::SERVICE_UNAVAILABLE, false),
+            format!("closed 503 {}: {}", de.closed_title, de.closed_detail),
+        ),
+        (
+            pages.sold_out(Lang::De, StatusCode::OK, "Restock Friday", false),
+            format!("sold_out 200 {}: Restock Friday", de.sold_out_title),
+        ),
+        (
+            pages.banned(Lang::De, StatusCode::FORBIDDEN, None, false),
+            format!("banned 403 {}: {}", de.banned_title, de.banned_detail),
+        ),
+        (
+            pages.message_in(
+                Lang::De,
+                StatusCode::NOT_FOUND,
+                None,
+                "Nicht gefunden",
+                "Hier gibt es nichts.",
+                None,
+                false,
+            ),
+            "error 404 Nicht gefunden: Hier gibt es nichts.".to_owned(),
+        ),
+    ] {
+        let html = body_of(response).await;
+        assert!(html.contains(&format!("<p>{expected}</p>")), "{html}");
+    }
+}
+
+/// A template that fails to render costs the visitor nothing: the built-in page instead.
+#[tokio::test]
+async fn a_failing_operator_template_falls_back_to_the_built_in_page() {
+    let pages = operator_pages("{{ 1 / 0 }}{{ nope() }}");
+    let html = render(&pages, &view(Some(4), 9, Phase::Queueing), "Drop", Lang::Fr).await;
+    assert!(html.contains(Lang::Fr.catalog().your_place), "{html}");
+    let response = pages.closed(Lang::Fr, StatusCode::SERVICE_UNAVAILABLE, false);
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let html = body_of(response).await;
+    assert!(html.contains(Lang::Fr.catalog().closed_title), "{html}");
+}

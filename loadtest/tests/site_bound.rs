@@ -1,8 +1,9 @@
 //! The honest ETA when the site is the limit, small: case 4 of `anteroom-loadtest
 //! site-bound` (a real slow site: PHP-FPM with `pm = static`, 4 children, a 200 ms page,
 //! behind nginx over FastCGI; anteroom in front with `max_inflight: 4`, `rate: 15`,
-//! `max_active: 40`) with 200 visitors instead of 300. At least 90 % of those who waited
-//! must be admitted within the first range they were shown, with no 5xx.
+//! `max_active: 40`) with 200 visitors instead of 300, run twice. At least 90 % of those
+//! who waited, over both runs, must be admitted within the first range they were shown,
+//! with no 5xx in either.
 //!
 //! Needs Debian's php-fpm and nginx (`scripts/test-tools.sh`) and the `anteroom`
 //! binary of the same profile beside `anteroom-loadtest` (or `ANTEROOM_BIN`); the test refuses a binary older
@@ -19,21 +20,37 @@ use common::run_loadtest;
 /// The whole run is bounded by this.
 const LIMIT: Duration = Duration::from_secs(150);
 
+/// Independent runs pooled: a run's visitors share one early estimate of the pace, so one
+/// small run's share swings by several points from run to run; pooling two judges the
+/// ratio over about 270 waits with the same ≥ 90 % target.
+const RUNS: usize = 2;
+
 #[test]
 fn bound_by_max_inflight_most_visitors_get_in_within_the_range_shown() {
-    let results = run_loadtest(&["site-bound", "--case", "4", "--visitors", "200"], LIMIT);
-    let r = &results[0];
-    eprintln!("site-bound case 4, small: {r:#}");
-    let waited = r["waited"].as_u64().unwrap();
-    assert!(waited >= 60, "too few visitors waited to judge: {waited}");
-    assert_eq!(r["status_5xx"], 0, "5xx answers: {r}");
-    let within = r["within_range"].as_f64().unwrap();
+    let (mut waited, mut within) = (0u64, 0.0f64);
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        let results = run_loadtest(&["site-bound", "--case", "4", "--visitors", "200"], LIMIT);
+        let r = results[0].clone();
+        eprintln!("site-bound case 4, small: {r:#}");
+        let w = r["waited"].as_u64().unwrap();
+        assert!(w >= 60, "too few visitors waited to judge: {w}");
+        assert_eq!(r["status_5xx"], 0, "5xx answers: {r}");
+        waited += w;
+        within += r["within_range"].as_f64().unwrap() * w as f64;
+        runs.push(format!(
+            "{:.2} of {w} (median error {:.1} s; the product's ledger says {})",
+            r["within_range"].as_f64().unwrap(),
+            r["median_error_secs"].as_f64().unwrap_or(f64::NAN),
+            r["product_eta"],
+        ));
+    }
+    let share = within / waited as f64;
     assert!(
-        within >= 0.90,
-        "{:.0} % of {waited} visitors were admitted within the first range shown \
-         (median error {:.1} s; the product's ledger says {}), the target is ≥ 90 %",
-        within * 100.0,
-        r["median_error_secs"].as_f64().unwrap_or(f64::NAN),
-        r["product_eta"],
+        share >= 0.90,
+        "{:.0} % of {waited} visitors over {RUNS} runs were admitted within the first range \
+         shown ({}), the target is ≥ 90 %",
+        share * 100.0,
+        runs.join("; "),
     );
 }

@@ -44,9 +44,11 @@ test-browser:
 	$(CARGO) build --locked
 	cd web && ANTEROOM_BIN=../target/debug/anteroom npx vitest run --project browser
 
-## test-plain: the end-to-end tests against a binary built without the front-end
+## test-plain: against a binary built without the front-end, the unit tests of the modules
+## whose behaviour depends on it (the pages and assets, the admin page and status, the
+## metrics' build info) and the core end-to-end and admin tests
 test-plain:
-	ANTEROOM_FRONTEND=off $(CARGO) test --locked --lib
+	ANTEROOM_FRONTEND=off $(CARGO) test --locked --lib -- http:: admin:: metrics:: gate::
 	ANTEROOM_FRONTEND=off $(CARGO) test --locked --test e2e -- core:: admin::
 
 ## test-deploy: the deployment kit (deploy/) with real promtool, systemd-analyze, hadolint,

@@ -2,7 +2,7 @@
 //! proxies, the [`ClientKey`] per-address limits and bans use (IPv6 grouped by
 //! /64), and the host a request names, normalised as rooms match it.
 //!
-//! Both the request path ([`crate::gate`]) and the store layer ([`crate::queue`]) import
+//! Both the request path (`gate`) and the store layer (`queue`) import
 //! this module; it imports neither.
 
 use std::borrow::Cow;

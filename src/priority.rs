@@ -1,6 +1,6 @@
 //! Priority grants: the text format `v1.<room>.<expiry>.<nonce>.<mac>`,
 //! its verification against `priority_secret`, and minting (`anteroom grant`). That each
-//! nonce works once is the store's part ([`crate::queue::QueueStore::spend_grant`]), so it
+//! nonce works once is the store's part (`queue::QueueStore::spend_grant`), so it
 //! holds across replicas; this module never touches the store and never reads the clock
 //! (callers pass the time), so every rule here is a pure function.
 

@@ -1,4 +1,4 @@
-//! Rereading the config file while serving (SIGHUP, [`crate::signals`]).
+//! Rereading the config file while serving (SIGHUP, which `signals` turns into a call here).
 //!
 //! The file is loaded exactly as at start ([`crate::config::load`] with the same flags and
 //! environment, `*_file` secrets read again) and compared with the config in force:

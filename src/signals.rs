@@ -7,9 +7,9 @@
 //! - `SIGUSR1` (logrotate's `postrotate`, as for nginx): the access log and the audit log
 //!   are reopened at their paths.
 //! - `SIGUSR2`: logged and otherwise ignored.
-//! - `SIGQUIT`: a drain, as `SIGTERM` and `SIGINT` ([`crate::run::shutdown_signal`]).
+//! - `SIGQUIT`: a drain, as `SIGTERM` and `SIGINT` (`run::shutdown_signal`).
 //!
-//! The handlers are installed before [`crate::run::start`] returns, so from then on no
+//! The handlers are installed before `run::start` returns, so from then on no
 //! such signal takes its default action (ending the process, or a core dump for `SIGQUIT`).
 
 use std::sync::{Arc, OnceLock};

@@ -2,7 +2,7 @@
 //!
 //! Two outgoing connections use this module, both through rustls with the `ring` provider:
 //!
-//! - **Redis** (`rediss://`, one node or a Cluster; see [`crate::queue::redis_client`]);
+//! - **Redis** (`rediss://`, one node or a Cluster; see `queue::redis`);
 //! - **origins** (`https://`), through `hyper-rustls` on the pooled hyper-util client.
 //!
 //! Trust is the platform's CA store (`rustls-native-certs`: `/etc/ssl/certs` on Debian,
@@ -17,7 +17,7 @@
 //! `#insecure` URL fragment is refused at `check` time.
 //!
 //! Kafka is the exception to "rustls everywhere": librdkafka does its own TLS with OpenSSL
-//! (see [`crate::events`]), configured through `kafka.properties`.
+//! (see `events`), configured through `kafka.properties`.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

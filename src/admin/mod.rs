@@ -1,8 +1,8 @@
 //! The control room's backend: the admin API under `/__anteroom/admin/api/`, the page at
 //! `/__anteroom/admin/`, and the OpenAPI document. [`handle`] is the one entry point,
-//! called from the request path ([`crate::gate`]) for every path under
+//! called from the request path (`gate`) for every path under
 //! `/__anteroom/admin` with an [`AdminContext`]: what the admin needs, not the whole app.
-//! The admin listener (`admin_listen`, [`crate::gate::App::handle_admin`]) calls the same
+//! The admin listener (`admin_listen`, `gate::App::handle_admin`) calls the same
 //! [`handle`]; `admin_allow` is checked before it, on either listener.
 //!
 //! - Every API route except `openapi.json` needs `Authorization: Bearer <token>`:

@@ -5,13 +5,13 @@
 //! the result into a [`Config`]; every error names the offending key as a dotted path
 //! (`rooms.main.rate`) and, when the value came from the file, its line.
 //!
-//! Validation calls into the modules that own a format (`queue::redis_client` for Redis
+//! Validation calls into the modules that own a format (`queue::redis` for Redis
 //! URLs, `events` for Kafka properties, `tls` for CA files, `fairness` for the admission
 //! key, `abuse` for its section), and those modules read their part of [`Config`]. That
 //! back-and-forth is on purpose: `anteroom check` and the server then accept exactly the
 //! same inputs, parsed by the same code, instead of a second, drifting copy of each rule
 //! here. It is the only two-way dependency between modules; none of those modules import
-//! [`crate::gate`] or the request path.
+//! `gate` or the request path.
 
 use std::fmt;
 use std::net::SocketAddr;

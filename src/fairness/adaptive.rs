@@ -12,10 +12,10 @@
 //! to response headers and status into an [`OriginRecorder`] per room (a fixed ring of
 //! one-second slots under a short mutex: no allocation per request). Once a second, from
 //! the pass driver, it publishes the ring as an [`OriginReport`] through
-//! [`crate::queue::QueueStore::exchange_origin`] and gets back every live replica's report
+//! `queue::QueueStore::exchange_origin` and gets back every live replica's report
 //! and the room's shared [`AdaptiveState`]; the one replica that claimed that second's
 //! decision merges the reports, runs the controller and stores the new state with
-//! [`crate::queue::QueueStore::set_adaptive`]. The store's bucket then refills at
+//! `queue::QueueStore::set_adaptive`. The store's bucket then refills at
 //! `min(rate, effective_rate)`, so the configured `rate` is never changed and every
 //! replica's passes (and the fast path) use the same effective rate.
 //!
@@ -345,7 +345,7 @@ impl OriginReport {
     }
 }
 
-/// What [`crate::queue::QueueStore::exchange_origin`] hands back.
+/// What `queue::QueueStore::exchange_origin` hands back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OriginExchange {
     /// The store's time of the exchange (unix ms): decisions are made at it.

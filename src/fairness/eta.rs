@@ -418,7 +418,7 @@ pub const LEDGER_CAP: usize = 200_000;
 pub const LEDGER_MAX_AGE: Duration = Duration::from_secs(12 * 3600);
 
 /// What this replica showed each waiting visitor first, and the per-room trackers their
-/// admissions feed. One per replica, inside [`crate::admission::Admission`].
+/// admissions feed. One per replica, inside `admission::Admission`.
 ///
 /// A visitor is entered the first time this replica shows them a range (the waiting page,
 /// its JSON, or a live-stream event) and leaves on the first of: this replica seeing them
@@ -505,7 +505,7 @@ impl EtaLedger {
     }
 
     /// `visitor` was shown `eta` at `now_ms`, when the room's limits were at `epoch` (see
-    /// [`crate::admission::Admission::show_eta`]). The first range shown counts, unless the
+    /// `admission::Admission::show_eta`). The first range shown counts, unless the
     /// room's limits have moved since by more than a range's margin (a newer `epoch`): the
     /// promise was made for a line that no longer exists, so the range shown now replaces it
     /// (counted as revised). An "estimating" range promises nothing and is not entered.

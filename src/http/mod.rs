@@ -1,7 +1,7 @@
 //! The HTTP vocabulary every listener shares: the response [`body`] type, our own
 //! [`pages`] (waiting page, messages, JSON), their [`i18n`] catalogues, the built-in
 //! front-end [`assets`], and the [`scratch`] buffer the per-request header values are cut
-//! from. Nothing here decides anything about a request; that is [`crate::gate`].
+//! from. Nothing here decides anything about a request; that is `gate`.
 
 pub mod assets;
 pub mod body;

@@ -46,15 +46,7 @@ fn admin(ar: &Running, path: &str) -> String {
 
 /// `GET` an admin API path with the admin token, as JSON.
 async fn admin_json(client: &reqwest::Client, ar: &Running, path: &str) -> serde_json::Value {
-    client
-        .get(admin(ar, path))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    common::admin_get(client, ar.addr, path).await
 }
 
 /// A cookie signed under a key this anteroom does not know: a forgery (UnknownKey).

@@ -15,13 +15,7 @@ use common::{ADMIN_TOKEN, AsVisitor, COOKIE_SECRET, Origin, client, visitor_cook
 const BIN: &str = env!("CARGO_BIN_EXE_anteroom");
 
 fn anteroom(args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .args(args)
-        .env_remove("ANTEROOM_ADMIN_TOKEN")
-        .env_remove("ANTEROOM_COOKIE_SECRET")
-        .env_remove("ANTEROOM_CONFIG")
-        .output()
-        .unwrap()
+    common::run_anteroom(args)
 }
 
 fn free_port() -> SocketAddr {

@@ -43,16 +43,7 @@ async fn set_mode(http: &reqwest::Client, addr: SocketAddr, mode: &str) {
 }
 
 async fn stats(http: &reqwest::Client, addr: SocketAddr) -> Value {
-    http.get(format!(
-        "http://{addr}/__anteroom/admin/api/rooms/main/stats"
-    ))
-    .bearer_auth(ADMIN_TOKEN)
-    .send()
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap()
+    common::admin_get(http, addr, "rooms/main/stats").await
 }
 
 /// The phases `anteroom_room_phase` says the room is in (exactly one when all is well).

@@ -88,13 +88,7 @@ async fn wait_ready(addr: SocketAddr) {
 
 /// `anteroom <args>` to completion.
 fn anteroom(args: &[&OsStr]) -> std::process::Output {
-    Command::new(BIN)
-        .args(args)
-        .env_remove("ANTEROOM_ADMIN_TOKEN")
-        .env_remove("ANTEROOM_COOKIE_SECRET")
-        .env_remove("ANTEROOM_CONFIG")
-        .output()
-        .unwrap()
+    common::run_anteroom(args)
 }
 
 fn arg(s: &str) -> &OsStr {

@@ -427,3 +427,27 @@ pub async fn assert_websocket_echoes(addr: SocketAddr) {
     }
     ws.close(None).await.unwrap();
 }
+
+/// `anteroom <args>` (the binary under test) run to completion, without the environment's
+/// admin token, cookie secret and config path, so only `args` and the files they name decide.
+pub fn run_anteroom<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_anteroom"))
+        .args(args)
+        .env_remove("ANTEROOM_ADMIN_TOKEN")
+        .env_remove("ANTEROOM_COOKIE_SECRET")
+        .env_remove("ANTEROOM_CONFIG")
+        .output()
+        .unwrap()
+}
+
+/// `GET /__anteroom/admin/api/<path>` on `addr` with the admin token, as JSON.
+pub async fn admin_get(http: &reqwest::Client, addr: SocketAddr, path: &str) -> serde_json::Value {
+    http.get(format!("http://{addr}/__anteroom/admin/api/{path}"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}

@@ -43,6 +43,8 @@ pub enum Class {
     Admin,
     /// A built-in front-end file, `/__anteroom/static/{name}`.
     Static(String),
+    /// A built-in script every build serves, `/__anteroom/assets/{name}`.
+    BuiltIn(String),
     /// `GET /__anteroom/admission-key`: the public key of the admission token.
     AdmissionKey,
     /// `GET /__anteroom/rooms/{room}/draw`: the room's public lottery document,
@@ -86,7 +88,7 @@ impl Class {
             Class::Healthz | Class::Readyz => "health",
             Class::Events => "events",
             Class::Admin => "admin",
-            Class::Static(_) => "static",
+            Class::Static(_) | Class::BuiltIn(_) => "static",
             Class::AdmissionKey => "admission_key",
             Class::Draw(_) => "draw",
             Class::UnknownReserved => "reserved",
@@ -165,6 +167,9 @@ pub fn classify<B>(
         (_, p) if p == "admin" || p.starts_with("admin/") => Class::Admin,
         (&Method::GET | &Method::HEAD, p) if p.starts_with("static/") => {
             Class::Static(p["static/".len()..].to_owned())
+        }
+        (&Method::GET | &Method::HEAD, p) if p.starts_with("assets/") => {
+            Class::BuiltIn(p["assets/".len()..].to_owned())
         }
         (&Method::GET | &Method::HEAD, p) if draw_room(p).is_some() => {
             Class::Draw(draw_room(p).unwrap_or_default().to_owned())
@@ -427,6 +432,10 @@ mod tests {
         assert_eq!(
             classify(&get("/__anteroom/static/a.js")),
             Class::Static("a.js".into())
+        );
+        assert_eq!(
+            classify(&get("/__anteroom/assets/challenge.js")),
+            Class::BuiltIn("challenge.js".into())
         );
         assert_eq!(
             classify(&get("/__anteroom/admission-key")),

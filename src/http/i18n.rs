@@ -8,8 +8,10 @@
 use http::HeaderValue;
 use serde::Serialize;
 
+mod challenge;
 mod errors;
 
+pub use challenge::ChallengeText;
 pub use errors::{ErrorText, Errors};
 
 /// A language the pages are written in.
@@ -50,6 +52,17 @@ impl Lang {
             Lang::Es => &ES,
             Lang::Fr => &FR,
             Lang::Ar => &AR,
+        }
+    }
+
+    /// This language's challenge page.
+    pub fn challenge(self) -> &'static ChallengeText {
+        match self {
+            Lang::En => &challenge::EN,
+            Lang::De => &challenge::DE,
+            Lang::Es => &challenge::ES,
+            Lang::Fr => &challenge::FR,
+            Lang::Ar => &challenge::AR,
         }
     }
 
@@ -504,6 +517,11 @@ mod tests {
         walk(
             "errors",
             &serde_json::to_value(lang.errors()).unwrap(),
+            &mut out,
+        );
+        walk(
+            "challenge",
+            &serde_json::to_value(lang.challenge()).unwrap(),
             &mut out,
         );
         out

@@ -323,7 +323,9 @@ fn plain_script() -> &'static str {
 /// The Content-Security-Policy of every response anteroom produces itself: only
 /// our own files (and the plain page's one inline script, by hash) run, nothing may frame
 /// the page, forms and `<base>` cannot point elsewhere. Inline styles stay allowed for the
-/// operator's `waiting_stylesheet`.
+/// operator's `waiting_stylesheet`. Workers come from our own files only, and WebAssembly
+/// may be compiled (`'wasm-unsafe-eval'`, not `eval`): the challenge's worker hashes with
+/// it (the worker's own response carries this policy too).
 pub fn content_security_policy() -> &'static str {
     static CSP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         use base64::Engine;
@@ -331,9 +333,10 @@ pub fn content_security_policy() -> &'static str {
         let hash = base64::engine::general_purpose::STANDARD
             .encode(sha2::Sha256::digest(plain_script().as_bytes()));
         format!(
-            "default-src 'none'; script-src 'self' 'sha256-{hash}'; style-src 'self' \
-             'unsafe-inline'; img-src 'self' data:; connect-src 'self'; font-src 'self'; \
-             base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+            "default-src 'none'; script-src 'self' 'sha256-{hash}' 'wasm-unsafe-eval'; \
+             worker-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+             connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; \
+             frame-ancestors 'none'"
         )
     });
     &CSP

@@ -205,3 +205,43 @@ export async function axeViolations(page: Page): Promise<string[]> {
     .filter((v) => v.impact === 'serious' || v.impact === 'critical')
     .map((v) => `${v.id} (${v.impact}): ${v.help} ×${v.nodes.length} ${JSON.stringify(v.nodes.map((n) => n.target))}`);
 }
+
+export interface Redis {
+  url: string;
+  stop(): Promise<void>;
+}
+
+/** A real `redis-server` on a free loopback port, nothing saved to disk. */
+export async function startRedis(): Promise<Redis> {
+  const port = await freePort();
+  const child = spawn(
+    process.env.REDIS_SERVER ?? 'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    { stdio: 'ignore' },
+  );
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL');
+      await new Promise((r) => child.once('exit', r));
+    }
+  };
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`redis-server exited: ${child.exitCode} (apt-get install redis-server)`);
+    const pong = await new Promise<boolean>((resolve) => {
+      const s = net.connect(port, '127.0.0.1', () => s.write('PING\r\n'));
+      s.on('data', (d) => {
+        resolve(String(d).startsWith('+PONG'));
+        s.destroy();
+      });
+      s.on('error', () => resolve(false));
+    });
+    if (pong) break;
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error(`redis-server on port ${port} did not answer`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { url: `redis://127.0.0.1:${port}/0`, stop };
+}

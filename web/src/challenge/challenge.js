@@ -59,7 +59,8 @@
   /**
    * Runs the challenge of element `el`. `env` holds what the page uses from the browser:
    * `worker()` (a new Worker), `fetch`, `replace(url)` (location.replace), `now()`,
-   * `reducedMotion`, `wait(ms, fn)`.
+   * `reducedMotion`, `wait(ms, fn)`, and `exclusive(name, fn)`, which runs `fn` (returning
+   * a promise) while no other tab of this site runs one under `name`.
    */
   function run(el, env) {
     var doc = el.ownerDocument;
@@ -135,7 +136,16 @@
     }
 
     function post(solution, solveMs) {
-      env
+      // One answer at a time per room in this browser: a second tab's answer goes after the
+      // first's cookie is set, so the server sees the visitor already in line and gives no
+      // second place.
+      env.exclusive('anteroom-challenge:' + (challenge.split('.')[1] || ''), function () {
+        return send(solution, solveMs);
+      });
+    }
+
+    function send(solution, solveMs) {
+      return env
         .fetch(answer, {
           method: 'POST',
           credentials: 'same-origin',
@@ -221,6 +231,12 @@
       },
       wait: function (ms, fn) {
         root.setTimeout(fn, ms);
+      },
+      exclusive: function (name, fn) {
+        // Web Locks (secure contexts): shared by this origin's tabs. Without them, at once.
+        var locks = root.navigator && root.navigator.locks;
+        if (!locks) return fn();
+        return locks.request(name, fn).catch(function () {});
       },
       reducedMotion: !!(
         root.matchMedia && root.matchMedia('(prefers-reduced-motion: reduce)').matches

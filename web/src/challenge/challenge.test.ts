@@ -69,6 +69,7 @@ interface Env {
   replace(url: string): void;
   now(): number;
   wait(ms: number, fn: () => void): void;
+  exclusive(name: string, fn: () => Promise<unknown>): Promise<unknown>;
   reducedMotion: boolean;
 }
 
@@ -199,6 +200,7 @@ describe('the page', () => {
   let posts: { url: string; body: Record<string, unknown> }[];
   let answers: (Response | Error)[];
   let clock: number;
+  let locks: string[];
 
   function page(strings: object | null = STRINGS) {
     const attr = strings ? ` data-strings='${JSON.stringify(strings)}'` : '';
@@ -223,6 +225,10 @@ describe('the page', () => {
       replace: (url) => replaced.push(url),
       now: () => clock,
       wait: (_ms, fn) => fn(),
+      exclusive: (name, fn) => {
+        locks.push(name);
+        return fn();
+      },
       reducedMotion,
     };
   }
@@ -233,6 +239,7 @@ describe('the page', () => {
     posts = [];
     answers = [];
     clock = 1000;
+    locks = [];
   });
 
   it('reads the challenge, and progress rises steadily below 100 %', () => {
@@ -275,6 +282,7 @@ describe('the page', () => {
       { url: '/__anteroom/challenge', body: { challenge: C1, solution: 123456, solve_ms: 812 } },
     ]);
     expect(worker.terminated).toBe(true);
+    expect(locks).toEqual(['anteroom-challenge:main']);
   });
 
   it('with reduced motion, the bar is hidden and only the words move', () => {

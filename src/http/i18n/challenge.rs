@@ -33,6 +33,9 @@ pub struct ChallengeText {
     pub reload: &'static str,
     /// For a browser without JavaScript: the page goes on by itself; `{n}` is seconds.
     pub no_script: &'static str,
+    /// For a browser whose script cannot do the work (no WebAssembly, no workers): the
+    /// page waits out the time lock instead; `{n}` is seconds.
+    pub slow: &'static str,
 }
 
 impl ChallengeText {
@@ -80,6 +83,7 @@ pub(super) static EN: ChallengeText = ChallengeText {
     failed: "We couldn't check your browser.",
     reload: "Try again",
     no_script: "Without JavaScript this takes a little longer: the page goes on by itself in {n} seconds.",
+    slow: "This browser can't do the quick check, so it takes a little longer: the page goes on by itself in {n} seconds.",
 };
 
 pub(super) static DE: ChallengeText = ChallengeText {
@@ -91,6 +95,7 @@ pub(super) static DE: ChallengeText = ChallengeText {
     failed: "Ihr Browser konnte nicht geprüft werden.",
     reload: "Erneut versuchen",
     no_script: "Ohne JavaScript dauert es etwas länger: Die Seite geht in {n} Sekunden von selbst weiter.",
+    slow: "Dieser Browser kann die schnelle Prüfung nicht ausführen, daher dauert es etwas länger: Die Seite geht in {n} Sekunden von selbst weiter.",
 };
 
 pub(super) static ES: ChallengeText = ChallengeText {
@@ -102,6 +107,7 @@ pub(super) static ES: ChallengeText = ChallengeText {
     failed: "No pudimos comprobar tu navegador.",
     reload: "Volver a intentarlo",
     no_script: "Sin JavaScript tarda un poco más: la página continuará sola en {n} segundos.",
+    slow: "Este navegador no puede hacer la comprobación rápida, así que tarda un poco más: la página continuará sola en {n} segundos.",
 };
 
 pub(super) static FR: ChallengeText = ChallengeText {
@@ -113,6 +119,7 @@ pub(super) static FR: ChallengeText = ChallengeText {
     failed: "Nous n'avons pas pu vérifier votre navigateur.",
     reload: "Réessayer",
     no_script: "Sans JavaScript, c'est un peu plus long : la page continuera d'elle-même dans {n} secondes.",
+    slow: "Ce navigateur ne peut pas faire la vérification rapide, c'est donc un peu plus long : la page continuera d'elle-même dans {n} secondes.",
 };
 
 pub(super) static AR: ChallengeText = ChallengeText {
@@ -124,6 +131,7 @@ pub(super) static AR: ChallengeText = ChallengeText {
     failed: "تعذّر التحقق من متصفحك.",
     reload: "حاول مجددًا",
     no_script: "بدون JavaScript يستغرق الأمر وقتًا أطول قليلًا: ستتابع الصفحة تلقائيًا خلال {n} ثانية.",
+    slow: "لا يستطيع هذا المتصفح إجراء التحقق السريع، لذا يستغرق الأمر وقتًا أطول قليلًا: ستتابع الصفحة تلقائيًا خلال {n} ثانية.",
 };
 
 #[cfg(test)]
@@ -136,6 +144,7 @@ mod tests {
             let c = lang.challenge();
             assert!(c.progress.contains("{n}"), "{lang:?}");
             assert!(c.no_script.contains("{n}"), "{lang:?}");
+            assert!(c.slow.contains("{n}"), "{lang:?}");
             let json = ChallengeText::script_json(lang);
             assert!(!json.contains(['<', '>', '\'', '"'].as_ref()), "{json}");
             assert_eq!(json.matches('&').count(), json.matches("&quot;").count());

@@ -7,8 +7,9 @@
 // element's `role="status"` line (in steps, so a screen reader is not flooded) and, unless
 // the visitor prefers reduced motion, on its `<progress>` bar. A refusal that comes with a
 // fresh challenge starts again, at most MAX_RESTARTS times; after that, or when the worker
-// cannot run, the line says so with a link to try again. Without JavaScript the page's
-// `<noscript>` refresh joins after the time lock instead.
+// cannot run, the line says so with a link to try again, or, when the page gives its time
+// lock (`data-wait-secs`), the page waits it out and goes the no-JavaScript way
+// (`<answer>/wait`). Without JavaScript the page's `<noscript>` refresh does that itself.
 (function (root) {
   'use strict';
 
@@ -111,6 +112,25 @@
       status.appendChild(link);
     }
 
+    /**
+     * The worker cannot run here (no Worker, no WebAssembly, a policy that blocks it): with
+     * the page's time lock (`data-wait-secs`), wait it out and take the no-JavaScript way
+     * in; without, say so with the link.
+     */
+    function cannotSolve() {
+      var secs = parseInt(el.getAttribute('data-wait-secs') || '', 10);
+      if (!(secs > 0) || done) return fail();
+      done = true;
+      if (worker) worker.terminate();
+      if (bar) bar.hidden = true;
+      say(strings.slow && fill(strings.slow, secs));
+      env.wait(secs * 1000, function () {
+        env.replace(
+          answer + '/wait?c=' + encodeURIComponent(challenge) + '&r=' + encodeURIComponent(back),
+        );
+      });
+    }
+
     function start(text, b) {
       var f = fields(text);
       if (!f) return fail();
@@ -180,7 +200,7 @@
     try {
       worker = env.worker();
     } catch (e) {
-      return fail();
+      return cannotSolve();
     }
     worker.onmessage = function (event) {
       var m = event.data || {};
@@ -193,11 +213,11 @@
         say(strings.joining);
         post(m.solution, solveMs);
       } else {
-        fail();
+        cannotSolve();
       }
     };
     worker.onerror = function () {
-      if (!done) fail();
+      if (!done) cannotSolve();
     };
     start(challenge, bits);
   }

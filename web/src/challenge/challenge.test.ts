@@ -345,6 +345,35 @@ describe('the page', () => {
     expect(posts).toEqual([]);
   });
 
+  it('waits out the page’s time lock and takes the no-JavaScript way when the worker cannot run', () => {
+    const el = page({ ...STRINGS, slow: 'Slow way: {n} s.' });
+    el.setAttribute('data-wait-secs', '20');
+    const waits: number[] = [];
+    p.run(el, { ...env(), wait: (ms, fn) => (waits.push(ms), fn()) });
+    worker.say({ error: 'CompileError: WebAssembly.instantiate() blocked' });
+    expect(waits).toEqual([20_000]);
+    expect(status().textContent).toBe('Slow way: 20 s.');
+    expect(bar().hidden).toBe(true);
+    expect(worker.terminated).toBe(true);
+    expect(replaced).toEqual([
+      `/__anteroom/challenge/wait?c=${encodeURIComponent(C1)}&r=${encodeURIComponent('/shop?item=1')}`,
+    ]);
+    expect(posts).toEqual([]);
+  });
+
+  it('takes the same way when the browser has no Worker at all', () => {
+    const el = page();
+    el.setAttribute('data-wait-secs', '5');
+    p.run(el, {
+      ...env(),
+      worker: () => {
+        throw new ReferenceError('Worker is not defined');
+      },
+    });
+    expect(replaced).toHaveLength(1);
+    expect(replaced[0]).toMatch(/^\/__anteroom\/challenge\/wait\?c=c1\.main\./);
+  });
+
   it('shows no English of its own when the page gave it no strings', () => {
     p.run(page(null), env());
     worker.say({ progress: 2 ** 17 });

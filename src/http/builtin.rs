@@ -1,12 +1,13 @@
 //! The built-in scripts every build serves under `/__anteroom/assets/`, with the front-end
-//! built in or not: the challenge page's script and its Web Worker.
+//! built in or not: the challenge page's script, its Web Worker, and hash-wasm's SHA-256
+//! that the worker loads.
 //!
 //! They are part of the request path's contract, not of the optional board: a room that
 //! challenges newcomers needs them even in a binary built without Node. So they are plain
-//! files in `web/src/challenge/`, compiled in with `include_str!` (no bundler), and the
-//! worker is hash-wasm's SHA-256 build (`vendor/`, the pinned npm package's own file,
-//! checked by the front-end's unit tests) followed by the worker's code. Their names are
-//! fixed (the page names them), so they are cached briefly rather than forever.
+//! files in `web/challenge/`, compiled in with `include_str!` (no bundler); hash-wasm's is
+//! the pinned npm package's own file (its WebAssembly inline), checked by the front-end's
+//! unit tests. Their names are fixed (the page names them), so they are cached briefly
+//! rather than forever.
 
 use http::{HeaderValue, Response, StatusCode, header};
 
@@ -15,16 +16,6 @@ use super::body::{Body, full};
 /// Where the built-in scripts are served.
 pub const ASSETS_PREFIX: &str = "/__anteroom/assets/";
 
-/// The challenge page's script.
-const CHALLENGE_JS: &str = include_str!("../../web/src/challenge/challenge.js");
-
-/// The challenge's worker: hash-wasm's SHA-256, then the solver that uses it.
-const CHALLENGE_WORKER_JS: &str = concat!(
-    include_str!("../../web/src/challenge/vendor/hash-wasm-sha256.umd.min.js"),
-    "\n",
-    include_str!("../../web/src/challenge/challenge-worker.js"),
-);
-
 /// How long a browser may keep a script without asking again: a new release's is picked
 /// up within this.
 const CACHE_CONTROL: &str = "public, max-age=600";
@@ -32,8 +23,11 @@ const CACHE_CONTROL: &str = "public, max-age=600";
 /// The built-in script called `name`, if there is one.
 pub fn script(name: &str) -> Option<&'static str> {
     match name {
-        "challenge.js" => Some(CHALLENGE_JS),
-        "challenge-worker.js" => Some(CHALLENGE_WORKER_JS),
+        "challenge.js" => Some(include_str!("../../web/challenge/challenge.js")),
+        "challenge-worker.js" => Some(include_str!("../../web/challenge/challenge-worker.js")),
+        "hash-wasm-sha256.umd.min.js" => Some(include_str!(
+            "../../web/challenge/hash-wasm-sha256.umd.min.js"
+        )),
         _ => None,
     }
 }
@@ -76,8 +70,12 @@ mod tests {
     use crate::challenge::{solve, work};
 
     #[test]
-    fn serves_the_two_scripts_and_nothing_else() {
-        for name in ["challenge.js", "challenge-worker.js"] {
+    fn serves_the_scripts_and_nothing_else() {
+        for name in [
+            "challenge.js",
+            "challenge-worker.js",
+            "hash-wasm-sha256.umd.min.js",
+        ] {
             let response = serve(name, false).expect(name);
             assert_eq!(
                 response.headers()[header::CONTENT_TYPE],
@@ -101,15 +99,15 @@ mod tests {
         }
     }
 
-    /// The worker carries the WebAssembly SHA-256 it calls, ahead of its own code.
+    /// The worker loads the WebAssembly SHA-256 it calls from next to itself.
     #[test]
-    fn the_worker_bundles_hash_wasm_first() {
+    fn the_worker_loads_hash_wasm_from_next_to_itself() {
         let worker = script("challenge-worker.js").unwrap();
-        let lib = worker.find("hashwasm").expect("hash-wasm is in the worker");
-        let solver = worker.find("hashwasm.createSHA256").unwrap();
-        assert!(lib < solver);
+        assert!(worker.contains("importScripts('hash-wasm-sha256.umd.min.js')"));
+        let lib = script("hash-wasm-sha256.umd.min.js").unwrap();
+        assert!(lib.contains("createSHA256"));
         assert!(
-            worker.contains("@license MIT"),
+            lib.contains("@license MIT"),
             "hash-wasm's licence notice is kept"
         );
     }

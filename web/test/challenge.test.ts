@@ -222,11 +222,11 @@ describe('the challenge scripts in Chromium, served by the binary under its own 
    * (by the test) with the binary's CSP; the scripts come from the binary. */
   async function challengePage(
     context: BrowserContext,
-    first: { text: string },
+    first: { text: string; waitSecs?: number },
     answer: (body: { challenge: string; solution: number; solve_ms: number }) => { status: number; body: unknown },
   ) {
     const v = await tab(context);
-    const strings = { progress: 'Working… {n} %', joining: 'Joining…', retrying: 'Again…', failed: 'Failed.', reload: 'Reload' };
+    const strings = { slow: 'Slow way, {n} s.', progress: 'Working… {n} %', joining: 'Joining…', retrying: 'Again…', failed: 'Failed.', reload: 'Reload' };
     await v.page.route(`${base}/standalone`, (route) =>
       route.fulfill({
         status: 200,
@@ -234,7 +234,7 @@ describe('the challenge scripts in Chromium, served by the binary under its own 
         body: `<!doctype html><html lang="en"><head><title>One moment</title>
 <script src="/__anteroom/assets/challenge.js" defer></script></head><body><main>
 <div id="anteroom-challenge" data-challenge="${first.text}" data-bits="17" data-answer="/__anteroom/challenge"
- data-return="/done?x=1" data-strings='${JSON.stringify(strings)}'>
+ data-return="/done?x=1" data-strings='${JSON.stringify(strings)}'${first.waitSecs ? ` data-wait-secs="${first.waitSecs}"` : ''}>
 <p id="anteroom-challenge-status" role="status" aria-live="polite">Checking…</p>
 <progress id="anteroom-challenge-progress" max="100"></progress></div></main></body></html>`,
       }),
@@ -267,6 +267,27 @@ describe('the challenge scripts in Chromium, served by the binary under its own 
       recordSolves('scripts', [v]);
       await v.page.close();
     }
+    await context.close();
+  });
+
+  it('waits out the time lock and takes the no-JavaScript way when the worker cannot load', async () => {
+    const context = await browser.newContext(DESKTOP);
+    const c = { ...fakeChallenge(17), waitSecs: 1 };
+    const v = await challengePage(context, c, () => {
+      throw new Error('nothing is posted without a worker');
+    });
+    await context.route('**/__anteroom/assets/challenge-worker.js', (route) => route.fulfill({ status: 404, body: '' }));
+    const waited: string[] = [];
+    await v.page.route(`${base}/__anteroom/challenge/wait**`, (route) => {
+      waited.push(route.request().url());
+      return route.fulfill({ status: 200, contentType: 'text/html', body: '<!doctype html><title>w</title><p id="waited">w</p>' });
+    });
+    await v.page.goto(`${base}/standalone`);
+    await v.page.waitForSelector('#waited', { timeout: 10_000 });
+    const url = new URL(waited[0]);
+    expect(url.searchParams.get('c')).toBe(c.text);
+    expect(url.searchParams.get('r')).toBe('/done?x=1');
+    expect(v.answers).toEqual([]);
     await context.close();
   });
 

@@ -32,7 +32,7 @@ pub struct ChallengeText {
     /// The link after [`Self::failed`]: loads the page again, with a new challenge.
     pub reload: &'static str,
     /// For a browser without JavaScript: the page goes on by itself; `{n}` is seconds.
-    pub no_script: &'static str,
+    pub no_js: &'static str,
     /// For a browser whose script cannot do the work (no WebAssembly, no workers): the
     /// page waits out the time lock instead; `{n}` is seconds.
     pub slow: &'static str,
@@ -82,7 +82,7 @@ pub(super) static EN: ChallengeText = ChallengeText {
     retrying: "That check didn't count. Trying again…",
     failed: "We couldn't check your browser.",
     reload: "Try again",
-    no_script: "Without JavaScript this takes a little longer: the page goes on by itself in {n} seconds.",
+    no_js: "Without JavaScript this takes a little longer: the page goes on by itself in {n} seconds.",
     slow: "This browser can't do the quick check, so it takes a little longer: the page goes on by itself in {n} seconds.",
 };
 
@@ -94,7 +94,7 @@ pub(super) static DE: ChallengeText = ChallengeText {
     retrying: "Diese Prüfung hat nicht gezählt. Neuer Versuch …",
     failed: "Ihr Browser konnte nicht geprüft werden.",
     reload: "Erneut versuchen",
-    no_script: "Ohne JavaScript dauert es etwas länger: Die Seite geht in {n} Sekunden von selbst weiter.",
+    no_js: "Ohne JavaScript dauert es etwas länger: Die Seite geht in {n} Sekunden von selbst weiter.",
     slow: "Dieser Browser kann die schnelle Prüfung nicht ausführen, daher dauert es etwas länger: Die Seite geht in {n} Sekunden von selbst weiter.",
 };
 
@@ -106,7 +106,7 @@ pub(super) static ES: ChallengeText = ChallengeText {
     retrying: "Esa comprobación no sirvió. Intentándolo de nuevo…",
     failed: "No pudimos comprobar tu navegador.",
     reload: "Volver a intentarlo",
-    no_script: "Sin JavaScript tarda un poco más: la página continuará sola en {n} segundos.",
+    no_js: "Sin JavaScript tarda un poco más: la página continuará sola en {n} segundos.",
     slow: "Este navegador no puede hacer la comprobación rápida, así que tarda un poco más: la página continuará sola en {n} segundos.",
 };
 
@@ -118,7 +118,7 @@ pub(super) static FR: ChallengeText = ChallengeText {
     retrying: "Cette vérification n'a pas compté. Nouvel essai…",
     failed: "Nous n'avons pas pu vérifier votre navigateur.",
     reload: "Réessayer",
-    no_script: "Sans JavaScript, c'est un peu plus long : la page continuera d'elle-même dans {n} secondes.",
+    no_js: "Sans JavaScript, c'est un peu plus long : la page continuera d'elle-même dans {n} secondes.",
     slow: "Ce navigateur ne peut pas faire la vérification rapide, c'est donc un peu plus long : la page continuera d'elle-même dans {n} secondes.",
 };
 
@@ -130,7 +130,7 @@ pub(super) static AR: ChallengeText = ChallengeText {
     retrying: "لم يُحتسب هذا التحقق. جارٍ المحاولة مجددًا…",
     failed: "تعذّر التحقق من متصفحك.",
     reload: "حاول مجددًا",
-    no_script: "بدون JavaScript يستغرق الأمر وقتًا أطول قليلًا: ستتابع الصفحة تلقائيًا خلال {n} ثانية.",
+    no_js: "بدون JavaScript يستغرق الأمر وقتًا أطول قليلًا: ستتابع الصفحة تلقائيًا خلال {n} ثانية.",
     slow: "لا يستطيع هذا المتصفح إجراء التحقق السريع، لذا يستغرق الأمر وقتًا أطول قليلًا: ستتابع الصفحة تلقائيًا خلال {n} ثانية.",
 };
 
@@ -143,7 +143,7 @@ mod tests {
         for lang in Lang::ALL {
             let c = lang.challenge();
             assert!(c.progress.contains("{n}"), "{lang:?}");
-            assert!(c.no_script.contains("{n}"), "{lang:?}");
+            assert!(c.no_js.contains("{n}"), "{lang:?}");
             assert!(c.slow.contains("{n}"), "{lang:?}");
             let json = ChallengeText::script_json(lang);
             assert!(!json.contains(['<', '>', '\'', '"'].as_ref()), "{json}");

@@ -66,6 +66,9 @@
   function run(el, env) {
     var doc = el.ownerDocument;
     var strings = parseStrings(el.getAttribute('data-strings'));
+    // A page that hands over only the failure's words (`data-error`, `data-reload`).
+    if (!strings.failed && el.getAttribute('data-error')) strings.failed = el.getAttribute('data-error');
+    if (!strings.reload && el.getAttribute('data-reload')) strings.reload = el.getAttribute('data-reload');
     var status = doc.getElementById('anteroom-challenge-status');
     var bar = doc.getElementById('anteroom-challenge-progress');
     var answer = el.getAttribute('data-answer') || '/__anteroom/challenge';

@@ -1,12 +1,12 @@
-// The proof of work at the door, solved off the page's thread. The server sends this file
-// after hash-wasm's SHA-256 (WebAssembly, `vendor/`), which defines `hashwasm`; WebCrypto
-// would cost a promise per hash, ten times slower (docs/challenge.md).
+// The proof of work at the door, solved off the page's thread, with hash-wasm's SHA-256
+// (WebAssembly, inline in `hash-wasm-sha256.umd.min.js` next to this file, which defines
+// `hashwasm`); WebCrypto would cost a promise per hash, ten times slower
+// (docs/challenge.md).
 //
 // The puzzle: the smallest counter c (from 0) such that SHA-256(nonce || c as 8 bytes
 // big-endian) starts with at least `bits` zero bits, where nonce is the base64url field of
 // the challenge. The page sends {nonce, bits}; the worker answers {progress: hashes} about
 // every PROGRESS_MS while it works, then {solution, hashes}, or {error} if it cannot.
-/* global hashwasm */
 (function (root) {
   'use strict';
 
@@ -79,11 +79,13 @@
     return;
   }
 
+  if (typeof root.hashwasm === 'undefined') root.importScripts('hash-wasm-sha256.umd.min.js');
+
   // One hasher for the worker's life: a second challenge (after a refusal) reuses it.
   var hasher = null;
   root.onmessage = function (event) {
     var job = event.data || {};
-    (hasher ? Promise.resolve(hasher) : hashwasm.createSHA256())
+    (hasher ? Promise.resolve(hasher) : root.hashwasm.createSHA256())
       .then(function (h) {
         hasher = h;
         var solution = solve(

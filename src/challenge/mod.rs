@@ -246,6 +246,41 @@ impl ChallengeKey {
         counter: u64,
         expected: &Expected<'_>,
     ) -> Result<Verified, ChallengeError> {
+        let (verified, nonce) = self.signed(text, expected)?;
+        if !meets(&work(&nonce, counter), verified.bits) {
+            return Err(ChallengeError::InsufficientWork);
+        }
+        Ok(verified)
+    }
+
+    /// Checks challenge `text` for `expected` as [`ChallengeKey::verify`] does but for the
+    /// work, and that `wait` has passed since it was issued: the no-JavaScript time lock,
+    /// where waiting stands in for the work. `Ok(Err(left))` while the lock still holds,
+    /// with the time left.
+    pub fn verify_waited(
+        &self,
+        text: &str,
+        wait: Duration,
+        expected: &Expected<'_>,
+    ) -> Result<Result<Verified, Duration>, ChallengeError> {
+        let (verified, _) = self.signed(text, expected)?;
+        let opens_ms = verified
+            .issued_at
+            .saturating_mul(1000)
+            .saturating_add(crate::clock::ms(wait));
+        if expected.now_ms < opens_ms {
+            return Ok(Err(Duration::from_millis(opens_ms - expected.now_ms)));
+        }
+        Ok(Ok(verified))
+    }
+
+    /// Everything of a check but the work: format, signature, room, client, age. Returns
+    /// the verified challenge and its nonce's bytes.
+    fn signed(
+        &self,
+        text: &str,
+        expected: &Expected<'_>,
+    ) -> Result<(Verified, [u8; NONCE_LEN]), ChallengeError> {
         if text.len() > MAX_LEN {
             return Err(ChallengeError::Malformed);
         }
@@ -302,15 +337,15 @@ impl ChallengeKey {
         if expected.now_ms >= expires_at_ms {
             return Err(ChallengeError::Expired);
         }
-        if !meets(&work(&nonce_bytes, counter), bits) {
-            return Err(ChallengeError::InsufficientWork);
-        }
-        Ok(Verified {
-            id: nonce.to_owned(),
-            bits,
-            issued_at,
-            expires_at_ms,
-        })
+        Ok((
+            Verified {
+                id: nonce.to_owned(),
+                bits,
+                issued_at,
+                expires_at_ms,
+            },
+            nonce_bytes,
+        ))
     }
 }
 

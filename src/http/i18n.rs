@@ -8,8 +8,10 @@
 use http::HeaderValue;
 use serde::Serialize;
 
+mod challenge;
 mod errors;
 
+pub use challenge::ChallengeText;
 pub use errors::{ErrorText, Errors};
 
 /// A language the pages are written in.
@@ -50,6 +52,17 @@ impl Lang {
             Lang::Es => &ES,
             Lang::Fr => &FR,
             Lang::Ar => &AR,
+        }
+    }
+
+    /// This language's strings of the proof of work at the door.
+    pub fn challenge(self) -> &'static ChallengeText {
+        match self {
+            Lang::En => &challenge::EN,
+            Lang::De => &challenge::DE,
+            Lang::Es => &challenge::ES,
+            Lang::Fr => &challenge::FR,
+            Lang::Ar => &challenge::AR,
         }
     }
 
@@ -506,6 +519,12 @@ mod tests {
             &serde_json::to_value(lang.errors()).unwrap(),
             &mut out,
         );
+        walk(
+            "challenge",
+            &serde_json::to_value(lang.challenge()).unwrap(),
+            &mut out,
+        );
+        assert!(lang.challenge().no_js.contains("{n}"), "{lang:?}");
         out
     }
 
@@ -538,6 +557,7 @@ mod tests {
             ("waiting.html", include_str!("templates/waiting.html")),
             ("board.html", include_str!("templates/board.html")),
             ("message.html", include_str!("templates/message.html")),
+            ("challenge.html", include_str!("templates/challenge.html")),
         ] {
             let mut rest = template;
             let mut used = 0;

@@ -199,6 +199,8 @@ fn fixed_room_changes(old: &RoomConfig, new: &RoomConfig) -> Vec<String> {
         max_waiting,
         schedule,
         adaptive,
+        challenge,
+        shadow_after,
     );
     keys
 }

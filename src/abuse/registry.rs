@@ -3,6 +3,7 @@
 //! snapshot's structure (`ban_set`), the embedded state (`local`), what the admin API
 //! asks of it (`operator`) and its timers, persistence and counts (`upkeep`).
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -118,6 +119,9 @@ pub struct AbuseRegistry {
     bans_refused: AtomicU64,
     /// At most one warning a minute about refused bans.
     full_warning: crate::log_limiter::LogLimiter,
+    /// With Redis: the last total the shared strike table reported for each client this
+    /// replica struck, and when, so [`AbuseRegistry::strikes`] needs no round trip.
+    reported: Mutex<HashMap<IpAddr, (u64, u64)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -145,6 +149,7 @@ impl AbuseRegistry {
             bans_displaced: AtomicU64::new(0),
             bans_refused: AtomicU64::new(0),
             full_warning: crate::log_limiter::LogLimiter::new(Duration::from_secs(60)),
+            reported: Mutex::default(),
         }
     }
 
@@ -459,7 +464,10 @@ impl AbuseRegistry {
                     )
                     .await
                 {
-                    Ok(StrikeReply::Counted(total)) => StrikeOutcome::Counted { total },
+                    Ok(StrikeReply::Counted(total)) => {
+                        self.remember_total(client_ip(ip), total, now);
+                        StrikeOutcome::Counted { total }
+                    }
                     Ok(StrikeReply::AlreadyBanned) => StrikeOutcome::AlreadyBanned,
                     Ok(StrikeReply::Banned(ban, displaced)) => {
                         StrikeOutcome::Banned(self.shared_stored(ban, displaced))
@@ -484,6 +492,49 @@ impl AbuseRegistry {
             humantime::format_duration(self.policy.window),
             last.as_str()
         )
+    }
+
+    /// The weight of `ip`'s strikes within `abuse.window`, without a round trip: what the
+    /// proof of work at the door adds bits for and `shadow_after` compares with. Embedded,
+    /// the strike table itself; with Redis, the shared table's total as it last answered a
+    /// strike this replica recorded (strikes recorded only by other replicas show once
+    /// this one records one). Immune clients have none.
+    pub fn strikes(&self, ip: IpAddr) -> u64 {
+        if self.is_immune(ip) {
+            return 0;
+        }
+        let key = client_ip(ip);
+        let now = self.clock.now_ms();
+        let window = ms(self.policy.window);
+        match &self.backend {
+            Backend::Local { state, .. } => lock(state).tracked.get(&key).map_or(0, |t| {
+                t.hits
+                    .iter()
+                    .filter(|&&(at, _)| at.saturating_add(window) > now)
+                    .map(|&(_, w)| u64::from(w))
+                    .sum()
+            }),
+            Backend::Redis { .. } => lock(&self.reported)
+                .get(&key)
+                .filter(|&&(_, at)| at.saturating_add(window) > now)
+                .map_or(0, |&(total, _)| total),
+        }
+    }
+
+    /// Keeps the shared table's `total` for `key` (bounded by `abuse.max_tracked`: at the
+    /// bound, those out of the window go, then an arbitrary one).
+    fn remember_total(&self, key: IpAddr, total: u64, now: u64) {
+        let window = ms(self.policy.window);
+        let mut reported = lock(&self.reported);
+        if !reported.contains_key(&key) && reported.len() >= self.policy.max_tracked.max(1) {
+            reported.retain(|_, &mut (_, at)| at.saturating_add(window) > now);
+            if reported.len() >= self.policy.max_tracked.max(1)
+                && let Some(any) = reported.keys().next().copied()
+            {
+                reported.remove(&any);
+            }
+        }
+        reported.insert(key, (total, now));
     }
 
     /// Whether `ip` is banned now, without counting a banned request (the sweep that ends

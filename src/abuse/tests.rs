@@ -723,3 +723,28 @@ async fn check_cost() {
         assert_eq!(hits > 0, name == "banned");
     }
 }
+
+/// `strikes` reads a client's weight within the window without recording anything: it
+/// grows with each strike, ages out with the window, and is 0 for immune clients.
+#[tokio::test(start_paused = true)]
+async fn strikes_are_read_within_the_window() {
+    let (r, _events) = registry(AbuseConfig {
+        strikes: 100,
+        window: Duration::from_secs(60),
+        allow: vec!["10.9.0.0/16".into()],
+        ..config()
+    });
+    let who = ip("192.0.2.7");
+    assert_eq!(r.strikes(who), 0);
+    r.strike(who, StrikeReason::JoinLimit).await;
+    r.strike(who, StrikeReason::BadCookie).await;
+    assert_eq!(r.strikes(who), 6);
+    assert_eq!(r.strikes(who), 6, "reading records nothing");
+    assert_eq!(r.strikes(ip("192.0.2.8")), 0);
+    advance(30).await;
+    r.strike(who, StrikeReason::JoinLimit).await;
+    advance(31).await;
+    assert_eq!(r.strikes(who), 1, "the first two aged out");
+    r.strike(ip("10.9.1.1"), StrikeReason::BadCookie).await;
+    assert_eq!(r.strikes(ip("10.9.1.1")), 0, "immune");
+}

@@ -272,6 +272,28 @@ impl Admission {
         )
     }
 
+    /// Spends a solved challenge's id for the newcomer `visitor`; shared by every replica.
+    pub async fn spend_challenge(
+        &self,
+        room: &str,
+        id: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+    ) -> StoreResult<GrantUse> {
+        self.observe(
+            self.store
+                .spend_challenge(room, id, visitor, expires_at_ms)
+                .await,
+        )
+    }
+
+    /// Unix milliseconds by the store's clock when it has one in this process (the
+    /// embedded store, which tests drive), else the system's: what challenges are issued
+    /// and checked at.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
     /// Decides one request for the site from `visitor` in `room`, coming from `client`
     /// (whose join limit applies if this is a newcomer).
     pub async fn decide(&self, room: &str, visitor: VisitorId, client: ClientKey) -> Decision {

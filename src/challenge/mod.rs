@@ -27,6 +27,7 @@
 //! microsecond; why SHA-256 and not a memory-hard function is measured in
 //! docs/challenge.md.
 
+mod config;
 mod work;
 
 use std::fmt;
@@ -37,6 +38,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+pub use config::{ChallengeConfig, ChallengeMode, MAX_DIFFICULTY, MAX_NO_JS_WAIT, MIN_NO_JS_WAIT};
 pub use work::{leading_zero_bits, meets, solve, work};
 
 type HmacSha256 = Hmac<Sha256>;
@@ -59,6 +61,9 @@ pub const DEFAULT_BITS: u8 = 17;
 /// The most bits a challenge may ask for: about 4 · 10⁹ hashes, minutes in a browser.
 /// More would be a dead end, never a cost.
 pub const MAX_BITS: u8 = 32;
+/// How long after its issue a challenge may be solved: long enough for a slow phone and
+/// the no-JavaScript time lock, short enough that a spent id is remembered briefly.
+pub const TTL: Duration = Duration::from_secs(5 * 60);
 /// How far in the future a challenge's issue time may lie (clock skew between replicas).
 pub const CLOCK_SKEW: Duration = Duration::from_secs(60);
 
@@ -96,6 +101,21 @@ pub enum ChallengeError {
     /// The counter's hash has fewer leading zero bits than the challenge asks for.
     #[error("the solution does not do the work asked for")]
     InsufficientWork,
+}
+
+impl ChallengeError {
+    /// The refusal's `reason` as the wire and the metrics name it. A challenge issued in
+    /// the future is out of its time window like an expired one: `expired`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChallengeError::Malformed => "malformed",
+            ChallengeError::BadSignature => "bad_signature",
+            ChallengeError::WrongRoom => "wrong_room",
+            ChallengeError::WrongClient => "wrong_client",
+            ChallengeError::Expired | ChallengeError::FromTheFuture => "expired",
+            ChallengeError::InsufficientWork => "insufficient_work",
+        }
+    }
 }
 
 /// What the caller expects of a challenge: the room asked for, the client asking, the time.
@@ -224,6 +244,41 @@ impl ChallengeKey {
         counter: u64,
         expected: &Expected<'_>,
     ) -> Result<Verified, ChallengeError> {
+        let (verified, nonce) = self.signed(text, expected)?;
+        if !meets(&work(&nonce, counter), verified.bits) {
+            return Err(ChallengeError::InsufficientWork);
+        }
+        Ok(verified)
+    }
+
+    /// Checks challenge `text` for `expected` as [`ChallengeKey::verify`] does but for the
+    /// work, and that `wait` has passed since it was issued: the no-JavaScript time lock,
+    /// where waiting stands in for the work. `Ok(Err(left))` while the lock still holds,
+    /// with the time left.
+    pub fn verify_waited(
+        &self,
+        text: &str,
+        wait: Duration,
+        expected: &Expected<'_>,
+    ) -> Result<Result<Verified, Duration>, ChallengeError> {
+        let (verified, _) = self.signed(text, expected)?;
+        let opens_ms = verified
+            .issued_at
+            .saturating_mul(1000)
+            .saturating_add(crate::clock::ms(wait));
+        if expected.now_ms < opens_ms {
+            return Ok(Err(Duration::from_millis(opens_ms - expected.now_ms)));
+        }
+        Ok(Ok(verified))
+    }
+
+    /// Everything of a check but the work: format, signature, room, client, age. Returns
+    /// the verified challenge and its nonce's bytes.
+    fn signed(
+        &self,
+        text: &str,
+        expected: &Expected<'_>,
+    ) -> Result<(Verified, [u8; NONCE_LEN]), ChallengeError> {
         if text.len() > MAX_LEN {
             return Err(ChallengeError::Malformed);
         }
@@ -280,15 +335,15 @@ impl ChallengeKey {
         if expected.now_ms >= expires_at_ms {
             return Err(ChallengeError::Expired);
         }
-        if !meets(&work(&nonce_bytes, counter), bits) {
-            return Err(ChallengeError::InsufficientWork);
-        }
-        Ok(Verified {
-            id: nonce.to_owned(),
-            bits,
-            issued_at,
-            expires_at_ms,
-        })
+        Ok((
+            Verified {
+                id: nonce.to_owned(),
+                bits,
+                issued_at,
+                expires_at_ms,
+            },
+            nonce_bytes,
+        ))
     }
 }
 

@@ -212,3 +212,42 @@ fn the_key_never_prints_its_secret() {
         "ChallengeKey(..)"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_time_lock_opens_after_the_wait_and_checks_all_but_the_work() {
+    let clock = Clock::starting_at(1_700_000_000_000);
+    let ch = issued(&clock);
+    let key = ChallengeKey::new(SECRET);
+    let wait = Duration::from_secs(20);
+    let left = key
+        .verify_waited(&ch.text, wait, &expected("main", CLIENT, &clock))
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(left, wait);
+    tokio::time::advance(Duration::from_secs(19)).await;
+    let left = key
+        .verify_waited(&ch.text, wait, &expected("main", CLIENT, &clock))
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(left, Duration::from_secs(1));
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let v = key
+        .verify_waited(&ch.text, wait, &expected("main", CLIENT, &clock))
+        .unwrap()
+        .unwrap();
+    assert_eq!(v.id(), URL_SAFE_NO_PAD.encode(NONCE));
+    // Everything but the work is still checked.
+    assert_eq!(
+        key.verify_waited(&ch.text, wait, &expected("main", OTHER, &clock)),
+        Err(ChallengeError::WrongClient)
+    );
+    assert_eq!(
+        key.verify_waited(&ch.text, wait, &expected("shop", CLIENT, &clock)),
+        Err(ChallengeError::WrongRoom)
+    );
+    tokio::time::advance(TTL).await;
+    assert_eq!(
+        key.verify_waited(&ch.text, wait, &expected("main", CLIENT, &clock)),
+        Err(ChallengeError::Expired)
+    );
+}

@@ -178,6 +178,18 @@ pub(super) struct RawRoom {
     pub max_waiting: Option<V>,
     /// `adaptive:` (closed-loop admission); absent or empty: off.
     pub adaptive: Option<RawAdaptive>,
+    /// `challenge:` (the proof of work at the door); absent: off.
+    pub challenge: Option<RawChallenge>,
+    pub shadow_after: Option<V>,
+}
+
+/// `rooms.<name>.challenge`, each scalar with its line.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawChallenge {
+    pub mode: Option<V>,
+    pub difficulty: Option<V>,
+    pub no_js_wait: Option<V>,
 }
 
 /// `rooms.<name>.adaptive`, each scalar with its line; `sections.rs` hands it to

@@ -184,6 +184,12 @@ rooms:
     # 5xx over max_error_ratio; raised again step by step, never above `rate` nor below
     # min_rate (visitors per second).
     # adaptive: {{target_latency: 800ms, max_error_ratio: 0.05, min_rate: 1}}
+    # The proof of work at the door: off, under_load (only while somebody waits) or
+    # always; difficulty adds bits to the base 17 (each doubles the work); no_js_wait is
+    # the time lock of visitors without JavaScript (docs/challenge.md).
+    # challenge: {{mode: off, difficulty: 0, no_js_wait: 20s}}
+    # Strikes within abuse.window that park a client in a line that never moves (0: off).
+    # shadow_after: 0
     # Scheduled drop, RFC 3339 times: queue_opens_at, admits_at, closes_at.
     schedule: {{}}
 "#,

@@ -300,6 +300,11 @@ pub struct RoomConfig {
     pub mode: crate::queue::Mode,
     /// `adaptive:`: lower the rate actually used while the origin struggles.
     pub adaptive: Option<crate::fairness::adaptive::AdaptiveConfig>,
+    /// `challenge:`: the proof of work asked of newcomers, and when.
+    pub challenge: crate::challenge::ChallengeConfig,
+    /// Strikes (by weight, within `abuse.window`) that park a client in the shadow line;
+    /// 0: never.
+    pub shadow_after: u32,
 }
 
 impl RoomConfig {

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::file::{RawAbuse, RawAdaptive, RawRoom};
+use super::file::{RawAbuse, RawAdaptive, RawChallenge, RawRoom};
 use super::validate::{Ctx, V, or_default};
 use super::values::{at_least_1s, boolean, duration, parse_origin, parse_rfc3339};
 use super::{ConfigError, RoomConfig, Schedule};
@@ -337,6 +337,23 @@ pub(super) fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, Con
         None => None,
         Some(a) => Some(validate_adaptive(cx, &name, a, rate)?),
     };
+    let challenge = match &r.challenge {
+        None => crate::challenge::ChallengeConfig::default(),
+        Some(c) => validate_challenge(cx, &name, c)?,
+    };
+    let shadow_after = {
+        let v = or_default(&r.shadow_after, "0");
+        v.text.trim().parse::<u32>().map_err(|_| {
+            cx.fail(
+                &k("shadow_after"),
+                &v,
+                format!(
+                    "must be a whole number of strikes, 0 to turn the shadow line off (got {})",
+                    v.text.trim()
+                ),
+            )
+        })?
+    };
 
     Ok(RoomConfig {
         name,
@@ -369,6 +386,79 @@ pub(super) fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, Con
             closes_at: closes.map(|(t, _)| t),
         },
         adaptive,
+        challenge,
+        shadow_after,
+    })
+}
+
+/// `rooms.<name>.challenge`: the mode by name, the extra difficulty within
+/// [`crate::challenge::MAX_DIFFICULTY`], the no-JavaScript wait within its bounds.
+pub(super) fn validate_challenge(
+    cx: &Ctx<'_>,
+    room: &str,
+    c: &RawChallenge,
+) -> Result<crate::challenge::ChallengeConfig, ConfigError> {
+    use crate::challenge::{
+        ChallengeConfig, ChallengeMode, MAX_DIFFICULTY, MAX_NO_JS_WAIT, MIN_NO_JS_WAIT,
+    };
+    let k = |field: &str| format!("rooms.{room}.challenge.{field}");
+    let defaults = ChallengeConfig::default();
+    let mode = match &c.mode {
+        None => defaults.mode,
+        Some(v) => ChallengeMode::parse(v.text.trim()).ok_or_else(|| {
+            let names: Vec<&str> = ChallengeMode::ALL.iter().map(|m| m.as_str()).collect();
+            cx.fail(
+                &k("mode"),
+                v,
+                format!(
+                    "must be one of {} (got {:?})",
+                    names.join(", "),
+                    v.text.trim()
+                ),
+            )
+        })?,
+    };
+    let difficulty = match &c.difficulty {
+        None => defaults.difficulty,
+        Some(v) => match v.text.trim().parse::<u8>() {
+            Ok(d) if d <= MAX_DIFFICULTY => d,
+            _ => {
+                return Err(cx.fail(
+                    &k("difficulty"),
+                    v,
+                    format!(
+                        "must be a whole number of extra bits from 0 to {MAX_DIFFICULTY} \
+                         (each doubles the work; got {})",
+                        v.text.trim()
+                    ),
+                ));
+            }
+        },
+    };
+    let no_js_wait = match &c.no_js_wait {
+        None => defaults.no_js_wait,
+        Some(v) => {
+            let d = duration(cx, &k("no_js_wait"), v)?;
+            if d < MIN_NO_JS_WAIT || d > MAX_NO_JS_WAIT {
+                return Err(cx.fail(
+                    &k("no_js_wait"),
+                    v,
+                    format!(
+                        "must be from {} to {} (the challenge expires after {}; got {})",
+                        humantime::format_duration(MIN_NO_JS_WAIT),
+                        humantime::format_duration(MAX_NO_JS_WAIT),
+                        humantime::format_duration(crate::challenge::TTL),
+                        v.text.trim()
+                    ),
+                ));
+            }
+            d
+        }
+    };
+    Ok(ChallengeConfig {
+        mode,
+        difficulty,
+        no_js_wait,
     })
 }
 

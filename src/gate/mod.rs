@@ -48,9 +48,9 @@ use crate::admin::Admin;
 use crate::admission::Admission;
 use crate::config::RoomConfig;
 use crate::fairness::admission_token::AdmissionSigner;
+use crate::http::assets;
 use crate::http::body::Body;
 use crate::http::pages::{self, Pages};
-use crate::http::{assets, builtin};
 use crate::identity::TrustedProxies;
 use crate::live::LiveHub;
 use crate::log_limiter::LogLimiter;
@@ -286,7 +286,7 @@ impl App {
             Class::Admin => Box::pin(self.admin(req, &identity, peer)).await,
             Class::Static(name) => assets::serve(&name, req.method() == Method::HEAD)
                 .unwrap_or_else(|| self.error(Kind::NotFound, &identity)),
-            Class::BuiltIn(name) => builtin::serve(&name, req.method() == Method::HEAD)
+            Class::BuiltIn(name) => assets::serve_built_in(&name, req.method() == Method::HEAD)
                 .unwrap_or_else(|| self.error(Kind::NotFound, &identity)),
             Class::AdmissionKey => self.admission_key(&identity),
             Class::Draw(room) => Box::pin(self.draw_document(&room, &identity)).await,

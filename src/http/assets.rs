@@ -39,6 +39,54 @@ fn embedded(_path: &str) -> Option<Cow<'static, [u8]>> {
     None
 }
 
+/// Where the proof of work's browser files are served (the challenge page's script, its
+/// worker and what the worker loads), in every build, front-end or not.
+pub const BUILT_IN_PREFIX: &str = "/__anteroom/assets/";
+
+/// The challenge's browser files: plain files of `web/challenge/`, not fingerprinted.
+#[derive(rust_embed::RustEmbed)]
+#[folder = "web/challenge/"]
+#[allow_missing = true]
+struct ChallengeFiles;
+
+/// `GET /__anteroom/assets/{name}`: one of the challenge's browser files, revalidated on
+/// every use (`no-cache`: the names do not change with the contents), or `None`.
+pub fn serve_built_in(name: &str, head: bool) -> Option<Response<Body>> {
+    if !servable(name) {
+        return None;
+    }
+    let data = ChallengeFiles::get(name)?.data;
+    let mut response = body_of(name, data, head);
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Some(response)
+}
+
+/// A 200 with `data` (none for `HEAD`, with its length) and `name`'s content type.
+fn body_of(name: &str, data: Cow<'static, [u8]>, head: bool) -> Response<Body> {
+    let len = data.len();
+    let mut response = Response::new(if head {
+        full(bytes::Bytes::new())
+    } else {
+        full(bytes::Bytes::from(data.into_owned()))
+    });
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type(name)),
+    );
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    if head {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    }
+    response
+}
+
 /// One entry of Vite's manifest.
 #[derive(Clone, Debug, Deserialize)]
 struct ManifestEntry {
@@ -99,6 +147,7 @@ fn servable(name: &str) -> bool {
 fn content_type(name: &str) -> &'static str {
     match name.rsplit_once('.').map(|(_, ext)| ext) {
         Some("js" | "mjs") => "text/javascript; charset=utf-8",
+        Some("wasm") => "application/wasm",
         Some("css") => "text/css; charset=utf-8",
         Some("svg") => "image/svg+xml",
         Some("png") => "image/png",
@@ -113,29 +162,11 @@ fn content_type(name: &str) -> &'static str {
 /// (the caller answers 404).
 pub fn serve(name: &str, head: bool) -> Option<Response<Body>> {
     let data = bytes(name)?;
-    let len = data.len();
-    let mut response = Response::new(if head {
-        full(bytes::Bytes::new())
-    } else {
-        full(bytes::Bytes::from(data.into_owned()))
-    });
-    *response.status_mut() = StatusCode::OK;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(content_type(name)),
-    );
-    headers.insert(
+    let mut response = body_of(name, data, head);
+    response.headers_mut().insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("public, max-age=31536000, immutable"),
     );
-    headers.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    if head {
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    }
     Some(response)
 }
 
@@ -158,6 +189,9 @@ mod tests {
             assert!(serve(bad, false).is_none(), "{bad}");
         }
         assert!(serve("nope-123.js", false).is_none());
+        assert!(serve_built_in("../Cargo.toml", false).is_none());
+        assert!(serve_built_in("nope-123.js", false).is_none());
+        assert_eq!(content_type("a.wasm"), "application/wasm");
     }
 
     #[test]
@@ -196,3 +230,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod challenge_tests;

@@ -55,7 +55,7 @@ impl Lang {
         }
     }
 
-    /// This language's challenge page.
+    /// This language's strings of the proof of work at the door.
     pub fn challenge(self) -> &'static ChallengeText {
         match self {
             Lang::En => &challenge::EN,
@@ -524,6 +524,7 @@ mod tests {
             &serde_json::to_value(lang.challenge()).unwrap(),
             &mut out,
         );
+        assert!(lang.challenge().no_js.contains("{n}"), "{lang:?}");
         out
     }
 
@@ -556,6 +557,7 @@ mod tests {
             ("waiting.html", include_str!("templates/waiting.html")),
             ("board.html", include_str!("templates/board.html")),
             ("message.html", include_str!("templates/message.html")),
+            ("challenge.html", include_str!("templates/challenge.html")),
         ] {
             let mut rest = template;
             let mut used = 0;

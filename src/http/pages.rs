@@ -25,7 +25,10 @@ use super::i18n::{self, Catalog, Lang};
 use crate::fairness::eta::Eta;
 use crate::log_limiter::LogLimiter;
 
+mod challenge;
 mod states;
+
+pub use challenge::{ANSWER_PATH, ChallengeView, WAIT_PATH};
 
 use states::{OPERATOR_TEMPLATE, PageState};
 
@@ -56,6 +59,8 @@ pub enum VisitorStatus {
     /// The room is sold out (its sold-out mode): nobody else gets in.
     #[serde(rename = "sold_out")]
     SoldOut,
+    /// A newcomer asked for the proof of work before joining (no place yet).
+    Challenge,
 }
 
 impl VisitorStatus {
@@ -69,6 +74,7 @@ impl VisitorStatus {
             VisitorStatus::Banned => "banned",
             VisitorStatus::Full => "full",
             VisitorStatus::SoldOut => "sold_out",
+            VisitorStatus::Challenge => "challenge",
         }
     }
 }
@@ -370,6 +376,8 @@ impl Pages {
             .expect("built-in board template parses");
         env.add_template("message.html", include_str!("templates/message.html"))
             .expect("built-in message template parses");
+        env.add_template("challenge.html", include_str!("templates/challenge.html"))
+            .expect("built-in challenge template parses");
         Pages {
             env,
             board,

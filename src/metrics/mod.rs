@@ -34,11 +34,13 @@ use crate::http::body::Body;
 use crate::queue::RoomPhase;
 use crate::server::Census;
 
+mod challenge;
 mod process;
 mod replica;
 #[cfg(test)]
 mod tests;
 
+pub use challenge::{ChallengeMetrics, MAX_SOLVE_MS};
 pub use replica::Listener;
 
 /// The `Content-Type` of the `/metrics` exposition (Prometheus text format).
@@ -71,6 +73,8 @@ pub struct Metrics {
     inflight_rejected: Family<RoomLabel, prometheus_client::metrics::counter::Counter>,
     /// Each listener's census, in [`Listener::ALL`]'s order.
     censuses: [Census; 2],
+    /// The proof of work at the door and the shadow line.
+    pub challenges: ChallengeMetrics,
 }
 
 impl Metrics {
@@ -120,6 +124,7 @@ impl Metrics {
             "Time from joining the line to being admitted out of it by an admission pass, by room (observed by the replica whose pass admitted the visitor)",
             admission.time_in_line().clone(),
         );
+        let challenges = ChallengeMetrics::register(&mut registry);
         let censuses = [Census::default(), Census::default()];
         registry.register_collector(Box::new(replica::ReplicaCollector {
             censuses: censuses.clone(),
@@ -146,6 +151,7 @@ impl Metrics {
             inflight,
             inflight_rejected,
             censuses,
+            challenges,
         }
     }
 

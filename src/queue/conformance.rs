@@ -77,6 +77,7 @@ macro_rules! suite {
             move_to_front_during_a_lottery_draw,
             priority_join_takes_position_one,
             grant_nonces_are_spent_once,
+            challenge_ids_are_spent_once,
             end_session_frees_the_slot_at_once,
             touch_sessions_keeps_sessions_alive,
             effective_rate_caps_the_bucket_exactly,
@@ -1945,6 +1946,67 @@ pub async fn grant_nonces_are_spent_once<H: Harness>(h: &mut H) {
     );
     assert!(matches!(
         store.spend_grant("nope", nonce, a, expiry + 60_000).await,
+        Err(StoreError::UnknownRoom(_))
+    ));
+}
+
+/// Each solved challenge's id lets one newcomer join, once, on every replica of the store,
+/// until its expiry: another visitor with the same id is a replay, the same visitor again
+/// (a repeated call) is not; ids are per room and apart from grant nonces.
+pub async fn challenge_ids_are_spent_once<H: Harness>(h: &mut H) {
+    let store = open(h, settings(1.0, 10)).await;
+    store
+        .open_room("other", &settings(1.0, 10), &RoomPolicy::default(), false)
+        .await
+        .unwrap();
+    let (a, b) = (VisitorId::random(), VisitorId::random());
+    let expiry = START_MS + 300_000;
+    let id = "AAECAwQFBgcICQoLDA0ODw";
+    let spend = |room: &'static str, id: &'static str, who: VisitorId, at: u64| {
+        let store = store.clone();
+        async move { store.spend_challenge(room, id, who, at).await.unwrap() }
+    };
+    assert_eq!(spend(ROOM, id, a, expiry).await, GrantUse::Fresh);
+    assert_eq!(spend(ROOM, id, a, expiry).await, GrantUse::Again);
+    assert_eq!(spend(ROOM, id, b, expiry).await, GrantUse::Taken);
+    // Another room's id space is its own, and a grant nonce of the same text is no
+    // challenge id.
+    assert_eq!(spend("other", id, b, expiry).await, GrantUse::Fresh);
+    assert_eq!(
+        store.spend_grant(ROOM, id, b, expiry).await.unwrap(),
+        GrantUse::Fresh
+    );
+    // A second replica on the same store refuses what the first spent, and the reverse.
+    if let Some(replica) = h.replica().await {
+        let on = |id: &'static str, who: VisitorId| {
+            let replica = replica.clone();
+            async move {
+                replica
+                    .spend_challenge(ROOM, id, who, expiry)
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(on(id, b).await, GrantUse::Taken);
+        assert_eq!(on("cmVwbGljYS1jaGFsbGVuZ2", b).await, GrantUse::Fresh);
+        assert_eq!(
+            spend(ROOM, "cmVwbGljYS1jaGFsbGVuZ2", a, expiry).await,
+            GrantUse::Taken
+        );
+    }
+    // Expired by the store's clock: never spent.
+    assert_eq!(
+        spend(ROOM, "ZXhwaXJlZC1jaGFsbGVuZ2", a, START_MS).await,
+        GrantUse::Taken
+    );
+    h.advance(Duration::from_secs(301)).await;
+    assert_eq!(spend(ROOM, id, b, expiry).await, GrantUse::Taken);
+    assert_eq!(
+        spend(ROOM, "bGF0ZXItY2hhbGxlbmdlLW", b, expiry + 300_000).await,
+        GrantUse::Fresh
+    );
+    assert!(matches!(
+        store.spend_challenge("nope", id, a, expiry + 300_000).await,
         Err(StoreError::UnknownRoom(_))
     ));
 }

@@ -603,6 +603,21 @@ pub trait QueueStore: Send + Sync + 'static {
         expires_at_ms: u64,
     ) -> StoreResult<GrantUse>;
 
+    /// Spends a solved challenge's one-time `id` (see `crate::challenge`) in `room` for
+    /// the newcomer `visitor` it is about to let join: an atomic set-if-absent kept until
+    /// `expires_at_ms` (unix ms, the challenge's own expiry), shared by every replica.
+    /// The first spend is [`GrantUse::Fresh`]; the same visitor again is
+    /// [`GrantUse::Again`] (a call repeated after a broken connection, which must not
+    /// refuse the join it already paid for); anyone else, or an id whose expiry has passed
+    /// by the store's clock, is [`GrantUse::Taken`]: a replay.
+    async fn spend_challenge(
+        &self,
+        room: &str,
+        id: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+    ) -> StoreResult<GrantUse>;
+
     /// Ends a visitor's session now and gives the slot to the next pass (the origin's
     /// `X-Anteroom-End-Session: 1`, or a ban). Their client's session share frees up.
     /// Returns whether there was a session. Coming back is a newcomer.

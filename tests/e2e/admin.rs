@@ -1235,6 +1235,18 @@ impl anteroom::queue::QueueStore for Switchable {
             .spend_grant(room, nonce, visitor, expires_at_ms)
             .await
     }
+    async fn spend_challenge(
+        &self,
+        room: &str,
+        id: &str,
+        visitor: anteroom::queue::VisitorId,
+        expires_at_ms: u64,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::GrantUse> {
+        self.check()?;
+        self.inner
+            .spend_challenge(room, id, visitor, expires_at_ms)
+            .await
+    }
     async fn touch_sessions(
         &self,
         room: &str,

@@ -130,6 +130,17 @@ impl QueueStore for Ledger {
             .spend_grant(room, nonce, visitor, expires_at_ms)
             .await
     }
+    async fn spend_challenge(
+        &self,
+        room: &str,
+        id: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+    ) -> StoreResult<anteroom::queue::GrantUse> {
+        self.inner
+            .spend_challenge(room, id, visitor, expires_at_ms)
+            .await
+    }
     async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<Vec<bool>> {
         self.inner.touch_sessions(room, visitors).await
     }

@@ -398,3 +398,57 @@ fn adaptive_block_parses_in_both_styles_and_errors_name_key_and_line() {
         "{init}"
     );
 }
+
+#[test]
+fn challenge_and_shadow_after_parse_default_off_and_name_bad_values() {
+    use crate::challenge::ChallengeMode;
+    let room = parse(&minimal("")).unwrap().rooms.remove(0);
+    assert_eq!(room.challenge.mode, ChallengeMode::Off);
+    assert_eq!(room.challenge.difficulty, 0);
+    assert_eq!(room.challenge.no_js_wait, Duration::from_secs(20));
+    assert_eq!(room.shadow_after, 0);
+    let room = parse(&minimal(
+        "    challenge:\n      mode: under_load\n      difficulty: 2\n      no_js_wait: 45s\n    shadow_after: 10\n",
+    ))
+    .unwrap()
+    .rooms
+    .remove(0);
+    assert_eq!(room.challenge.mode, ChallengeMode::UnderLoad);
+    assert_eq!(room.challenge.difficulty, 2);
+    assert_eq!(room.challenge.no_js_wait, Duration::from_secs(45));
+    assert_eq!(room.shadow_after, 10);
+    let always = parse(&minimal("    challenge: {mode: always}\n"))
+        .unwrap()
+        .rooms
+        .remove(0);
+    assert_eq!(always.challenge.mode, ChallengeMode::Always);
+    for (tail, want) in [
+        (
+            "    challenge:\n      mode: on\n",
+            "anteroom.yaml:7: rooms.main.challenge.mode: must be one of off, under_load, always (got \"on\")",
+        ),
+        (
+            "    challenge:\n      difficulty: 16\n",
+            "anteroom.yaml:7: rooms.main.challenge.difficulty: must be a whole number of extra bits from 0 to 15",
+        ),
+        (
+            "    challenge:\n      no_js_wait: 500ms\n",
+            "anteroom.yaml:7: rooms.main.challenge.no_js_wait: must be from 1s to 4m",
+        ),
+        (
+            "    challenge:\n      no_js_wait: 5m\n",
+            "anteroom.yaml:7: rooms.main.challenge.no_js_wait: must be from 1s to 4m",
+        ),
+        (
+            "    challenge:\n      bits: 3\n",
+            "anteroom.yaml:7: rooms.main.challenge",
+        ),
+        (
+            "    shadow_after: -1\n",
+            "anteroom.yaml:6: rooms.main.shadow_after: must be a whole number of strikes",
+        ),
+    ] {
+        let e = err(&minimal(tail));
+        assert!(e.starts_with(want), "{tail:?}: {e}");
+    }
+}

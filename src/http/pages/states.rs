@@ -8,7 +8,10 @@
 //! Every state gets `state`, `status_code`, `title`, `t` (the visitor's language's
 //! strings) and `custom_css`; the waiting states (`waiting`, `draw`, `paused`) add the
 //! line's variables (`position`, `waiting`, `eta_text`, …), the others `detail` (the
-//! page's translated body) and `refresh_secs`.
+//! page's translated body) and `refresh_secs`; the `challenge` state (the proof of work
+//! before joining) adds `challenge`, `bits`, `answer`, `return_to`, `wait_url`,
+//! `no_js_secs` and `c` (its strings), and must render the element its script looks for
+//! (docs/challenge.md).
 //!
 //! A template that fails to render never costs the visitor their page: the built-in page
 //! is sent instead, and the failure is logged at most once per [`LOG_EVERY`].
@@ -48,6 +51,8 @@ pub(super) enum PageState {
     Refused,
     /// The store cannot be reached; the holding page retries.
     Stalled,
+    /// A newcomer's proof of work before joining (the challenge page).
+    Challenge,
     /// Any other refusal: the error pages (400, 404, 502, 503, 504, …).
     Error,
 }
@@ -65,6 +70,7 @@ impl PageState {
             PageState::Banned => "banned",
             PageState::Refused => "refused",
             PageState::Stalled => "stalled",
+            PageState::Challenge => "challenge",
             PageState::Error => "error",
         }
     }
@@ -92,6 +98,7 @@ impl PageState {
             Some(VisitorStatus::Banned) => PageState::Banned,
             Some(VisitorStatus::Full) => PageState::Full,
             Some(VisitorStatus::SoldOut) => PageState::SoldOut,
+            Some(VisitorStatus::Challenge) => PageState::Challenge,
         }
     }
 }

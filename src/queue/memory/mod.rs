@@ -85,7 +85,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 
-pub use store::{MAX_SPENT_GRANTS, MemoryStore};
+pub use store::{MAX_SPENT_CHALLENGES, MAX_SPENT_GRANTS, MemoryStore};
 
 /// The hash of the embedded store's visitor tables (the line's index, the sessions).
 /// Visitor ids are random (the store mints them), so a folded multiply of the two halves

@@ -27,6 +27,10 @@ pub struct MemoryStore {
     /// Spent priority-grant nonces per room. Not snapshotted: a grant is short-lived, and
     /// a restart of the one embedded replica is rare next to a grant's minutes.
     grants: Mutex<HashMap<String, SpentGrants>>,
+    /// Spent challenge ids per room, kept the same way (bounded by
+    /// [`MAX_SPENT_CHALLENGES`], forgotten at their expiry); not snapshotted either: a
+    /// challenge lives five minutes.
+    pub(super) challenges: Mutex<HashMap<String, SpentGrants>>,
 }
 
 /// The spent nonces of one room until their expiry: a bounded map pruned by expiry.
@@ -41,6 +45,12 @@ pub(super) struct SpentGrants {
 /// Only grants signed with `priority_secret` get this far, so only the site can fill it.
 pub const MAX_SPENT_GRANTS: usize = 200_000;
 
+/// Spent challenge ids one room remembers at once (about 150 B each, so at most about
+/// 75 MB): 1,666 joins a second for the challenge's five minutes. Past it, a solved
+/// challenge is refused as a replay until some expire (fail closed, as for grants):
+/// each one took a solved proof of work to get here.
+pub const MAX_SPENT_CHALLENGES: usize = 500_000;
+
 impl SpentGrants {
     pub(super) fn spend(
         &mut self,
@@ -48,6 +58,18 @@ impl SpentGrants {
         visitor: VisitorId,
         expires_at_ms: u64,
         now: u64,
+    ) -> GrantUse {
+        self.spend_within(nonce, visitor, expires_at_ms, now, MAX_SPENT_GRANTS)
+    }
+
+    /// [`SpentGrants::spend`] with at most `max` remembered.
+    pub(super) fn spend_within(
+        &mut self,
+        nonce: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+        now: u64,
+        max: usize,
     ) -> GrantUse {
         while let Some((at, _)) = self.by_expiry.first()
             && *at <= now
@@ -63,7 +85,7 @@ impl SpentGrants {
                 GrantUse::Taken
             };
         }
-        if expires_at_ms <= now || self.by_nonce.len() >= MAX_SPENT_GRANTS {
+        if expires_at_ms <= now || self.by_nonce.len() >= max {
             return GrantUse::Taken;
         }
         self.by_nonce
@@ -81,6 +103,7 @@ impl MemoryStore {
             rooms: RwLock::default(),
             data_dir: None,
             grants: Mutex::default(),
+            challenges: Mutex::default(),
         }
     }
 
@@ -118,6 +141,7 @@ impl MemoryStore {
             rooms: RwLock::new(rooms),
             data_dir: Some(data_dir.to_owned()),
             grants: Mutex::default(),
+            challenges: Mutex::default(),
         })
     }
 
@@ -219,6 +243,25 @@ impl QueueStore for MemoryStore {
             .entry(room.to_owned())
             .or_default()
             .spend(nonce, visitor, expires_at_ms, now))
+    }
+
+    async fn spend_challenge(
+        &self,
+        room: &str,
+        id: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+    ) -> StoreResult<GrantUse> {
+        self.room(room)?;
+        let now = self.clock.now_ms();
+        let mut spent = self.challenges.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(spent.entry(room.to_owned()).or_default().spend_within(
+            id,
+            visitor,
+            expires_at_ms,
+            now,
+            MAX_SPENT_CHALLENGES,
+        ))
     }
 
     async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<Vec<bool>> {

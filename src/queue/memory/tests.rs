@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::snapshot::{LiveSnapshot, SNAPSHOT_FILE, SNAPSHOT_MAGIC, Snapshot};
-use super::store::SpentGrants;
+use super::store::{MAX_SPENT_CHALLENGES, SpentGrants};
 use super::*;
 use crate::clock::Clock;
 use crate::queue::conformance::{self, Harness};
@@ -82,6 +82,60 @@ fn spent_grants_are_bounded_and_pruned_by_expiry() {
         "expired"
     );
     assert!(spent.by_nonce.is_empty() && spent.by_expiry.is_empty());
+}
+
+/// Spent challenge ids are held to their own bound (fail closed past it) and reaped at
+/// their expiry, through the store's own call.
+#[tokio::test(start_paused = true)]
+async fn spent_challenges_are_bounded_and_reaped() {
+    let mut spent = SpentGrants::default();
+    let v = VisitorId::random();
+    for i in 0..3 {
+        assert_eq!(
+            spent.spend_within(&format!("c{i}"), v, 1_000, 0, 3),
+            GrantUse::Fresh
+        );
+    }
+    assert_eq!(spent.spend_within("c3", v, 1_000, 0, 3), GrantUse::Taken);
+    assert_eq!(
+        spent.spend_within("c3", v, 2_000, 1_000, 3),
+        GrantUse::Fresh
+    );
+    assert_eq!(spent.by_nonce.len(), 1, "the expired three were reaped");
+    let h = MemoryHarness::new();
+    let store = h.store();
+    store
+        .open_room(
+            "main",
+            &conformance::settings(1.0, 1),
+            &crate::queue::RoomPolicy::default(),
+            false,
+        )
+        .await
+        .unwrap();
+    let now = h.store.clock.now_ms();
+    assert_eq!(
+        store
+            .spend_challenge("main", "x", v, now + 1_000)
+            .await
+            .unwrap(),
+        GrantUse::Fresh
+    );
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert_eq!(
+        store
+            .spend_challenge("main", "y", v, now + 10_000)
+            .await
+            .unwrap(),
+        GrantUse::Fresh
+    );
+    let challenges = h.store.challenges.lock().unwrap();
+    assert_eq!(
+        challenges["main"].by_nonce.len(),
+        1,
+        "x was forgotten at its expiry"
+    );
+    assert!(MAX_SPENT_CHALLENGES >= 100_000);
 }
 
 /// The per-client maps hold only clients that hold something (bounded memory).

@@ -9,7 +9,8 @@
 //! visitors' ids, while `max_places_per_client` is set), `ar:{main}:sess` (session → the
 //! clients it was used from) and `ar:{main}:scount` (client → sessions), while a session
 //! cap is set, `ar:{main}:joins:<client>` (one client's join-limit window, expiring with
-//! it), `ar:{main}:origin` (closed-loop admission: each replica's latest report of the
+//! it), `ar:{main}:grant:<nonce>` and `ar:{main}:chal:<id>` (a spent priority grant's nonce
+//! and a spent challenge's id, each holding the visitor who spent it and expiring with it), `ar:{main}:origin` (closed-loop admission: each replica's latest report of the
 //! origin's latency and errors, expiring with its last writer). Members are the raw 16-byte
 //! visitor ids; clients are [`ClientKey::to_bytes`].
 //!
@@ -76,6 +77,14 @@ impl RedisStore {
     /// a key.
     pub(super) fn grant_key(room: &str, nonce: &str) -> String {
         format!("ar:{{{room}}}:grant:{nonce}")
+    }
+
+    /// The key of one spent challenge id in `room` (same slot as the room), holding the
+    /// visitor it let join and expiring with the challenge. The id is a signed base64url
+    /// nonce (`[A-Za-z0-9_-]`, 22 characters, checked before the store is asked), so it is
+    /// safe in a key.
+    pub(super) fn challenge_key(room: &str, id: &str) -> String {
+        format!("ar:{{{room}}}:chal:{id}")
     }
 
     /// The key of the origin reports of `room`'s replicas (same slot as the room).

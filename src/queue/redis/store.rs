@@ -290,6 +290,27 @@ impl QueueStore for RedisStore {
         }
     }
 
+    async fn spend_challenge(
+        &self,
+        room: &str,
+        id: &str,
+        visitor: VisitorId,
+        expires_at_ms: u64,
+    ) -> StoreResult<GrantUse> {
+        // The grant's script on the challenge's own key: SET NX PX until the expiry.
+        let reply = self
+            .call_with(&GRANT, room, Some(Self::challenge_key(room, id)), |inv| {
+                inv.arg(&visitor.0[..]).arg(expires_at_ms);
+            })
+            .await?;
+        match ints("challenge", reply)?.as_slice() {
+            [1] => Ok(GrantUse::Fresh),
+            [2] => Ok(GrantUse::Again),
+            [0] => Ok(GrantUse::Taken),
+            other => Err(bad_reply("challenge", other)),
+        }
+    }
+
     async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
         let reply = self
             .call_as(&SESSION, Repeat::IfUnsent, room, None, |inv| {

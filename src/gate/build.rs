@@ -172,6 +172,8 @@ impl App {
             priority_secret: config.priority_secret.clone(),
             access_log,
             draws: draw::DrawCache::new(&config.rooms),
+            challenge_key: crate::challenge::ChallengeKey::new(config.cookie_secret.expose()),
+            body_timeout: config.server.body_timeout,
         })
     }
 

@@ -43,8 +43,14 @@ pub enum Class {
     Admin,
     /// A built-in front-end file, `/__anteroom/static/{name}`.
     Static(String),
-    /// A built-in script every build serves, `/__anteroom/assets/{name}`.
+    /// A built-in file of the proof of work, `/__anteroom/assets/{name}` (the challenge
+    /// page's script and its worker), in every build.
     BuiltIn(String),
+    /// `POST /__anteroom/challenge`: a newcomer's solution; joins them when it holds.
+    ChallengeAnswer,
+    /// `GET /__anteroom/challenge/wait`: the no-JavaScript time lock; joins them once it
+    /// opens.
+    ChallengeWait,
     /// `GET /__anteroom/admission-key`: the public key of the admission token.
     AdmissionKey,
     /// `GET /__anteroom/rooms/{room}/draw`: the room's public lottery document,
@@ -79,7 +85,7 @@ pub const INVALID_LABEL: &str = "invalid";
 impl Class {
     /// The access log's `class`: `page`, `grant`, `asset`, `bypass`,
     /// `preflight`, `stream`, `events`, `admin`, `health`, `static`, `admission_key`,
-    /// `draw`, `reserved`, `options`, `ban_path`, `banned` (a banned client's request is not
+    /// `draw`, `challenge`, `reserved`, `options`, `ban_path`, `banned` (a banned client's request is not
     /// classified further) or `invalid`.
     pub fn label(&self) -> &'static str {
         match self {
@@ -89,6 +95,7 @@ impl Class {
             Class::Events => "events",
             Class::Admin => "admin",
             Class::Static(_) | Class::BuiltIn(_) => "static",
+            Class::ChallengeAnswer | Class::ChallengeWait => "challenge",
             Class::AdmissionKey => "admission_key",
             Class::Draw(_) => "draw",
             Class::UnknownReserved => "reserved",
@@ -171,6 +178,8 @@ pub fn classify<B>(
         (&Method::GET | &Method::HEAD, p) if p.starts_with("assets/") => {
             Class::BuiltIn(p["assets/".len()..].to_owned())
         }
+        (&Method::POST, "challenge") => Class::ChallengeAnswer,
+        (&Method::GET | &Method::HEAD, "challenge/wait") => Class::ChallengeWait,
         (&Method::GET | &Method::HEAD, p) if draw_room(p).is_some() => {
             Class::Draw(draw_room(p).unwrap_or_default().to_owned())
         }

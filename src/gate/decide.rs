@@ -2,8 +2,10 @@
 //! about this visitor (admitted / waiting / refused / not open / closed / store down), then
 //! hand the [`Decision`] to the matching responder and keep the visitor's cookie current.
 //!
-//! A priority grant ([`crate::priority`]) is verified and spent here, then
-//! decided like any request with [`Join::Front`].
+//! First the door (`door`): a newcomer who would join may be asked for the proof of work,
+//! or parked in the shadow line, before anything is stored. A priority grant
+//! ([`crate::priority`]) is verified and spent here, then decided like any request with
+//! [`Join::Front`] (the site chose to let its holder in: no door).
 //!
 //! Per-client shares and the signed session claim plug in here: the claim short-circuits
 //! the store call for an admitted visitor, a share caps what one [`ClientKey`] may hold
@@ -16,6 +18,7 @@ use std::time::SystemTime;
 use http::{Request, Response, header};
 use hyper::body::Incoming;
 
+use super::door::{AtTheDoor, return_path};
 use super::error::Kind;
 use super::identify::Identity;
 use super::{App, Room};
@@ -43,6 +46,13 @@ impl App {
         req: Request<Incoming>,
         identity: &Identity,
     ) -> Response<Body> {
+        match self.at_the_door(room, identity).await {
+            AtTheDoor::Enter => {}
+            AtTheDoor::Shadow => return self.shadow_page(room, identity),
+            AtTheDoor::Challenge { strikes } => {
+                return self.challenge_page(room, identity, strikes, return_path(req.uri()));
+            }
+        }
         let (visitor, new_cookie) = visitor_of(identity);
         self.site_as(room, req, identity, (visitor, new_cookie), Join::Back)
             .await
@@ -51,7 +61,8 @@ impl App {
     /// A request carrying a priority grant. The grant is removed from
     /// the request whatever happens (the origin never sees one). A good, unspent grant puts
     /// the visitor at position 1 (admitted at once when the limits allow); one this very
-    /// visitor spent before (a reload of the page that carried it) is an ordinary request;
+    /// visitor spent before (a reload of the page that carried it) is an ordinary request
+    /// (through the door, like every request but a fresh grant's);
     /// an expired, replayed, forged or other-room grant is 403. Without `priority_secret`
     /// grants mean nothing and the request is an ordinary one.
     pub(super) async fn granted(
@@ -62,9 +73,8 @@ impl App {
     ) -> Response<Body> {
         let text = priority::carried(&req).unwrap_or_default();
         priority::strip(&mut req);
-        let who = visitor_of(identity);
         let Some(secret) = &self.priority_secret else {
-            return self.site_as(room, req, identity, who, Join::Back).await;
+            return self.site(room, req, identity).await;
         };
         let name = &room.config.name;
         let now = crate::queue::unix_ms(SystemTime::now()) / 1000;
@@ -73,21 +83,23 @@ impl App {
             // Text that is not a grant at all is ignored: a mangled link, or a page of
             // another site making up `?ar_grant=x`, is nobody's attack.
             Err(GrantError::Malformed | GrantError::BadNonce) => {
-                return self.site_as(room, req, identity, who, Join::Back).await;
+                return self.site(room, req, identity).await;
             }
             Err(e) => return self.grant_refused(room, e, identity),
         };
+        let who = visitor_of(identity);
         let spent = self
             .admission
             .spend_grant(name, &grant.nonce, who.0, grant.expires_at_ms())
             .await;
         match spent {
             Ok(GrantUse::Fresh) => self.site_as(room, req, identity, who, Join::Front).await,
-            Ok(GrantUse::Again) => self.site_as(room, req, identity, who, Join::Back).await,
+            // Anything but a fresh grant is an ordinary request, door included.
+            Ok(GrantUse::Again) => self.site(room, req, identity).await,
             Ok(GrantUse::Taken) => self.grant_refused(room, GrantError::Replayed, identity),
             // The store did not answer: the queue's own answer (stalled, or fail-open)
             // follows, and the grant stays unspent for when it is back.
-            Err(_) => self.site_as(room, req, identity, who, Join::Back).await,
+            Err(_) => self.site(room, req, identity).await,
         }
     }
 

@@ -87,6 +87,20 @@ pub enum Kind {
     DrawUnavailable,
     /// A priority link that is forged, expired, spent or for another room.
     BadGrant,
+    /// A newcomer asked for the proof of work before joining: the challenge page, with
+    /// the room's `queue_status_code`, as the waiting page.
+    Challenge {
+        /// The room's `queue_status_code`.
+        queue_status_code: u16,
+    },
+    /// A challenge answer refused: expired, spent, another client's or room's, forged,
+    /// short of the work (403), or not a challenge answer at all (400).
+    ChallengeRefused {
+        /// Not an answer at all (a malformed challenge, body or solution): 400.
+        malformed: bool,
+    },
+    /// A challenge answer posted from another site's page (`Sec-Fetch-Site` or `Origin`).
+    CrossSite,
 }
 
 impl Kind {
@@ -113,8 +127,10 @@ impl Kind {
             | Kind::NotAdmitted
             | Kind::DrawUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Kind::OverJoinLimit => StatusCode::TOO_MANY_REQUESTS,
-            Kind::BadGrant => StatusCode::FORBIDDEN,
-            Kind::SoldOut { queue_status_code } => {
+            Kind::BadGrant | Kind::CrossSite => StatusCode::FORBIDDEN,
+            Kind::ChallengeRefused { malformed: true } => StatusCode::BAD_REQUEST,
+            Kind::ChallengeRefused { malformed: false } => StatusCode::FORBIDDEN,
+            Kind::SoldOut { queue_status_code } | Kind::Challenge { queue_status_code } => {
                 StatusCode::from_u16(queue_status_code).unwrap_or(StatusCode::OK)
             }
             Kind::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
@@ -155,6 +171,15 @@ impl Kind {
             Kind::NotAdmitted => pair(&e.not_admitted),
             Kind::DrawUnavailable => pair(&e.draw_unavailable),
             Kind::BadGrant => pair(&e.bad_grant),
+            Kind::Challenge { .. } => (lang.challenge().title, lang.challenge().detail),
+            Kind::ChallengeRefused { .. } => (
+                lang.challenge().refused_title,
+                lang.challenge().refused_detail,
+            ),
+            Kind::CrossSite => (
+                lang.challenge().cross_site_title,
+                lang.challenge().cross_site_detail,
+            ),
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::queue::VisitorId;
 use crate::token::CookieError;
 
 /// Who is asking, established before anything else runs.
+#[derive(Clone)]
 pub struct Identity {
     /// Behind trusted proxies, the address they forwarded for; else the peer.
     pub client_ip: IpAddr,

@@ -11,8 +11,9 @@
 //!    done ([`crate::access_log`]): the class from step 2, the decision from the answer.
 //!
 //! What supports the path sits beside it: building the app from the config (`build`), the
-//! bans' side of the gate (`bans`), the reserved routes' answers (`reserved`) and the admin
-//! listener (`admin_listener`). What is not the request path lives elsewhere: forwarding in
+//! bans' side of the gate (`bans`), the door before a newcomer joins (`door`: the proof
+//! of work and the shadow line) and the proof of work's own routes (`challenge`), the
+//! reserved routes' answers (`reserved`) and the admin listener (`admin_listener`). What is not the request path lives elsewhere: forwarding in
 //! [`crate::proxy`], the admin API in [`crate::admin`] (handed an
 //! [`AdminContext`](crate::admin::AdminContext), not the app), the live streams in
 //! [`crate::live`], the metrics registry in [`crate::metrics`].
@@ -28,6 +29,8 @@ pub mod respond;
 mod admin_listener;
 mod bans;
 mod build;
+mod challenge;
+mod door;
 mod reserved;
 
 pub use bans::{RECENT_CLIENTS, RECENT_PER_CLIENT};
@@ -127,6 +130,11 @@ pub struct App {
     access_log: Option<AccessLog>,
     /// The lottery rooms' public draw documents and salts.
     draws: draw::DrawCache,
+    /// Signs and checks the proof of work's challenges (under the cookie secret; the
+    /// `c1.` text keeps them apart from everything else signed with it).
+    challenge_key: crate::challenge::ChallengeKey,
+    /// `server.body_timeout`: how long a challenge answer's body may take.
+    body_timeout: std::time::Duration,
 }
 
 /// What the access log keeps of a request whose head arrived `at` (wall clock, monotonic).
@@ -288,6 +296,8 @@ impl App {
                 .unwrap_or_else(|| self.error(Kind::NotFound, &identity)),
             Class::BuiltIn(name) => assets::serve_built_in(&name, req.method() == Method::HEAD)
                 .unwrap_or_else(|| self.error(Kind::NotFound, &identity)),
+            Class::ChallengeAnswer => Box::pin(self.challenge_answer(req, &identity)).await,
+            Class::ChallengeWait => Box::pin(self.challenge_wait(&req, &identity)).await,
             Class::AdmissionKey => self.admission_key(&identity),
             Class::Draw(room) => Box::pin(self.draw_document(&room, &identity)).await,
             Class::UnknownReserved => self.error(Kind::NotFound, &identity),

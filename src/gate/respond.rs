@@ -124,6 +124,18 @@ impl App {
         receipt: Option<crate::fairness::draw::Receipt>,
         identity: &Identity,
     ) -> Response<Body> {
+        let view = self.waiting_view(room, place, visitor, receipt);
+        self.render_waiting(room, view, identity)
+    }
+
+    /// What a waiting visitor at `place` is shown (their first range is remembered).
+    pub(super) fn waiting_view(
+        &self,
+        room: &Room,
+        place: Place,
+        visitor: VisitorId,
+        receipt: Option<crate::fairness::draw::Receipt>,
+    ) -> WaitingView {
         // Remembered as the range first shown, when it is.
         let eta = self.admission.show_eta(&room.config.name, visitor, &place);
         let doors = room.config.schedule.admits_at;
@@ -132,7 +144,7 @@ impl App {
             (Phase::Draw, Some(at)) => secs_until(at).clamp(2, 30),
             _ => retry_after(eta),
         };
-        let view = WaitingView {
+        WaitingView {
             status: VisitorStatus::Waiting,
             room: room.config.name.clone(),
             position: place.position,
@@ -145,12 +157,11 @@ impl App {
             // The draw counts down to the doors.
             phase_ends_at: doors.filter(|_| place.phase == Phase::Draw),
             receipt,
-        };
-        self.render_waiting(room, view, identity)
+        }
     }
 
     /// The waiting page (or its JSON) in the visitor's language, with the room's status code.
-    fn render_waiting(
+    pub(super) fn render_waiting(
         &self,
         room: &Room,
         view: WaitingView,
@@ -302,19 +313,19 @@ impl App {
 
     /// The room's phase by this replica's clock, for pages the store did not place (a
     /// refusal); the store's clock decides everything else.
-    fn phase_now(&self, room: &Room) -> Phase {
+    pub(super) fn phase_now(&self, room: &Room) -> Phase {
         RoomPolicy::of(&room.config).phase_at(crate::queue::unix_ms(SystemTime::now()))
     }
 
     /// How many wait in `room`, as last read (at most about a second old).
-    fn cached_waiting(&self, room: &Room) -> u64 {
+    pub(super) fn cached_waiting(&self, room: &Room) -> u64 {
         self.admission
             .cached_stats(&room.config.name)
             .map_or(0, |s| s.stats.waiting)
     }
 }
 
-fn room_text(room: &Room) -> RoomText<'_> {
+pub(super) fn room_text(room: &Room) -> RoomText<'_> {
     RoomText {
         title: &room.config.title,
         message: &room.config.message,

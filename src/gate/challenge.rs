@@ -1,0 +1,399 @@
+//! The two reserved routes of the proof of work: `POST /__anteroom/challenge` (a page's or
+//! a JSON client's solution) and `GET /__anteroom/challenge/wait` (the no-JavaScript time
+//! lock). Each checks the challenge (`crate::challenge`: signature, room, client, age, and
+//! the work or the wait), spends its id in the store (once, across replicas), and only
+//! then lets the newcomer join and sets their cookie.
+//!
+//! A request that already carries the cookie of a visitor in line or on the site (a
+//! second tab that solved after the first joined) spends nothing and gets that visitor's
+//! status: no second place, no loop. A refused answer gets its reason and a fresh
+//! challenge to start again with. Answers from another site's page are refused before
+//! anything is read.
+
+use std::time::SystemTime;
+
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use super::door::same_site;
+use super::identify::Identity;
+use super::respond::room_text;
+use super::{App, Kind, Room};
+use crate::admission::Decision;
+use crate::challenge::{self, ChallengeError, Expected, Verified};
+use crate::http::body::Body;
+use crate::http::form;
+use crate::http::pages::{ChallengeView, VisitorStatus};
+use crate::queue::{GrantUse, Join, VisitorId, VisitorState};
+use crate::token;
+
+/// The largest answer body read: a challenge, a counter and a solve time fit in a few
+/// hundred bytes.
+const MAX_ANSWER_BYTES: usize = 4096;
+
+/// Why an answer was refused, as the wire and the metrics name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    /// The challenge's own check failed.
+    Check(ChallengeError),
+    /// Its id was spent already (on any replica).
+    Replayed,
+    /// The body is not an answer (not JSON or a form with a challenge and a solution).
+    Unreadable,
+}
+
+impl Refusal {
+    fn reason(self) -> &'static str {
+        match self {
+            Refusal::Check(e) => e.as_str(),
+            Refusal::Replayed => "replayed",
+            Refusal::Unreadable => "malformed",
+        }
+    }
+
+    fn kind(self) -> Kind {
+        Kind::ChallengeRefused {
+            malformed: matches!(
+                self,
+                Refusal::Unreadable | Refusal::Check(ChallengeError::Malformed)
+            ),
+        }
+    }
+}
+
+/// One answer: the challenge, the counter, and the page's measured solve time.
+struct Answer {
+    challenge: String,
+    solution: u64,
+    solve_ms: Option<u64>,
+}
+
+impl Answer {
+    /// An answer from a JSON or form body.
+    fn parse(content_type: Option<&HeaderValue>, body: &[u8]) -> Option<Answer> {
+        let form = content_type.and_then(|v| v.to_str().ok()).is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/x-www-form-urlencoded")
+        });
+        if form {
+            let text = std::str::from_utf8(body).ok()?;
+            return Some(Answer {
+                challenge: form::field(text, "challenge")?,
+                solution: form::field(text, "solution")?.trim().parse().ok()?,
+                solve_ms: form::field(text, "solve_ms").and_then(|v| v.trim().parse().ok()),
+            });
+        }
+        let json: serde_json::Value = serde_json::from_slice(body).ok()?;
+        Some(Answer {
+            challenge: json.get("challenge")?.as_str()?.to_owned(),
+            solution: json.get("solution")?.as_u64()?,
+            solve_ms: json
+                .get("solve_ms")
+                .and_then(|v| v.as_u64().or_else(|| v.as_f64().map(|f| f.max(0.0) as u64))),
+        })
+    }
+}
+
+/// Whether the request comes from another site's page: `Sec-Fetch-Site` other than
+/// `same-origin` or `none`, or an `Origin` whose host is not the request's.
+fn cross_site<B>(req: &Request<B>, identity: &Identity) -> bool {
+    if let Some(site) = req.headers().get("sec-fetch-site") {
+        let site = site.as_bytes();
+        if !(site.eq_ignore_ascii_case(b"same-origin") || site.eq_ignore_ascii_case(b"none")) {
+            return true;
+        }
+    }
+    let Some(origin) = req.headers().get(header::ORIGIN) else {
+        return false;
+    };
+    let origin_host = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.split_once("://"))
+        .map(|(_, rest)| rest.trim_end_matches('/'));
+    match (origin_host, &identity.host) {
+        (Some(o), Some(host)) => !o.eq_ignore_ascii_case(host.authority()),
+        _ => true,
+    }
+}
+
+impl App {
+    /// `POST /__anteroom/challenge`.
+    pub(super) async fn challenge_answer(
+        &self,
+        req: Request<Incoming>,
+        identity: &Identity,
+    ) -> Response<Body> {
+        let Some(room) = identity.room.map(|i| &self.rooms[i]) else {
+            return self.error(Kind::UnknownSite, identity);
+        };
+        // The page's script reads JSON, whatever it asked for.
+        let identity = &Identity {
+            wants_json: true,
+            ..identity.clone()
+        };
+        if cross_site(&req, identity) {
+            return self.error(Kind::CrossSite, identity);
+        }
+        if let Some(response) = self.already_in(room, identity).await {
+            return response;
+        }
+        let content_type = req.headers().get(header::CONTENT_TYPE).cloned();
+        let read = Limited::new(req.into_body(), MAX_ANSWER_BYTES).collect();
+        let body = match tokio::time::timeout(self.body_timeout, read).await {
+            Ok(Ok(body)) => body.to_bytes(),
+            Ok(Err(_)) => return self.answer_refused(room, Refusal::Unreadable, identity),
+            Err(_) => return self.error(Kind::BodyTimeout, identity),
+        };
+        let Some(answer) = Answer::parse(content_type.as_ref(), &body) else {
+            return self.answer_refused(room, Refusal::Unreadable, identity);
+        };
+        let checked = self.challenge_key.verify(
+            &answer.challenge,
+            answer.solution,
+            &self.expected(room, identity),
+        );
+        match checked {
+            Ok(verified) => {
+                self.spend_and_join(room, &verified, answer.solve_ms, identity, None)
+                    .await
+            }
+            Err(e) => self.answer_refused(room, Refusal::Check(e), identity),
+        }
+    }
+
+    /// `GET /__anteroom/challenge/wait?c=<challenge>&r=<return path>`: the time lock.
+    pub(super) async fn challenge_wait<B>(
+        &self,
+        req: &Request<B>,
+        identity: &Identity,
+    ) -> Response<Body> {
+        let Some(room) = identity.room.map(|i| &self.rooms[i]) else {
+            return self.error(Kind::UnknownSite, identity);
+        };
+        let query = req.uri().query().unwrap_or("");
+        let return_to = form::field(query, "r").unwrap_or_else(|| "/".to_owned());
+        let return_to = same_site(&return_to).to_owned();
+        if let Some(response) = self.already_in(room, identity).await {
+            return see_other(response, &return_to);
+        }
+        let Some(text) = form::field(query, "c") else {
+            return self.answer_refused(room, Refusal::Unreadable, identity);
+        };
+        let config = &room.config;
+        // The wait the page promised: the challenge's bits say how many strikes it was
+        // issued for, and the wait doubles with them as the work does.
+        let strikes_at_issue = |bits: u8| {
+            u32::from(bits.saturating_sub(challenge::bits_for(config.challenge.difficulty, 0)))
+        };
+        let bits = text
+            .split('.')
+            .nth(3)
+            .and_then(|b| b.parse::<u8>().ok())
+            .unwrap_or(challenge::MAX_BITS);
+        let wait = config.challenge.no_js_wait_for(strikes_at_issue(bits));
+        match self
+            .challenge_key
+            .verify_waited(&text, wait, &self.expected(room, identity))
+        {
+            Ok(Ok(verified)) => {
+                self.spend_and_join(room, &verified, None, identity, Some(&return_to))
+                    .await
+            }
+            Ok(Err(left)) => {
+                // Too early: the same challenge again, refreshing when the lock opens.
+                let view = ChallengeView {
+                    challenge: &text,
+                    bits,
+                    return_to: &return_to,
+                    no_js_secs: left.as_secs_f64().ceil() as u64,
+                    expires_in_secs: challenge::TTL.as_secs(),
+                };
+                let kind = Kind::Challenge {
+                    queue_status_code: config.queue_status_code,
+                };
+                self.pages
+                    .challenge(&view, &room_text(room), kind.status(), false, identity.lang)
+            }
+            Err(e) => self.answer_refused(room, Refusal::Check(e), identity),
+        }
+    }
+
+    /// What a challenge is checked against: this room, this client, the store's time.
+    fn expected<'a>(&self, room: &'a Room, identity: &Identity) -> Expected<'a> {
+        Expected {
+            room: &room.config.name,
+            client: identity.client.to_bytes(),
+            now_ms: self.admission.now_ms(),
+            ttl: challenge::TTL,
+        }
+    }
+
+    /// The status of a visitor the store already has waiting or on the site, as their
+    /// status JSON (with their cookie kept current); `None` for a newcomer.
+    async fn already_in(&self, room: &Room, identity: &Identity) -> Option<Response<Body>> {
+        let (visitor, state) = self.visitor_state(room, identity).await?;
+        match state? {
+            VisitorState::Unknown => None,
+            VisitorState::Admitted => Some(self.joined(room, visitor, None)),
+            VisitorState::Waiting(place) => {
+                let receipt = self.receipt(room, &place, visitor).await;
+                let view = self.waiting_view(room, place, visitor, receipt);
+                let json = Identity {
+                    wants_json: true,
+                    ..identity.clone()
+                };
+                let mut response = self.render_waiting(room, view, &json);
+                *response.status_mut() = StatusCode::OK;
+                Some(self.with_cookie(room, visitor, response))
+            }
+        }
+    }
+
+    /// Spends `verified`'s id and, when it was unspent, lets a new visitor join; `return_to`
+    /// set answers the time lock (a 303 there), unset the POST (the status JSON).
+    async fn spend_and_join(
+        &self,
+        room: &Room,
+        verified: &Verified,
+        solve_ms: Option<u64>,
+        identity: &Identity,
+        return_to: Option<&str>,
+    ) -> Response<Body> {
+        let name = &room.config.name;
+        let visitor = VisitorId::random();
+        let spent = self
+            .admission
+            .spend_challenge(name, verified.id(), visitor, verified.expires_at_ms())
+            .await;
+        match spent {
+            Ok(GrantUse::Fresh | GrantUse::Again) => {}
+            Ok(GrantUse::Taken) => return self.answer_refused(room, Refusal::Replayed, identity),
+            // The store did not answer: held like any newcomer, the challenge unspent.
+            Err(_) => return self.stalled(room, identity),
+        }
+        self.metrics.challenges.solved(name, solve_ms);
+        let json = Identity {
+            wants_json: return_to.is_none() || identity.wants_json,
+            ..identity.clone()
+        };
+        let decision = self
+            .admission
+            .decide_with(name, visitor, identity.client, Join::Back)
+            .await;
+        match decision {
+            Decision::Admitted { .. } | Decision::Stalled { fail_open: true } => {
+                if let (Decision::Admitted { .. }, Some(i)) = (&decision, identity.room) {
+                    self.record_admitted(identity.client_ip, i, visitor);
+                }
+                self.joined(room, visitor, return_to)
+            }
+            Decision::Waiting(place) => {
+                let receipt = self.receipt(room, &place, visitor).await;
+                let view = self.waiting_view(room, place, visitor, receipt);
+                let mut response = self.render_waiting(room, view, &json);
+                *response.status_mut() = StatusCode::OK;
+                let response = self.with_cookie(room, visitor, response);
+                match return_to {
+                    Some(to) => see_other(response, to),
+                    None => response,
+                }
+            }
+            Decision::Full => self.full(room, &json),
+            Decision::Refused { retry_after, .. } => self.refused(room, retry_after, &json),
+            Decision::NotOpen => self.not_open(room, &json),
+            Decision::Closed => self.closed(room, &json),
+            Decision::SoldOut => self.sold_out(room, &json),
+            Decision::Stalled { fail_open: false } => self.stalled(room, &json),
+        }
+    }
+
+    /// A visitor on the site (or let through): `{"status":"admitted"}` with the cookie,
+    /// or a 303 to `return_to`.
+    fn joined(&self, room: &Room, visitor: VisitorId, return_to: Option<&str>) -> Response<Body> {
+        let body = serde_json::json!({
+            "status": "admitted",
+            "room": room.config.name,
+        });
+        let mut response = Response::new(crate::http::body::full(body.to_string()));
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        let response = self.with_cookie(room, visitor, response);
+        match return_to {
+            Some(to) => see_other(response, to),
+            None => response,
+        }
+    }
+
+    /// `response` with `visitor`'s cookie for `room`, issued now.
+    fn with_cookie(
+        &self,
+        room: &Room,
+        visitor: VisitorId,
+        mut response: Response<Body>,
+    ) -> Response<Body> {
+        let value = self
+            .cookies
+            .issue(visitor, &room.config.name, SystemTime::now());
+        response.headers_mut().append(
+            header::SET_COOKIE,
+            token::set_cookie(&value, self.secure_cookies),
+        );
+        response
+    }
+
+    /// A refused answer: JSON with the reason and a fresh challenge, or (the time lock)
+    /// the refusal page in the visitor's language. Counted by reason.
+    fn answer_refused(&self, room: &Room, refusal: Refusal, identity: &Identity) -> Response<Body> {
+        let name = &room.config.name;
+        let reason = refusal.reason();
+        self.metrics.challenges.failed(name, reason);
+        if self.origin_errors.allow() {
+            tracing::info!(room = %name, client = %identity.client_ip, reason, "challenge answer refused");
+        }
+        let kind = refusal.kind();
+        if !identity.wants_json {
+            return self.error(kind, identity);
+        }
+        let strikes = u32::try_from(self.abuse.strikes(identity.client_ip)).unwrap_or(u32::MAX);
+        let bits = challenge::bits_for(room.config.challenge.difficulty, strikes);
+        let issued = self.challenge_key.issue(
+            name,
+            &identity.client.to_bytes(),
+            bits,
+            self.admission.now_ms(),
+            challenge::random_nonce(),
+        );
+        self.metrics.challenges.issued(name);
+        let fresh = ChallengeView {
+            challenge: &issued.text,
+            bits,
+            return_to: "/",
+            no_js_secs: room.config.challenge.no_js_wait_for(strikes).as_secs(),
+            expires_in_secs: challenge::TTL.as_secs(),
+        };
+        let mut response = self
+            .pages
+            .challenge_refused_json(reason, &fresh, kind.status());
+        response.headers_mut().insert(
+            crate::http::pages::STATUS_HEADER,
+            HeaderValue::from_static(VisitorStatus::Challenge.as_str()),
+        );
+        response
+    }
+}
+
+/// `response` turned into a 303 to `to` (its headers, the cookie among them, kept).
+fn see_other(mut response: Response<Body>, to: &str) -> Response<Body> {
+    *response.status_mut() = StatusCode::SEE_OTHER;
+    if let Ok(location) = HeaderValue::from_str(to) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}

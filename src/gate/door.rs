@@ -1,0 +1,211 @@
+//! The door, step 3's first question for a request to the site: does this newcomer join,
+//! get the proof of work first, or go to the shadow line? Only a newcomer who would join
+//! is asked (the room queues, its line is open, the store is not failing open, and the
+//! request carries no cookie of a visitor the store has waiting or on the site), so a
+//! visitor in line or admitted never meets it, and a room with both features off pays
+//! one comparison.
+//!
+//! - The shadow line (`shadow_after`): a client whose strikes reach it gets an ordinary
+//!   waiting page whose position never reaches the front, and no challenge, no cookie,
+//!   no place: nothing is written to the store.
+//! - The challenge (`challenge.mode`): `always`, or `under_load` while somebody waits or
+//!   the draw is open (this replica's cached counters). The newcomer gets the challenge
+//!   page (or its JSON) instead of a place, at `challenge::bits_for` the room's
+//!   difficulty and their strikes; nothing is stored until a solution comes back
+//!   (`gate/challenge.rs`).
+
+use http::{Response, Uri};
+
+use super::identify::Identity;
+use super::respond::room_text;
+use super::{App, Kind, Room};
+use crate::challenge::{self, ChallengeMode};
+use crate::http::body::Body;
+use crate::http::pages::{ChallengeView, Phase, VisitorStatus, WaitingView};
+use crate::queue::{Mode, VisitorId, VisitorState};
+
+/// What the door does with a request for the site.
+pub(super) enum AtTheDoor {
+    /// Decide it as usual: a visitor, or a newcomer who joins.
+    Enter,
+    /// The shadow line.
+    Shadow,
+    /// The proof of work first; the client's strikes raise its difficulty.
+    Challenge {
+        /// The client's strikes within `abuse.window`.
+        strikes: u32,
+    },
+}
+
+impl App {
+    /// The door's answer for `identity`'s request to `room` (see the module docs).
+    pub(super) async fn at_the_door(&self, room: &Room, identity: &Identity) -> AtTheDoor {
+        let config = &room.config;
+        let shadow_after = u64::from(config.shadow_after);
+        if shadow_after == 0 && config.challenge.mode == ChallengeMode::Off {
+            return AtTheDoor::Enter;
+        }
+        if !self.would_join(room) {
+            return AtTheDoor::Enter;
+        }
+        let strikes = self.abuse.strikes(identity.client_ip);
+        let shadowed = shadow_after > 0 && strikes >= shadow_after;
+        let challenged = match config.challenge.mode {
+            ChallengeMode::Off => false,
+            ChallengeMode::Always => true,
+            ChallengeMode::UnderLoad => self.under_load(room),
+        };
+        if !(shadowed || challenged) || !self.is_newcomer(room, identity).await {
+            return AtTheDoor::Enter;
+        }
+        if shadowed {
+            AtTheDoor::Shadow
+        } else {
+            AtTheDoor::Challenge {
+                strikes: u32::try_from(strikes).unwrap_or(u32::MAX),
+            }
+        }
+    }
+
+    /// Whether a newcomer to `room` would join now: the queue mode, the line open (or the
+    /// draw), and the store not failing open. Otherwise the room's own answer (let
+    /// through, not open, closed, sold out) follows as it would without the door.
+    fn would_join(&self, room: &Room) -> bool {
+        self.admission.mode(&room.config.name) == Mode::Queue
+            && matches!(self.phase_now(room), Phase::Queueing | Phase::Draw)
+            && !self.admission.health().failing_open()
+    }
+
+    /// `under_load`: somebody waits in the line, or the draw is open, as this replica last
+    /// read the room's counters (at most about a second old).
+    fn under_load(&self, room: &Room) -> bool {
+        self.admission
+            .cached_stats(&room.config.name)
+            .is_some_and(|s| s.stats.waiting > 0 || s.stats.schedule == Phase::Draw)
+    }
+
+    /// Whether the request comes from nobody the store has waiting or on the site: no
+    /// visitor cookie, or one the store no longer knows. A store that does not answer
+    /// says no: the decision's own answer (stalled) follows.
+    pub(super) async fn is_newcomer(&self, room: &Room, identity: &Identity) -> bool {
+        match self.visitor_state(room, identity).await {
+            None => true,
+            Some((_, state)) => state == Some(VisitorState::Unknown),
+        }
+    }
+
+    /// The cookie's visitor and where the store has them (`None` inside when the store did
+    /// not answer); `None` without a cookie.
+    pub(super) async fn visitor_state(
+        &self,
+        room: &Room,
+        identity: &Identity,
+    ) -> Option<(VisitorId, Option<VisitorState>)> {
+        let visitor = identity.visitor?;
+        let state = self
+            .admission
+            .state_of(&room.config.name, visitor, identity.client)
+            .await;
+        Some((visitor, state))
+    }
+
+    /// The challenge for a newcomer to `room` who asked for `return_to`: issued now at the
+    /// room's difficulty plus `strikes` bits, as a page or JSON.
+    pub(super) fn challenge_page(
+        &self,
+        room: &Room,
+        identity: &Identity,
+        strikes: u32,
+        return_to: &str,
+    ) -> Response<Body> {
+        let config = &room.config;
+        let bits = challenge::bits_for(config.challenge.difficulty, strikes);
+        let issued = self.challenge_key.issue(
+            &config.name,
+            &identity.client.to_bytes(),
+            bits,
+            self.admission.now_ms(),
+            challenge::random_nonce(),
+        );
+        self.metrics.challenges.issued(&config.name);
+        let view = ChallengeView {
+            challenge: &issued.text,
+            bits,
+            return_to,
+            no_js_secs: config.challenge.no_js_wait_for(strikes).as_secs(),
+            expires_in_secs: challenge::TTL.as_secs(),
+        };
+        let kind = Kind::Challenge {
+            queue_status_code: config.queue_status_code,
+        };
+        self.pages.challenge(
+            &view,
+            &room_text(room),
+            kind.status(),
+            identity.wants_json,
+            identity.lang,
+        )
+    }
+
+    /// The shadow line's page: the waiting page (or its JSON) of a line whose back this
+    /// client never leaves, with no store call, no cookie and no place.
+    pub(super) fn shadow_page(&self, room: &Room, identity: &Identity) -> Response<Body> {
+        self.metrics.challenges.shadowed(&room.config.name);
+        let waiting = self.cached_waiting(room);
+        // Behind everyone, and a few more: always further back than the line is long.
+        let position = waiting.saturating_add(1 + u64::from(identity.client.to_bytes()[15] % 16));
+        let view = WaitingView {
+            status: VisitorStatus::Waiting,
+            room: room.config.name.clone(),
+            position: Some(position),
+            waiting: position,
+            eta_secs: crate::admission::Eta::estimating(0),
+            retry_after_secs: 5,
+            phase: Phase::Queueing,
+            paused: false,
+            reference: Some(VisitorId::random().reference().as_str().to_owned()),
+            phase_ends_at: None,
+            receipt: None,
+        };
+        self.render_waiting(room, view, identity)
+    }
+}
+
+/// Where a newcomer goes once joined: the path and query they asked for, which is the
+/// site's own (a same-site path by construction).
+pub(super) fn return_path(uri: &Uri) -> &str {
+    uri.path_and_query().map_or("/", |p| p.as_str())
+}
+
+/// A return path a visitor may be sent on to: a path of this site (`/…`, not `//…` nor
+/// `/\…`, which browsers read as another host), without control characters; else `/`.
+pub(super) fn same_site(path: &str) -> &str {
+    let ok = path.starts_with('/')
+        && !path.starts_with("//")
+        && !path.starts_with("/\\")
+        && !path.chars().any(|c| c.is_control())
+        && path.len() <= 4096;
+    if ok { path } else { "/" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_site;
+
+    #[test]
+    fn only_same_site_paths_are_returned_to() {
+        for ok in ["/", "/shop?item=1", "/a/b#c"] {
+            assert_eq!(same_site(ok), ok);
+        }
+        for bad in [
+            "//evil.example/",
+            "/\\evil.example",
+            "https://evil.example/",
+            "evil",
+            "",
+            "/a\r\nSet-Cookie: x",
+        ] {
+            assert_eq!(same_site(bad), "/", "{bad:?}");
+        }
+    }
+}

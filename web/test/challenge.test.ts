@@ -16,7 +16,9 @@ import {
   launchBrowser,
   spawnAnteroom,
   startOrigin,
+  startBalancer,
   startRedis,
+  type Balancer,
   type OriginServer,
   type Redis,
   type SpawnedAnteroom,
@@ -92,9 +94,9 @@ interface Visit {
   answers: { challenge: string; solution: number; solve_ms: number }[];
 }
 
-/** A tab that records its documents, answers and errors; with `replica`, every request it
- * makes goes to that port instead (a load balancer sending this tab to another replica). */
-async function tab(context: BrowserContext, replica?: number): Promise<Visit> {
+/** A tab that records its documents, answers and errors; with `replica`, the load balancer
+ * sends every request it makes to that replica. */
+async function tab(context: BrowserContext, replica?: string): Promise<Visit> {
   const page = await context.newPage();
   const v: Visit = { page, errors: [], documents: [], answers: [] };
   page.on('console', (m) => {
@@ -106,19 +108,12 @@ async function tab(context: BrowserContext, replica?: number): Promise<Visit> {
       v.answers.push(JSON.parse(r.postData() ?? '{}'));
     }
   });
-  page.on('response', async (r) => {
+  page.on('response', (r) => {
     if (r.request().isNavigationRequest() && r.request().frame() === page.mainFrame()) {
-      const body = await r.text().catch(() => '');
-      v.documents.push({ url: r.url(), challenge: body.includes('id="anteroom-challenge"') });
+      v.documents.push({ url: r.url(), challenge: r.headers()['x-anteroom-status'] === 'challenge' });
     }
   });
-  if (replica !== undefined) {
-    await page.route('**/*', (route) => {
-      const url = new URL(route.request().url());
-      url.port = String(replica);
-      return route.continue({ url: url.toString() });
-    });
-  }
+  if (replica !== undefined) await page.setExtraHTTPHeaders({ 'x-replica': replica });
   return v;
 }
 
@@ -327,17 +322,21 @@ for (const store of ['embedded', 'redis'] as const) {
     let redis: Redis | undefined;
     let a: SpawnedAnteroom;
     let b: SpawnedAnteroom;
+    let balancer: Balancer;
     let base: string;
+    // Embedded: the one replica; Redis: two on the same store, behind a balancer.
+    const other = store === 'redis' ? 'b' : 'a';
 
     beforeAll(async () => {
       redis = store === 'redis' ? await startRedis() : undefined;
       a = await spawnAnteroom(config(origin.url, redis?.url));
-      // Embedded: the one replica; Redis: a second one on the same store.
       b = redis ? await spawnAnteroom(config(origin.url, redis.url)) : a;
-      base = `http://127.0.0.1:${a.port}`;
+      balancer = await startBalancer({ a: a.port, b: b.port });
+      base = `http://127.0.0.1:${balancer.port}`;
     });
 
     afterAll(async () => {
+      await balancer?.close();
       await a?.stop();
       if (b !== a) await b?.stop();
       await redis?.stop();
@@ -346,11 +345,10 @@ for (const store of ['embedded', 'redis'] as const) {
     it('a newcomer’s page solves and joins with nothing to click: straight in, then a place in line', async () => {
       // The first visitor is let straight in; their answer goes to the other replica.
       const first = await tab(await browser.newContext(DESKTOP));
-      await first.page.route('**/__anteroom/challenge', (route) => {
-        const url = new URL(route.request().url());
-        url.port = String(b.port);
-        return route.continue({ url: url.toString() });
-      });
+      await first.page.route('**/__anteroom/challenge', (route) =>
+        route.continue({ headers: { ...route.request().headers(), 'x-replica': other } }),
+      );
+      const answeredBefore = balancer.counts[other];
       const response = await first.page.goto(`${base}/shop?item=1`);
       expect(response!.headers()['content-security-policy']).toContain("'wasm-unsafe-eval'");
       expect(response!.headers()['cache-control']).toBe('no-store');
@@ -358,6 +356,7 @@ for (const store of ['embedded', 'redis'] as const) {
       expect(await first.page.textContent('#origin-uri')).toBe('/shop?item=1');
       expect(first.documents.map((d) => d.challenge)).toEqual([true, false]);
       expect(first.answers).toHaveLength(1);
+      expect(balancer.counts[other]).toBeGreaterThan(answeredBefore);
       expect(first.errors).toEqual([]);
 
       // The next one waits: the position appears, first in line.
@@ -378,8 +377,25 @@ for (const store of ['embedded', 'redis'] as const) {
       const before = (await stats(base)).waiting;
       const context = await browser.newContext(DESKTOP);
       // The second tab is sent to the other replica for everything (Redis).
-      const tabs = [await tab(context), await tab(context, b === a ? undefined : b.port)];
+      const tabs = [await tab(context, 'a'), await tab(context, other)];
+      // Answers are held until both tabs have solved: both are due at once, the race two
+      // tabs of one browser run.
+      const releases = await Promise.all(tabs.map((t) => hold(t.page, '**/__anteroom/challenge')));
       await Promise.all(tabs.map((t, i) => t.page.goto(`${base}/tab/${i}`)));
+      for (const t of tabs) {
+        await t.page
+          .waitForFunction(() => {
+            const bar = document.getElementById('anteroom-challenge-progress') as HTMLProgressElement | null;
+            return bar?.value === 100;
+          }, undefined, { timeout: 10_000 })
+          .catch(async (e) => {
+            throw new Error(`${e}: ${t.page.url()} ${JSON.stringify(t.documents)} ${t.errors}`);
+          });
+      }
+      // Both solved; one answer is out, the other tab waits for it to come back before it
+      // sends its own.
+      expect(tabs[0].answers.length + tabs[1].answers.length).toBe(1);
+      releases.forEach((release) => release());
       const places = await Promise.all(tabs.map((t) => position(t.page)));
       expect(places[0]).toBe(before + 1);
       expect(places[1]).toBe(places[0]);

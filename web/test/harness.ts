@@ -245,3 +245,46 @@ export async function startRedis(): Promise<Redis> {
   }
   return { url: `redis://127.0.0.1:${port}/0`, stop };
 }
+
+export interface Balancer {
+  port: number;
+  /** How many requests each replica got. */
+  counts: Record<string, number>;
+  close(): Promise<void>;
+}
+
+/** A load balancer in front of replicas (name → port) on 127.0.0.1: a request goes to the
+ * replica its `x-replica` header names, else to the first; the Host and everything else
+ * pass as they are, so the replicas see one site, as behind a real balancer. */
+export async function startBalancer(replicas: Record<string, number>): Promise<Balancer> {
+  const names = Object.keys(replicas);
+  const counts: Record<string, number> = Object.fromEntries(names.map((n) => [n, 0]));
+  const server = http.createServer((req, res) => {
+    const wanted = String(req.headers['x-replica'] ?? '');
+    const name = wanted in replicas ? wanted : names[0];
+    counts[name]++;
+    const upstream = http.request(
+      { host: '127.0.0.1', port: replicas[name], method: req.method, path: req.url, headers: req.headers },
+      (up) => {
+        res.writeHead(up.statusCode ?? 502, up.rawHeaders);
+        up.pipe(res);
+      },
+    );
+    upstream.on('error', () => {
+      if (!res.headersSent) res.writeHead(502);
+      res.end();
+    });
+    req.pipe(upstream);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as net.AddressInfo;
+  return {
+    port,
+    counts,
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
+}

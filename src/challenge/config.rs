@@ -83,9 +83,7 @@ impl ChallengeConfig {
     /// is), capped at [`MAX_NO_JS_WAIT`].
     pub fn no_js_wait_for(&self, strikes: u32) -> Duration {
         let factor = 1u32.checked_shl(strikes.min(16)).unwrap_or(u32::MAX);
-        self.no_js_wait
-            .saturating_mul(factor)
-            .min(MAX_NO_JS_WAIT)
+        self.no_js_wait.saturating_mul(factor).min(MAX_NO_JS_WAIT)
     }
 }
 

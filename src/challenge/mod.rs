@@ -38,9 +38,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-pub use config::{
-    ChallengeConfig, ChallengeMode, MAX_DIFFICULTY, MAX_NO_JS_WAIT, MIN_NO_JS_WAIT,
-};
+pub use config::{ChallengeConfig, ChallengeMode, MAX_DIFFICULTY, MAX_NO_JS_WAIT, MIN_NO_JS_WAIT};
 pub use work::{leading_zero_bits, meets, solve, work};
 
 type HmacSha256 = Hmac<Sha256>;

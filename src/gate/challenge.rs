@@ -72,13 +72,11 @@ struct Answer {
 impl Answer {
     /// An answer from a JSON or form body.
     fn parse(content_type: Option<&HeaderValue>, body: &[u8]) -> Option<Answer> {
-        let form = content_type
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| {
-                v.trim_start()
-                    .to_ascii_lowercase()
-                    .starts_with("application/x-www-form-urlencoded")
-            });
+        let form = content_type.and_then(|v| v.to_str().ok()).is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/x-www-form-urlencoded")
+        });
         if form {
             let text = std::str::from_utf8(body).ok()?;
             return Some(Answer {
@@ -216,13 +214,8 @@ impl App {
                 let kind = Kind::Challenge {
                     queue_status_code: config.queue_status_code,
                 };
-                self.pages.challenge(
-                    &view,
-                    &room_text(room),
-                    kind.status(),
-                    false,
-                    identity.lang,
-                )
+                self.pages
+                    .challenge(&view, &room_text(room), kind.status(), false, identity.lang)
             }
             Err(e) => self.answer_refused(room, Refusal::Check(e), identity),
         }
@@ -357,12 +350,7 @@ impl App {
 
     /// A refused answer: JSON with the reason and a fresh challenge, or (the time lock)
     /// the refusal page in the visitor's language. Counted by reason.
-    fn answer_refused(
-        &self,
-        room: &Room,
-        refusal: Refusal,
-        identity: &Identity,
-    ) -> Response<Body> {
+    fn answer_refused(&self, room: &Room, refusal: Refusal, identity: &Identity) -> Response<Body> {
         let name = &room.config.name;
         let reason = refusal.reason();
         self.metrics.challenges.failed(name, reason);

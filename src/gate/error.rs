@@ -172,9 +172,10 @@ impl Kind {
             Kind::DrawUnavailable => pair(&e.draw_unavailable),
             Kind::BadGrant => pair(&e.bad_grant),
             Kind::Challenge { .. } => (lang.challenge().title, lang.challenge().detail),
-            Kind::ChallengeRefused { .. } => {
-                (lang.challenge().refused_title, lang.challenge().refused_detail)
-            }
+            Kind::ChallengeRefused { .. } => (
+                lang.challenge().refused_title,
+                lang.challenge().refused_detail,
+            ),
             Kind::CrossSite => (
                 lang.challenge().cross_site_title,
                 lang.challenge().cross_site_detail,

@@ -57,10 +57,9 @@ pub fn serve_built_in(name: &str, head: bool) -> Option<Response<Body>> {
     }
     let data = ChallengeFiles::get(name)?.data;
     let mut response = body_of(name, data, head);
-    response.headers_mut().insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     Some(response)
 }
 

@@ -1980,7 +1980,12 @@ pub async fn challenge_ids_are_spent_once<H: Harness>(h: &mut H) {
     if let Some(replica) = h.replica().await {
         let on = |id: &'static str, who: VisitorId| {
             let replica = replica.clone();
-            async move { replica.spend_challenge(ROOM, id, who, expiry).await.unwrap() }
+            async move {
+                replica
+                    .spend_challenge(ROOM, id, who, expiry)
+                    .await
+                    .unwrap()
+            }
         };
         assert_eq!(on(id, b).await, GrantUse::Taken);
         assert_eq!(on("cmVwbGljYS1jaGFsbGVuZ2", b).await, GrantUse::Fresh);

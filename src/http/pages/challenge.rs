@@ -90,9 +90,11 @@ fn attr(text: &str) -> Value {
 /// WebAssembly allowed.
 fn challenge_csp() -> &'static str {
     static CSP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        super::content_security_policy()
-            .replacen("script-src 'self'", "script-src 'self' 'wasm-unsafe-eval'", 1)
-            + "; worker-src 'self'"
+        super::content_security_policy().replacen(
+            "script-src 'self'",
+            "script-src 'self' 'wasm-unsafe-eval'",
+            1,
+        ) + "; worker-src 'self'"
     });
     &CSP
 }
@@ -224,7 +226,9 @@ mod tests {
         let r = Pages::plain().challenge(&view(), &text, StatusCode::OK, false, Lang::De);
         assert_eq!(r.headers()[super::super::STATUS_HEADER], "challenge");
         assert_eq!(r.headers()[header::CACHE_CONTROL], "no-store");
-        let csp = r.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        let csp = r.headers()[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap();
         assert!(csp.contains("'wasm-unsafe-eval'") && csp.contains("worker-src 'self'"));
         let html = body(r).await;
         for needle in [

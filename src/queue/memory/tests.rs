@@ -97,7 +97,10 @@ async fn spent_challenges_are_bounded_and_reaped() {
         );
     }
     assert_eq!(spent.spend_within("c3", v, 1_000, 0, 3), GrantUse::Taken);
-    assert_eq!(spent.spend_within("c3", v, 2_000, 1_000, 3), GrantUse::Fresh);
+    assert_eq!(
+        spent.spend_within("c3", v, 2_000, 1_000, 3),
+        GrantUse::Fresh
+    );
     assert_eq!(spent.by_nonce.len(), 1, "the expired three were reaped");
     let h = MemoryHarness::new();
     let store = h.store();
@@ -112,16 +115,26 @@ async fn spent_challenges_are_bounded_and_reaped() {
         .unwrap();
     let now = h.store.clock.now_ms();
     assert_eq!(
-        store.spend_challenge("main", "x", v, now + 1_000).await.unwrap(),
+        store
+            .spend_challenge("main", "x", v, now + 1_000)
+            .await
+            .unwrap(),
         GrantUse::Fresh
     );
     tokio::time::advance(Duration::from_secs(2)).await;
     assert_eq!(
-        store.spend_challenge("main", "y", v, now + 10_000).await.unwrap(),
+        store
+            .spend_challenge("main", "y", v, now + 10_000)
+            .await
+            .unwrap(),
         GrantUse::Fresh
     );
     let challenges = h.store.challenges.lock().unwrap();
-    assert_eq!(challenges["main"].by_nonce.len(), 1, "x was forgotten at its expiry");
+    assert_eq!(
+        challenges["main"].by_nonce.len(),
+        1,
+        "x was forgotten at its expiry"
+    );
     assert!(MAX_SPENT_CHALLENGES >= 100_000);
 }
 

@@ -8,6 +8,7 @@
 //! count and time, and every process started is killed when its scenario ends.
 #![forbid(unsafe_code)]
 
+mod challenge_join;
 mod client;
 mod costs;
 mod door;
@@ -37,6 +38,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Joins with `challenge: always` (solved beforehand) beside the same joins without it:
+    /// joins/s and anteroom's CPU per join, alternating rounds on fresh embedded instances.
+    ChallengeJoin {
+        #[arg(long, default_value_t = 6_000)]
+        n: u64,
+        #[arg(long, default_value_t = 64)]
+        conns: usize,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// N cookieless joins into a paused room from W connections → joins/s, p50, p99.
     Fill {
         #[arg(long, value_enum, default_value = "memory")]
@@ -332,6 +343,9 @@ const STRIKES_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let rows = match cli.cmd {
+        Cmd::ChallengeJoin { n, conns, rounds } => {
+            challenge_join::challenge_join(n, conns, rounds).await?
+        }
         Cmd::Fill {
             store,
             n,

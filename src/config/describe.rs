@@ -244,6 +244,27 @@ impl Config {
                     )
                 }
             );
+            if r.challenge.mode != crate::challenge::ChallengeMode::Off || r.shadow_after > 0 {
+                let _ = writeln!(
+                    o,
+                    "    door:         proof of work {}{}; shadow line {}",
+                    r.challenge.mode.as_str(),
+                    if r.challenge.mode == crate::challenge::ChallengeMode::Off {
+                        String::new()
+                    } else {
+                        format!(
+                            " at {} bits (+1 per strike), {} without JavaScript",
+                            crate::challenge::bits_for(r.challenge.difficulty, 0),
+                            dur(r.challenge.no_js_wait)
+                        )
+                    },
+                    if r.shadow_after == 0 {
+                        "off".to_string()
+                    } else {
+                        format!("at {} strikes", r.shadow_after)
+                    }
+                );
+            }
             let cap = |n: u32| {
                 if n == 0 {
                     "no cap".to_string()

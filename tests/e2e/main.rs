@@ -14,6 +14,7 @@ mod access_log;
 mod adaptive;
 mod admin;
 mod binary;
+mod challenge;
 mod chaos;
 mod classes;
 mod core;

@@ -452,3 +452,19 @@ fn challenge_and_shadow_after_parse_default_off_and_name_bad_values() {
         assert!(e.starts_with(want), "{tail:?}: {e}");
     }
 }
+
+#[test]
+fn check_describes_the_door_only_when_it_is_on() {
+    assert!(!parse(&minimal("")).unwrap().describe().contains("door:"));
+    let c = parse(&minimal(
+        "    challenge: {mode: under_load, difficulty: 1}\n    shadow_after: 10\n",
+    ))
+    .unwrap();
+    let described = c.describe();
+    assert!(
+        described.contains(
+            "door:         proof of work under_load at 18 bits (+1 per strike), 20s without JavaScript; shadow line at 10 strikes"
+        ),
+        "{described}"
+    );
+}

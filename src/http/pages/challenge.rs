@@ -241,6 +241,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_operators_template_renders_the_challenge_state() {
+        let page = crate::http::pages::WaitingPageConfig {
+            template: Some(crate::http::pages::PageFile {
+                path: "custom.html".into(),
+                text: r#"{% if state == "challenge" %}<div id="anteroom-challenge" data-challenge="{{ challenge }}" data-bits="{{ bits }}">{{ c.checking }}</div><noscript><meta http-equiv="refresh" content="{{ no_js_secs }};url={{ wait_url }}"></noscript>{% endif %}"#.into(),
+            }),
+            stylesheet: None,
+        };
+        let pages = Pages::plain().with_operator_page(&page);
+        let text = RoomText {
+            title: "",
+            message: "",
+        };
+        let html = body(pages.challenge(&view(), &text, StatusCode::OK, false, Lang::Fr)).await;
+        assert!(
+            html.starts_with(r#"<div id="anteroom-challenge" data-challenge="c1.main."#),
+            "{html}"
+        );
+        assert!(html.contains("Vérification de votre navigateur…"), "{html}");
+        assert!(
+            html.contains(r#"content="20;url=/__anteroom/challenge/wait?c=c1.main."#),
+            "{html}"
+        );
+    }
+
+    #[tokio::test]
     async fn json_clients_get_the_challenge_and_no_place() {
         let text = RoomText {
             title: "",

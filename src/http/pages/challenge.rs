@@ -113,10 +113,13 @@ impl Pages {
         }
         let t = lang.catalog();
         let c = lang.challenge();
-        let title = if text.title.is_empty() || text.title == i18n::title("", t) {
+        // The room's own title stays; the default one (in whichever language the config
+        // wrote it) becomes this page's heading.
+        let room_title = i18n::title(text.title, t);
+        let title = if room_title == t.title_default {
             c.title
         } else {
-            i18n::title(text.title, t)
+            room_title
         };
         let ctx = context! {
             state => PageState::Challenge.as_str(),
@@ -211,8 +214,10 @@ mod tests {
 
     #[tokio::test]
     async fn the_page_carries_the_element_the_script_solves_from_and_the_no_js_refresh() {
+        // The default title as a config holds it (in English): the page's own heading, in
+        // the visitor's language.
         let text = RoomText {
-            title: "",
+            title: "You're in line",
             message: "",
         };
         let r = Pages::plain().challenge(&view(), &text, StatusCode::OK, false, Lang::De);
@@ -232,6 +237,7 @@ mod tests {
             r#"content="20;url=/__anteroom/challenge/wait?c=c1.main.1733300000.17.AAECAwQFBgcICQoLDA0ODw.tag-tag-tag-tag.mac&amp;r=%2Fshop%3Fitem%3D1%26x%3D%C3%A9""#,
             r#"<script src="/__anteroom/assets/challenge.js"></script>"#,
             "in 20 Sekunden",
+            "<title>Einen Moment…</title>",
             r#"data-wait-secs="20""#,
             "data-strings=\"{&quot;progress&quot;:&quot;Ihr Browser wird geprüft… {n} %&quot;",
             r#"lang="de""#,

@@ -129,6 +129,11 @@ async function position(page: Page): Promise<number> {
   return Number(await boardDigits(page));
 }
 
+/** Waits for the tab to leave the challenge: in line (the board) or let straight in. */
+async function joined(page: Page): Promise<void> {
+  await page.waitForSelector('html.ar-js #ar-board .ar-flap, #origin-uri', { timeout: 30_000 });
+}
+
 async function stats(base: string): Promise<{ waiting: number }> {
   const r = await fetch(`${base}/__anteroom/admin/api/rooms/${ROOM}/stats`, {
     headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
@@ -444,7 +449,7 @@ for (const store of ['embedded', 'redis'] as const) {
           await v.page.screenshot({ path: path.join(ARTIFACTS, `challenge-${name}-solved.png`), fullPage: true });
         }
         answer();
-        await position(v.page);
+        await joined(v.page);
         expect(v.errors).toEqual([]);
         recordSolves(store, [v]);
         await v.page.context().close();
@@ -459,7 +464,7 @@ for (const store of ['embedded', 'redis'] as const) {
       expect(await v.page.isVisible('#anteroom-challenge-progress')).toBe(false);
       expect(await v.page.isVisible('#anteroom-challenge-status')).toBe(true);
       answer();
-      await position(v.page);
+      await joined(v.page);
       recordSolves(store, [v]);
       await v.page.context().close();
     });

@@ -302,7 +302,16 @@ impl App {
                 }
             }
             Decision::Full => self.full(room, &json),
-            Decision::Refused { retry_after, .. } => self.refused(room, retry_after, &json),
+            Decision::Refused {
+                retry_after,
+                reason,
+            } => {
+                // The join limit is a strike here as on the site's own path.
+                if reason.is_some_and(crate::queue::RefusedReason::is_strike) {
+                    self.strike(identity.client_ip, crate::abuse::StrikeReason::JoinLimit);
+                }
+                self.refused(room, retry_after, &json)
+            }
             Decision::NotOpen => self.not_open(room, &json),
             Decision::Closed => self.closed(room, &json),
             Decision::SoldOut => self.sold_out(room, &json),

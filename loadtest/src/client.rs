@@ -138,13 +138,27 @@ pub async fn load(
     cookie: Option<String>,
     collect_cookies: bool,
 ) -> anyhow::Result<Load> {
+    let headers = cookie.map(|v| ("cookie", v)).into_iter().collect();
+    load_with(addr, conns, total, limit, headers, collect_cookies).await
+}
+
+/// [`load`] with `headers` on every request (a cookie, `Accept`).
+pub async fn load_with(
+    addr: SocketAddr,
+    conns: usize,
+    total: u64,
+    limit: Duration,
+    headers: Vec<(&'static str, String)>,
+    collect_cookies: bool,
+) -> anyhow::Result<Load> {
+    let headers = Arc::new(headers);
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = started + limit;
     let mut tasks = Vec::with_capacity(conns);
     for _ in 0..conns {
         let next = next.clone();
-        let cookie = cookie.clone();
+        let headers = headers.clone();
         tasks.push(tokio::spawn(async move {
             let mut hist = histogram();
             let (mut ok, mut errors) = (0u64, 0u64);
@@ -162,10 +176,8 @@ pub async fn load(
                     }
                 }
                 let c = conn.as_mut().expect("connected above");
-                let headers: Vec<(&str, &str)> = match &cookie {
-                    Some(v) => vec![("cookie", v.as_str())],
-                    None => vec![],
-                };
+                let headers: Vec<(&str, &str)> =
+                    headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
                 let t = Instant::now();
                 match c.get("/", &headers).await {
                     Ok(reply) if reply.status.is_success() => {

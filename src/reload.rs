@@ -163,6 +163,7 @@ fn settings_patch(old: &RoomConfig, new: &RoomConfig) -> SettingsPatch {
         abandon_after: changed(old.abandon_after == new.abandon_after).then_some(new.abandon_after),
         paused: None,
         mode: changed(old.mode == new.mode).then_some(new.mode),
+        changes: config::live::changed(old, new),
     }
 }
 
@@ -186,19 +187,8 @@ fn fixed_room_changes(old: &RoomConfig, new: &RoomConfig) -> Vec<String> {
         max_sessions_per_client,
         max_places_per_client,
         session_clients,
-        title,
-        message,
         preserve_host,
-        lottery,
-        queue_status_code,
-        bypass_paths,
-        asset_paths,
-        stream_cap,
-        max_inflight,
-        inflight_wait,
-        max_waiting,
         schedule,
-        adaptive,
     );
     keys
 }

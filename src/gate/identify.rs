@@ -80,7 +80,7 @@ impl App {
             .and_then(|i| {
                 let value = crate::token::find_cookie(req.headers())?;
                 match self.cookies.verify(value, SystemTime::now()) {
-                    Ok(claim) if claim.room.as_str() == self.rooms[i].config.name => {
+                    Ok(claim) if claim.room.as_str() == self.rooms[i].name => {
                         Some(claim.visitor)
                     }
                     Ok(_) => None,

@@ -49,7 +49,7 @@ impl App {
         match (identity.room, identity.visitor) {
             (Some(room), Some(visitor)) => match self.live.budget.stream(identity.client) {
                 Ok(ticket) => self.live.subscribe(
-                    &self.rooms[room].config.name,
+                    &self.rooms[room].name,
                     visitor,
                     identity.client_ip,
                     ticket,

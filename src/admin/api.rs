@@ -422,7 +422,9 @@ fn adaptive_change() -> Schema {
                 )
                 .property("min_rate", ObjectBuilder::new().schema_type(Type::Number))
                 .required("target_latency")
-                .additional_properties(Some(utoipa::openapi::schema::AdditionalProperties::FreeForm(false))),
+                .additional_properties(Some(
+                    utoipa::openapi::schema::AdditionalProperties::FreeForm(false),
+                )),
         )
         .item(
             ObjectBuilder::new()

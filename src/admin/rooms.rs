@@ -10,14 +10,14 @@ use hyper::body::Incoming;
 use serde_json::{Value, json};
 
 use crate::admission::CachedStats;
-use crate::http::body::Body;
 use crate::config::RoomConfig;
 use crate::config::live::{LIVE_KEYS, canonical, effective, is_live_key};
+use crate::http::body::Body;
 use crate::queue::{Mode, RoomChanges, RoomSettings, SettingsPatch};
 
 use super::api::{
-    AdaptiveSetting, AdaptiveStats, ConfigPatch, ConfigResult, EtaReport, FlushResult, Inflight, PauseResult,
-    Problem, RoomList, RoomPath, RoomStats, Settings,
+    AdaptiveSetting, AdaptiveStats, ConfigPatch, ConfigResult, EtaReport, FlushResult, Inflight,
+    PauseResult, Problem, RoomList, RoomPath, RoomStats, Settings,
 };
 use super::body::{read_body, whole_number};
 use super::openapi::{
@@ -269,10 +269,12 @@ pub(super) async fn configure(
     let current = app.admission.settings(room).await?;
     // Checked here too so the error names the API's field; the store checks again
     // atomically, so a refusal there changes nothing either.
-    current.patched(&patch).map_err(|e| match AdminError::from(e) {
-        AdminError::BadRequest(e) => refused(e),
-        other => other,
-    })?;
+    current
+        .patched(&patch)
+        .map_err(|e| match AdminError::from(e) {
+            AdminError::BadRequest(e) => refused(e),
+            other => other,
+        })?;
     // The other settings by the file's own rules, over the changes already live; each
     // is kept in its canonical form.
     let live = effective(file, &current.changes.merged(&patch.changes))

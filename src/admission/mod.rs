@@ -6,10 +6,10 @@
 //! per-replica side (`adaptive`) and the store's health (`health`).
 
 mod adaptive;
+mod changes;
 mod health;
 mod modes;
 mod sessions;
-mod changes;
 mod stats_cache;
 
 pub use adaptive::RateView;
@@ -17,8 +17,8 @@ pub use health::StoreHealth;
 pub use sessions::{SESSION_CONFIRM_WINDOW, SESSION_FLUSH};
 
 use adaptive::AdaptiveRooms;
-use sessions::SessionCache;
 pub use changes::{Applied, ChangesListener};
+use sessions::SessionCache;
 pub use stats_cache::CachedStats;
 use stats_cache::{LedgerView, StatsCache, eta_at};
 

@@ -137,7 +137,11 @@ fn raw_of(room: &RoomConfig) -> RawRoom {
     let v = |text: String| Some(V::new(text, Src::Generated));
     let d = |d| v(humantime::format_duration(d).to_string());
     let t = |t: Option<SystemTime>| t.and_then(|t| v(humantime::format_rfc3339(t).to_string()));
-    let list = |l: &[String]| l.iter().map(|s| V::new(s.clone(), Src::Generated)).collect();
+    let list = |l: &[String]| {
+        l.iter()
+            .map(|s| V::new(s.clone(), Src::Generated))
+            .collect()
+    };
     RawRoom {
         name: V::new(room.name.clone(), Src::Generated),
         match_host: room.match_host.clone().and_then(v),
@@ -346,10 +350,13 @@ mod tests {
         assert_eq!(a.target_latency, Duration::from_millis(500));
         assert_eq!(a.min_rate, 2.0);
         assert!(
-            effective(&room("    adaptive: {target_latency: 1s}\n"), &changes(json!({"adaptive": false})))
-                .unwrap()
-                .adaptive
-                .is_none()
+            effective(
+                &room("    adaptive: {target_latency: 1s}\n"),
+                &changes(json!({"adaptive": false}))
+            )
+            .unwrap()
+            .adaptive
+            .is_none()
         );
     }
 
@@ -363,7 +370,10 @@ mod tests {
             (json!({"max_waiting": -1}), "max_waiting"),
             (json!({"title": 5}), "title"),
             (json!({"lottery": "maybe"}), "lottery"),
-            (json!({"adaptive": {"target_latency": "1s", "min_rate": -1}}), "adaptive.min_rate"),
+            (
+                json!({"adaptive": {"target_latency": "1s", "min_rate": -1}}),
+                "adaptive.min_rate",
+            ),
             (json!({"adaptive": {"speed": 1}}), "adaptive.speed"),
             (json!({"origin": "http://x"}), "origin"),
         ] {

@@ -297,9 +297,9 @@ impl App {
                 Err(refused) => return self.stream_refused(refused, identity),
             }
         };
-        let Some(slot) = room
-            .streams
-            .open(visitor, identity.client_ip, room.live().config.stream_cap)
+        let Some(slot) =
+            room.streams
+                .open(visitor, identity.client_ip, room.live().config.stream_cap)
         else {
             return busy();
         };
@@ -311,9 +311,7 @@ impl App {
         let proxied = self.proxy(room, req, identity, admitted, Some(held));
         let mut response = self.metrics.time_proxy(&room.name, proxied).await;
         if new_cookie {
-            let value = self
-                .cookies
-                .issue(visitor, &room.name, SystemTime::now());
+            let value = self.cookies.issue(visitor, &room.name, SystemTime::now());
             response.headers_mut().append(
                 header::SET_COOKIE,
                 crate::token::set_cookie(&value, self.secure_cookies),
@@ -420,7 +418,8 @@ impl App {
         let Some(cached) = self.admission.cached_stats(&room.name) else {
             return false;
         };
-        let phase = RoomPolicy::of(&room.live().config).phase_at(crate::queue::unix_ms(SystemTime::now()));
+        let phase =
+            RoomPolicy::of(&room.live().config).phase_at(crate::queue::unix_ms(SystemTime::now()));
         cached.stats.waiting == 0 && !cached.stats.settings.paused && phase == Phase::Queueing
     }
 
@@ -439,11 +438,7 @@ impl App {
             if visitors.is_empty() {
                 continue;
             }
-            match self
-                .admission
-                .touch_sessions(&room.name, &visitors)
-                .await
-            {
+            match self.admission.touch_sessions(&room.name, &visitors).await {
                 Ok(on_site) => {
                     for (&visitor, on_site) in visitors.iter().zip(on_site) {
                         if !on_site {

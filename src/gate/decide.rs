@@ -175,9 +175,7 @@ impl App {
         let refused = matches!(decision, Decision::Refused { .. } | Decision::Full);
         if (new_cookie && !refused) || matches!(decision, Decision::Waiting(_)) {
             // Re-issued on every waiting page so the cookie's age slides while they wait.
-            let value = self
-                .cookies
-                .issue(visitor, &room.name, SystemTime::now());
+            let value = self.cookies.issue(visitor, &room.name, SystemTime::now());
             response.headers_mut().append(
                 header::SET_COOKIE,
                 token::set_cookie(&value, self.secure_cookies),

@@ -9,12 +9,12 @@ use hyper::body::Incoming;
 
 use super::error::{GateError, Kind};
 use super::identify::Identity;
+use super::live::LiveRoom;
 use super::{App, Room};
 use crate::admission::Eta;
 use crate::fairness::admission_token::{END_SESSION_HEADER, ends_session};
 use crate::http::body::Body;
 use crate::http::i18n;
-use super::live::LiveRoom;
 use crate::http::pages::{Phase, RoomText, VisitorStatus, WaitingView};
 use crate::proxy::ForwardContext;
 use crate::queue::{Place, RoomPolicy, VisitorId};
@@ -277,8 +277,12 @@ impl App {
             view.waiting = 0;
             return self.placeless_json(room, &view, kind.status(), identity);
         }
-        self.pages
-            .sold_out(identity.lang, kind.status(), &room.live().config.message, false)
+        self.pages.sold_out(
+            identity.lang,
+            kind.status(),
+            &room.live().config.message,
+            false,
+        )
     }
 
     /// The store did not answer and the room does not fail open: hold the visitor.

@@ -78,10 +78,7 @@ impl RoomChanges {
                 .and_then(Value::as_u64)
                 .unwrap_or(file.max_waiting),
             max_places_per_client: count("max_places_per_client", file.max_places_per_client),
-            max_sessions_per_client: count(
-                "max_sessions_per_client",
-                file.max_sessions_per_client,
-            ),
+            max_sessions_per_client: count("max_sessions_per_client", file.max_sessions_per_client),
             session_clients: count("session_clients", file.session_clients),
             ..file.clone()
         }

@@ -1689,16 +1689,25 @@ pub async fn live_policy_changes_apply_at_once_and_outlast_a_reopen<H: Harness>(
         Resolution::Waiting { .. }
     ));
     store
-        .update_settings(ROOM, &change(serde_json::json!({"max_places_per_client": 1})))
+        .update_settings(
+            ROOM,
+            &change(serde_json::json!({"max_places_per_client": 1})),
+        )
         .await
         .unwrap();
     let client = ClientKey::from(std::net::Ipv4Addr::new(203, 0, 113, 9));
     assert!(matches!(
-        store.resolve(ROOM, VisitorId::random(), client).await.unwrap(),
+        store
+            .resolve(ROOM, VisitorId::random(), client)
+            .await
+            .unwrap(),
         Resolution::Waiting { .. }
     ));
     assert!(matches!(
-        store.resolve(ROOM, VisitorId::random(), client).await.unwrap(),
+        store
+            .resolve(ROOM, VisitorId::random(), client)
+            .await
+            .unwrap(),
         Resolution::Refused {
             reason: RefusedReason::PlacesPerClient,
             ..
@@ -1711,7 +1720,10 @@ pub async fn live_policy_changes_apply_at_once_and_outlast_a_reopen<H: Harness>(
     );
     assert!(store.stats(ROOM).await.unwrap().settings.changes.is_empty());
     assert!(matches!(
-        store.resolve(ROOM, VisitorId::random(), client).await.unwrap(),
+        store
+            .resolve(ROOM, VisitorId::random(), client)
+            .await
+            .unwrap(),
         Resolution::Waiting { .. }
     ));
 }

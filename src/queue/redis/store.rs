@@ -516,9 +516,7 @@ impl QueueStore for RedisStore {
             Some(match name {
                 "lottery" => ("lottery", if policy.lottery { "1" } else { "0" }.to_owned()),
                 "max_waiting" => ("max_waiting", policy.max_waiting.to_string()),
-                "max_places_per_client" => {
-                    ("max_places", policy.max_places_per_client.to_string())
-                }
+                "max_places_per_client" => ("max_places", policy.max_places_per_client.to_string()),
                 "max_sessions_per_client" => {
                     ("max_sessions", policy.max_sessions_per_client.to_string())
                 }

@@ -234,9 +234,6 @@ fn fixed_room_changes(old: &RoomConfig, new: &RoomConfig) -> Vec<String> {
         origin,
         join_limit_per_ip,
         join_limit_window,
-        max_sessions_per_client,
-        max_places_per_client,
-        session_clients,
         preserve_host,
         schedule,
     );
@@ -440,7 +437,7 @@ mod tests {
         let old = config("", "    title: Old\n");
         let new = config(
             "",
-            "    title: New\n    bypass_paths: [/health]\n    adaptive: {target_latency: 1s}\n",
+            "    title: New\n    bypass_paths: [/health]\n    adaptive: {target_latency: 1s}\n    session_clients: 9\n",
         );
         let plan = plan(&old, &new).unwrap();
         let (_, patch) = &plan.settings[0];
@@ -450,6 +447,7 @@ mod tests {
                 "title": "New",
                 "bypass_paths": ["/health"],
                 "adaptive": {"target_latency": "1s", "max_error_ratio": 0.05, "min_rate": 1.0},
+                "session_clients": 9,
             })
         );
         assert_eq!(patch.rate, None);

@@ -9,10 +9,12 @@
 //!   keys, a room's origin, …) refuses the whole reload: one log line names every such
 //!   key, and nothing changes, not even what could have applied.
 //! - Otherwise what changed is applied: the admin tokens (`admin_token`, `admin_tokens`,
-//!   `metrics_token`) at once, and each room's runtime settings (`rate`, `max_active`,
-//!   `session_ttl`, `abandon_after`) that changed in the file are written to the store,
-//!   as the admin API's `PUT …/config` would. A setting the file did not change keeps its
-//!   live value, so a rate set through the API survives a reload of an unrelated change.
+//!   `metrics_token`) at once, and each room's settings that changed in the file (the
+//!   runtime ones, `rate`, `max_active`, `session_ttl`, `abandon_after`, `mode`, and every
+//!   other live one of [`crate::config::live::LIVE_KEYS`]) are written to the store, as
+//!   the admin API's `PUT …/config` would, and audited as a `reload`. A setting the file
+//!   did not change keeps its live value, so a rate set through the API survives a reload
+//!   of an unrelated change.
 //!
 //! [`plan`] is the comparison alone (no I/O), [`Reloader`] the rereading and applying.
 
@@ -163,6 +165,55 @@ fn settings_patch(old: &RoomConfig, new: &RoomConfig) -> SettingsPatch {
         abandon_after: changed(old.abandon_after == new.abandon_after).then_some(new.abandon_after),
         paused: None,
         mode: changed(old.mode == new.mode).then_some(new.mode),
+        changes: config::live::changed(old, new),
+    }
+}
+
+/// The audit line of a room's settings changed by a reload: the file's old and new value
+/// of each, under the file's names; no caller (the process itself) and no token.
+async fn audit_reload(
+    app: &App,
+    room: &str,
+    patch: &SettingsPatch,
+    old: &RoomConfig,
+    new: &RoomConfig,
+) {
+    let values = |r: &RoomConfig| {
+        let mut map = serde_json::Map::new();
+        let mut put = |key: &str, value: serde_json::Value| {
+            map.insert(key.to_owned(), value);
+        };
+        if patch.rate.is_some() {
+            put("rate", r.rate.into());
+        }
+        if patch.max_active.is_some() {
+            put("max_active", r.max_active.into());
+        }
+        if patch.session_ttl.is_some() {
+            put("session_ttl_secs", r.session_ttl.as_secs_f64().into());
+        }
+        if patch.abandon_after.is_some() {
+            put("abandon_after_secs", r.abandon_after.as_secs_f64().into());
+        }
+        if patch.mode.is_some() {
+            put("mode", r.mode.as_str().into());
+        }
+        for key in patch.changes.0.keys() {
+            put(key, config::live::canonical(r, key));
+        }
+        serde_json::Value::Object(map)
+    };
+    let nobody = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+    let entry = crate::audit::AuditEntry::now(
+        room,
+        "reload",
+        values(old),
+        values(new),
+        nobody.ip(),
+        nobody,
+    );
+    if let Err(e) = app.admin_state().audit_log().append(&entry).await {
+        tracing::warn!(room, error = %e, "the reload's audit line was not written");
     }
 }
 
@@ -183,24 +234,8 @@ fn fixed_room_changes(old: &RoomConfig, new: &RoomConfig) -> Vec<String> {
         origin,
         join_limit_per_ip,
         join_limit_window,
-        max_sessions_per_client,
-        max_places_per_client,
-        session_clients,
-        title,
-        message,
         preserve_host,
-        lottery,
-        queue_status_code,
-        bypass_paths,
-        asset_paths,
-        stream_cap,
-        max_inflight,
-        inflight_wait,
-        max_waiting,
         schedule,
-        adaptive,
-        challenge,
-        shadow_after,
     );
     keys
 }
@@ -235,6 +270,8 @@ impl Reloader {
                         max_active = ?patch.max_active,
                         session_ttl = ?patch.session_ttl,
                         abandon_after = ?patch.abandon_after,
+                        mode = ?patch.mode,
+                        changes = %serde_json::to_string(&patch.changes).unwrap_or_default(),
                         "config reloaded: the room's changed settings are live"
                     );
                 }
@@ -270,6 +307,9 @@ impl Reloader {
                     room: room.clone(),
                     source,
                 })?;
+            if let (Some(old), Some(new)) = (current.room(room), loaded.room(room)) {
+                audit_reload(app, room, patch, old, new).await;
+            }
         }
         *current = loaded;
         Ok(plan)
@@ -390,6 +430,27 @@ mod tests {
         assert_eq!(patch.rate, Some(9.0));
         assert_eq!(patch.session_ttl, None);
         assert!(!plan.tokens);
+    }
+
+    #[test]
+    fn a_changed_live_setting_is_a_change_of_the_store_and_needs_no_restart() {
+        let old = config("", "    title: Old\n");
+        let new = config(
+            "",
+            "    title: New\n    bypass_paths: [/health]\n    adaptive: {target_latency: 1s}\n    session_clients: 9\n",
+        );
+        let plan = plan(&old, &new).unwrap();
+        let (_, patch) = &plan.settings[0];
+        assert_eq!(
+            serde_json::to_value(&patch.changes).unwrap(),
+            serde_json::json!({
+                "title": "New",
+                "bypass_paths": ["/health"],
+                "adaptive": {"target_latency": "1s", "max_error_ratio": 0.05, "min_rate": 1.0},
+                "session_clients": 9,
+            })
+        );
+        assert_eq!(patch.rate, None);
     }
 
     #[test]

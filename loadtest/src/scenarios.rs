@@ -924,6 +924,7 @@ fn room_seed() -> RoomSettings {
         abandon_after: Duration::from_secs(36_000),
         paused: true,
         mode: anteroom::queue::Mode::Queue,
+        changes: Default::default(),
     }
 }
 

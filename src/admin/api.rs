@@ -358,6 +358,176 @@ pub struct ConfigPatch {
     /// The room's mode: queue, passthrough or sold_out.
     #[schema(schema_with = mode)]
     pub mode: Option<String>,
+    /// `session_ttl` as the file writes it (`"5m"`); instead of `session_ttl_secs`.
+    #[schema(nullable = false)]
+    pub session_ttl: Option<String>,
+    /// `abandon_after` as the file writes it (`"60s"`); instead of `abandon_after_secs`.
+    #[schema(nullable = false)]
+    pub abandon_after: Option<String>,
+    /// The waiting page's heading. Each setting from here on may be `null`: the file's
+    /// value holds again.
+    pub title: Option<String>,
+    /// The operator's note on the pages.
+    pub message: Option<String>,
+    /// The status of the waiting page and JSON: 200, 202, 429 or 503.
+    #[schema(schema_with = status_code_change)]
+    pub queue_status_code: Option<u16>,
+    /// Path globs proxied straight through (no queue, no cookie).
+    pub bypass_paths: Option<Vec<String>>,
+    /// Path globs of assets (never the line, never the page).
+    pub asset_paths: Option<Vec<String>>,
+    /// Streams to the origin open at once in the room; 0: no cap.
+    #[schema(minimum = 0)]
+    pub stream_cap: Option<u64>,
+    /// Requests at the origin at once on each replica; 0: no cap.
+    #[schema(minimum = 0)]
+    pub max_inflight: Option<u64>,
+    /// How long a request waits for an in-flight slot, as the file writes it (`"5s"`).
+    pub inflight_wait: Option<String>,
+    /// `inflight_wait` in seconds.
+    #[schema(minimum = 0, maximum = 31_536_000)]
+    pub inflight_wait_secs: Option<f64>,
+    /// The queue breaker: at most this many in line; 0: no limit.
+    #[schema(minimum = 0)]
+    pub max_waiting: Option<u64>,
+    /// Places in line at once from one client; 0: no cap.
+    #[schema(minimum = 0, maximum = 4_294_967_295_u64)]
+    pub max_places_per_client: Option<u64>,
+    /// Sessions on the site at once from one client; 0: no cap.
+    #[schema(minimum = 0, maximum = 4_294_967_295_u64)]
+    pub max_sessions_per_client: Option<u64>,
+    /// Distinct clients one admitted session may be used from; 0: no cap.
+    #[schema(minimum = 0, maximum = 4_294_967_295_u64)]
+    pub session_clients: Option<u64>,
+    /// Whoever is collected before `admits_at` is placed by lot.
+    pub lottery: Option<bool>,
+    /// Closed-loop admission: `{"target_latency": "800ms", "max_error_ratio": 0.05,
+    /// "min_rate": 1}`, or `false` for off.
+    #[schema(schema_with = adaptive_change)]
+    pub adaptive: Option<serde_json::Value>,
+    /// The proof of work at the door: any of `{"mode": "off"|"under_load"|"always",
+    /// "difficulty": 0, "no_js_wait": "20s"}`; the keys not given keep their value.
+    #[schema(schema_with = challenge_change)]
+    pub challenge: Option<serde_json::Value>,
+    /// Strikes within `abuse.window` that park a client in the shadow line; 0: off.
+    #[schema(minimum = 0, maximum = 4_294_967_295_u64)]
+    pub shadow_after: Option<u64>,
+}
+
+fn challenge_change() -> Schema {
+    use utoipa::openapi::schema::{OneOfBuilder, SchemaType};
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .property(
+                    "mode",
+                    ObjectBuilder::new().schema_type(Type::String).enum_values(Some([
+                        "off",
+                        "under_load",
+                        "always",
+                    ])),
+                )
+                .property(
+                    "difficulty",
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(0))
+                        .maximum(Some(i32::from(crate::challenge::MAX_DIFFICULTY))),
+                )
+                .property("no_js_wait", ObjectBuilder::new().schema_type(Type::String))
+                .additional_properties(Some(
+                    utoipa::openapi::schema::AdditionalProperties::FreeForm(false),
+                )),
+        )
+        .item(ObjectBuilder::new().schema_type(SchemaType::Type(Type::Null)))
+        .description(Some(
+            "The proof of work at the door: any of mode, difficulty and no_js_wait (the \
+             others keep their value), or null for the file's.",
+        ))
+        .into()
+}
+
+fn status_code_change() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::SchemaType::from_iter([
+            Type::Integer,
+            Type::Null,
+        ]))
+        .enum_values(Some([
+            serde_json::json!(200),
+            serde_json::json!(202),
+            serde_json::json!(429),
+            serde_json::json!(503),
+            serde_json::Value::Null,
+        ]))
+        .description(Some(
+            "The status of the waiting page and JSON: 200, 202, 429 or 503; null for the file's.",
+        ))
+        .into()
+}
+
+fn adaptive_change() -> Schema {
+    use utoipa::openapi::schema::{OneOfBuilder, SchemaType};
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .property(
+                    "target_latency",
+                    ObjectBuilder::new().schema_type(Type::String),
+                )
+                .property(
+                    "max_error_ratio",
+                    ObjectBuilder::new().schema_type(Type::Number),
+                )
+                .property("min_rate", ObjectBuilder::new().schema_type(Type::Number))
+                .required("target_latency")
+                .additional_properties(Some(
+                    utoipa::openapi::schema::AdditionalProperties::FreeForm(false),
+                )),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Boolean)
+                .enum_values(Some([false])),
+        )
+        .item(ObjectBuilder::new().schema_type(SchemaType::Type(Type::Null)))
+        .description(Some(
+            "Closed-loop admission: an object with target_latency (and optionally \
+             max_error_ratio, min_rate), false for off, or null for the file's.",
+        ))
+        .into()
+}
+
+/// Closed-loop admission's setting as a room runs with it.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct AdaptiveSetting {
+    /// The origin's p95 time to response headers above which the rate is lowered.
+    pub target_latency: String,
+    /// A share of 5xx responses above which the rate is lowered.
+    pub max_error_ratio: f64,
+    /// The rate is never lowered below this.
+    pub min_rate: f64,
+}
+
+/// The proof of work at the door as a room runs with it.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ChallengeSetting {
+    /// When newcomers are asked: off, under_load or always.
+    #[schema(schema_with = challenge_mode)]
+    pub mode: &'static str,
+    /// Extra bits of work on top of the default (each doubles it).
+    pub difficulty: u8,
+    /// The no-JavaScript time lock (`"20s"`).
+    pub no_js_wait: String,
+}
+
+fn challenge_mode() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["off", "under_load", "always"]))
+        .into()
 }
 
 /// A room's runtime settings.
@@ -376,6 +546,41 @@ pub struct Settings {
     /// The room's mode: queue, passthrough or sold_out.
     #[schema(schema_with = mode)]
     pub mode: &'static str,
+    /// The waiting page's heading.
+    pub title: String,
+    /// The operator's note on the pages.
+    pub message: String,
+    /// The status of the waiting page and JSON.
+    pub queue_status_code: u16,
+    /// Path globs proxied straight through.
+    pub bypass_paths: Vec<String>,
+    /// Path globs of assets.
+    pub asset_paths: Vec<String>,
+    /// Streams to the origin open at once; 0: no cap.
+    pub stream_cap: u64,
+    /// Requests at the origin at once on each replica; 0: no cap.
+    pub max_inflight: u64,
+    /// How long a request waits for an in-flight slot (`"5s"`).
+    pub inflight_wait: String,
+    /// The queue breaker; 0: no limit.
+    pub max_waiting: u64,
+    /// Places in line at once from one client; 0: no cap.
+    pub max_places_per_client: u32,
+    /// Sessions on the site at once from one client; 0: no cap.
+    pub max_sessions_per_client: u32,
+    /// Distinct clients one admitted session may be used from; 0: no cap.
+    pub session_clients: u32,
+    /// Whether the draw before `admits_at` is by lot.
+    pub lottery: bool,
+    /// Closed-loop admission; `null`: off.
+    pub adaptive: Option<AdaptiveSetting>,
+    /// The proof of work at the door.
+    pub challenge: ChallengeSetting,
+    /// Strikes within `abuse.window` that park a client in the shadow line; 0: off.
+    pub shadow_after: u32,
+    /// The settings an operator changed from the file's (by the file's names), kept in the
+    /// store; the others are the file's.
+    pub changed: Vec<String>,
 }
 
 /// Whether a change reached the audit log. A failed write does not undo the change.

@@ -121,6 +121,11 @@ pub struct Admin {
 }
 
 impl Admin {
+    /// The audit log admin changes (and reloads of the file) are written to.
+    pub fn audit_log(&self) -> &AuditLog {
+        &self.audit
+    }
+
     /// The admin of `config`, striking wrong tokens in `abuse`.
     pub fn new(config: &Config, abuse: Arc<AbuseRegistry>) -> Admin {
         Admin {
@@ -159,6 +164,9 @@ pub struct AdminContext<'a> {
     pub live: &'a LiveHub,
     /// The configured rooms, in config order.
     pub rooms: &'a [String],
+    /// Each room as the file gave it at start, in the order of `rooms`: what the
+    /// operator's changes apply over.
+    pub files: &'a [crate::config::RoomConfig],
     /// Each room's origin protections on this replica, in the order of `rooms` (read when
     /// the context is made: the tile's in-flight count is live, not from the stats cache).
     pub limits: Vec<RoomLimits>,
@@ -186,6 +194,11 @@ pub struct InflightNow {
 
 impl AdminContext<'_> {
     /// `room`'s limits (none for a room not configured).
+    /// `room` as the file gave it, if it is configured.
+    fn file_of(&self, room: &str) -> Option<&crate::config::RoomConfig> {
+        self.files.iter().find(|r| r.name == room)
+    }
+
     fn limits_of(&self, room: &str) -> RoomLimits {
         self.rooms
             .iter()
@@ -289,6 +302,7 @@ async fn dispatch(
         (Op::Rooms, _) => Ok(rooms::rooms(app)),
         (Op::RoomStats, Some(room)) => rooms::stats(app, room),
         (Op::RoomConfig, Some(room)) => rooms::configure(app, req, room, &who).await,
+        (Op::RoomSettings, Some(room)) => rooms::config(app, room).await,
         (Op::Pause, Some(room)) => rooms::pause(app, room, &who).await,
         (Op::Resume, Some(room)) => rooms::resume(app, room, &who).await,
         (Op::Flush, Some(room)) => rooms::flush(app, room, &who).await,

@@ -94,6 +94,7 @@ fn unwrap_descriptions(value: &mut Value) {
         status::metrics,
         rooms::rooms,
         rooms::stats,
+        rooms::config,
         rooms::configure,
         rooms::pause,
         rooms::resume,

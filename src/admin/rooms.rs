@@ -10,12 +10,14 @@ use hyper::body::Incoming;
 use serde_json::{Value, json};
 
 use crate::admission::CachedStats;
+use crate::config::RoomConfig;
+use crate::config::live::{LIVE_KEYS, canonical, effective, is_live_key};
 use crate::http::body::Body;
-use crate::queue::{Mode, RoomSettings, SettingsPatch};
+use crate::queue::{Mode, RoomChanges, RoomSettings, SettingsPatch};
 
 use super::api::{
-    AdaptiveStats, ConfigPatch, ConfigResult, EtaReport, FlushResult, Inflight, PauseResult,
-    Problem, RoomList, RoomPath, RoomStats, Settings,
+    AdaptiveSetting, ChallengeSetting, AdaptiveStats, ConfigPatch, ConfigResult, EtaReport, FlushResult, Inflight,
+    PauseResult, Problem, RoomList, RoomPath, RoomStats, Settings,
 };
 use super::body::{read_body, whole_number};
 use super::openapi::{
@@ -26,14 +28,35 @@ use super::problem::ok;
 use super::record::audit;
 use super::{AdminContext, AdminError, Caller, FieldError, RoomLimits};
 
-/// The fields `PUT …/config` accepts.
-pub const CONFIG_FIELDS: [&str; 5] = [
+/// The runtime fields `PUT …/config` accepts besides the live settings of
+/// [`crate::config::live::LIVE_KEYS`] (and `inflight_wait_secs`).
+pub const CONFIG_FIELDS: [&str; 7] = [
     "rate",
     "max_active",
     "session_ttl_secs",
     "abandon_after_secs",
+    "session_ttl",
+    "abandon_after",
     "mode",
 ];
+
+/// Every field `PUT …/config` accepts, for its error messages.
+fn all_fields() -> String {
+    let mut names: Vec<&str> = CONFIG_FIELDS.to_vec();
+    names.extend(LIVE_KEYS);
+    names.push("inflight_wait_secs");
+    names.join(", ")
+}
+
+/// Whether an error about `field` is about a value the API cannot serve (422) rather than
+/// a malformed request (400): the mode and every setting kept beside the runtime ones.
+fn unprocessable(field: &str) -> bool {
+    let base = field.split(['[', '.']).next().unwrap_or(field);
+    matches!(
+        base,
+        "mode" | "session_ttl" | "abandon_after" | "inflight_wait_secs"
+    ) || is_live_key(base)
+}
 
 /// Every room with its counters
 ///
@@ -142,7 +165,10 @@ fn room_view(room: &str, cached: Option<CachedStats>, limits: RoomLimits) -> Roo
     }
 }
 
-fn settings_view(s: &RoomSettings) -> Settings {
+/// The settings as they run: the store's runtime ones, and `file`'s with the operator's
+/// changes.
+fn settings_view(s: &RoomSettings, file: &RoomConfig) -> Settings {
+    let live = effective(file, &s.changes).unwrap_or_else(|_| file.clone());
     Settings {
         rate: s.rate,
         max_active: s.max_active,
@@ -150,10 +176,62 @@ fn settings_view(s: &RoomSettings) -> Settings {
         abandon_after_secs: s.abandon_after.as_secs_f64(),
         paused: s.paused,
         mode: s.mode.as_str(),
+        inflight_wait: humantime::format_duration(live.inflight_wait).to_string(),
+        adaptive: live.adaptive.as_ref().map(|a| AdaptiveSetting {
+            target_latency: humantime::format_duration(a.target_latency).to_string(),
+            max_error_ratio: a.max_error_ratio,
+            min_rate: a.min_rate,
+        }),
+        changed: s.changes.0.keys().cloned().collect(),
+        title: live.title,
+        message: live.message,
+        queue_status_code: live.queue_status_code,
+        bypass_paths: live.bypass_paths,
+        asset_paths: live.asset_paths,
+        stream_cap: live.stream_cap,
+        max_inflight: live.max_inflight,
+        max_waiting: live.max_waiting,
+        max_places_per_client: live.max_places_per_client,
+        max_sessions_per_client: live.max_sessions_per_client,
+        session_clients: live.session_clients,
+        lottery: live.lottery,
+        challenge: ChallengeSetting {
+            mode: live.challenge.mode.as_str(),
+            difficulty: live.challenge.difficulty,
+            no_js_wait: humantime::format_duration(live.challenge.no_js_wait).to_string(),
+        },
+        shadow_after: live.shadow_after,
     }
 }
 
-/// Change rate, max_active, session_ttl_secs, abandon_after_secs, mode (any subset)
+/// A room's settings as they run now (read from the store)
+#[utoipa::path(
+    get,
+    path = "/__anteroom/admin/api/rooms/{room}/config",
+    operation_id = "roomConfig",
+    params(RoomPath),
+    responses(
+        (status = 200, description = "The settings in force", body = Settings),
+        (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
+        (status = 404, response = UnknownRoom),
+        (status = 405, response = MethodNotAllowed),
+        (status = 429, response = TooManyRequests),
+        (status = 503, response = StoreUnavailable),
+    )
+)]
+pub(super) async fn config(
+    app: &AdminContext<'_>,
+    room: &str,
+) -> Result<Response<Body>, AdminError> {
+    let file = app
+        .file_of(room)
+        .ok_or_else(|| AdminError::UnknownRoom(room.to_owned()))?;
+    let current = app.admission.settings(room).await?;
+    Ok(ok(&settings_view(&current, file)))
+}
+
+/// Change any of a room's settings (any subset), under the file's names
 #[utoipa::path(
     put,
     path = "/__anteroom/admin/api/rooms/{room}/config",
@@ -170,7 +248,7 @@ fn settings_view(s: &RoomSettings) -> Settings {
         (status = 405, response = MethodNotAllowed),
         (status = 408, response = BodyTooSlow),
         (status = 413, response = BodyTooLarge),
-        (status = 422, description = "A mode that is not one of queue, passthrough, sold_out; `field` is mode and nothing was changed",
+        (status = 422, description = "A value the room cannot run with: a mode that is not one of queue, passthrough, sold_out, or any other setting that the file would refuse (a status code, a glob, a duration, a share, adaptive); `field` names it (`bypass_paths[1]`, `adaptive.min_rate`) and nothing was changed",
             body = Problem, content_type = "application/problem+json"),
         (status = 429, response = TooManyRequests),
         (status = 503, response = StoreUnavailable),
@@ -183,17 +261,37 @@ pub(super) async fn configure(
     who: &Caller,
 ) -> Result<Response<Body>, AdminError> {
     let body = read_body(req, app.admin.body_timeout).await?;
-    // A mode that names none is a value the API cannot serve (422); the rest is 400.
-    let patch = parse_patch(&body).map_err(|e| match e.field.as_str() {
-        "mode" => AdminError::Unprocessable(e),
-        _ => AdminError::BadRequest(e),
-    })?;
+    let refused = |e: FieldError| {
+        if unprocessable(&e.field) {
+            AdminError::Unprocessable(e)
+        } else {
+            AdminError::BadRequest(e)
+        }
+    };
+    let mut patch = parse_patch(&body).map_err(refused)?;
+    let file = app
+        .file_of(room)
+        .ok_or_else(|| AdminError::UnknownRoom(room.to_owned()))?;
     let current = app.admission.settings(room).await?;
     // Checked here too so the error names the API's field; the store checks again
     // atomically, so a refusal there changes nothing either.
-    current.patched(&patch)?;
+    current
+        .patched(&patch)
+        .map_err(|e| match AdminError::from(e) {
+            AdminError::BadRequest(e) => refused(e),
+            other => other,
+        })?;
+    // The other settings by the file's own rules, over the changes already live; each
+    // is kept in its canonical form.
+    let live = effective(file, &current.changes.merged(&patch.changes))
+        .map_err(|e| AdminError::Unprocessable(FieldError::new(&e.field, e.reason)))?;
+    for (key, value) in patch.changes.0.iter_mut() {
+        if !value.is_null() {
+            *value = canonical(&live, key);
+        }
+    }
     let new = app.admission.update_settings(room, &patch).await?;
-    let (old_view, new_view) = (settings_view(&current), settings_view(&new));
+    let (old_view, new_view) = (settings_view(&current, file), settings_view(&new, file));
     let (old_named, new_named) = (named(&patch, &old_view), named(&patch, &new_view));
     tracing::info!(room, caller = %who.ip, old = %old_named, new = %new_named, "admin: settings changed");
     let audit = audit(app, room, "config", old_named, new_named, who).await;
@@ -211,7 +309,12 @@ fn named(patch: &SettingsPatch, view: &Settings) -> Value {
     CONFIG_FIELDS
         .iter()
         .filter(|f| patch_names(patch, f))
-        .map(|f| ((*f).to_owned(), view[*f].clone()))
+        .map(|f| (*f).to_owned())
+        .chain(patch.changes.0.keys().cloned())
+        .map(|f| {
+            let value = view[f.as_str()].clone();
+            (f, value)
+        })
         .collect::<serde_json::Map<_, _>>()
         .into()
 }
@@ -361,18 +464,26 @@ pub fn parse_patch(body: &[u8]) -> Result<SettingsPatch, FieldError> {
     if object.is_empty() {
         return fail(
             "body",
-            format!(
-                "names no setting; expected any of {}",
-                CONFIG_FIELDS.join(", ")
-            ),
+            format!("names no setting; expected any of {}", all_fields()),
         );
     }
+    let text_duration = |field: &str, v: &Value| -> Result<Duration, FieldError> {
+        v.as_str()
+            .and_then(|t| humantime::parse_duration(t.trim()).ok())
+            .ok_or_else(|| {
+                FieldError::new(
+                    field,
+                    format!("must be a duration like 250ms, 60s or 5m (got {v})"),
+                )
+            })
+    };
     let seconds = |field: &str, v: &Value| -> Result<Duration, FieldError> {
         let secs = v.as_f64().filter(|s| s.is_finite() && *s >= 0.0);
         secs.and_then(|s| Duration::try_from_secs_f64(s).ok())
             .ok_or_else(|| FieldError::new(field, format!("must be a number of seconds (got {v})")))
     };
     let mut patch = SettingsPatch::default();
+    let mut changes = std::collections::BTreeMap::new();
     for (key, v) in object {
         match key.as_str() {
             "rate" => match v.as_f64() {
@@ -390,6 +501,18 @@ pub fn parse_patch(body: &[u8]) -> Result<SettingsPatch, FieldError> {
             },
             "session_ttl_secs" => patch.session_ttl = Some(seconds(key, v)?),
             "abandon_after_secs" => patch.abandon_after = Some(seconds(key, v)?),
+            "session_ttl" => patch.session_ttl = Some(text_duration(key, v)?),
+            "abandon_after" => patch.abandon_after = Some(text_duration(key, v)?),
+            "inflight_wait_secs" => {
+                let wait = seconds(key, v)?;
+                changes.insert(
+                    "inflight_wait".to_owned(),
+                    Value::String(humantime::format_duration(wait).to_string()),
+                );
+            }
+            live if is_live_key(live) => {
+                changes.insert(live.to_owned(), v.clone());
+            }
             "mode" => match v.as_str().and_then(Mode::parse) {
                 Some(mode) => patch.mode = Some(mode),
                 None => {
@@ -402,13 +525,11 @@ pub fn parse_patch(body: &[u8]) -> Result<SettingsPatch, FieldError> {
             other => {
                 return fail(
                     other,
-                    format!(
-                        "is not a setting; expected any of {}",
-                        CONFIG_FIELDS.join(", ")
-                    ),
+                    format!("is not a setting; expected any of {}", all_fields()),
                 );
             }
         }
     }
+    patch.changes = RoomChanges(changes);
     Ok(patch)
 }

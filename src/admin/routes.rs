@@ -21,8 +21,10 @@ pub enum Op {
     Rooms,
     /// `GET …/api/rooms/{room}/stats`: one room's counters.
     RoomStats,
-    /// `PUT …/api/rooms/{room}/config`: change a room's runtime settings.
+    /// `PUT …/api/rooms/{room}/config`: change a room's settings.
     RoomConfig,
+    /// `GET …/api/rooms/{room}/config`: a room's settings in force.
+    RoomSettings,
     /// `POST …/api/rooms/{room}/pause`: hold everyone where they are.
     Pause,
     /// `POST …/api/rooms/{room}/resume`: admit again.
@@ -105,11 +107,18 @@ pub fn routes() -> &'static [Route] {
                 "one room's counters",
             ),
             route(
+                Method::GET,
+                "/__anteroom/admin/api/rooms/{room}/config",
+                true,
+                Op::RoomSettings,
+                "a room's settings in force, and which the operator changed",
+            ),
+            route(
                 Method::PUT,
                 "/__anteroom/admin/api/rooms/{room}/config",
                 true,
                 Op::RoomConfig,
-                "change rate, max_active, session_ttl_secs, abandon_after_secs",
+                "change any room setting (rate, max_active, title, paths, caps, shares, lottery, adaptive, mode, …)",
             ),
             route(
                 Method::POST,

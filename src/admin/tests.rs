@@ -152,6 +152,7 @@ fn negative_rates_and_zero_max_active_are_refused_by_validation() {
         abandon_after: Duration::from_secs(60),
         paused: false,
         mode: crate::queue::Mode::Queue,
+        changes: Default::default(),
     };
     for (body, expected) in [
         (r#"{"rate": -1}"#, "rate"),

@@ -6,6 +6,7 @@
 //! per-replica side (`adaptive`) and the store's health (`health`).
 
 mod adaptive;
+mod changes;
 mod health;
 mod modes;
 mod sessions;
@@ -16,6 +17,7 @@ pub use health::StoreHealth;
 pub use sessions::{SESSION_CONFIRM_WINDOW, SESSION_FLUSH};
 
 use adaptive::AdaptiveRooms;
+pub use changes::{Applied, ChangesListener};
 use sessions::SessionCache;
 pub use stats_cache::CachedStats;
 use stats_cache::{LedgerView, StatsCache, eta_at};
@@ -70,6 +72,8 @@ pub struct Admission {
     time_in_line: TimeInLine,
     /// Each room's live mode (see `modes`).
     modes: modes::Modes,
+    /// Each room's operator changes as last seen, and who to tell (see `changes`).
+    changes: changes::Changes,
 }
 
 /// The room a series is about.
@@ -146,6 +150,7 @@ impl Admission {
             adaptive: AdaptiveRooms::new(),
             time_in_line: Family::new_with_constructor(time_in_line_histogram),
             modes: modes::Modes::default(),
+            changes: changes::Changes::default(),
         }
     }
 
@@ -223,6 +228,7 @@ impl Admission {
     ) -> StoreResult<crate::queue::RoomSettings> {
         let settings = self.observe(self.store.update_settings(room, patch).await)?;
         self.modes.set(room, settings.mode);
+        self.record_changes(room, &settings.changes).await;
         Ok(settings)
     }
 
@@ -543,6 +549,7 @@ impl Admission {
             match self.observe(self.store.stats(room).await) {
                 Ok(stats) => {
                     self.modes.set(room, stats.settings.mode);
+                    self.record_changes(room, &stats.settings.changes).await;
                     let adaptive = self.rate_view(room, stats.settings.rate);
                     let ledger = LedgerView {
                         report: self.eta.report(room),

@@ -23,6 +23,7 @@ use crate::queue::{RoomPolicy, RoomSettings};
 mod describe;
 mod file;
 mod init;
+pub mod live;
 mod load;
 mod secrets;
 mod sections;
@@ -520,6 +521,7 @@ impl RoomSettings {
             abandon_after: room.abandon_after,
             paused: false,
             mode: room.mode,
+            changes: Default::default(),
         }
     }
 }

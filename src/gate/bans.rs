@@ -162,7 +162,7 @@ impl App {
         for (room, visitor) in ended {
             if let Ok(true) = self
                 .admission
-                .end_session(&self.rooms[room].config.name, visitor)
+                .end_session(&self.rooms[room].name, visitor)
                 .await
             {
                 sessions += 1;

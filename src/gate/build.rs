@@ -23,7 +23,9 @@ use crate::token::CookieKeys;
 use crate::worker::PerWorker;
 
 use super::bans::{RECENT_CLIENTS, RecentVisitors};
-use super::{App, Room, RoomPaths, classes, draw};
+use super::live::{LiveCell, LiveRoom};
+use super::{App, Room, draw};
+use arc_swap::ArcSwap;
 
 /// How long an `X-Anteroom-Admission` token is valid; the signer re-signs a session's
 /// token once half of it has passed, so an origin sees a fresh one at least every 5 min.
@@ -78,13 +80,7 @@ impl App {
                 }
                 None => catch_all = Some(i),
             }
-            rooms.push(Room {
-                config: room.clone(),
-                origin,
-                paths: RoomPaths::of(room),
-                inflight: None,
-                streams: Arc::default(),
-            });
+            rooms.push((room.name.clone(), origin));
         }
         let previous: Vec<&[u8]> = config
             .previous_cookie_secrets
@@ -109,16 +105,36 @@ impl App {
             )
             .map_err(AppError::AccessLog)?
         };
-        for room in &mut rooms {
-            room.inflight = classes::Inflight::of(
-                room.config.max_inflight,
-                room.config.inflight_wait,
-                metrics.inflight_gauge(&room.config.name),
-            );
-        }
+        let mut cells = Vec::new();
+        let rooms: Vec<Room> = rooms
+            .into_iter()
+            .zip(&config.rooms)
+            .map(|((name, origin), file)| {
+                let gauge = metrics.inflight_gauge(&name);
+                let live = Arc::new(ArcSwap::from_pointee(LiveRoom::new(
+                    file.clone(),
+                    gauge.clone(),
+                )));
+                cells.push(LiveCell {
+                    file: file.clone(),
+                    live: live.clone(),
+                    gauge,
+                });
+                Room {
+                    name,
+                    origin,
+                    streams: Arc::default(),
+                    live,
+                }
+            })
+            .collect();
+        // The operator's changes kept in the store are read before the first request is
+        // served (the first statistics refresh) and whenever they move.
+        admission.on_changes(super::live::listener(cells));
         Ok(App {
             rooms,
             room_names,
+            files: config.rooms.clone(),
             hosts,
             catch_all,
             admission,
@@ -195,15 +211,19 @@ impl App {
             metrics: &self.metrics,
             live: &self.live,
             rooms: &self.room_names,
+            files: &self.files,
             limits: self
                 .rooms
                 .iter()
-                .map(|room| admin::RoomLimits {
-                    inflight: room.inflight.as_ref().map(|i| admin::InflightNow {
-                        now: i.in_flight(),
-                        max: i.max(),
-                    }),
-                    max_waiting: room.config.max_waiting,
+                .map(|room| {
+                    let live = room.live();
+                    admin::RoomLimits {
+                        inflight: live.inflight.as_ref().map(|i| admin::InflightNow {
+                            now: i.in_flight(),
+                            max: i.max(),
+                        }),
+                        max_waiting: live.config.max_waiting,
+                    }
                 })
                 .collect(),
         }

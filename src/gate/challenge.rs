@@ -182,7 +182,8 @@ impl App {
         let Some(text) = form::field(query, "c") else {
             return self.answer_refused(room, Refusal::Unreadable, identity);
         };
-        let config = &room.config;
+        let live = room.live();
+        let config = &live.config;
         // The wait the page promised: the challenge's bits say how many strikes it was
         // issued for, and the wait doubles with them as the work does.
         let strikes_at_issue = |bits: u8| {
@@ -215,7 +216,7 @@ impl App {
                     queue_status_code: config.queue_status_code,
                 };
                 self.pages
-                    .challenge(&view, &room_text(room), kind.status(), false, identity.lang)
+                    .challenge(&view, &room_text(&room.live()), kind.status(), false, identity.lang)
             }
             Err(e) => self.answer_refused(room, Refusal::Check(e), identity),
         }
@@ -224,7 +225,7 @@ impl App {
     /// What a challenge is checked against: this room, this client, the store's time.
     fn expected<'a>(&self, room: &'a Room, identity: &Identity) -> Expected<'a> {
         Expected {
-            room: &room.config.name,
+            room: &room.name,
             client: identity.client.to_bytes(),
             now_ms: self.admission.now_ms(),
             ttl: challenge::TTL,
@@ -262,7 +263,7 @@ impl App {
         identity: &Identity,
         return_to: Option<&str>,
     ) -> Response<Body> {
-        let name = &room.config.name;
+        let name = &room.name;
         let visitor = VisitorId::random();
         let spent = self
             .admission
@@ -324,7 +325,7 @@ impl App {
     fn joined(&self, room: &Room, visitor: VisitorId, return_to: Option<&str>) -> Response<Body> {
         let body = serde_json::json!({
             "status": "admitted",
-            "room": room.config.name,
+            "room": room.name,
         });
         let mut response = Response::new(crate::http::body::full(body.to_string()));
         let headers = response.headers_mut();
@@ -349,7 +350,7 @@ impl App {
     ) -> Response<Body> {
         let value = self
             .cookies
-            .issue(visitor, &room.config.name, SystemTime::now());
+            .issue(visitor, &room.name, SystemTime::now());
         response.headers_mut().append(
             header::SET_COOKIE,
             token::set_cookie(&value, self.secure_cookies),
@@ -360,7 +361,7 @@ impl App {
     /// A refused answer: JSON with the reason and a fresh challenge, or (the time lock)
     /// the refusal page in the visitor's language. Counted by reason.
     fn answer_refused(&self, room: &Room, refusal: Refusal, identity: &Identity) -> Response<Body> {
-        let name = &room.config.name;
+        let name = &room.name;
         let reason = refusal.reason();
         self.metrics.challenges.failed(name, reason);
         if self.origin_errors.allow() {
@@ -371,7 +372,7 @@ impl App {
             return self.error(kind, identity);
         }
         let strikes = u32::try_from(self.abuse.strikes(identity.client_ip)).unwrap_or(u32::MAX);
-        let bits = challenge::bits_for(room.config.challenge.difficulty, strikes);
+        let bits = challenge::bits_for(room.live().config.challenge.difficulty, strikes);
         let issued = self.challenge_key.issue(
             name,
             &identity.client.to_bytes(),
@@ -384,7 +385,7 @@ impl App {
             challenge: &issued.text,
             bits,
             return_to: "/",
-            no_js_secs: room.config.challenge.no_js_wait_for(strikes).as_secs(),
+            no_js_secs: room.live().config.challenge.no_js_wait_for(strikes).as_secs(),
             expires_in_secs: challenge::TTL.as_secs(),
         };
         let mut response = self

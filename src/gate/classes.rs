@@ -44,7 +44,9 @@ fn hold<G: Send + Sync + Unpin + 'static>(response: Response<Body>, guard: G) ->
     Response::from_parts(parts, Watched::new(body, Hold(guard)).boxed())
 }
 
-/// The origin in-flight cap of one room on this replica (`max_inflight`).
+/// The origin in-flight cap of one room on this replica (`max_inflight`); a clone is the
+/// same cap.
+#[derive(Clone)]
 pub struct Inflight {
     /// `tokio`'s semaphore is fair: waiters are served first come, first served.
     permits: Arc<Semaphore>,
@@ -222,9 +224,9 @@ impl App {
         req: Request<Incoming>,
         identity: &Identity,
     ) -> Response<Body> {
-        self.metrics.count_bypass(&room.config.name);
+        self.metrics.count_bypass(&room.name);
         let proxied = self.proxy(room, req, identity, None, None);
-        self.metrics.time_proxy(&room.config.name, proxied).await
+        self.metrics.time_proxy(&room.name, proxied).await
     }
 
     /// `OPTIONS *`: what this server allows, answered here; nothing is created.
@@ -274,7 +276,7 @@ impl App {
                     let visitor = known.unwrap_or_else(VisitorId::random);
                     match self
                         .admission
-                        .decide(&room.config.name, visitor, identity.client)
+                        .decide(&room.name, visitor, identity.client)
                         .await
                     {
                         Decision::Admitted { since } => {
@@ -295,9 +297,9 @@ impl App {
                 Err(refused) => return self.stream_refused(refused, identity),
             }
         };
-        let Some(slot) = room
-            .streams
-            .open(visitor, identity.client_ip, room.config.stream_cap)
+        let Some(slot) =
+            room.streams
+                .open(visitor, identity.client_ip, room.live().config.stream_cap)
         else {
             return busy();
         };
@@ -307,11 +309,9 @@ impl App {
             ended: slot.ended.clone(),
         };
         let proxied = self.proxy(room, req, identity, admitted, Some(held));
-        let mut response = self.metrics.time_proxy(&room.config.name, proxied).await;
+        let mut response = self.metrics.time_proxy(&room.name, proxied).await;
         if new_cookie {
-            let value = self
-                .cookies
-                .issue(visitor, &room.config.name, SystemTime::now());
+            let value = self.cookies.issue(visitor, &room.name, SystemTime::now());
             response.headers_mut().append(
                 header::SET_COOKIE,
                 crate::token::set_cookie(&value, self.secure_cookies),
@@ -344,9 +344,10 @@ impl App {
         identity: &Identity,
         admitted: Option<(VisitorId, u64)>,
     ) -> Response<Body> {
-        let name = &room.config.name;
+        let name = &room.name;
         let arrived = tokio::time::Instant::now();
-        let slot = match &room.inflight {
+        let live = room.live();
+        let slot = match &live.inflight {
             None => None,
             Some(inflight) => {
                 let waited =
@@ -391,7 +392,7 @@ impl App {
         let Some(visitor) = identity.visitor else {
             return Standing::Nobody;
         };
-        let name = &room.config.name;
+        let name = &room.name;
         match self
             .admission
             .state_of(name, visitor, identity.client)
@@ -414,10 +415,11 @@ impl App {
 
     /// Nobody waits (as last read) and the room is open and admitting.
     fn room_is_free(&self, room: &Room) -> bool {
-        let Some(cached) = self.admission.cached_stats(&room.config.name) else {
+        let Some(cached) = self.admission.cached_stats(&room.name) else {
             return false;
         };
-        let phase = RoomPolicy::of(&room.config).phase_at(crate::queue::unix_ms(SystemTime::now()));
+        let phase =
+            RoomPolicy::of(&room.live().config).phase_at(crate::queue::unix_ms(SystemTime::now()));
         cached.stats.waiting == 0 && !cached.stats.settings.paused && phase == Phase::Queueing
     }
 
@@ -436,11 +438,7 @@ impl App {
             if visitors.is_empty() {
                 continue;
             }
-            match self
-                .admission
-                .touch_sessions(&room.config.name, &visitors)
-                .await
-            {
+            match self.admission.touch_sessions(&room.name, &visitors).await {
                 Ok(on_site) => {
                     for (&visitor, on_site) in visitors.iter().zip(on_site) {
                         if !on_site {
@@ -449,7 +447,7 @@ impl App {
                     }
                 }
                 Err(e) => {
-                    tracing::debug!(room = %room.config.name, error = %e, "touching streams' sessions failed");
+                    tracing::debug!(room = %room.name, error = %e, "touching streams' sessions failed");
                 }
             }
         }

@@ -76,7 +76,7 @@ impl App {
         let Some(secret) = &self.priority_secret else {
             return self.site(room, req, identity).await;
         };
-        let name = &room.config.name;
+        let name = &room.name;
         let now = crate::queue::unix_ms(SystemTime::now()) / 1000;
         let grant = match priority::verify(secret.expose(), &text, name, now) {
             Ok(grant) => grant,
@@ -115,7 +115,7 @@ impl App {
             self.strike(identity.client_ip, StrikeReason::BadGrant);
         }
         if self.origin_errors.allow() {
-            tracing::info!(room = %room.config.name, client = %identity.client_ip, reason = error.as_str(), "priority grant refused");
+            tracing::info!(room = %room.name, client = %identity.client_ip, reason = error.as_str(), "priority grant refused");
         }
         self.pages.message_in(
             identity.lang,
@@ -140,7 +140,7 @@ impl App {
     ) -> Response<Body> {
         let decision = self
             .admission
-            .decide_with(&room.config.name, visitor, identity.client, join)
+            .decide_with(&room.name, visitor, identity.client, join)
             .await;
 
         let mut response = match decision {
@@ -187,9 +187,7 @@ impl App {
         let refused = matches!(decision, Decision::Refused { .. } | Decision::Full);
         if (new_cookie && !refused) || matches!(decision, Decision::Waiting(_)) {
             // Re-issued on every waiting page so the cookie's age slides while they wait.
-            let value = self
-                .cookies
-                .issue(visitor, &room.config.name, SystemTime::now());
+            let value = self.cookies.issue(visitor, &room.name, SystemTime::now());
             response.headers_mut().append(
                 header::SET_COOKIE,
                 token::set_cookie(&value, self.secure_cookies),

@@ -40,7 +40,8 @@ pub(super) enum AtTheDoor {
 impl App {
     /// The door's answer for `identity`'s request to `room` (see the module docs).
     pub(super) async fn at_the_door(&self, room: &Room, identity: &Identity) -> AtTheDoor {
-        let config = &room.config;
+        let live = room.live();
+        let config = &live.config;
         let shadow_after = u64::from(config.shadow_after);
         if shadow_after == 0 && config.challenge.mode == ChallengeMode::Off {
             return AtTheDoor::Enter;
@@ -71,7 +72,7 @@ impl App {
     /// draw), and the store not failing open. Otherwise the room's own answer (let
     /// through, not open, closed, sold out) follows as it would without the door.
     fn would_join(&self, room: &Room) -> bool {
-        self.admission.mode(&room.config.name) == Mode::Queue
+        self.admission.mode(&room.name) == Mode::Queue
             && matches!(self.phase_now(room), Phase::Queueing | Phase::Draw)
             && !self.admission.health().failing_open()
     }
@@ -80,7 +81,7 @@ impl App {
     /// read the room's counters (at most about a second old).
     fn under_load(&self, room: &Room) -> bool {
         self.admission
-            .cached_stats(&room.config.name)
+            .cached_stats(&room.name)
             .is_some_and(|s| s.stats.waiting > 0 || s.stats.schedule == Phase::Draw)
     }
 
@@ -104,7 +105,7 @@ impl App {
         let visitor = identity.visitor?;
         let state = self
             .admission
-            .state_of(&room.config.name, visitor, identity.client)
+            .state_of(&room.name, visitor, identity.client)
             .await;
         Some((visitor, state))
     }
@@ -118,7 +119,8 @@ impl App {
         strikes: u32,
         return_to: &str,
     ) -> Response<Body> {
-        let config = &room.config;
+        let live = room.live();
+        let config = &live.config;
         let bits = challenge::bits_for(config.challenge.difficulty, strikes);
         let issued = self.challenge_key.issue(
             &config.name,
@@ -140,7 +142,7 @@ impl App {
         };
         self.pages.challenge(
             &view,
-            &room_text(room),
+            &room_text(&room.live()),
             kind.status(),
             identity.wants_json,
             identity.lang,
@@ -150,13 +152,13 @@ impl App {
     /// The shadow line's page: the waiting page (or its JSON) of a line whose back this
     /// client never leaves, with no store call, no cookie and no place.
     pub(super) fn shadow_page(&self, room: &Room, identity: &Identity) -> Response<Body> {
-        self.metrics.challenges.shadowed(&room.config.name);
+        self.metrics.challenges.shadowed(&room.name);
         let waiting = self.cached_waiting(room);
         // Behind everyone, and a few more: always further back than the line is long.
         let position = waiting.saturating_add(1 + u64::from(identity.client.to_bytes()[15] % 16));
         let view = WaitingView {
             status: VisitorStatus::Waiting,
-            room: room.config.name.clone(),
+            room: room.name.clone(),
             position: Some(position),
             waiting: position,
             eta_secs: crate::admission::Eta::estimating(0),

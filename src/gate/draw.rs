@@ -47,12 +47,11 @@ struct Drawn {
 }
 
 impl DrawCache {
-    /// A cache for every room with `lottery: true`.
+    /// A cache for every room (`lottery` can be turned on while a room runs).
     pub fn new<'a>(rooms: impl IntoIterator<Item = &'a crate::config::RoomConfig>) -> Self {
         DrawCache {
             rooms: rooms
                 .into_iter()
-                .filter(|r| r.lottery)
                 .map(|r| (r.name.clone(), RoomDraw::default()))
                 .collect(),
         }
@@ -76,7 +75,10 @@ impl App {
         // A lottery without `admits_at` never draws: nothing to publish (and its salt is
         // not revealed for a draw that might be scheduled later).
         let room = self.rooms.iter().find(|r| {
-            r.config.name == name && r.config.lottery && r.config.schedule.admits_at.is_some()
+            r.name == name && {
+                let live = r.live();
+                live.config.lottery && live.config.schedule.admits_at.is_some()
+            }
         })?;
         Some((room, self.draws.rooms.get(name)?))
     }
@@ -106,7 +108,7 @@ impl App {
                     name,
                     &salt,
                     record.entrants,
-                    room.config.schedule.admits_at,
+                    room.live().config.schedule.admits_at,
                 );
                 Ok(json_response(
                     StatusCode::OK,
@@ -133,7 +135,7 @@ impl App {
     /// The final document, read from the store the first time it is needed after the
     /// doors (one reader at a time; the others wait for it).
     async fn drawn<'a>(&self, room: &Room, cache: &'a RoomDraw) -> StoreResult<&'a Drawn> {
-        let name = &room.config.name;
+        let name = &room.name;
         cache
             .drawn
             .get_or_try_init(|| async {
@@ -148,7 +150,7 @@ impl App {
                     name,
                     &record.salt,
                     hashes,
-                    room.config.schedule.admits_at,
+                    room.live().config.schedule.admits_at,
                 );
                 let json = serde_json::to_vec(&doc).unwrap_or_default().into();
                 Ok(Drawn {
@@ -165,7 +167,7 @@ impl App {
         if let Some(salt) = cache.salt.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             return Some(salt);
         }
-        let record = self.admission.draw(&room.config.name, false).await.ok()?;
+        let record = self.admission.draw(&room.name, false).await.ok()?;
         let mut cached = cache.salt.lock().unwrap_or_else(|p| p.into_inner());
         Some(cached.get_or_insert(record.salt).clone())
     }
@@ -180,7 +182,7 @@ impl App {
         place: &Place,
         visitor: VisitorId,
     ) -> Option<Receipt> {
-        let (_, cache) = self.lottery_room(&room.config.name)?;
+        let (_, cache) = self.lottery_room(&room.name)?;
         match place.phase {
             Phase::Draw if place.position.is_none() => {
                 let salt = self.draw_salt(room, cache).await?;

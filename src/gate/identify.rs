@@ -81,9 +81,7 @@ impl App {
             .and_then(|i| {
                 let value = crate::token::find_cookie(req.headers())?;
                 match self.cookies.verify(value, SystemTime::now()) {
-                    Ok(claim) if claim.room.as_str() == self.rooms[i].config.name => {
-                        Some(claim.visitor)
-                    }
+                    Ok(claim) if claim.room.as_str() == self.rooms[i].name => Some(claim.visitor),
                     Ok(_) => None,
                     Err(e) => {
                         tracing::debug!(%client_ip, error = %e, "visitor cookie rejected");

@@ -24,6 +24,7 @@ pub mod decide;
 pub mod draw;
 pub mod error;
 pub mod identify;
+pub mod live;
 pub mod respond;
 
 mod admin_listener;
@@ -49,7 +50,6 @@ use crate::abuse::AbuseRegistry;
 use crate::access_log::{self, AccessLog};
 use crate::admin::Admin;
 use crate::admission::Admission;
-use crate::config::RoomConfig;
 use crate::fairness::admission_token::AdmissionSigner;
 use crate::http::assets;
 use crate::http::body::Body;
@@ -69,22 +69,30 @@ use identify::Identity;
 
 /// One room as the request path needs it.
 pub struct Room {
-    /// The room's validated configuration.
-    pub config: RoomConfig,
-    /// Where and how its requests are forwarded.
+    /// The room's name.
+    pub name: String,
+    /// Where and how its requests are forwarded (changes only with a restart).
     pub origin: Origin,
-    /// `bypass_paths` and `asset_paths`, parsed.
-    pub paths: RoomPaths,
-    /// `max_inflight` on this replica; `None`: no cap.
-    pub inflight: Option<classes::Inflight>,
     /// Open streams to the origin (`stream_cap`, sessions kept alive).
     pub streams: Arc<classes::Streams>,
+    /// The room's settings as they run now ([`live::LiveRooms`] swaps them).
+    live: Arc<arc_swap::ArcSwap<live::LiveRoom>>,
+}
+
+impl Room {
+    /// The room's settings in force now: one atomic load, and the request keeps the ones
+    /// it started with even if an operator's change swaps them meanwhile.
+    pub fn live(&self) -> arc_swap::Guard<Arc<live::LiveRoom>> {
+        self.live.load()
+    }
 }
 
 /// The shared state of the public listener.
 pub struct App {
     rooms: Vec<Room>,
     room_names: Vec<String>,
+    /// Each room as the file gave it at start (the admin API checks changes over it).
+    files: Vec<crate::config::RoomConfig>,
     /// Lower-cased host (no port) → index into `rooms`.
     hosts: HashMap<String, usize>,
     catch_all: Option<usize>,
@@ -274,7 +282,7 @@ impl App {
             classify(
                 &req,
                 &self.abuse.policy().ban_paths,
-                room.map(|r| &r.paths),
+                room.map(|r| r.live()).as_deref().map(|l| &l.paths),
                 identity.fetch,
             )
         };

@@ -9,6 +9,7 @@ use hyper::body::Incoming;
 
 use super::error::{GateError, Kind};
 use super::identify::Identity;
+use super::live::LiveRoom;
 use super::{App, Room};
 use crate::admission::Eta;
 use crate::fairness::admission_token::{END_SESSION_HEADER, ends_session};
@@ -60,7 +61,7 @@ impl App {
         }
         // The origin's proof of admission. The proxy removes every `X-Anteroom-*` request
         // header a visitor sent (so nobody forges this one) and only then adds it.
-        let name = &room.config.name;
+        let name = &room.name;
         let admission = match (&self.signer, admitted) {
             (Some(signer), Some((visitor, since))) => {
                 let now = crate::queue::unix_ms(SystemTime::now()) / 1000;
@@ -72,7 +73,7 @@ impl App {
             client_ip: identity.client_ip,
             proto: identity.proto,
             host: identity.host.as_ref().map(|h| h.header_value().clone()),
-            preserve_host: room.config.preserve_host,
+            preserve_host: room.live().config.preserve_host,
             trusted_peer: identity.trusted_peer,
             request_id: Some(identity.request_id.clone()),
             admission,
@@ -109,7 +110,7 @@ impl App {
             }
             Err(e) => {
                 if self.origin_errors.allow() {
-                    tracing::warn!(room = %room.config.name, error = %e, "origin request failed");
+                    tracing::warn!(room = %room.name, error = %e, "origin request failed");
                 }
                 self.error(e, identity)
             }
@@ -137,8 +138,8 @@ impl App {
         receipt: Option<crate::fairness::draw::Receipt>,
     ) -> WaitingView {
         // Remembered as the range first shown, when it is.
-        let eta = self.admission.show_eta(&room.config.name, visitor, &place);
-        let doors = room.config.schedule.admits_at;
+        let eta = self.admission.show_eta(&room.name, visitor, &place);
+        let doors = room.live().config.schedule.admits_at;
         let retry_after_secs = match (place.phase, doors) {
             // Nobody moves before the doors: come back then, or every 30 s.
             (Phase::Draw, Some(at)) => secs_until(at).clamp(2, 30),
@@ -146,7 +147,7 @@ impl App {
         };
         WaitingView {
             status: VisitorStatus::Waiting,
-            room: room.config.name.clone(),
+            room: room.name.clone(),
             position: place.position,
             waiting: place.waiting,
             eta_secs: eta,
@@ -167,10 +168,11 @@ impl App {
         view: WaitingView,
         identity: &Identity,
     ) -> Response<Body> {
-        let status = StatusCode::from_u16(room.config.queue_status_code).unwrap_or(StatusCode::OK);
+        let live = room.live();
+        let status = StatusCode::from_u16(live.config.queue_status_code).unwrap_or(StatusCode::OK);
         self.pages.waiting(
             &view,
-            &room_text(room),
+            &room_text(&live),
             status,
             identity.wants_json,
             identity.lang,
@@ -187,7 +189,7 @@ impl App {
     ) -> WaitingView {
         WaitingView {
             status,
-            room: room.config.name.clone(),
+            room: room.name.clone(),
             position: None,
             waiting: self.cached_waiting(room),
             eta_secs: Eta::estimating(0),
@@ -209,7 +211,7 @@ impl App {
         identity: &Identity,
     ) -> Response<Body> {
         self.pages
-            .waiting(view, &room_text(room), status, true, identity.lang)
+            .waiting(view, &room_text(&room.live()), status, true, identity.lang)
     }
 
     /// A newcomer over their address's join limit: 429 until their window is over.
@@ -239,7 +241,7 @@ impl App {
 
     /// Before `queue_opens_at`: nobody is queued; the page counts down to the opening.
     pub(super) fn not_open(&self, room: &Room, identity: &Identity) -> Response<Body> {
-        let opens = room.config.schedule.queue_opens_at;
+        let opens = room.live().config.schedule.queue_opens_at;
         let retry_after_secs = opens.map_or(30, |at| secs_until(at).clamp(2, 30));
         let mut view = self.placeless(
             room,
@@ -279,15 +281,19 @@ impl App {
     /// room's `queue_status_code`, as the waiting page).
     pub(super) fn sold_out(&self, room: &Room, identity: &Identity) -> Response<Body> {
         let kind = Kind::SoldOut {
-            queue_status_code: room.config.queue_status_code,
+            queue_status_code: room.live().config.queue_status_code,
         };
         if identity.wants_json {
             let mut view = self.placeless(room, VisitorStatus::SoldOut, self.phase_now(room), 0);
             view.waiting = 0;
             return self.placeless_json(room, &view, kind.status(), identity);
         }
-        self.pages
-            .sold_out(identity.lang, kind.status(), &room.config.message, false)
+        self.pages.sold_out(
+            identity.lang,
+            kind.status(),
+            &room.live().config.message,
+            false,
+        )
     }
 
     /// The store did not answer and the room does not fail open: hold the visitor.
@@ -304,7 +310,7 @@ impl App {
             identity.lang,
             Kind::Stalled.status(),
             Some(VisitorStatus::Stalled),
-            i18n::title(&room.config.title, t),
+            i18n::title(&room.live().config.title, t),
             t.stalled_detail,
             Some(RETRY_SECS),
             false,
@@ -314,21 +320,21 @@ impl App {
     /// The room's phase by this replica's clock, for pages the store did not place (a
     /// refusal); the store's clock decides everything else.
     pub(super) fn phase_now(&self, room: &Room) -> Phase {
-        RoomPolicy::of(&room.config).phase_at(crate::queue::unix_ms(SystemTime::now()))
+        RoomPolicy::of(&room.live().config).phase_at(crate::queue::unix_ms(SystemTime::now()))
     }
 
     /// How many wait in `room`, as last read (at most about a second old).
     pub(super) fn cached_waiting(&self, room: &Room) -> u64 {
         self.admission
-            .cached_stats(&room.config.name)
+            .cached_stats(&room.name)
             .map_or(0, |s| s.stats.waiting)
     }
 }
 
-pub(super) fn room_text(room: &Room) -> RoomText<'_> {
+pub(super) fn room_text(live: &LiveRoom) -> RoomText<'_> {
     RoomText {
-        title: &room.config.title,
-        message: &room.config.message,
+        title: &live.config.title,
+        message: &live.config.message,
     }
 }
 

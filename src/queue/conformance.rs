@@ -72,6 +72,7 @@ macro_rules! suite {
             sessions_per_client_are_capped_and_freed,
             a_session_is_used_from_at_most_session_clients,
             queue_breaker_refuses_newcomers_only,
+            live_policy_changes_apply_at_once_and_outlast_a_reopen,
             queue_head_and_find_by_reference,
             move_to_front_by_reference,
             move_to_front_during_a_lottery_draw,
@@ -115,6 +116,7 @@ pub fn settings(rate: f64, max_active: u64) -> RoomSettings {
         abandon_after: Duration::from_secs(7_200),
         paused: false,
         mode: Mode::Queue,
+        changes: Default::default(),
     }
 }
 
@@ -520,6 +522,7 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
                 abandon_after: Some(Duration::from_secs(30)),
                 paused: Some(true),
                 mode: Some(Mode::SoldOut),
+                changes: Default::default(),
             },
         )
         .await
@@ -1625,6 +1628,105 @@ pub async fn queue_breaker_refuses_newcomers_only<H: Harness>(h: &mut H) {
         Resolution::Full
     );
     assert_eq!(store.stats(ROOM).await.unwrap().total_refused, 2);
+}
+
+/// The operator's changes of the policy settings (here the queue breaker and a share) apply
+/// from the next call, are kept with the settings (the file's policy at a reopen does not
+/// undo them), a `null` gives the file's value back, and `reseed` drops them all.
+pub async fn live_policy_changes_apply_at_once_and_outlast_a_reopen<H: Harness>(h: &mut H) {
+    let seed = settings(1.0, 100);
+    let file = RoomPolicy::default();
+    let store = open_with(h, seed.clone(), file.clone()).await;
+    pause(&*store).await;
+    let change = |v: serde_json::Value| SettingsPatch {
+        changes: serde_json::from_value(v).unwrap(),
+        ..SettingsPatch::default()
+    };
+    let live = store
+        .update_settings(
+            ROOM,
+            &change(serde_json::json!({"max_waiting": 2, "title": "Drop"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        live.changes,
+        serde_json::from_value(serde_json::json!({"max_waiting": 2, "title": "Drop"})).unwrap()
+    );
+    join_all(&*store, &visitors(2)).await;
+    assert_eq!(
+        store
+            .resolve(ROOM, VisitorId::random(), anyone())
+            .await
+            .unwrap(),
+        Resolution::Full
+    );
+    drop(store);
+    h.reopen(Duration::from_secs(1)).await;
+    let store = h.store();
+    assert!(matches!(
+        store.open_room(ROOM, &seed, &file, false).await.unwrap(),
+        Seeded::KeptLive(live) if live.changes.get("title").is_some()
+    ));
+    assert_eq!(
+        store
+            .resolve(ROOM, VisitorId::random(), anyone())
+            .await
+            .unwrap(),
+        Resolution::Full
+    );
+    // Back to the file's (no breaker): newcomers join again; the title stays changed.
+    let live = store
+        .update_settings(ROOM, &change(serde_json::json!({"max_waiting": null})))
+        .await
+        .unwrap();
+    assert_eq!(live.changes.get("max_waiting"), None);
+    assert_eq!(live.changes.get("title"), Some(&serde_json::json!("Drop")));
+    assert!(matches!(
+        store
+            .resolve(ROOM, VisitorId::random(), anyone())
+            .await
+            .unwrap(),
+        Resolution::Waiting { .. }
+    ));
+    store
+        .update_settings(
+            ROOM,
+            &change(serde_json::json!({"max_places_per_client": 1})),
+        )
+        .await
+        .unwrap();
+    let client = ClientKey::from(std::net::Ipv4Addr::new(203, 0, 113, 9));
+    assert!(matches!(
+        store
+            .resolve(ROOM, VisitorId::random(), client)
+            .await
+            .unwrap(),
+        Resolution::Waiting { .. }
+    ));
+    assert!(matches!(
+        store
+            .resolve(ROOM, VisitorId::random(), client)
+            .await
+            .unwrap(),
+        Resolution::Refused {
+            reason: RefusedReason::PlacesPerClient,
+            ..
+        }
+    ));
+    // --reseed: the file's settings hold again, every change gone.
+    assert_eq!(
+        store.open_room(ROOM, &seed, &file, true).await.unwrap(),
+        Seeded::Reseeded
+    );
+    assert!(store.stats(ROOM).await.unwrap().settings.changes.is_empty());
+    assert!(matches!(
+        store
+            .resolve(ROOM, VisitorId::random(), client)
+            .await
+            .unwrap(),
+        Resolution::Waiting { .. }
+    ));
 }
 
 /// The queue view lists the head in order and finds a waiter by reference.

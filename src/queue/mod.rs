@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub mod changes;
 pub mod fenwick;
 pub mod memory;
 pub mod mode;
@@ -23,6 +24,7 @@ pub mod conformance;
 pub use crate::fairness::adaptive::{AdaptiveState, OriginExchange, OriginReport};
 pub use crate::identity::ClientKey;
 pub use crate::visitor::{VisitorId, VisitorRef};
+pub use changes::RoomChanges;
 pub use memory::MemoryStore;
 pub use mode::{Mode, RoomPhase};
 pub use redis::RedisStore;
@@ -70,6 +72,12 @@ pub struct RoomSettings {
     /// How the room's door behaves ([`Mode`]); a snapshot without it is in the queue mode.
     #[serde(default)]
     pub mode: Mode,
+    /// The operator's changes to the room's other settings ([`RoomChanges`]); empty: the
+    /// file's hold. Kept with the rest, so they survive a restart and every replica sees
+    /// them. Not in this type's serialized form (the embedded snapshot keeps them beside
+    /// it, as JSON).
+    #[serde(skip)]
+    pub changes: RoomChanges,
 }
 
 impl RoomSettings {
@@ -123,6 +131,7 @@ impl RoomSettings {
             abandon_after: patch.abandon_after.unwrap_or(self.abandon_after),
             paused: patch.paused.unwrap_or(self.paused),
             mode: patch.mode.unwrap_or(self.mode),
+            changes: self.changes.merged(&patch.changes),
         };
         next.validate()?;
         Ok(next)
@@ -145,6 +154,10 @@ pub struct SettingsPatch {
     pub paused: Option<bool>,
     /// A new [`Mode`].
     pub mode: Option<Mode>,
+    /// Changes of the room's other settings, merged into the live ones
+    /// ([`RoomChanges::merged`]: a `null` gives a setting the file's value back); empty
+    /// changes none.
+    pub changes: RoomChanges,
 }
 
 impl SettingsPatch {

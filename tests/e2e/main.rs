@@ -24,6 +24,7 @@ mod fairness;
 mod fuzz;
 mod hostile;
 mod kafka;
+mod live;
 mod malformed;
 mod model;
 mod modes;

@@ -495,6 +495,7 @@ impl Model {
                 abandon_after: Duration::from_millis(self.abandon_after),
                 paused: self.paused,
                 mode: anteroom::queue::Mode::Queue,
+                changes: Default::default(),
             },
         )
     }
@@ -553,6 +554,7 @@ async fn run_case(
         abandon_after: Duration::from_secs(case.abandon_after_s),
         paused: false,
         mode: anteroom::queue::Mode::Queue,
+        changes: Default::default(),
     };
     let policy = RoomPolicy {
         join_limit_per_ip: case.join_limit,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{ADMIN_TOKEN, COOKIE_SECRET, Origin, client, poll_until};
+use common::{ADMIN_TOKEN, COOKIE_SECRET, Origin, admin_get, client, poll_until};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_anteroom");
@@ -143,11 +143,11 @@ async fn sighup_applies_a_changed_file_and_refuses_what_needs_a_restart() {
     assert_eq!(rate_of(listen, "main").await, Some(5.0));
     let reload = || anteroom(&[arg("reload"), arg("--config"), config.as_os_str()]);
 
-    // A changed rate and a new named token apply live.
+    // A changed rate, title and in-flight cap and a new named token apply live.
     let viewer = "reload-viewer-token-0123456789";
     write(
         &format!("admin_tokens:\n  - {{name: watcher, token: {viewer}, role: viewer}}\n"),
-        "9",
+        "9\n    title: Reloaded drop\n    max_inflight: 4",
         listen,
     );
     let out = reload();
@@ -164,6 +164,24 @@ async fn sighup_applies_a_changed_file_and_refuses_what_needs_a_restart() {
         .unwrap()
         .status();
     assert_eq!(status, 200, "the token added by the reload authorizes");
+    let http = client();
+    let settings = admin_get(&http, listen, "rooms/main/config").await;
+    assert_eq!(settings["title"], "Reloaded drop");
+    assert_eq!(settings["max_inflight"], 4);
+    poll_until(WITHIN, "the reloaded in-flight cap in force", async || {
+        let stats = admin_get(&http, listen, "rooms/main/stats").await;
+        (stats["inflight"]["max"] == 4).then_some(())
+    })
+    .await;
+    let audit = std::fs::read_to_string(dir.path().join("data/audit.log")).unwrap();
+    let line: Value = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["action"] == "reload")
+        .expect("the reload is audited");
+    assert_eq!(line["new"]["title"], "Reloaded drop");
+    assert_eq!(line["new"]["rate"], 9.0);
+    assert_eq!(line["old"]["max_inflight"], 0);
 
     // A changed listen address is refused with a line naming it, and nothing else of the
     // file applies (the rate stays 9).

@@ -350,6 +350,7 @@ async fn measure_joins_admissions_and_memory() {
         abandon_after: Duration::from_secs(3_600),
         paused: false,
         mode: anteroom::queue::Mode::Queue,
+        changes: Default::default(),
     };
     // `ANTEROOM_MEASURE_PER_CLIENT=k`: the per-client shares on, and every k visitors
     // from one client of their own (k = 1, everyone distinct, is the per-client map's worst

@@ -6,16 +6,39 @@
 -- ARGV[18] = the file's mode (a runtime setting like the rate).
 -- Returns {0} fresh, {1} unchanged, {2} kept live, {3} reseeded.
 --
--- The policy is config, not a runtime setting: it is written on every open.
+-- The policy is config, not a runtime setting: it is written on every open, with the
+-- operator's live changes of it (`live:<setting>` fields, JSON) applied over the file's.
 --
 -- Opening a room is also how a replica starts: the time since the last pass (nobody ran
 -- one, so no replica was up) is forgiven as downtime, as the embedded store does when it
 -- restores a snapshot.
+local LIVE_POLICY = {lottery = 'lottery', max_places_per_client = 'max_places',
+  max_sessions_per_client = 'max_sessions', session_clients = 'session_clients', max_waiting = 'max_waiting'}
 local function write_policy()
   redis.call('HSET', K_CONF, 'jl_limit', ARGV[7], 'jl_window_ms', ARGV[8], 'opens_ms', ARGV[9],
     'admits_ms', ARGV[10], 'closes_ms', ARGV[11], 'lottery', ARGV[12],
     'max_places', ARGV[14], 'max_sessions', ARGV[15], 'session_clients', ARGV[16], 'max_waiting', ARGV[17])
+  for name, field in pairs(LIVE_POLICY) do
+    local v = redis.call('HGET', K_CONF, 'live:' .. name)
+    if v then
+      if name == 'lottery' then
+        v = (v == 'true') and '1' or '0'
+      end
+      if tonumber(v) then
+        redis.call('HSET', K_CONF, field, v)
+      end
+    end
+  end
   redis.call('HSETNX', K_STATE, 'salt', ARGV[13])
+end
+local function live_fields()
+  local out = {}
+  for _, f in ipairs(redis.call('HKEYS', K_CONF)) do
+    if string.sub(f, 1, 5) == 'live:' then
+      out[#out + 1] = f
+    end
+  end
+  return out
 end
 
 if redis.call('EXISTS', K_CONF) == 0 then
@@ -95,13 +118,20 @@ end
 local differs = r.rate ~= tonumber(ARGV[2]) or r.max_active ~= tonumber(ARGV[3])
   or r.ttl ~= tonumber(ARGV[4]) or r.abandon ~= tonumber(ARGV[5])
   or (redis.call('HGET', K_CONF, 'mode') or 'queue') ~= ARGV[18]
+local live = live_fields()
+differs = differs or #live > 0
 if not differs then
   return {1}
 end
 if ARGV[6] ~= '1' then
   return {2}
 end
--- `paused` is an incident control, not a file value: a reseed keeps it.
+-- `paused` is an incident control, not a file value: a reseed keeps it. The operator's
+-- other changes go: the file's settings hold again.
+if #live > 0 then
+  redis.call('HDEL', K_CONF, unpack(live))
+  write_policy()
+end
 redis.call('HSET', K_CONF, 'rate', ARGV[2], 'max_active', ARGV[3], 'session_ttl_ms', ARGV[4],
   'abandon_after_ms', ARGV[5], 'mode', ARGV[18])
 r.rate = tonumber(ARGV[2])

@@ -1,6 +1,9 @@
 -- update_settings: ARGV[2..7] = rate, max_active, session_ttl_ms, abandon_after_ms, paused,
--- mode, each '' to leave alone (already validated by the caller). The bucket is credited at the
--- old rate up to now, so a rate change applies from this moment on.
+-- mode, each '' to leave alone (already validated by the caller); then fours of the
+-- operator's changes of other settings: name, its value as JSON ('' gives the file's back),
+-- and, for a setting the store enforces, its policy field and the value now in force
+-- (else '' ''). The bucket is credited at the old rate up to now, so a rate change applies
+-- from this moment on.
 -- Returns {-1} unknown room, else {1}.
 local r = load_room()
 if not r then
@@ -13,6 +16,19 @@ for i, f in ipairs(fields) do
   if v ~= '' then
     redis.call('HSET', K_CONF, f, v)
   end
+end
+local i = 8
+while ARGV[i] do
+  local name, json, field, value = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  if json == '' then
+    redis.call('HDEL', K_CONF, 'live:' .. name)
+  else
+    redis.call('HSET', K_CONF, 'live:' .. name, json)
+  end
+  if field ~= '' then
+    redis.call('HSET', K_CONF, field, value)
+  end
+  i = i + 4
 end
 if ARGV[2] ~= '' then
   r.rate = tonumber(ARGV[2])

@@ -138,7 +138,11 @@ struct Counters {
 
 struct Room {
     settings: RoomSettings,
+    /// The policy in force: the file's ([`Room::file_policy`]) with the operator's changes
+    /// ([`RoomSettings::changes`]); kept in step by [`Room::set_policy`].
     policy: RoomPolicy,
+    /// The policy the file gave at the last open.
+    file_policy: RoomPolicy,
     /// Keys the lottery's hash; generated with the room, kept in the snapshot, never
     /// replaced.
     salt: [u8; 16],
@@ -183,6 +187,7 @@ impl Room {
             tokens: settings.burst(),
             settings,
             policy: RoomPolicy::default(),
+            file_policy: RoomPolicy::default(),
             salt,
             refilled_ms: now,
             line: WaitingLine::new(),
@@ -206,7 +211,8 @@ impl Room {
             || live.max_active != seed.max_active
             || live.session_ttl != seed.session_ttl
             || live.abandon_after != seed.abandon_after
-            || live.mode != seed.mode;
+            || live.mode != seed.mode
+            || live.changes != seed.changes;
         match (differs, reseed) {
             (false, _) => Seeded::Unchanged,
             (true, false) => Seeded::KeptLive(self.settings.clone()),
@@ -217,9 +223,21 @@ impl Room {
                     ..seed.clone()
                 };
                 self.tokens = self.tokens.min(self.burst());
+                self.apply_policy();
                 Seeded::Reseeded
             }
         }
+    }
+
+    /// The file's policy from an open of the room, with the live changes applied.
+    fn set_policy(&mut self, file: &RoomPolicy) {
+        self.file_policy = file.clone();
+        self.apply_policy();
+    }
+
+    /// The policy in force again after the settings' changes moved.
+    fn apply_policy(&mut self) {
+        self.policy = self.settings.changes.policy(&self.file_policy);
     }
 
     fn refill(&mut self, now: u64) {

@@ -1,7 +1,8 @@
 //! The embedded store's persistence: the snapshot in `data_dir`, written straight from the
-//! live rooms, and read back in any of its three formats (the current one, the second
-//! without the drawn entrants' hashes, and the first without a salt or a draw), so an
-//! upgrade never loses anyone's place.
+//! live rooms, and read back in any of its four formats (the current one, the third
+//! without the operator's changes of settings, the second also without the drawn
+//! entrants' hashes, and the first without a salt or a draw), so an upgrade never loses
+//! anyone's place.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -18,6 +19,9 @@ pub(super) const SNAPSHOT_FILE: &str = "queue.snapshot";
 /// Opens a snapshot in the current layout. Ten 0xff bytes are not a valid postcard varint,
 /// so no snapshot of the first layout (which started with one) can be mistaken for it.
 pub(super) const SNAPSHOT_MAGIC: &[u8] =
+    b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xffanteroom-snapshot-4";
+/// The third layout: as the fourth, without the operator's changes of settings.
+pub(super) const SNAPSHOT_MAGIC_V3: &[u8] =
     b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xffanteroom-snapshot-3";
 /// The second layout: as the third, without the drawn entrants' hashes.
 pub(super) const SNAPSHOT_MAGIC_V2: &[u8] =
@@ -73,7 +77,7 @@ impl Serialize for LiveRoom<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         let room = self.0;
-        let mut st = s.serialize_struct("RoomSnapshot", 9)?;
+        let mut st = s.serialize_struct("RoomSnapshot", 10)?;
         st.serialize_field("settings", &room.settings)?;
         st.serialize_field("tokens", &room.tokens)?;
         st.serialize_field("next_ticket", &room.line.next_ticket())?;
@@ -83,6 +87,7 @@ impl Serialize for LiveRoom<'_> {
         st.serialize_field("salt", &room.salt)?;
         st.serialize_field("draw", &Ids(room.draw.keys()))?;
         st.serialize_field("drawn", &Drawn(&room.drawn))?;
+        st.serialize_field("changes", &changes_text(&room.settings.changes))?;
         st.end()
     }
 }
@@ -103,6 +108,16 @@ impl Serialize for LiveLine<'_> {
             seq.serialize_element(&(ticket, w.visitor))?;
         }
         seq.end()
+    }
+}
+
+/// The operator's changes as the snapshot keeps them: JSON text (postcard cannot carry a
+/// JSON value), empty for none.
+fn changes_text(changes: &crate::queue::RoomChanges) -> String {
+    if changes.is_empty() {
+        String::new()
+    } else {
+        serde_json::to_string(changes).unwrap_or_default()
     }
 }
 
@@ -144,6 +159,7 @@ impl Room {
             salt: self.salt,
             draw: self.draw.keys().copied().collect(),
             drawn: self.drawn.iter().map(|h| h.0).collect(),
+            changes: changes_text(&self.settings.changes),
         }
     }
 
@@ -152,7 +168,9 @@ impl Room {
     /// comes back when the room is opened. Clients are not in the snapshot: restored
     /// places and sessions count against no client's share.
     pub(super) fn restore(snapshot: RoomSnapshot, now: u64) -> Self {
-        let mut room = Room::new(snapshot.settings, now);
+        let mut settings = snapshot.settings;
+        settings.changes = serde_json::from_str(&snapshot.changes).unwrap_or_default();
+        let mut room = Room::new(settings, now);
         room.salt = snapshot.salt;
         room.drawn = snapshot.drawn.into_iter().map(DrawHash).collect();
         room.tokens = snapshot.tokens.min(room.settings.burst());
@@ -205,6 +223,30 @@ pub(super) fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot, postcard::Error>
     if let Some(current) = bytes.strip_prefix(SNAPSHOT_MAGIC) {
         return postcard::from_bytes(current);
     }
+    if let Some(v3) = bytes.strip_prefix(SNAPSHOT_MAGIC_V3) {
+        let v3: SnapshotV3 = postcard::from_bytes(v3)?;
+        return Ok(Snapshot {
+            rooms: v3
+                .rooms
+                .into_iter()
+                .map(|(name, r)| {
+                    let room = RoomSnapshot {
+                        settings: r.settings,
+                        tokens: r.tokens,
+                        next_ticket: r.next_ticket,
+                        line: r.line,
+                        sessions: r.sessions,
+                        counters: r.counters,
+                        salt: r.salt,
+                        draw: r.draw,
+                        drawn: r.drawn,
+                        changes: String::new(),
+                    };
+                    (name, room)
+                })
+                .collect(),
+        });
+    }
     if let Some(v2) = bytes.strip_prefix(SNAPSHOT_MAGIC_V2) {
         let v2: SnapshotV2 = postcard::from_bytes(v2)?;
         return Ok(Snapshot {
@@ -222,6 +264,7 @@ pub(super) fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot, postcard::Error>
                         salt: r.salt,
                         draw: r.draw,
                         drawn: Vec::new(),
+                        changes: String::new(),
                     };
                     (name, room)
                 })
@@ -247,6 +290,7 @@ pub(super) fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot, postcard::Error>
                     salt,
                     draw: Vec::new(),
                     drawn: Vec::new(),
+                    changes: String::new(),
                 };
                 (name, room)
             })
@@ -272,6 +316,27 @@ pub(super) struct RoomSnapshot {
     /// A lottery draw still being collected (no tickets yet).
     draw: Vec<VisitorId>,
     /// The last draw's hashes, ascending (see `Room::drawn`).
+    drawn: Vec<[u8; 32]>,
+    /// The operator's changes of settings as JSON text ([`changes_text`]).
+    changes: String,
+}
+
+/// The third layout: before the operator's changes of settings were kept.
+#[derive(Deserialize)]
+struct SnapshotV3 {
+    rooms: Vec<(String, RoomSnapshotV3)>,
+}
+
+#[derive(Deserialize)]
+struct RoomSnapshotV3 {
+    settings: RoomSettings,
+    tokens: f64,
+    next_ticket: u64,
+    line: Vec<(u64, VisitorId)>,
+    sessions: Vec<VisitorId>,
+    counters: Counters,
+    salt: [u8; 16],
+    draw: Vec<VisitorId>,
     drawn: Vec<[u8; 32]>,
 }
 

@@ -188,13 +188,14 @@ impl QueueStore for MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(room) = rooms.get(name) else {
             let mut room = Room::new(seed.clone(), now);
-            room.policy = policy.clone();
+            room.set_policy(policy);
             rooms.insert(name.to_owned(), Arc::new(Mutex::new(room)));
             return Ok(Seeded::Fresh);
         };
         let mut room = room.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        // The policy is config: the file always wins. The salt stays.
-        room.policy = policy.clone();
+        // The policy is the file's with the live changes (a reseed drops them). The salt
+        // stays.
+        room.set_policy(policy);
         Ok(room.reseed(seed, reseed))
     }
 
@@ -307,6 +308,7 @@ impl QueueStore for MemoryStore {
             room.refill(now);
             let resuming = room.settings.paused && !next.paused;
             room.settings = next.clone();
+            room.apply_policy();
             room.tokens = room.tokens.min(room.burst());
             if resuming {
                 // A resume starts with an empty bucket; paused time earns nothing.

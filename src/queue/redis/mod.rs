@@ -81,6 +81,9 @@ pub struct RedisStore {
     /// never changes, and every entrant's draw hash is computed here from it (Redis Lua
     /// has no SHA-256).
     salts: std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>,
+    /// Each room's policy as this replica's file gave it at open: what a policy setting
+    /// the operator gives back to the file returns to.
+    file_policies: std::sync::Mutex<std::collections::HashMap<String, crate::queue::RoomPolicy>>,
 }
 
 /// A serving worker's own connection (see [`RedisStore::conn`]).
@@ -134,6 +137,7 @@ impl RedisStore {
             eval_only: AtomicBool::new(false),
             describe,
             salts: std::sync::Mutex::default(),
+            file_policies: std::sync::Mutex::default(),
         })
     }
 

@@ -177,6 +177,10 @@ impl QueueStore for RedisStore {
                     .arg(seed.mode.as_str());
             })
             .await?;
+        self.file_policies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(room.to_owned(), policy.clone());
         // The salt in the store is the one that counts (another replica may have set it).
         self.salts
             .lock()
@@ -420,8 +424,17 @@ impl QueueStore for RedisStore {
 
     async fn stats(&self, room: &str) -> StoreResult<RoomStats> {
         let reply = self.call(&STATS, room, |_| {}).await?;
-        let fields: Vec<String> =
+        let mut fields: Vec<String> =
             redis::from_redis_value(reply.clone()).map_err(|_| bad_reply("stats", &reply))?;
+        let live = fields.split_off(fields.len().min(15));
+        let mut changes = crate::queue::RoomChanges::default();
+        for pair in live.chunks(2) {
+            let [name, json] = pair else {
+                return Err(bad_reply("stats", &live));
+            };
+            let value = serde_json::from_str(json).map_err(|_| bad_reply("stats", json))?;
+            changes.0.insert(name.clone(), value);
+        }
         let [
             waiting,
             active,
@@ -460,6 +473,7 @@ impl QueueStore for RedisStore {
                 paused: paused == "1",
                 // A room opened before modes existed has none: the queue.
                 mode: crate::queue::Mode::parse(mode).unwrap_or_default(),
+                changes,
             },
         })
     }
@@ -506,9 +520,31 @@ impl QueueStore for RedisStore {
             abandon_after: Duration::from_secs(1),
             paused: false,
             mode: crate::queue::Mode::Queue,
+            changes: Default::default(),
         }
         .patched(patch)?;
         let opt = |v: Option<String>| v.unwrap_or_default();
+        // The policy in force for each policy setting the patch names: its value, or the
+        // file's when it is given back.
+        let policy = {
+            let files = self.file_policies.lock().unwrap_or_else(|p| p.into_inner());
+            let file = files.get(room).cloned().unwrap_or_default();
+            crate::queue::RoomChanges::default()
+                .merged(&patch.changes)
+                .policy(&file)
+        };
+        let policy_field = |name: &str| -> Option<(&'static str, String)> {
+            Some(match name {
+                "lottery" => ("lottery", if policy.lottery { "1" } else { "0" }.to_owned()),
+                "max_waiting" => ("max_waiting", policy.max_waiting.to_string()),
+                "max_places_per_client" => ("max_places", policy.max_places_per_client.to_string()),
+                "max_sessions_per_client" => {
+                    ("max_sessions", policy.max_sessions_per_client.to_string())
+                }
+                "session_clients" => ("session_clients", policy.session_clients.to_string()),
+                _ => return None,
+            })
+        };
         let reply = self
             .call(&UPDATE_SETTINGS, room, |inv| {
                 inv.arg(opt(patch.rate.map(|r| r.to_string())))
@@ -519,6 +555,15 @@ impl QueueStore for RedisStore {
                         .paused
                         .map(|p| if p { "1" } else { "0" }.to_owned())))
                     .arg(opt(patch.mode.map(|m| m.as_str().to_owned())));
+                for (name, value) in &patch.changes.0 {
+                    let json = if value.is_null() {
+                        String::new()
+                    } else {
+                        value.to_string()
+                    };
+                    let (field, now) = policy_field(name).unwrap_or(("", String::new()));
+                    inv.arg(name).arg(json).arg(field).arg(now);
+                }
             })
             .await?;
         match ints("update_settings", reply)?.as_slice() {

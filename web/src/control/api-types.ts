@@ -121,8 +121,9 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
-        /** Change rate, max_active, session_ttl_secs, abandon_after_secs, mode (any subset) */
+        /** A room's settings as they run now (read from the store) */
+        get: operations["roomConfig"];
+        /** Change any of a room's settings (any subset), under the file's names */
         put: operations["configureRoom"];
         post?: never;
         delete?: never;
@@ -260,6 +261,21 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description Closed-loop admission's setting as a room runs with it. */
+        AdaptiveSetting: {
+            /**
+             * Format: double
+             * @description A share of 5xx responses above which the rate is lowered.
+             */
+            max_error_ratio: number;
+            /**
+             * Format: double
+             * @description The rate is never lowered below this.
+             */
+            min_rate: number;
+            /** @description The origin's p95 time to response headers above which the rate is lowered. */
+            target_latency: string;
+        };
         /** @description What closed-loop admission's last decision saw. */
         AdaptiveStats: {
             /** @description The reason for the rate, as a sentence. */
@@ -426,31 +442,93 @@ export interface components {
         };
         /** @description The body of `PUT …/config`: any of the five settings, at least one. */
         ConfigPatch: {
+            /** @description `abandon_after` as the file writes it (`"60s"`); instead of `abandon_after_secs`. */
+            abandon_after?: string;
             /**
              * Format: double
              * @description How long a waiting visitor may be silent before losing their place, in seconds (at most 365 days).
              */
             abandon_after_secs?: number;
+            /** @description Closed-loop admission: an object with target_latency (and optionally max_error_ratio, min_rate), false for off, or null for the file's. */
+            adaptive?: {
+                max_error_ratio?: number;
+                min_rate?: number;
+                target_latency: string;
+            } | false | null;
+            /** @description Path globs of assets (never the line, never the page). */
+            asset_paths?: string[] | null;
+            /** @description Path globs proxied straight through (no queue, no cookie). */
+            bypass_paths?: string[] | null;
+            /** @description How long a request waits for an in-flight slot, as the file writes it (`"5s"`). */
+            inflight_wait?: string | null;
+            /**
+             * Format: double
+             * @description `inflight_wait` in seconds.
+             */
+            inflight_wait_secs?: number | null;
+            /** @description Whoever is collected before `admits_at` is placed by lot. */
+            lottery?: boolean | null;
             /**
              * Format: int64
              * @description How many may be on the site at once.
              */
             max_active?: number;
             /**
+             * Format: int64
+             * @description Requests at the origin at once on each replica; 0: no cap.
+             */
+            max_inflight?: number | null;
+            /**
+             * Format: int64
+             * @description Places in line at once from one client; 0: no cap.
+             */
+            max_places_per_client?: number | null;
+            /**
+             * Format: int64
+             * @description Sessions on the site at once from one client; 0: no cap.
+             */
+            max_sessions_per_client?: number | null;
+            /**
+             * Format: int64
+             * @description The queue breaker: at most this many in line; 0: no limit.
+             */
+            max_waiting?: number | null;
+            /** @description The operator's note on the pages. */
+            message?: string | null;
+            /**
              * @description The room's mode: queue (the waiting room as usual), passthrough (everyone straight through, counted) or sold_out (the line and newcomers see the sold-out page).
              * @enum {string}
              */
             mode?: "queue" | "passthrough" | "sold_out";
+            /**
+             * @description The status of the waiting page and JSON: 200, 202, 429 or 503; null for the file's.
+             * @enum {integer|null}
+             */
+            queue_status_code?: 200 | 202 | 429 | 503 | null;
             /**
              * Format: double
              * @description Visitors admitted per second.
              */
             rate?: number;
             /**
+             * Format: int64
+             * @description Distinct clients one admitted session may be used from; 0: no cap.
+             */
+            session_clients?: number | null;
+            /** @description `session_ttl` as the file writes it (`"5m"`); instead of `session_ttl_secs`. */
+            session_ttl?: string;
+            /**
              * Format: double
              * @description How long an admitted visitor's session lasts without a request, in seconds (at most 365 days).
              */
             session_ttl_secs?: number;
+            /**
+             * Format: int64
+             * @description Streams to the origin open at once in the room; 0: no cap.
+             */
+            stream_cap?: number | null;
+            /** @description The waiting page's heading. Each setting from here on may be `null`: the file's value holds again. */
+            title?: string | null;
         };
         /** @description `PUT …/config`'s answer. */
         ConfigResult: {
@@ -731,11 +809,44 @@ export interface components {
              * @description Silence before a waiting visitor loses their place, in seconds.
              */
             abandon_after_secs: number;
+            adaptive?: components["schemas"]["AdaptiveSetting"] | null;
+            /** @description Path globs of assets. */
+            asset_paths: string[];
+            /** @description Path globs proxied straight through. */
+            bypass_paths: string[];
+            /** @description The settings an operator changed from the file's (by the file's names), kept in the store; the others are the file's. */
+            changed: string[];
+            /** @description How long a request waits for an in-flight slot (`"5s"`). */
+            inflight_wait: string;
+            /** @description Whether the draw before `admits_at` is by lot. */
+            lottery: boolean;
             /**
              * Format: int64
              * @description How many may be on the site at once.
              */
             max_active: number;
+            /**
+             * Format: int64
+             * @description Requests at the origin at once on each replica; 0: no cap.
+             */
+            max_inflight: number;
+            /**
+             * Format: int32
+             * @description Places in line at once from one client; 0: no cap.
+             */
+            max_places_per_client: number;
+            /**
+             * Format: int32
+             * @description Sessions on the site at once from one client; 0: no cap.
+             */
+            max_sessions_per_client: number;
+            /**
+             * Format: int64
+             * @description The queue breaker; 0: no limit.
+             */
+            max_waiting: number;
+            /** @description The operator's note on the pages. */
+            message: string;
             /**
              * @description The room's mode: queue (the waiting room as usual), passthrough (everyone straight through, counted) or sold_out (the line and newcomers see the sold-out page).
              * @enum {string}
@@ -744,15 +855,32 @@ export interface components {
             /** @description Whether the room is paused. */
             paused: boolean;
             /**
+             * Format: int32
+             * @description The status of the waiting page and JSON.
+             */
+            queue_status_code: number;
+            /**
              * Format: double
              * @description Visitors admitted per second.
              */
             rate: number;
             /**
+             * Format: int32
+             * @description Distinct clients one admitted session may be used from; 0: no cap.
+             */
+            session_clients: number;
+            /**
              * Format: double
              * @description Session lifetime without a request, in seconds.
              */
             session_ttl_secs: number;
+            /**
+             * Format: int64
+             * @description Streams to the origin open at once; 0: no cap.
+             */
+            stream_cap: number;
+            /** @description The waiting page's heading. */
+            title: string;
         };
         /** @description `GET …/status`: what an operator checks first. */
         Status: {
@@ -1159,6 +1287,35 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
         };
     };
+    roomConfig: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The room's name, as configured. */
+                room: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The settings in force */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Settings"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["UnknownRoom"];
+            405: components["responses"]["MethodNotAllowed"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["StoreUnavailable"];
+        };
+    };
     configureRoom: {
         parameters: {
             query?: never;
@@ -1199,7 +1356,7 @@ export interface operations {
             405: components["responses"]["MethodNotAllowed"];
             408: components["responses"]["BodyTooSlow"];
             413: components["responses"]["BodyTooLarge"];
-            /** @description A mode that is not one of queue, passthrough, sold_out; `field` is mode and nothing was changed */
+            /** @description A value the room cannot run with: a mode that is not one of queue, passthrough, sold_out, or any other setting that the file would refuse (a status code, a glob, a duration, a share, adaptive); `field` names it (`bypass_paths[1]`, `adaptive.min_rate`) and nothing was changed */
             422: {
                 headers: {
                     [name: string]: unknown;

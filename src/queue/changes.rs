@@ -1,0 +1,123 @@
+//! The operator's changes to a room's settings beyond the runtime ones of
+//! [`super::RoomSettings`]: title, message, paths, caps, shares, lottery, adaptive.
+//!
+//! The config file seeds a room; what an operator changes while it runs (through the admin
+//! API, or a reload of the file) is kept here, in the store, beside the runtime settings,
+//! so it survives a restart and every replica reads it. A change is the setting's name as
+//! the file spells it and its value in JSON (as the admin API takes it, already
+//! validated); each replica derives the room's effective settings from the file and these
+//! (the config layer does), and the store applies the part it enforces itself (the
+//! lottery, the queue breaker, the per-client shares) through [`RoomChanges::policy`].
+//!
+//! The store knows nothing else of the values: a new live setting is a name the config
+//! layer accepts, not a change of the store.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::RoomPolicy;
+
+/// The settings of a room an operator changed, by the file's name; a name not here has
+/// the file's value.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RoomChanges(pub BTreeMap<String, Value>);
+
+/// The changes the store applies to the room's [`RoomPolicy`] itself.
+pub const POLICY_KEYS: [&str; 5] = [
+    "lottery",
+    "max_waiting",
+    "max_places_per_client",
+    "max_sessions_per_client",
+    "session_clients",
+];
+
+impl RoomChanges {
+    /// Whether nothing is changed (the file's settings hold).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The changed value of `key`, if any.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key)
+    }
+
+    /// These changes with `patch` applied: a value replaces the change of its name, a
+    /// `null` removes it (the file's value holds again).
+    pub fn merged(&self, patch: &RoomChanges) -> RoomChanges {
+        let mut next = self.0.clone();
+        for (key, value) in &patch.0 {
+            if value.is_null() {
+                next.remove(key);
+            } else {
+                next.insert(key.clone(), value.clone());
+            }
+        }
+        RoomChanges(next)
+    }
+
+    /// The policy the store enforces: `file`'s, with the changes of [`POLICY_KEYS`]. A
+    /// value of the wrong type (never written by the admin API, which validates) leaves
+    /// the file's.
+    pub fn policy(&self, file: &RoomPolicy) -> RoomPolicy {
+        let count = |key: &str, file: u32| {
+            self.get(key)
+                .and_then(Value::as_u64)
+                .map_or(file, |n| u32::try_from(n).unwrap_or(u32::MAX))
+        };
+        RoomPolicy {
+            lottery: self
+                .get("lottery")
+                .and_then(Value::as_bool)
+                .unwrap_or(file.lottery),
+            max_waiting: self
+                .get("max_waiting")
+                .and_then(Value::as_u64)
+                .unwrap_or(file.max_waiting),
+            max_places_per_client: count("max_places_per_client", file.max_places_per_client),
+            max_sessions_per_client: count("max_sessions_per_client", file.max_sessions_per_client),
+            session_clients: count("session_clients", file.session_clients),
+            ..file.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn changes(v: Value) -> RoomChanges {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_null_gives_the_file_its_setting_back() {
+        let live = changes(json!({"title": "Drop", "max_waiting": 10}));
+        let next = live.merged(&changes(json!({"title": null, "message": "soon"})));
+        assert_eq!(next, changes(json!({"max_waiting": 10, "message": "soon"})));
+    }
+
+    #[test]
+    fn the_store_applies_only_the_policy_changes() {
+        let file = RoomPolicy {
+            join_limit_per_ip: 7,
+            max_waiting: 100,
+            ..RoomPolicy::default().with_default_shares()
+        };
+        let live = changes(json!({
+            "lottery": true, "max_waiting": 5, "session_clients": 2, "title": "x",
+            "max_places_per_client": "wrong type"
+        }));
+        let policy = live.policy(&file);
+        assert!(policy.lottery);
+        assert_eq!(policy.max_waiting, 5);
+        assert_eq!(policy.session_clients, 2);
+        assert_eq!(policy.max_places_per_client, file.max_places_per_client);
+        assert_eq!(policy.join_limit_per_ip, 7);
+        assert_eq!(RoomChanges::default().policy(&file), file);
+    }
+}

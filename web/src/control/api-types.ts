@@ -440,6 +440,18 @@ export interface components {
             /** @enum {string} */
             status: "banned";
         };
+        /** @description The proof of work at the door as a room runs with it. */
+        ChallengeSetting: {
+            /**
+             * Format: int32
+             * @description Extra bits of work on top of the default (each doubles it).
+             */
+            difficulty: number;
+            /** @enum {string} */
+            mode: "off" | "under_load" | "always";
+            /** @description The no-JavaScript time lock (`"20s"`). */
+            no_js_wait: string;
+        };
         /** @description The body of `PUT …/config`: any of the five settings, at least one. */
         ConfigPatch: {
             /** @description `abandon_after` as the file writes it (`"60s"`); instead of `abandon_after_secs`. */
@@ -459,6 +471,13 @@ export interface components {
             asset_paths?: string[] | null;
             /** @description Path globs proxied straight through (no queue, no cookie). */
             bypass_paths?: string[] | null;
+            /** @description The proof of work at the door: any of mode, difficulty and no_js_wait (the others keep their value), or null for the file's. */
+            challenge?: {
+                difficulty?: number;
+                /** @enum {string} */
+                mode?: "off" | "under_load" | "always";
+                no_js_wait?: string;
+            } | null;
             /** @description How long a request waits for an in-flight slot, as the file writes it (`"5s"`). */
             inflight_wait?: string | null;
             /**
@@ -522,6 +541,11 @@ export interface components {
              * @description How long an admitted visitor's session lasts without a request, in seconds (at most 365 days).
              */
             session_ttl_secs?: number;
+            /**
+             * Format: int64
+             * @description Strikes within `abuse.window` that park a client in the shadow line; 0: off.
+             */
+            shadow_after?: number | null;
             /**
              * Format: int64
              * @description Streams to the origin open at once in the room; 0: no cap.
@@ -814,6 +838,8 @@ export interface components {
             asset_paths: string[];
             /** @description Path globs proxied straight through. */
             bypass_paths: string[];
+            /** @description The proof of work at the door. */
+            challenge: components["schemas"]["ChallengeSetting"];
             /** @description The settings an operator changed from the file's (by the file's names), kept in the store; the others are the file's. */
             changed: string[];
             /** @description How long a request waits for an in-flight slot (`"5s"`). */
@@ -874,6 +900,11 @@ export interface components {
              * @description Session lifetime without a request, in seconds.
              */
             session_ttl_secs: number;
+            /**
+             * Format: int32
+             * @description Strikes within `abuse.window` that park a client in the shadow line; 0: off.
+             */
+            shadow_after: number;
             /**
              * Format: int64
              * @description Streams to the origin open at once; 0: no cap.

@@ -422,11 +422,9 @@ fn challenge_change() -> Schema {
                 .schema_type(Type::Object)
                 .property(
                     "mode",
-                    ObjectBuilder::new().schema_type(Type::String).enum_values(Some([
-                        "off",
-                        "under_load",
-                        "always",
-                    ])),
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .enum_values(Some(["off", "under_load", "always"])),
                 )
                 .property(
                     "difficulty",

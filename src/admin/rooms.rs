@@ -16,8 +16,8 @@ use crate::http::body::Body;
 use crate::queue::{Mode, RoomChanges, RoomSettings, SettingsPatch};
 
 use super::api::{
-    AdaptiveSetting, ChallengeSetting, AdaptiveStats, ConfigPatch, ConfigResult, EtaReport, FlushResult, Inflight,
-    PauseResult, Problem, RoomList, RoomPath, RoomStats, Settings,
+    AdaptiveSetting, AdaptiveStats, ChallengeSetting, ConfigPatch, ConfigResult, EtaReport,
+    FlushResult, Inflight, PauseResult, Problem, RoomList, RoomPath, RoomStats, Settings,
 };
 use super::body::{read_body, whole_number};
 use super::openapi::{

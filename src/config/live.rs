@@ -236,9 +236,7 @@ fn overlay(raw: &mut RawRoom, key: &str, value: &Value) -> Result<(), LiveError>
             let Value::Object(fields) = value else {
                 return Err(LiveError::new(
                     key,
-                    format!(
-                        "must be an object like {{\"mode\": \"always\"}} (got {value})"
-                    ),
+                    format!("must be an object like {{\"mode\": \"always\"}} (got {value})"),
                 ));
             };
             let c = raw.challenge.get_or_insert_with(RawChallenge::default);

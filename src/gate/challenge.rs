@@ -215,8 +215,13 @@ impl App {
                 let kind = Kind::Challenge {
                     queue_status_code: config.queue_status_code,
                 };
-                self.pages
-                    .challenge(&view, &room_text(&room.live()), kind.status(), false, identity.lang)
+                self.pages.challenge(
+                    &view,
+                    &room_text(&room.live()),
+                    kind.status(),
+                    false,
+                    identity.lang,
+                )
             }
             Err(e) => self.answer_refused(room, Refusal::Check(e), identity),
         }
@@ -348,9 +353,7 @@ impl App {
         visitor: VisitorId,
         mut response: Response<Body>,
     ) -> Response<Body> {
-        let value = self
-            .cookies
-            .issue(visitor, &room.name, SystemTime::now());
+        let value = self.cookies.issue(visitor, &room.name, SystemTime::now());
         response.headers_mut().append(
             header::SET_COOKIE,
             token::set_cookie(&value, self.secure_cookies),
@@ -385,7 +388,12 @@ impl App {
             challenge: &issued.text,
             bits,
             return_to: "/",
-            no_js_secs: room.live().config.challenge.no_js_wait_for(strikes).as_secs(),
+            no_js_secs: room
+                .live()
+                .config
+                .challenge
+                .no_js_wait_for(strikes)
+                .as_secs(),
             expires_in_secs: challenge::TTL.as_secs(),
         };
         let mut response = self

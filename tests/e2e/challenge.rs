@@ -674,3 +674,74 @@ async fn on_redis_the_shadow_line_adds_no_key() {
     assert_eq!((keys(), counts().await), before);
     ar.shutdown().await.unwrap();
 }
+
+/// `PUT …/config` with `challenge` (one key of it; the others keep the file's).
+async fn put_challenge(ar: &Running, change: Value) -> Value {
+    let r = reqwest::Client::new()
+        .put(url(ar, "/__anteroom/admin/api/rooms/main/config"))
+        .bearer_auth(crate::common::ADMIN_TOKEN)
+        .json(&serde_json::json!({ "challenge": change }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_door_turns_on_and_off_live_through_the_admin_api() {
+    let (_origin, _dir, ar, store) = embedded(
+        "",
+        "    rate: 0.001\n    max_active: 1\n    challenge: {no_js_wait: 7s}\n",
+    )
+    .await;
+    let json = |ip: &'static str| {
+        let ar = &ar;
+        async move {
+            from(ip)
+                .get(url(ar, "/"))
+                .header("accept", "application/json")
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    // Off, as the file has it: the first is let in, nobody is asked.
+    assert!(visitor_cookie(&json("127.0.0.1").await).is_some());
+    let set = put_challenge(&ar, serde_json::json!({"mode": "always"})).await;
+    assert_eq!(set["settings"]["challenge"]["mode"], "always");
+    assert_eq!(
+        set["settings"]["challenge"]["no_js_wait"], "7s",
+        "the keys not given keep the file's"
+    );
+    // The next newcomer is asked, and gets no place.
+    challenged(&from("127.0.0.2"), &ar).await;
+    assert_eq!(store.stats("main").await.unwrap().waiting, 0);
+    let shown =
+        crate::common::admin_get(&reqwest::Client::new(), ar.addr, "rooms/main/config").await;
+    assert_eq!(shown["challenge"]["mode"], "always");
+    assert!(
+        shown["changed"]
+            .as_array()
+            .unwrap()
+            .contains(&"challenge".into())
+    );
+    // A bad value is refused naming the field, and changes nothing.
+    let r = reqwest::Client::new()
+        .put(url(&ar, "/__anteroom/admin/api/rooms/main/config"))
+        .bearer_auth(crate::common::ADMIN_TOKEN)
+        .json(&serde_json::json!({"challenge": {"mode": "sometimes"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let problem: Value = r.json().await.unwrap();
+    assert_eq!(problem["field"], "challenge.mode", "{problem}");
+    challenged(&from("127.0.0.3"), &ar).await;
+    // null: the file's again, and newcomers join without work.
+    put_challenge(&ar, Value::Null).await;
+    let r = json("127.0.0.4").await;
+    assert_eq!(status_header(&r).as_deref(), Some("waiting"));
+    assert_eq!(store.stats("main").await.unwrap().waiting, 1);
+    ar.shutdown().await.unwrap();
+}

@@ -18,9 +18,10 @@
 
 use std::fmt::Debug;
 
+use crate::audit::AuditEntry;
 use crate::config::{self, Config, ConfigError, Overrides, RoomConfig};
-use crate::gate::App;
-use crate::queue::{SettingsPatch, StoreError};
+use crate::gate::{App, BadOrigin};
+use crate::queue::{Seeded, SettingsPatch, StoreError};
 
 /// Why a reload changed nothing (or, for [`ReloadError::Store`], not everything).
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +38,22 @@ pub enum ReloadError {
         /// The dotted keys, in file order (`listen`, `rooms.main.origin`).
         keys: Vec<String>,
     },
-    /// The store did not take a room's new settings (the rooms before it have theirs).
+    /// A room's origin cannot be proxied to; nothing changed.
+    #[error("the reload is refused; nothing changed: {0}")]
+    Origin(#[from] BadOrigin),
+    /// The store did not open a room the file adds; nothing changed.
+    #[error(
+        "the reload is refused; nothing changed: rooms.{room}: the store did not open the room: {source}"
+    )]
+    Opening {
+        /// The room added.
+        room: String,
+        /// What the store reported.
+        #[source]
+        source: StoreError,
+    },
+    /// The store did not take a room's new settings (the rooms before it have theirs, and
+    /// the rooms added and removed are served as the file says).
     #[error("rooms.{room}: the store did not take the new settings: {source}")]
     Store {
         /// The room whose settings were not written.
@@ -51,6 +67,16 @@ pub enum ReloadError {
 /// What a reload will change.
 #[derive(Debug, Default)]
 pub struct Plan {
+    /// Rooms new to the file, in its order: opened in the store and served.
+    pub added: Vec<String>,
+    /// Rooms gone from the file: no longer served (their store data is kept).
+    pub removed: Vec<String>,
+    /// Rooms whose `origin` or `preserve_host` changed: opened anew under the same name
+    /// (the same line in the store).
+    pub reopened: Vec<String>,
+    /// Whether the host table changes beyond the rooms added and removed (a room's
+    /// `match_host`).
+    pub hosts: bool,
     /// Per room, the runtime settings the file changed.
     pub settings: Vec<(String, SettingsPatch)>,
     /// Whether an admin or metrics token changed.
@@ -60,8 +86,58 @@ pub struct Plan {
 impl Plan {
     /// Whether nothing changes.
     pub fn is_empty(&self) -> bool {
-        self.settings.is_empty() && !self.tokens
+        self.settings.is_empty() && !self.tokens && !self.rooms_change()
     }
+
+    /// Whether the room table changes (a room added, removed or opened anew, a host).
+    pub fn rooms_change(&self) -> bool {
+        !self.added.is_empty()
+            || !self.removed.is_empty()
+            || !self.reopened.is_empty()
+            || self.hosts
+    }
+
+    /// What the audit line of an applied reload says changed.
+    pub fn audited(&self) -> serde_json::Value {
+        let settings: serde_json::Map<String, serde_json::Value> = self
+            .settings
+            .iter()
+            .map(|(room, patch)| (room.clone(), patch_json(patch)))
+            .collect();
+        serde_json::json!({
+            "rooms_added": self.added,
+            "rooms_removed": self.removed,
+            "rooms_reopened": self.reopened,
+            "hosts_changed": self.hosts,
+            "settings": settings,
+            "tokens_changed": self.tokens,
+        })
+    }
+}
+
+/// The settings a patch changes, by the file's names (durations in seconds).
+fn patch_json(patch: &SettingsPatch) -> serde_json::Value {
+    let mut named = serde_json::Map::new();
+    let mut put = |key: &str, value: Option<serde_json::Value>| {
+        if let Some(value) = value {
+            named.insert(key.to_owned(), value);
+        }
+    };
+    put("rate", patch.rate.map(Into::into));
+    put("max_active", patch.max_active.map(Into::into));
+    put(
+        "session_ttl_secs",
+        patch.session_ttl.map(|d| d.as_secs_f64().into()),
+    );
+    put(
+        "abandon_after_secs",
+        patch.abandon_after.map(|d| d.as_secs_f64().into()),
+    );
+    put("mode", patch.mode.map(|m| m.as_str().into()));
+    for (key, value) in &patch.changes.0 {
+        named.insert(key.clone(), value.clone());
+    }
+    serde_json::Value::Object(named)
 }
 
 /// Compares two configs: what can apply live, or every key that cannot.
@@ -121,24 +197,26 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, Vec<String>> {
     differ("kafka", old.kafka == new.kafka);
     differ("server", old.server == new.server);
 
-    let old_names: Vec<&str> = old.rooms.iter().map(|r| r.name.as_str()).collect();
-    let new_names: Vec<&str> = new.rooms.iter().map(|r| r.name.as_str()).collect();
-    for name in &old_names {
-        if !new_names.contains(name) {
-            fixed.push(format!("rooms.{name} (removed)"));
-        }
-    }
-    for name in &new_names {
-        if !old_names.contains(name) {
-            fixed.push(format!("rooms.{name} (added)"));
-        }
-    }
+    let removed: Vec<String> = (old.rooms.iter())
+        .filter(|r| new.room(&r.name).is_none())
+        .map(|r| r.name.clone())
+        .collect();
+    let added: Vec<String> = (new.rooms.iter())
+        .filter(|r| old.room(&r.name).is_none())
+        .map(|r| r.name.clone())
+        .collect();
+    let mut reopened = Vec::new();
+    let mut hosts = false;
     let mut settings = Vec::new();
     for new_room in &new.rooms {
         let Some(old_room) = old.room(&new_room.name) else {
             continue;
         };
         fixed.extend(fixed_room_changes(old_room, new_room));
+        hosts |= old_room.match_host != new_room.match_host;
+        if old_room.origin != new_room.origin || old_room.preserve_host != new_room.preserve_host {
+            reopened.push(new_room.name.clone());
+        }
         let patch = settings_patch(old_room, new_room);
         if patch != SettingsPatch::default() {
             settings.push((new_room.name.clone(), patch));
@@ -150,7 +228,14 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, Vec<String>> {
     let tokens = old.admin_token != new.admin_token
         || old.metrics_token != new.metrics_token
         || old.admin_tokens != new.admin_tokens;
-    Ok(Plan { settings, tokens })
+    Ok(Plan {
+        added,
+        removed,
+        reopened,
+        hosts,
+        settings,
+        tokens,
+    })
 }
 
 /// The runtime settings `new` changes from `old`.
@@ -180,14 +265,11 @@ fn fixed_room_changes(old: &RoomConfig, new: &RoomConfig) -> Vec<String> {
         };
     }
     fixed!(
-        match_host,
-        origin,
         join_limit_per_ip,
         join_limit_window,
         max_sessions_per_client,
         max_places_per_client,
         session_clients,
-        preserve_host,
         schedule,
     );
     keys
@@ -209,26 +291,17 @@ impl Reloader {
         }
     }
 
-    /// Rereads the file and applies it to `app`, logging what changed or why nothing did.
+    /// Rereads the file and applies it to `app`, logging what changed or why nothing did,
+    /// and writing one audit line either way.
     pub async fn reload(&self, app: &App) {
-        match self.try_reload(app).await {
+        let entry = match self.try_reload(app).await {
             Ok(plan) if plan.is_empty() => {
                 tracing::info!("config reloaded: nothing that applies live changed");
+                AuditEntry::reload("reload", plan.audited())
             }
             Ok(plan) => {
-                for (room, patch) in &plan.settings {
-                    tracing::info!(
-                        room = %room,
-                        rate = ?patch.rate,
-                        max_active = ?patch.max_active,
-                        session_ttl = ?patch.session_ttl,
-                        abandon_after = ?patch.abandon_after,
-                        "config reloaded: the room's changed settings are live"
-                    );
-                }
-                if plan.tokens {
-                    tracing::info!("config reloaded: the admin tokens are replaced");
-                }
+                log_applied(&plan);
+                AuditEntry::reload("reload", plan.audited())
             }
             Err(ReloadError::NeedsRestart { keys }) => {
                 for key in &keys {
@@ -237,16 +310,63 @@ impl Reloader {
                         "config reload refused: {key} cannot change without a restart; nothing changed"
                     );
                 }
+                AuditEntry::reload("reload_refused", serde_json::json!({ "keys": keys }))
             }
-            Err(e) => tracing::error!("config reload failed: {e}"),
+            Err(e @ ReloadError::Store { .. }) => {
+                tracing::error!("config reload failed: {e}");
+                AuditEntry::reload(
+                    "reload_failed",
+                    serde_json::json!({ "error": e.to_string() }),
+                )
+            }
+            Err(e) => {
+                tracing::error!("config reload failed: {e}");
+                AuditEntry::reload(
+                    "reload_refused",
+                    serde_json::json!({ "error": e.to_string() }),
+                )
+            }
+        };
+        if let Err(e) = app.admin_state().audit().append(&entry).await {
+            tracing::error!(error = %e, "config reload: the audit line could not be written");
         }
     }
 
     /// The reload itself: what was applied, or why nothing (or not everything) was.
+    ///
+    /// The order makes a failure leave the running config whole: the new room table is
+    /// built (an origin the proxy cannot use refuses the reload), then the rooms added are
+    /// opened in the store (a store that does not answer refuses it), and only then is
+    /// the table swapped in, the tokens replaced and the settings written.
     pub async fn try_reload(&self, app: &App) -> Result<Plan, ReloadError> {
         let mut current = self.current.lock().await;
         let loaded = config::load(&self.overrides, &|k| std::env::var(k).ok())?.config;
         let plan = plan(&current, &loaded).map_err(|keys| ReloadError::NeedsRestart { keys })?;
+        if plan.rooms_change() {
+            let table = app.next_rooms(&loaded.rooms, &plan.reopened)?;
+            for room in loaded.rooms.iter().filter(|r| plan.added.contains(&r.name)) {
+                let seeded =
+                    app.admission
+                        .open_room(room)
+                        .await
+                        .map_err(|source| ReloadError::Opening {
+                            room: room.name.clone(),
+                            source,
+                        })?;
+                if let Seeded::KeptLive(live) = seeded {
+                    tracing::warn!(
+                        room = %room.name,
+                        live = ?live,
+                        "the store kept this room's live settings from before; they stay"
+                    );
+                }
+            }
+            app.set_rooms(table);
+            // The rooms opened have their statistics (the control room, the metrics) and
+            // the operator's changes kept in the store now.
+            let opened: Vec<String> = plan.added.iter().chain(&plan.reopened).cloned().collect();
+            app.admission.refresh_stats(&opened).await;
+        }
         if plan.tokens {
             app.admin_state().set_tokens(&loaded);
         }
@@ -261,6 +381,35 @@ impl Reloader {
         }
         *current = loaded;
         Ok(plan)
+    }
+}
+
+/// The log lines of an applied reload, one per kind of change.
+fn log_applied(plan: &Plan) {
+    for room in &plan.added {
+        tracing::info!(room = %room, "config reloaded: room added; its host is served");
+    }
+    for room in &plan.removed {
+        tracing::info!(
+            room = %room,
+            "config reloaded: room removed; its host is no longer served (its line stays in the store)"
+        );
+    }
+    for room in &plan.reopened {
+        tracing::info!(room = %room, "config reloaded: the room's origin changed; it is served anew");
+    }
+    if plan.hosts {
+        tracing::info!("config reloaded: the host table changed");
+    }
+    for (room, patch) in &plan.settings {
+        tracing::info!(
+            room = %room,
+            changed = %patch_json(patch),
+            "config reloaded: the room's changed settings are live"
+        );
+    }
+    if plan.tokens {
+        tracing::info!("config reloaded: the admin tokens are replaced");
     }
 }
 
@@ -390,12 +539,53 @@ mod tests {
     fn keys_that_need_a_restart_are_all_named() {
         let old = config("", "");
         let new = {
-            let mut c = config("", "    rate: 3\n    preserve_host: true\n");
+            let mut c = config("", "    rate: 3\n    join_limit_per_ip: 7\n");
             c.listen = "127.0.0.1:1".parse().unwrap();
             c
         };
         let keys = plan(&old, &new).unwrap_err();
-        assert_eq!(keys, ["listen", "rooms.main.preserve_host"]);
+        assert_eq!(keys, ["listen", "rooms.main.join_limit_per_ip"]);
+    }
+
+    #[test]
+    fn rooms_added_removed_and_reopened_apply_live() {
+        let two = |second: &str, origin: &str| {
+            config(
+                "",
+                &format!(
+                    "    match_host: a.example\n  {second}:\n    origin: {origin}\n    match_host: b.example\n"
+                ),
+            )
+        };
+        let old = two("shop", "http://127.0.0.1:9");
+        let plan = plan(&old, &two("tickets", "http://127.0.0.1:9")).unwrap();
+        assert_eq!(plan.added, ["tickets"]);
+        assert_eq!(plan.removed, ["shop"]);
+        assert!(plan.reopened.is_empty() && !plan.hosts && plan.settings.is_empty());
+        assert!(plan.rooms_change() && !plan.is_empty());
+        let audited = plan.audited();
+        assert_eq!(audited["rooms_added"][0], "tickets");
+        assert_eq!(audited["rooms_removed"][0], "shop");
+
+        let moved = super::plan(&old, &two("shop", "http://127.0.0.1:10")).unwrap();
+        assert_eq!(moved.reopened, ["shop"]);
+        assert!(moved.added.is_empty() && moved.removed.is_empty());
+    }
+
+    #[test]
+    fn a_changed_host_changes_the_host_table_only() {
+        let old = config("", "    match_host: a.example\n");
+        let plan = plan(&old, &config("", "    match_host: c.example\n")).unwrap();
+        assert!(plan.hosts && plan.added.is_empty() && plan.reopened.is_empty());
+    }
+
+    #[test]
+    fn an_applied_reload_audits_each_changed_setting_by_name() {
+        let old = config("", "    rate: 5\n");
+        let plan = plan(&old, &config("", "    rate: 9\n")).unwrap();
+        let audited = plan.audited();
+        assert_eq!(audited["settings"]["main"]["rate"], 9.0);
+        assert_eq!(audited["tokens_changed"], false);
     }
 
     #[test]

@@ -6,13 +6,34 @@
 //! - A file that does not validate is refused whole: the reason is logged and the old
 //!   config keeps serving.
 //! - A change to a key that cannot apply live (a listen address, the store, the cookie
-//!   keys, a room's origin, …) refuses the whole reload: one log line names every such
-//!   key, and nothing changes, not even what could have applied.
+//!   keys, a room's schedule or per-client limits, …) refuses the whole reload: one log
+//!   line names every such key, and nothing changes, not even what could have applied.
 //! - Otherwise what changed is applied: the admin tokens (`admin_token`, `admin_tokens`,
-//!   `metrics_token`) at once, and each room's runtime settings (`rate`, `max_active`,
-//!   `session_ttl`, `abandon_after`) that changed in the file are written to the store,
-//!   as the admin API's `PUT …/config` would. A setting the file did not change keeps its
-//!   live value, so a rate set through the API survives a reload of an unrelated change.
+//!   `metrics_token`) at once; each room's settings that changed in the file are written
+//!   to the store, as the admin API's `PUT …/config` would (a setting the file did not
+//!   change keeps its live value, so a rate set through the API survives a reload of an
+//!   unrelated change); and the rooms themselves:
+//!   - A room added is opened in the store (a room the store still holds, from before it
+//!     was removed, finds its line and live settings as they were) and served from the
+//!     next request: its host, its statistics, its metrics, the admin API's rooms.
+//!   - A room removed stops being routed to at once: its host gets what an unconfigured
+//!     host gets (the catch-all room if there is one, else the "no such site" answer),
+//!     its waiting visitors' live streams and its streams to the origin end, and the
+//!     requests already inside it finish. Its line, sessions and settings stay in the
+//!     store, untouched: removing a room by mistake, or for a moment (a file edited in
+//!     two steps), must not lose anyone's place, and adding it back restores the line.
+//!     The cost is the room's store data kept: an operator who wants it gone flushes the
+//!     room before removing it.
+//!   - A room whose `origin` or `preserve_host` changed is opened anew under the same
+//!     name: new requests go to the new origin, the line and sessions (kept by name in
+//!     the store) stay, streams to the old origin end.
+//!   - A changed `match_host` changes the host table with the rest.
+//!
+//!   The room table is swapped whole (see `gate`'s room table), so a request sees the
+//!   rooms before or after a reload, never a mix.
+//! - Every reload is one line in the audit log with the actor `reload`: `reload` with
+//!   what changed, `reload_refused` with the keys (or the file's error), `reload_failed`
+//!   when the store refused a setting midway.
 //!
 //! [`plan`] is the comparison alone (no I/O), [`Reloader`] the rereading and applying.
 
@@ -52,8 +73,8 @@ pub enum ReloadError {
         #[source]
         source: StoreError,
     },
-    /// The store did not take a room's new settings (the rooms before it have theirs, and
-    /// the rooms added and removed are served as the file says).
+    /// The store did not take a room's new settings (the rooms before it have theirs;
+    /// no room was added or removed, no token replaced).
     #[error("rooms.{room}: the store did not take the new settings: {source}")]
     Store {
         /// The room whose settings were not written.
@@ -334,41 +355,35 @@ impl Reloader {
 
     /// The reload itself: what was applied, or why nothing (or not everything) was.
     ///
-    /// The order makes a failure leave the running config whole: the new room table is
-    /// built (an origin the proxy cannot use refuses the reload), then the rooms added are
-    /// opened in the store (a store that does not answer refuses it), and only then is
-    /// the table swapped in, the tokens replaced and the settings written.
+    /// The order keeps a failure from leaving half a reload behind: the new room table is
+    /// built (an origin the proxy cannot use refuses the reload), the rooms added are
+    /// opened in the store (a store that does not answer refuses it) and the settings
+    /// written (a store failing midway leaves the rooms before it changed, and nothing
+    /// else); only then is the table swapped in and the tokens replaced.
     pub async fn try_reload(&self, app: &App) -> Result<Plan, ReloadError> {
         let mut current = self.current.lock().await;
         let loaded = config::load(&self.overrides, &|k| std::env::var(k).ok())?.config;
         let plan = plan(&current, &loaded).map_err(|keys| ReloadError::NeedsRestart { keys })?;
-        if plan.rooms_change() {
-            let table = app.next_rooms(&loaded.rooms, &plan.reopened)?;
-            for room in loaded.rooms.iter().filter(|r| plan.added.contains(&r.name)) {
-                let seeded =
-                    app.admission
-                        .open_room(room)
-                        .await
-                        .map_err(|source| ReloadError::Opening {
-                            room: room.name.clone(),
-                            source,
-                        })?;
-                if let Seeded::KeptLive(live) = seeded {
-                    tracing::warn!(
-                        room = %room.name,
-                        live = ?live,
-                        "the store kept this room's live settings from before; they stay"
-                    );
-                }
+        let table = match plan.rooms_change() {
+            true => Some(app.next_rooms(&loaded.rooms, &plan.reopened)?),
+            false => None,
+        };
+        for room in loaded.rooms.iter().filter(|r| plan.added.contains(&r.name)) {
+            let seeded =
+                app.admission
+                    .open_room(room)
+                    .await
+                    .map_err(|source| ReloadError::Opening {
+                        room: room.name.clone(),
+                        source,
+                    })?;
+            if let Seeded::KeptLive(live) = seeded {
+                tracing::warn!(
+                    room = %room.name,
+                    live = ?live,
+                    "the store kept this room's live settings from before; they stay"
+                );
             }
-            app.set_rooms(table);
-            // The rooms opened have their statistics (the control room, the metrics) and
-            // the operator's changes kept in the store now.
-            let opened: Vec<String> = plan.added.iter().chain(&plan.reopened).cloned().collect();
-            app.admission.refresh_stats(&opened).await;
-        }
-        if plan.tokens {
-            app.admin_state().set_tokens(&loaded);
         }
         for (room, patch) in &plan.settings {
             app.admission
@@ -378,6 +393,18 @@ impl Reloader {
                     room: room.clone(),
                     source,
                 })?;
+        }
+        // The statistics (the control room, the metrics) show the new settings now, and
+        // the rooms opened from the moment they are served.
+        let changed: Vec<String> = plan.settings.iter().map(|(r, _)| r.clone()).collect();
+        app.admission.refresh_stats(&changed).await;
+        if let Some(table) = table {
+            app.set_rooms(table);
+            let opened: Vec<String> = plan.added.iter().chain(&plan.reopened).cloned().collect();
+            app.admission.refresh_stats(&opened).await;
+        }
+        if plan.tokens {
+            app.admin_state().set_tokens(&loaded);
         }
         *current = loaded;
         Ok(plan)

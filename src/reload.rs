@@ -6,7 +6,7 @@
 //! - A file that does not validate is refused whole: the reason is logged and the old
 //!   config keeps serving.
 //! - A change to a key that cannot apply live (a listen address, the store, the cookie
-//!   keys, a room's schedule or per-client limits, …) refuses the whole reload: one log
+//!   keys, a room's schedule or join limit, …) refuses the whole reload: one log
 //!   line names every such key, and nothing changes, not even what could have applied.
 //! - Otherwise what changed is applied: the admin tokens (`admin_token`, `admin_tokens`,
 //!   `metrics_token`) at once; each room's settings that changed in the file are written
@@ -285,14 +285,9 @@ fn fixed_room_changes(old: &RoomConfig, new: &RoomConfig) -> Vec<String> {
             )*
         };
     }
-    fixed!(
-        join_limit_per_ip,
-        join_limit_window,
-        max_sessions_per_client,
-        max_places_per_client,
-        session_clients,
-        schedule,
-    );
+    // The per-client caps (`max_sessions_per_client`, …) are live settings: the store's
+    // policy is the file's with the operator's changes, which the patch carries.
+    fixed!(join_limit_per_ip, join_limit_window, schedule);
     keys
 }
 

@@ -11,8 +11,8 @@
 //!    done ([`crate::access_log`]): the class from step 2, the decision from the answer.
 //!
 //! What supports the path sits beside it: building the app from the config (`build`), the
-//! bans' side of the gate (`bans`), the reserved routes' answers (`reserved`) and the admin
-//! listener (`admin_listener`). What is not the request path lives elsewhere: forwarding in
+//! room table a reload swaps (`rooms`), the bans' side of the gate (`bans`), the reserved
+//! routes' answers (`reserved`) and the admin listener (`admin_listener`). What is not the request path lives elsewhere: forwarding in
 //! [`crate::proxy`], the admin API in [`crate::admin`] (handed an
 //! [`AdminContext`](crate::admin::AdminContext), not the app), the live streams in
 //! [`crate::live`], the metrics registry in [`crate::metrics`].

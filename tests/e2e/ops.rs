@@ -1,6 +1,7 @@
 //! Running a drop live, against the real binary: SIGHUP (through `anteroom reload`)
-//! applying a changed config file (a rate, a token, rooms added and removed, audited) and
-//! refusing a changed listen address or a bad file;
+//! applying a changed config file (a rate, a token, rooms added and removed, audited; a
+//! room removed and added back on Redis finding its line) and refusing a changed listen
+//! address or a bad file;
 //! SIGUSR1 reopening the access log; SIGUSR2 ignored and SIGQUIT draining; a secret read
 //! from a file authorizing the API; and named admin tokens refused what their role does
 //! not allow, with their name in the audit log.
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{ADMIN_TOKEN, COOKIE_SECRET, Origin, client, poll_until};
+use common::{ADMIN_TOKEN, COOKIE_SECRET, Origin, client, poll_until, status_header};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_anteroom");
@@ -203,11 +204,18 @@ async fn sighup_applies_a_changed_file_and_refuses_what_needs_a_restart() {
     assert!(process.running());
 }
 
-/// The file of the rooms test: `main` at `main.example`, then `rooms` (YAML, indented).
-fn rooms_yaml(listen: SocketAddr, dir: &Path, origin: &str, rate: &str, rooms: &str) -> String {
+/// The file of the rooms tests: `top`, then `main` at `main.example`, then `rooms` (YAML,
+/// indented).
+fn rooms_yaml(
+    listen: SocketAddr,
+    dir: &Path,
+    origin: &str,
+    (top, rate): (&str, &str),
+    rooms: &str,
+) -> String {
     format!(
         "listen: \"{listen}\"\nadmit_interval: 100ms\ncookie_secret: \"{COOKIE_SECRET}\"\n\
-         admin_token: \"{ADMIN_TOKEN}\"\ndata_dir: \"{data}\"\npid_file: \"{pid}\"\n\
+         admin_token: \"{ADMIN_TOKEN}\"\ndata_dir: \"{data}\"\npid_file: \"{pid}\"\n{top}\
          access_log: \"{access}\"\nrooms:\n  main:\n    match_host: main.example\n    \
          origin: {origin}\n    rate: {rate}\n{rooms}",
         data = dir.join("data").display(),
@@ -221,6 +229,7 @@ async fn by_host(listen: SocketAddr, host: &str) -> (u16, bool) {
     let response = client()
         .get(format!("http://{listen}/page"))
         .header("host", host)
+        .header("accept", "application/json")
         .send()
         .await
         .unwrap();
@@ -254,7 +263,7 @@ async fn sighup_adds_and_removes_rooms_and_changes_a_rate_in_one_go() {
         tickets_origin.url()
     );
     let write = |at: SocketAddr, rate: &str, rooms: &str| {
-        let text = rooms_yaml(at, dir.path(), &shop_origin.url(), rate, rooms);
+        let text = rooms_yaml(at, dir.path(), &shop_origin.url(), ("", rate), rooms);
         std::fs::write(&config, text).unwrap();
     };
     write(listen, "5", &shop);
@@ -355,6 +364,96 @@ async fn sighup_adds_and_removes_rooms_and_changes_a_rate_in_one_go() {
     })
     .await;
     assert!(process.running());
+}
+
+/// A room's waiting count as the admin API shows it.
+async fn waiting_in(addr: SocketAddr, room: &str) -> Option<u64> {
+    let rooms = common::admin_get(&client(), addr, "rooms").await;
+    rooms["rooms"]
+        .as_array()?
+        .iter()
+        .find(|r| r["room"] == room)?["waiting"]
+        .as_u64()
+}
+
+#[tokio::test]
+async fn a_room_removed_by_a_reload_and_added_back_keeps_its_line_on_redis() {
+    let redis = anteroom_fixtures::RedisServer::start();
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = free_port();
+    let config = dir.path().join("anteroom.yaml");
+    let top = format!("redis:\n  url: \"{}\"\n", redis.url());
+    let tickets = "  tickets:\n    match_host: tickets.example\n    origin: ORIGIN\n    \
+                   rate: 1\n    max_active: 1\n"
+        .replace("ORIGIN", &origin.url());
+    let write = |rooms: &str| {
+        let text = rooms_yaml(listen, dir.path(), &origin.url(), (&top, "5"), rooms);
+        std::fs::write(&config, text).unwrap();
+    };
+    write("");
+    let _process = Process::start(&config, &[]);
+    wait_ready(listen).await;
+    poll_until(WITHIN, "the pid file", async || {
+        dir.path().join("anteroom.pid").exists().then_some(())
+    })
+    .await;
+    let reload = || anteroom(&[arg("reload"), arg("--config"), config.as_os_str()]);
+    let visit = async |cookie: Option<&str>| {
+        let mut request = client()
+            .get(format!("http://{listen}/page"))
+            .header("host", "tickets.example");
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", format!("ar_visitor={cookie}"));
+        }
+        request.send().await.unwrap()
+    };
+
+    // Added: the first visitor is let in, the second waits (max_active 1).
+    write(&tickets);
+    assert!(reload().status.success());
+    poll_until(WITHIN, "the added room serving", async || {
+        (by_host(listen, "tickets.example").await == (200, true)).then_some(())
+    })
+    .await;
+    let second = visit(None).await;
+    assert_eq!(status_header(&second).as_deref(), Some("waiting"));
+    let cookie = common::visitor_cookie(&second).unwrap();
+    poll_until(WITHIN, "one in line in the stats", async || {
+        (waiting_in(listen, "tickets").await == Some(1)).then_some(())
+    })
+    .await;
+
+    // Removed: the waiting visitor's next request finds no room.
+    write("");
+    assert!(reload().status.success());
+    poll_until(WITHIN, "the removed room's 404", async || {
+        (visit(Some(&cookie)).await.status() == 404).then_some(())
+    })
+    .await;
+
+    // Added back: the line is where it was (one in it before anyone asks), the visitor
+    // still in it.
+    write(&tickets);
+    assert!(reload().status.success());
+    poll_until(WITHIN, "the room back with its line", async || {
+        waiting_in(listen, "tickets")
+            .await
+            .map(|n| assert_eq!(n, 1, "the line kept"))
+    })
+    .await;
+    let again = poll_until(WITHIN, "the room added back", async || {
+        let r = visit(Some(&cookie)).await;
+        (r.status() == 200).then_some(r)
+    })
+    .await;
+    assert_eq!(status_header(&again).as_deref(), Some("waiting"));
+    let renewed = common::visitor_cookie(&again).unwrap_or_else(|| cookie.clone());
+    assert_eq!(
+        common::reference_of(&renewed),
+        common::reference_of(&cookie),
+        "the same visitor"
+    );
 }
 
 #[tokio::test]

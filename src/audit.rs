@@ -86,14 +86,18 @@ impl AuditEntry {
         }
     }
 
-    /// A reload's entry (`action` is `reload` or `reload_refused`), its actor `reload`,
-    /// what changed (or why nothing did) in `new`.
-    pub fn reload(action: &'static str, new: serde_json::Value) -> AuditEntry {
+    /// A reload's entry (`action` is `reload`, `reload_refused` or `reload_failed`), its
+    /// actor `reload`: what changed from `old` to `new`, or why nothing did in `new`.
+    pub fn reload(
+        action: &'static str,
+        old: serde_json::Value,
+        new: serde_json::Value,
+    ) -> AuditEntry {
         AuditEntry {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
             room: String::new(),
             action,
-            old: serde_json::Value::Null,
+            old,
             new,
             caller: None,
             peer: None,

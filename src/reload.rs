@@ -9,8 +9,10 @@
 //!   keys, a room's schedule or join limit, …) refuses the whole reload: one log
 //!   line names every such key, and nothing changes, not even what could have applied.
 //! - Otherwise what changed is applied: the admin tokens (`admin_token`, `admin_tokens`,
-//!   `metrics_token`) at once; each room's settings that changed in the file are written
-//!   to the store, as the admin API's `PUT …/config` would (a setting the file did not
+//!   `metrics_token`) at once; each room's settings that changed in the file (the
+//!   runtime ones, `rate`, `max_active`, `session_ttl`, `abandon_after`, `mode`, and every
+//!   other live one of [`crate::config::live::LIVE_KEYS`]) are written to the store, as
+//!   the admin API's `PUT …/config` would (a setting the file did not
 //!   change keeps its live value, so a rate set through the API survives a reload of an
 //!   unrelated change); and the rooms themselves:
 //!   - A room added is opened in the store (a room the store still holds, from before it
@@ -118,21 +120,28 @@ impl Plan {
             || self.hosts
     }
 
-    /// What the audit line of an applied reload says changed.
-    pub fn audited(&self) -> serde_json::Value {
-        let settings: serde_json::Map<String, serde_json::Value> = self
-            .settings
-            .iter()
-            .map(|(room, patch)| (room.clone(), patch_json(patch)))
-            .collect();
-        serde_json::json!({
-            "rooms_added": self.added,
-            "rooms_removed": self.removed,
-            "rooms_reopened": self.reopened,
-            "hosts_changed": self.hosts,
-            "settings": settings,
-            "tokens_changed": self.tokens,
-        })
+    /// What the audit line of an applied reload from `old` to `new` says: before and
+    /// after, each changed setting's value by room; after, also the rooms added, removed
+    /// and opened anew and whether the hosts and the tokens changed.
+    pub fn audited(&self, old: &Config, new: &Config) -> (serde_json::Value, serde_json::Value) {
+        let values = |config: &Config| -> serde_json::Map<String, serde_json::Value> {
+            (self.settings.iter())
+                .filter_map(|(room, patch)| {
+                    Some((room.clone(), setting_values(patch, config.room(room)?)))
+                })
+                .collect()
+        };
+        (
+            serde_json::json!({ "settings": values(old) }),
+            serde_json::json!({
+                "rooms_added": self.added,
+                "rooms_removed": self.removed,
+                "rooms_reopened": self.reopened,
+                "hosts_changed": self.hosts,
+                "settings": values(new),
+                "tokens_changed": self.tokens,
+            }),
+        )
     }
 }
 
@@ -273,6 +282,34 @@ fn settings_patch(old: &RoomConfig, new: &RoomConfig) -> SettingsPatch {
     }
 }
 
+/// The values in `r` of the settings `patch` changes, under the file's names (durations
+/// in seconds): what the audit line shows before and after.
+fn setting_values(patch: &SettingsPatch, r: &RoomConfig) -> serde_json::Value {
+    let mut map = serde_json::Map::new();
+    let mut put = |key: &str, value: serde_json::Value| {
+        map.insert(key.to_owned(), value);
+    };
+    if patch.rate.is_some() {
+        put("rate", r.rate.into());
+    }
+    if patch.max_active.is_some() {
+        put("max_active", r.max_active.into());
+    }
+    if patch.session_ttl.is_some() {
+        put("session_ttl_secs", r.session_ttl.as_secs_f64().into());
+    }
+    if patch.abandon_after.is_some() {
+        put("abandon_after_secs", r.abandon_after.as_secs_f64().into());
+    }
+    if patch.mode.is_some() {
+        put("mode", r.mode.as_str().into());
+    }
+    for key in patch.changes.0.keys() {
+        put(key, config::live::canonical(r, key));
+    }
+    serde_json::Value::Object(map)
+}
+
 /// The keys of a room that changed and only apply at a restart.
 fn fixed_room_changes(old: &RoomConfig, new: &RoomConfig) -> Vec<String> {
     let mut keys = Vec::new();
@@ -311,13 +348,13 @@ impl Reloader {
     /// and writing one audit line either way.
     pub async fn reload(&self, app: &App) {
         let entry = match self.try_reload(app).await {
-            Ok(plan) if plan.is_empty() => {
+            Ok((plan, entry)) if plan.is_empty() => {
                 tracing::info!("config reloaded: nothing that applies live changed");
-                AuditEntry::reload("reload", plan.audited())
+                entry
             }
-            Ok(plan) => {
+            Ok((plan, entry)) => {
                 log_applied(&plan);
-                AuditEntry::reload("reload", plan.audited())
+                entry
             }
             Err(ReloadError::NeedsRestart { keys }) => {
                 for key in &keys {
@@ -326,12 +363,17 @@ impl Reloader {
                         "config reload refused: {key} cannot change without a restart; nothing changed"
                     );
                 }
-                AuditEntry::reload("reload_refused", serde_json::json!({ "keys": keys }))
+                AuditEntry::reload(
+                    "reload_refused",
+                    serde_json::Value::Null,
+                    serde_json::json!({ "keys": keys }),
+                )
             }
             Err(e @ ReloadError::Store { .. }) => {
                 tracing::error!("config reload failed: {e}");
                 AuditEntry::reload(
                     "reload_failed",
+                    serde_json::Value::Null,
                     serde_json::json!({ "error": e.to_string() }),
                 )
             }
@@ -339,6 +381,7 @@ impl Reloader {
                 tracing::error!("config reload failed: {e}");
                 AuditEntry::reload(
                     "reload_refused",
+                    serde_json::Value::Null,
                     serde_json::json!({ "error": e.to_string() }),
                 )
             }
@@ -355,7 +398,8 @@ impl Reloader {
     /// opened in the store (a store that does not answer refuses it) and the settings
     /// written (a store failing midway leaves the rooms before it changed, and nothing
     /// else); only then is the table swapped in and the tokens replaced.
-    pub async fn try_reload(&self, app: &App) -> Result<Plan, ReloadError> {
+    /// Applied, it comes with its audit line (written by [`Reloader::reload`]).
+    pub async fn try_reload(&self, app: &App) -> Result<(Plan, AuditEntry), ReloadError> {
         let mut current = self.current.lock().await;
         let loaded = config::load(&self.overrides, &|k| std::env::var(k).ok())?.config;
         let plan = plan(&current, &loaded).map_err(|keys| ReloadError::NeedsRestart { keys })?;
@@ -401,8 +445,9 @@ impl Reloader {
         if plan.tokens {
             app.admin_state().set_tokens(&loaded);
         }
+        let (old, new) = plan.audited(&current, &loaded);
         *current = loaded;
-        Ok(plan)
+        Ok((plan, AuditEntry::reload("reload", old, new)))
     }
 }
 
@@ -552,6 +597,27 @@ mod tests {
     }
 
     #[test]
+    fn a_changed_live_setting_is_a_change_of_the_store_and_needs_no_restart() {
+        let old = config("", "    title: Old\n");
+        let new = config(
+            "",
+            "    title: New\n    bypass_paths: [/health]\n    adaptive: {target_latency: 1s}\n    session_clients: 9\n",
+        );
+        let plan = plan(&old, &new).unwrap();
+        let (_, patch) = &plan.settings[0];
+        assert_eq!(
+            serde_json::to_value(&patch.changes).unwrap(),
+            serde_json::json!({
+                "title": "New",
+                "bypass_paths": ["/health"],
+                "adaptive": {"target_latency": "1s", "max_error_ratio": 0.05, "min_rate": 1.0},
+                "session_clients": 9,
+            })
+        );
+        assert_eq!(patch.rate, None);
+    }
+
+    #[test]
     fn an_unchanged_file_plans_nothing() {
         let old = config("", "");
         assert!(plan(&old, &config("", "")).unwrap().is_empty());
@@ -580,12 +646,13 @@ mod tests {
             )
         };
         let old = two("shop", "http://127.0.0.1:9");
-        let plan = plan(&old, &two("tickets", "http://127.0.0.1:9")).unwrap();
+        let new = two("tickets", "http://127.0.0.1:9");
+        let plan = plan(&old, &new).unwrap();
         assert_eq!(plan.added, ["tickets"]);
         assert_eq!(plan.removed, ["shop"]);
         assert!(plan.reopened.is_empty() && !plan.hosts && plan.settings.is_empty());
         assert!(plan.rooms_change() && !plan.is_empty());
-        let audited = plan.audited();
+        let (_, audited) = plan.audited(&old, &new);
         assert_eq!(audited["rooms_added"][0], "tickets");
         assert_eq!(audited["rooms_removed"][0], "shop");
 
@@ -604,10 +671,13 @@ mod tests {
     #[test]
     fn an_applied_reload_audits_each_changed_setting_by_name() {
         let old = config("", "    rate: 5\n");
-        let plan = plan(&old, &config("", "    rate: 9\n")).unwrap();
-        let audited = plan.audited();
-        assert_eq!(audited["settings"]["main"]["rate"], 9.0);
-        assert_eq!(audited["tokens_changed"], false);
+        let new = config("", "    rate: 9\n    title: Drop\n");
+        let plan = plan(&old, &new).unwrap();
+        let (before, after) = plan.audited(&old, &new);
+        assert_eq!(before["settings"]["main"]["rate"], 5.0);
+        assert_eq!(after["settings"]["main"]["rate"], 9.0);
+        assert_eq!(after["settings"]["main"]["title"], "Drop");
+        assert_eq!(after["tokens_changed"], false);
     }
 
     #[test]

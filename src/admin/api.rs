@@ -370,6 +370,7 @@ pub struct ConfigPatch {
     /// The operator's note on the pages.
     pub message: Option<String>,
     /// The status of the waiting page and JSON: 200, 202, 429 or 503.
+    #[schema(schema_with = status_code_change)]
     pub queue_status_code: Option<u16>,
     /// Path globs proxied straight through (no queue, no cookie).
     pub bypass_paths: Option<Vec<String>>,
@@ -404,6 +405,25 @@ pub struct ConfigPatch {
     /// "min_rate": 1}`, or `false` for off.
     #[schema(schema_with = adaptive_change)]
     pub adaptive: Option<serde_json::Value>,
+}
+
+fn status_code_change() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::SchemaType::from_iter([
+            Type::Integer,
+            Type::Null,
+        ]))
+        .enum_values(Some([
+            serde_json::json!(200),
+            serde_json::json!(202),
+            serde_json::json!(429),
+            serde_json::json!(503),
+            serde_json::Value::Null,
+        ]))
+        .description(Some(
+            "The status of the waiting page and JSON: 200, 202, 429 or 503; null for the file's.",
+        ))
+        .into()
 }
 
 fn adaptive_change() -> Schema {

@@ -121,6 +121,11 @@ pub struct Admin {
 }
 
 impl Admin {
+    /// The audit log admin changes (and reloads of the file) are written to.
+    pub fn audit_log(&self) -> &AuditLog {
+        &self.audit
+    }
+
     /// The admin of `config`, striking wrong tokens in `abuse`.
     pub fn new(config: &Config, abuse: Arc<AbuseRegistry>) -> Admin {
         Admin {

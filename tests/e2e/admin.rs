@@ -438,7 +438,7 @@ async fn wrong_methods_are_405_and_unknown_paths_404() {
         (reqwest::Method::DELETE, "/rooms", "GET"),
         (reqwest::Method::POST, "/rooms/main/stats", "GET"),
         (reqwest::Method::GET, "/rooms/main/pause", "POST"),
-        (reqwest::Method::POST, "/rooms/main/config", "PUT"),
+        (reqwest::Method::POST, "/rooms/main/config", "GET, PUT"),
         (reqwest::Method::PUT, "/status", "GET"),
     ];
     for (method, path, allow) in cases {

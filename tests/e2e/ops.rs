@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{ADMIN_TOKEN, COOKIE_SECRET, Origin, client, poll_until, status_header};
+use common::{ADMIN_TOKEN, COOKIE_SECRET, Origin, admin_get, client, poll_until, status_header};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_anteroom");
@@ -145,11 +145,11 @@ async fn sighup_applies_a_changed_file_and_refuses_what_needs_a_restart() {
     assert_eq!(rate_of(listen, "main").await, Some(5.0));
     let reload = || anteroom(&[arg("reload"), arg("--config"), config.as_os_str()]);
 
-    // A changed rate and a new named token apply live.
+    // A changed rate, title and in-flight cap and a new named token apply live.
     let viewer = "reload-viewer-token-0123456789";
     write(
         &format!("admin_tokens:\n  - {{name: watcher, token: {viewer}, role: viewer}}\n"),
-        "9",
+        "9\n    title: Reloaded drop\n    max_inflight: 4",
         listen,
     );
     let out = reload();
@@ -166,6 +166,25 @@ async fn sighup_applies_a_changed_file_and_refuses_what_needs_a_restart() {
         .unwrap()
         .status();
     assert_eq!(status, 200, "the token added by the reload authorizes");
+    let http = client();
+    let settings = admin_get(&http, listen, "rooms/main/config").await;
+    assert_eq!(settings["title"], "Reloaded drop");
+    assert_eq!(settings["max_inflight"], 4);
+    poll_until(WITHIN, "the reloaded in-flight cap in force", async || {
+        let stats = admin_get(&http, listen, "rooms/main/stats").await;
+        (stats["inflight"]["max"] == 4).then_some(())
+    })
+    .await;
+    let audit = std::fs::read_to_string(dir.path().join("data/audit.log")).unwrap();
+    let line: Value = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["action"] == "reload")
+        .expect("the reload is audited");
+    assert_eq!(line["actor"], "reload");
+    assert_eq!(line["new"]["settings"]["main"]["title"], "Reloaded drop");
+    assert_eq!(line["new"]["settings"]["main"]["rate"], 9.0);
+    assert_eq!(line["old"]["settings"]["main"]["max_inflight"], 0);
 
     // A changed listen address is refused with a line naming it, and nothing else of the
     // file applies (the rate stays 9).
@@ -329,6 +348,7 @@ async fn sighup_adds_and_removes_rooms_and_changes_a_rate_in_one_go() {
     );
     assert_eq!(applied["new"]["rooms_removed"], serde_json::json!(["shop"]));
     assert_eq!(applied["new"]["settings"]["main"]["rate"], 9.0);
+    assert_eq!(applied["old"]["settings"]["main"]["rate"], 5.0);
     assert!(applied.get("caller").is_none(), "{applied}");
 
     // A changed listen address is refused whole: the room it also adds is not served, the
@@ -368,7 +388,7 @@ async fn sighup_adds_and_removes_rooms_and_changes_a_rate_in_one_go() {
 
 /// A room's waiting count as the admin API shows it.
 async fn waiting_in(addr: SocketAddr, room: &str) -> Option<u64> {
-    let rooms = common::admin_get(&client(), addr, "rooms").await;
+    let rooms = admin_get(&client(), addr, "rooms").await;
     rooms["rooms"]
         .as_array()?
         .iter()

@@ -236,6 +236,62 @@ describe('the control room in Chromium', () => {
     await page.context().close();
   });
 
+  it('changes the other settings in the settings editor, with the API naming a bad one', async () => {
+    const { page, errors } = await newPage();
+    await signIn(page);
+    const still = tile(page, STILL);
+    await still.waitFor();
+    await still.getByText('All settings').click();
+    const title = still.getByLabel('Page title');
+    await title.waitFor();
+    await title.fill('The spring drop');
+    await still.getByLabel('Waiting page status').selectOption('429');
+    await still.getByLabel('Bypass paths (one glob a line)').fill('/health/*\n/webhooks/*');
+    await still.getByLabel('Max requests at the origin (per replica, 0: no cap)').fill('12');
+    await still.getByLabel('Draw by lot before the doors open').check();
+    await still.getByRole('button', { name: 'Apply settings' }).click();
+    await still.getByText(/^Applied .*title.*: in force now\./).waitFor();
+    const settings = (await (await api(`/rooms/${STILL}/config`)).json()) as Record<string, unknown>;
+    expect(settings.title).toBe('The spring drop');
+    expect(settings.queue_status_code).toBe(429);
+    expect(settings.bypass_paths).toEqual(['/health/*', '/webhooks/*']);
+    expect(settings.max_inflight).toBe(12);
+    expect(settings.lottery).toBe(true);
+    expect(settings.changed).toEqual(
+      expect.arrayContaining(['title', 'queue_status_code', 'bypass_paths', 'max_inflight', 'lottery']),
+    );
+    // The next waiting visitor's page carries the new title and status (the first
+    // visitor of the room, if none came yet, goes in).
+    await fetch(`${ar.still}/anything`);
+    const visitorPage = await fetch(`${ar.still}/anything`);
+    expect(visitorPage.status).toBe(429);
+    expect(await visitorPage.text()).toContain('The spring drop');
+    await still.getByText('changed from the file').first().waitFor();
+
+    // A duration the file would refuse: the API names the field, the editor shows it there.
+    const wait = still.getByLabel('Wait for an origin slot (e.g. 5s)');
+    await wait.fill('soon');
+    await still.getByRole('button', { name: 'Apply settings' }).click();
+    const waitError = still.locator('[data-field-error="inflight_wait"]');
+    await waitError.waitFor();
+    expect(await waitError.textContent()).toMatch(/duration/);
+    expect(await wait.getAttribute('aria-invalid')).toBe('true');
+    expect(await axeViolations(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-settings-editor.png'), fullPage: true });
+    const unchanged = (await (await api(`/rooms/${STILL}/config`)).json()) as Record<string, unknown>;
+    expect(unchanged.inflight_wait).toBe('5s');
+    // Put the room back as the other tests expect it.
+    const back = await api(`/rooms/${STILL}/config`, {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ title: null, queue_status_code: null, bypass_paths: null, max_inflight: null, lottery: null }),
+    });
+    expect(back.status).toBe(200);
+    // The browser logs the refused PUT (422) itself.
+    expect(errors.filter((e) => !e.includes('422'))).toEqual([]);
+    await page.context().close();
+  });
+
   it('pauses and resumes a room', async () => {
     const { page, errors } = await newPage();
     await signIn(page);

@@ -15,6 +15,7 @@ import {
   plural,
 } from './format';
 import { describeHistory, sparkline, WINDOW_MS, type Sample } from './sparkline';
+import { SettingsEditor } from './Settings';
 import { auditNote, slug, type Notice } from './ui';
 
 /** Statistics older than this are marked stale on the tile. */
@@ -172,6 +173,7 @@ export function RoomTile(props: {
         </ul>
       )}
       <ConfigForm id={id} room={r} api={api} onUnauthorized={onUnauthorized} refresh={refresh} />
+      <SettingsEditor id={id} room={r.room} api={api} onUnauthorized={onUnauthorized} refresh={refresh} />
       <ModeSwitch id={id} room={r} api={api} onUnauthorized={onUnauthorized} refresh={refresh} />
       <div class="cr-actions">
         <button

@@ -501,10 +501,10 @@ export interface components {
              */
             mode?: "queue" | "passthrough" | "sold_out";
             /**
-             * Format: int32
-             * @description The status of the waiting page and JSON: 200, 202, 429 or 503.
+             * @description The status of the waiting page and JSON: 200, 202, 429 or 503; null for the file's.
+             * @enum {integer|null}
              */
-            queue_status_code?: number | null;
+            queue_status_code?: 200 | 202 | 429 | 503 | null;
             /**
              * Format: double
              * @description Visitors admitted per second.

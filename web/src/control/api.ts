@@ -35,6 +35,11 @@ export type Phase = NonNullable<RoomView['phase']>;
  * sent as the text typed, so the API (the one judge of valid input) names the field. */
 export type ConfigPatch = Partial<Record<'rate' | 'max_active', number | string>> & { mode?: Mode };
 
+/** A change of any room settings, by the file's names, as the settings editor sends it: a
+ * value the editor cannot read as what the API wants is sent as typed, so the API (the one
+ * judge of valid input) names the field. */
+export type RoomChange = Record<string, string | number | boolean | string[] | Record<string, unknown> | null>;
+
 /** One waiting visitor as `GET …/queue` lists them (docs/security.md, "Priority"). */
 export type QueueEntry = Schemas['QueueEntry'];
 
@@ -251,8 +256,13 @@ export class Api {
     return body.rooms;
   }
 
-  configure(room: string, patch: ConfigPatch): Promise<Schemas['ConfigResult']> {
+  configure(room: string, patch: ConfigPatch | RoomChange): Promise<Schemas['ConfigResult']> {
     return this.call('PUT', `/rooms/${encodeURIComponent(room)}/config`, patch);
+  }
+
+  /** The room's settings in force, read from the store (`GET …/config`). */
+  settings(room: string, signal?: AbortSignal): Promise<Settings> {
+    return this.call('GET', `/rooms/${encodeURIComponent(room)}/config`, undefined, signal);
   }
 
   pause(room: string): Promise<Schemas['PauseResult']> {

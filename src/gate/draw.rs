@@ -8,7 +8,7 @@
 //! steps with Redis), serialised once and served from memory, and receipts find their
 //! place in the cached list (a binary search), with no store call.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
@@ -62,9 +62,9 @@ fn json_response(status: StatusCode, cache: &'static str, body: Bytes) -> Respon
 }
 
 impl App {
-    fn lottery_room(&self, name: &str) -> Option<Arc<Room>> {
-        let room = self.rooms.load().room(name)?.clone();
-        is_drawn(&room).then_some(room)
+    fn lottery_room(&self, name: &str) -> Option<&'static Room> {
+        let room = self.rooms.load().room(name)?;
+        is_drawn(room).then_some(room)
     }
 
     /// `GET /__anteroom/rooms/{room}/draw`: before the doors the commitment and the count
@@ -81,7 +81,7 @@ impl App {
         }
         let result = match self.admission.draw(name, false).await {
             Ok(record) if record.doors_open() => self
-                .drawn(&room, cache)
+                .drawn(room, cache)
                 .await
                 .map(|d| json_response(StatusCode::OK, DRAWN_CACHE, d.json.clone())),
             Ok(record) => {

@@ -172,13 +172,18 @@ fn access_started<B>(
 impl App {
     /// The one request path: identify, classify, decide, respond (and log).
     pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-        // One room table for the whole request, even if a reload swaps it meanwhile.
-        let rooms = self.rooms.load();
-        let (identity, started) = self.identify_logged(&rooms, &req, peer);
+        // The room by one table, even if a reload swaps it meanwhile; the table itself is
+        // let go before anything waits (see `rooms`).
+        let (identity, started, room) = {
+            let rooms = self.rooms.load();
+            let (identity, started) = self.identify_logged(&rooms, &req, peer);
+            let room = identity.room.map(|i| rooms.get(i));
+            (identity, started, room)
+        };
         // Every log line about this request carries its id.
         let request_id = identity.request_id.clone();
         let (mut response, class) =
-            logging::in_request(request_id, self.handle_identified(&rooms, req, identity)).await;
+            logging::in_request(request_id, self.handle_identified(room, req, identity)).await;
         // Everything but the origin's own answers is ours and carries our security headers.
         if response.extensions().get::<respond::Proxied>().is_none() {
             pages::add_security_headers(response.headers_mut());
@@ -238,12 +243,11 @@ impl App {
     /// The request's answer and its access-log class ([`Class::label`]).
     async fn handle_identified(
         &self,
-        rooms: &RoomTable,
+        room: Option<&'static Room>,
         mut req: Request<Incoming>,
         identity: Identity,
     ) -> (Response<Body>, &'static str) {
         let peer = identity.peer;
-        let room = identity.room.map(|i| &**rooms.get(i));
         // A request whose forwarding header cannot be read has no client to judge: it is
         // refused before anything, the ban check included.
         if identity.bad_forwarded {

@@ -1,7 +1,6 @@
 //! The gate's room table: every room with its origin and settings, and the host table that
 //! routes a request to one. A reload of the config file swaps the whole table at once
-//! ([`App::set_rooms`]), so a request routes by one table from its first step to its last
-//! and pays one atomic load for it.
+//! ([`App::set_rooms`]), so a request routes by one table and pays one atomic load for it.
 //!
 //! The table only grows: a room removed by a reload leaves the host table and the list of
 //! configured rooms but keeps its index, and a room added (or one whose origin changed,
@@ -11,6 +10,11 @@
 //! already inside a removed room finish there. What stays of a removed room is its
 //! `Room` (a few hundred bytes) until the process ends; rooms are added by hand, so
 //! this never grows without an operator.
+//!
+//! Since no room is ever dropped while the process runs, each is allocated for good
+//! (`&'static Room`): a request copies its room's reference out of the table and lets the
+//! table go at once, so the request path pays the table's one load and never a reference
+//! count, however long the request waits on the origin.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,7 +32,7 @@ use super::build::BadOrigin;
 /// The rooms a request can be routed to, and every room this process has served.
 pub struct RoomTable {
     /// Every room, by index; never shrinks (see the module doc).
-    rooms: Vec<Arc<Room>>,
+    rooms: Vec<&'static Room>,
     /// The configured rooms' indices, in the file's order.
     open: Vec<usize>,
     /// Lower-cased host (no port) → index into `rooms`.
@@ -80,7 +84,7 @@ impl RoomTable {
             let i = match kept {
                 Some(i) => i,
                 None => {
-                    rooms.push(Arc::new(Room::open(file, metrics)?));
+                    rooms.push(&*Box::leak(Box::new(Room::open(file, metrics)?)));
                     rooms.len() - 1
                 }
             };
@@ -101,8 +105,8 @@ impl RoomTable {
     }
 
     /// The room at index `i` (taken from this table or an earlier one).
-    pub fn get(&self, i: usize) -> &Arc<Room> {
-        &self.rooms[i]
+    pub fn get(&self, i: usize) -> &'static Room {
+        self.rooms[i]
     }
 
     /// The index of the room serving `host` (lower-cased, no port), else the catch-all's.
@@ -122,18 +126,18 @@ impl RoomTable {
     }
 
     /// The configured room named `name`.
-    pub fn room(&self, name: &str) -> Option<&Arc<Room>> {
-        self.index_of(name).map(|i| &self.rooms[i])
+    pub fn room(&self, name: &str) -> Option<&'static Room> {
+        self.index_of(name).map(|i| self.rooms[i])
     }
 
     /// The configured rooms, in the file's order.
-    pub fn configured(&self) -> impl Iterator<Item = &Arc<Room>> {
-        self.open.iter().map(|&i| &self.rooms[i])
+    pub fn configured(&self) -> impl Iterator<Item = &'static Room> {
+        self.open.iter().map(|&i| self.rooms[i])
     }
 
     /// Every room this process has served, removed ones included (their streams and
     /// sessions still need keeping or ending).
-    pub fn all(&self) -> &[Arc<Room>] {
+    pub fn all(&self) -> &[&'static Room] {
         &self.rooms
     }
 
@@ -172,16 +176,15 @@ impl App {
     pub fn set_rooms(&self, table: RoomTable) {
         let names = table.names();
         let old = self.rooms.load_full();
-        let gone: Vec<Arc<Room>> = (old.configured())
-            .filter(|r| (table.room(&r.name)).is_none_or(|now| !Arc::ptr_eq(r, now)))
-            .cloned()
+        let gone: Vec<&Room> = (old.configured())
+            .filter(|r| (table.room(&r.name)).is_none_or(|now| !std::ptr::eq(*r, now)))
             .collect();
         // A room opened now runs on the file's settings until the operator's changes kept
         // in the store are read again for it (by the next statistics refresh).
         for room in table.configured() {
             if old
                 .room(&room.name)
-                .is_none_or(|was| !Arc::ptr_eq(room, was))
+                .is_none_or(|was| !std::ptr::eq(room, was))
             {
                 self.admission.forget_changes(&room.name);
             }

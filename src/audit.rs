@@ -1,7 +1,8 @@
 //! The audit log: one JSON line per admin change in `data_dir/audit.log`
 //! (mode 0600), rotated by size to `audit.log.1` … `audit.log.9`.
 //!
-//! Only operators' acts are written here (admin API changes, not automatic bans), so at
+//! Only operators' acts are written here (admin API changes and config reloads, applied or
+//! refused; not automatic bans), so at
 //! 10 MiB a file the ten files hold hundreds of thousands of them: enough for a drop's
 //! whole incident, even one where the operator bans addresses by script.
 //!
@@ -34,18 +35,28 @@ pub const ROTATED_KEEP: u32 = 9;
 pub struct AuditEntry {
     /// RFC 3339, milliseconds, UTC.
     pub time: String,
-    /// The room the action was on.
+    /// The room the action was on; empty (and left out) for a reload, which names its
+    /// rooms in `new`.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub room: String,
-    /// `config`, `pause`, `resume`, `flush`.
+    /// `config`, `pause`, `resume`, `flush`, …; `reload` for a reread config file that
+    /// applied, `reload_refused` for one that changed nothing.
     pub action: &'static str,
     /// The affected values before the action (JSON; `null` when not applicable).
     pub old: serde_json::Value,
     /// The affected values after the action (JSON; `null` when not applicable).
     pub new: serde_json::Value,
-    /// The caller's address (trusted-proxy aware), and the connection's peer.
-    pub caller: IpAddr,
-    /// The direct TCP peer, `ip:port` (a proxy's, when behind one).
-    pub peer: String,
+    /// The caller's address (trusted-proxy aware); `None` (left out) for an act with no
+    /// caller, such as a reload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<IpAddr>,
+    /// The direct TCP peer, `ip:port` (a proxy's, when behind one); `None` as `caller`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
+    /// Who acted when nobody called the API: `reload` for the config file reread
+    /// (SIGHUP, `anteroom reload`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor: Option<&'static str>,
     /// The name of the admin token the change was made with (`admin` for `admin_token`,
     /// else its `admin_tokens` name); `None` for a change not made through the API.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -68,8 +79,29 @@ impl AuditEntry {
             action,
             old,
             new,
-            caller,
-            peer: peer.to_string(),
+            caller: Some(caller),
+            peer: Some(peer.to_string()),
+            actor: None,
+            token: None,
+        }
+    }
+
+    /// A reload's entry (`action` is `reload`, `reload_refused` or `reload_failed`), its
+    /// actor `reload`: what changed from `old` to `new`, or why nothing did in `new`.
+    pub fn reload(
+        action: &'static str,
+        old: serde_json::Value,
+        new: serde_json::Value,
+    ) -> AuditEntry {
+        AuditEntry {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            room: String::new(),
+            action,
+            old,
+            new,
+            caller: None,
+            peer: None,
+            actor: Some("reload"),
             token: None,
         }
     }

@@ -320,6 +320,15 @@ impl LiveHub {
         before - listeners.len()
     }
 
+    /// Ends the streams of `room`'s waiting visitors (a reload removed the room); returns
+    /// how many.
+    pub fn close_room(&self, room: &str) -> usize {
+        let mut listeners = lock(&self.listeners);
+        let before = listeners.len();
+        listeners.retain(|(r, _), _| &**r != room);
+        before - listeners.len()
+    }
+
     /// Ends every stream (graceful shutdown).
     pub fn close_all(&self) {
         self.closing.cancel();

@@ -385,11 +385,11 @@ struct Shared {
 
 impl AccessLog {
     /// Starts the writer for `target` (`None` for [`Target::Off`]). `rooms` are the room
-    /// names [`Started::room`] indexes; `dropped` counts lines dropped on a full channel,
+    /// names [`Started::room`] indexes (a reload adds to them); `dropped` counts lines dropped on a full channel,
     /// `suppressed` a banned client's lines beyond [`banned::LINES_PER_SEC`].
     pub fn open(
         target: &Target,
-        rooms: Vec<String>,
+        rooms: Arc<arc_swap::ArcSwap<Vec<String>>>,
         dropped: Counter,
         suppressed: Counter,
     ) -> io::Result<Option<AccessLog>> {
@@ -567,7 +567,12 @@ impl Sink {
 /// The writer thread: formats lines as they come, writes them out in chunks and whenever
 /// the channel is empty, then rests [`BATCH_PAUSE`]; reopens when asked; returns once every
 /// sender is gone.
-fn write_loop(rx: Receiver<Msg>, mut sink: Sink, rooms: &[String], reopen: &AtomicBool) {
+fn write_loop(
+    rx: Receiver<Msg>,
+    mut sink: Sink,
+    rooms: &arc_swap::ArcSwap<Vec<String>>,
+    reopen: &AtomicBool,
+) {
     let mut out = Vec::with_capacity(WRITE_CHUNK * 2);
     let failures = LogLimiter::new(REPORT_EVERY);
     let write_out = |sink: &mut Sink, out: &mut Vec<u8>| {
@@ -583,10 +588,12 @@ fn write_loop(rx: Receiver<Msg>, mut sink: Sink, rooms: &[String], reopen: &Atom
         }
     };
     while let Ok(first) = rx.recv() {
+        // The names as they stand now: a room's index never changes, a reload only adds.
+        let rooms = rooms.load();
         let mut next = Some(first);
         while let Some(msg) = next {
             if let Msg::Line(entry) = msg {
-                entry.write_json(&mut out, rooms);
+                entry.write_json(&mut out, &rooms);
                 if out.len() >= WRITE_CHUNK {
                     write_out(&mut sink, &mut out);
                 }

@@ -249,7 +249,10 @@ fn lines_are_written_by_the_thread_and_a_reopen_starts_a_fresh_file() {
     let dropped = Counter::default();
     let log = AccessLog::open(
         &Target::File(path.clone()),
-        vec!["a".into(), "main".into()],
+        Arc::new(arc_swap::ArcSwap::from_pointee(vec![
+            "a".into(),
+            "main".into(),
+        ])),
         dropped.clone(),
         Counter::default(),
     )
@@ -286,7 +289,7 @@ fn a_body_dropped_early_is_logged_as_not_completed() {
     let path = dir.path().join("access.log");
     let log = AccessLog::open(
         &Target::File(path.clone()),
-        vec![],
+        Arc::default(),
         Counter::default(),
         Counter::default(),
     )

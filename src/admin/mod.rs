@@ -163,10 +163,10 @@ pub struct AdminContext<'a> {
     /// The live streams (their count is in the status and the metrics).
     pub live: &'a LiveHub,
     /// The configured rooms, in config order.
-    pub rooms: &'a [String],
-    /// Each room as the file gave it at start, in the order of `rooms`: what the
-    /// operator's changes apply over.
-    pub files: &'a [crate::config::RoomConfig],
+    pub rooms: Vec<String>,
+    /// Each room as the file gave it when it was opened (at start or by a reload), in the
+    /// order of `rooms`: what the operator's changes apply over.
+    pub files: Vec<crate::config::RoomConfig>,
     /// Each room's origin protections on this replica, in the order of `rooms` (read when
     /// the context is made: the tile's in-flight count is live, not from the stats cache).
     pub limits: Vec<RoomLimits>,

@@ -42,6 +42,16 @@ impl Admission {
             .clear();
     }
 
+    /// Forgets `room`'s changes as last seen, so the listener is told them at the next
+    /// read (a reload opened the room anew, with the file's settings alone).
+    pub fn forget_changes(&self, room: &str) {
+        self.changes
+            .seen
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(room);
+    }
+
     /// Records `room`'s changes as just read or written; tells the listener when they
     /// moved and applies what it asks of admission.
     pub(super) async fn record_changes(&self, room: &str, changes: &RoomChanges) {

@@ -74,6 +74,9 @@ pub struct Admission {
     modes: modes::Modes,
     /// Each room's operator changes as last seen, and who to tell (see `changes`).
     changes: changes::Changes,
+    /// The configured rooms: those the passes admit into and the statistics refresh
+    /// reads (a reload swaps them).
+    rooms: arc_swap::ArcSwap<Vec<String>>,
 }
 
 /// The room a series is about.
@@ -151,7 +154,33 @@ impl Admission {
             time_in_line: Family::new_with_constructor(time_in_line_histogram),
             modes: modes::Modes::default(),
             changes: changes::Changes::default(),
+            rooms: arc_swap::ArcSwap::default(),
         }
+    }
+
+    /// The configured rooms from now on: the passes admit into them and the statistics
+    /// refresh reads them (a room left out keeps its line in the store, untouched).
+    pub fn set_rooms(&self, rooms: Vec<String>) {
+        self.rooms.store(Arc::new(rooms));
+    }
+
+    /// Opens `room` in the store while serving (a reload added it): seeded from the file
+    /// unless the store already holds the room's live settings (a room removed and added
+    /// again finds its line as it was), with its policy and closed-loop admission.
+    pub async fn open_room(
+        &self,
+        room: &crate::config::RoomConfig,
+    ) -> StoreResult<crate::queue::Seeded> {
+        let seed = crate::queue::RoomSettings::seed(room);
+        let policy = crate::queue::RoomPolicy::of(room);
+        let seeded = self.observe(
+            self.store
+                .open_room(&room.name, &seed, &policy, false)
+                .await,
+        )?;
+        self.configure_adaptive(&room.name, room.adaptive.clone())
+            .await?;
+        Ok(seeded)
     }
 
     /// Time in line by room (what `anteroom_time_in_line_seconds` exports).
@@ -580,11 +609,13 @@ impl Admission {
         let mut stats = tokio::time::interval(STATS_INTERVAL);
         stats.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let failures = crate::log_limiter::LogLimiter::new(Duration::from_secs(10));
+        self.set_rooms(rooms);
         loop {
+            let rooms = self.rooms.load_full();
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = passes.tick() => {
-                    for room in &rooms {
+                    for room in rooms.iter() {
                         if let Err(e) = self.admit_pass(room).await
                             && failures.allow()
                         {

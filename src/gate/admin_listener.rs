@@ -19,7 +19,7 @@ impl App {
     /// (the API's metrics at the path Prometheus expects), and the health checks; nothing
     /// else, and never the site.
     pub async fn handle_admin(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-        let (identity, started) = self.identify_logged(&req, peer);
+        let (identity, started) = self.identify_logged(&self.rooms.load(), &req, peer);
         let (response, class) = self.admin_identified(req, identity, peer).await;
         self.logged(started, class, response)
     }

@@ -149,7 +149,8 @@ impl App {
         }
         let abuse = &self.abuse;
         let closed = self.live.close_where(|ip| abuse.is_banned(ip));
-        let origin_streams: usize = (self.rooms.iter())
+        let rooms = self.rooms.load_full();
+        let origin_streams: usize = (rooms.all().iter())
             .map(|room| room.streams.end_where(|ip| abuse.is_banned(ip)))
             .sum();
         let ended: Vec<(usize, VisitorId)> = (self.recent.all())
@@ -162,7 +163,7 @@ impl App {
         for (room, visitor) in ended {
             if let Ok(true) = self
                 .admission
-                .end_session(&self.rooms[room].name, visitor)
+                .end_session(&rooms.get(room).name, visitor)
                 .await
             {
                 sessions += 1;

@@ -2,7 +2,6 @@
 //! paths, the cookie keys, the origin pools per worker, the metrics, the access log and the
 //! admission signer, and the narrower view the admin API is handed ([`AdminContext`]).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,13 +17,12 @@ use crate::identity::TrustedProxies;
 use crate::live::LiveHub;
 use crate::log_limiter::LogLimiter;
 use crate::metrics::Metrics;
-use crate::proxy::{Origin, OriginClient, ProxyError, ProxyTimeouts};
+use crate::proxy::{OriginClient, ProxyError, ProxyTimeouts};
 use crate::token::CookieKeys;
 use crate::worker::PerWorker;
 
 use super::bans::{RECENT_CLIENTS, RecentVisitors};
-use super::live::{LiveCell, LiveRoom};
-use super::{App, Room, draw};
+use super::{App, RoomTable};
 use arc_swap::ArcSwap;
 
 /// How long an `X-Anteroom-Admission` token is valid; the signer re-signs a session's
@@ -66,22 +64,6 @@ impl App {
         admission: Arc<Admission>,
         abuse: Arc<AbuseRegistry>,
     ) -> Result<App, AppError> {
-        let mut rooms = Vec::new();
-        let mut hosts = HashMap::new();
-        let mut catch_all = None;
-        for (i, room) in config.rooms.iter().enumerate() {
-            let origin = Origin::new(&room.origin).map_err(|source| BadOrigin {
-                room: room.name.clone(),
-                source,
-            })?;
-            match &room.match_host {
-                Some(host) => {
-                    hosts.insert(host.to_ascii_lowercase(), i);
-                }
-                None => catch_all = Some(i),
-            }
-            rooms.push((room.name.clone(), origin));
-        }
         let previous: Vec<&[u8]> = config
             .previous_cookie_secrets
             .iter()
@@ -94,49 +76,26 @@ impl App {
             config.fail_open,
             Some(abuse.clone()),
         );
+        let rooms = RoomTable::next(None, &config.rooms, &[], &metrics)?;
+        let room_index_names = Arc::new(ArcSwap::from_pointee(rooms.names_by_index()));
+        let rooms = Arc::new(ArcSwap::from_pointee(rooms));
         let access_log = if config.access_log == access_log::Target::Off {
             None
         } else {
             AccessLog::open(
                 &config.access_log,
-                room_names.clone(),
+                room_index_names.clone(),
                 metrics.access_log_dropped(),
                 metrics.access_log_suppressed(),
             )
             .map_err(AppError::AccessLog)?
         };
-        let mut cells = Vec::new();
-        let rooms: Vec<Room> = rooms
-            .into_iter()
-            .zip(&config.rooms)
-            .map(|((name, origin), file)| {
-                let gauge = metrics.inflight_gauge(&name);
-                let live = Arc::new(ArcSwap::from_pointee(LiveRoom::new(
-                    file.clone(),
-                    gauge.clone(),
-                )));
-                cells.push(LiveCell {
-                    file: file.clone(),
-                    live: live.clone(),
-                    gauge,
-                });
-                Room {
-                    name,
-                    origin,
-                    streams: Arc::default(),
-                    live,
-                }
-            })
-            .collect();
         // The operator's changes kept in the store are read before the first request is
         // served (the first statistics refresh) and whenever they move.
-        admission.on_changes(super::live::listener(cells));
+        admission.on_changes(super::live::listener(rooms.clone()));
         Ok(App {
             rooms,
-            room_names,
-            files: config.rooms.clone(),
-            hosts,
-            catch_all,
+            room_index_names,
             admission,
             live: LiveHub::new(crate::live::StreamBudget::new(
                 config.server.max_streams,
@@ -187,7 +146,6 @@ impl App {
             },
             priority_secret: config.priority_secret.clone(),
             access_log,
-            draws: draw::DrawCache::new(&config.rooms),
             challenge_key: crate::challenge::ChallengeKey::new(config.cookie_secret.expose()),
             body_timeout: config.server.body_timeout,
         })
@@ -198,23 +156,23 @@ impl App {
         &self.admin
     }
 
-    /// The rooms' names, in config order.
+    /// The configured rooms' names, in config order.
     pub fn room_names(&self) -> Vec<String> {
-        self.room_names.clone()
+        self.rooms.load().names()
     }
 
     /// What the admin API may see of this instance.
     pub fn admin_context(&self) -> AdminContext<'_> {
+        let table = self.rooms.load();
         AdminContext {
             admin: &self.admin,
             admission: &self.admission,
             metrics: &self.metrics,
             live: &self.live,
-            rooms: &self.room_names,
-            files: &self.files,
-            limits: self
-                .rooms
-                .iter()
+            rooms: table.names(),
+            files: table.configured().map(|r| r.file.clone()).collect(),
+            limits: table
+                .configured()
                 .map(|room| {
                     let live = room.live();
                     admin::RoomLimits {

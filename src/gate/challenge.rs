@@ -123,10 +123,11 @@ impl App {
     /// `POST /__anteroom/challenge`.
     pub(super) async fn challenge_answer(
         &self,
+        room: Option<&'static Room>,
         req: Request<Incoming>,
         identity: &Identity,
     ) -> Response<Body> {
-        let Some(room) = identity.room.map(|i| &self.rooms[i]) else {
+        let Some(room) = room else {
             return self.error(Kind::UnknownSite, identity);
         };
         // The page's script reads JSON, whatever it asked for.
@@ -167,10 +168,11 @@ impl App {
     /// `GET /__anteroom/challenge/wait?c=<challenge>&r=<return path>`: the time lock.
     pub(super) async fn challenge_wait<B>(
         &self,
+        room: Option<&'static Room>,
         req: &Request<B>,
         identity: &Identity,
     ) -> Response<Body> {
-        let Some(room) = identity.room.map(|i| &self.rooms[i]) else {
+        let Some(room) = room else {
             return self.error(Kind::UnknownSite, identity);
         };
         let query = req.uri().query().unwrap_or("");

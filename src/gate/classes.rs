@@ -425,7 +425,12 @@ impl App {
 
     /// Streams to the origins open on this replica, every room.
     pub fn origin_streams(&self) -> usize {
-        self.rooms.iter().map(|r| r.streams.count()).sum()
+        self.rooms
+            .load()
+            .all()
+            .iter()
+            .map(|r| r.streams.count())
+            .sum()
     }
 
     /// Keeps the sessions of every visitor with an open stream alive, and ends the streams
@@ -433,7 +438,9 @@ impl App {
     /// operator, banned elsewhere): one batched store call per room with streams. Run every
     /// half second by `run`.
     pub async fn touch_streams(&self) {
-        for room in &self.rooms {
+        // Removed rooms too: their streams still hold sessions in the store.
+        let rooms = self.rooms.load_full();
+        for room in rooms.all() {
             let visitors = room.streams.visitors();
             if visitors.is_empty() {
                 continue;

@@ -8,7 +8,6 @@
 //! steps with Redis), serialised once and served from memory, and receipts find their
 //! place in the cached list (a binary search), with no store call.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use bytes::Bytes;
@@ -26,14 +25,10 @@ const COLLECTING_CACHE: &str = "no-cache";
 /// hence a restart, and a short public cache stays right then too).
 const DRAWN_CACHE: &str = "public, max-age=300";
 
-/// Per lottery room: its salt once read, and the final document once the doors opened.
+/// A lottery room's salt once read, and the final document once the doors opened (kept
+/// with the room, see [`Room`]).
 #[derive(Default)]
-pub struct DrawCache {
-    rooms: HashMap<String, RoomDraw>,
-}
-
-#[derive(Default)]
-struct RoomDraw {
+pub(super) struct RoomDraw {
     /// The salt never changes once the room exists.
     salt: Mutex<Option<Vec<u8>>>,
     drawn: tokio::sync::OnceCell<Drawn>,
@@ -46,16 +41,12 @@ struct Drawn {
     json: Bytes,
 }
 
-impl DrawCache {
-    /// A cache for every room (`lottery` can be turned on while a room runs).
-    pub fn new<'a>(rooms: impl IntoIterator<Item = &'a crate::config::RoomConfig>) -> Self {
-        DrawCache {
-            rooms: rooms
-                .into_iter()
-                .map(|r| (r.name.clone(), RoomDraw::default()))
-                .collect(),
-        }
-    }
+/// Whether `room` holds a lottery that draws: one without `admits_at` never does, so
+/// there is nothing to publish (and its salt is not revealed for a draw that might be
+/// scheduled later).
+fn is_drawn(room: &Room) -> bool {
+    let live = room.live();
+    live.config.lottery && live.config.schedule.admits_at.is_some()
 }
 
 fn json_response(status: StatusCode, cache: &'static str, body: Bytes) -> Response<Body> {
@@ -71,16 +62,9 @@ fn json_response(status: StatusCode, cache: &'static str, body: Bytes) -> Respon
 }
 
 impl App {
-    fn lottery_room(&self, name: &str) -> Option<(&Room, &RoomDraw)> {
-        // A lottery without `admits_at` never draws: nothing to publish (and its salt is
-        // not revealed for a draw that might be scheduled later).
-        let room = self.rooms.iter().find(|r| {
-            r.name == name && {
-                let live = r.live();
-                live.config.lottery && live.config.schedule.admits_at.is_some()
-            }
-        })?;
-        Some((room, self.draws.rooms.get(name)?))
+    fn lottery_room(&self, name: &str) -> Option<&'static Room> {
+        let room = self.rooms.load().room(name)?;
+        is_drawn(room).then_some(room)
     }
 
     /// `GET /__anteroom/rooms/{room}/draw`: before the doors the commitment and the count
@@ -88,9 +72,10 @@ impl App {
     /// room that is unknown or has no scheduled lottery (`lottery` and `admits_at`); 503
     /// while the store does not answer.
     pub(super) async fn draw_document(&self, name: &str, identity: &Identity) -> Response<Body> {
-        let Some((room, cache)) = self.lottery_room(name) else {
+        let Some(room) = self.lottery_room(name) else {
             return self.error(Kind::NotFound, identity);
         };
+        let cache = &room.draw;
         if let Some(drawn) = cache.drawn.get() {
             return json_response(StatusCode::OK, DRAWN_CACHE, drawn.json.clone());
         }
@@ -182,7 +167,10 @@ impl App {
         place: &Place,
         visitor: VisitorId,
     ) -> Option<Receipt> {
-        let (_, cache) = self.lottery_room(&room.name)?;
+        if !is_drawn(room) {
+            return None;
+        }
+        let cache = &room.draw;
         match place.phase {
             Phase::Draw if place.position.is_none() => {
                 let salt = self.draw_salt(room, cache).await?;

@@ -53,7 +53,12 @@ pub struct Identity {
 }
 
 impl App {
-    pub(super) fn identify<B>(&self, req: &Request<B>, peer: SocketAddr) -> Identity {
+    pub(super) fn identify<B>(
+        &self,
+        rooms: &super::RoomTable,
+        req: &Request<B>,
+        peer: SocketAddr,
+    ) -> Identity {
         // An unreadable forwarding header names nobody: the request is refused (400) with
         // the peer as its address for the log, and is not judged as the peer's.
         let (client_ip, bad_forwarded) =
@@ -69,8 +74,8 @@ impl App {
         // A refused host routes nowhere, not even to the catch-all.
         let room = match (&host, bad_host) {
             (_, Some(_)) => None,
-            (Some(h), None) => self.hosts.get(h.name()).copied().or(self.catch_all),
-            (None, None) => self.catch_all,
+            (Some(h), None) => rooms.route(Some(h.name())),
+            (None, None) => rooms.route(None),
         };
         // The ban check comes first: a banned client's cookie is never even verified.
         let banned = (!bad_forwarded)
@@ -81,7 +86,7 @@ impl App {
             .and_then(|i| {
                 let value = crate::token::find_cookie(req.headers())?;
                 match self.cookies.verify(value, SystemTime::now()) {
-                    Ok(claim) if claim.room.as_str() == self.rooms[i].name => Some(claim.visitor),
+                    Ok(claim) if claim.room.as_str() == rooms.get(i).name => Some(claim.visitor),
                     Ok(_) => None,
                     Err(e) => {
                         tracing::debug!(%client_ip, error = %e, "visitor cookie rejected");

@@ -3,6 +3,8 @@
 //! this replica). When the changes move, the room's settings are derived again
 //! ([`crate::config::live::effective`]) and swapped in whole, so the next request sees
 //! them and no request ever sees half of a change; the request path pays one atomic load.
+//! The changes apply over the room as the file gave it when the room was opened (at start,
+//! or by the reload that added it).
 
 use std::sync::Arc;
 
@@ -53,20 +55,12 @@ impl LiveRoom {
     }
 }
 
-/// One room's cell and what deriving its settings needs.
-pub(super) struct LiveCell {
-    /// The room as the file gave it at start.
-    pub(super) file: RoomConfig,
-    /// The settings in force, shared with the request path.
-    pub(super) live: Arc<ArcSwap<LiveRoom>>,
-    /// `anteroom_origin_inflight` of the room.
-    pub(super) gauge: Gauge,
-}
-
 /// The listener admission tells of changed settings: derives and swaps in the room's.
-pub(super) fn listener(cells: Vec<LiveCell>) -> ChangesListener {
+/// The room is looked up in the table in force, so a room a reload added is one too.
+pub(super) fn listener(rooms: Arc<ArcSwap<super::RoomTable>>) -> ChangesListener {
     Arc::new(move |room: &str, changes: &RoomChanges| -> Applied {
-        let cell = cells.iter().find(|c| c.file.name == room)?;
+        let table = rooms.load();
+        let cell = table.room(room)?;
         let config = match crate::config::live::effective(&cell.file, changes) {
             Ok(config) => config,
             Err(e) => {

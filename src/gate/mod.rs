@@ -11,9 +11,10 @@
 //!    done ([`crate::access_log`]): the class from step 2, the decision from the answer.
 //!
 //! What supports the path sits beside it: building the app from the config (`build`), the
-//! bans' side of the gate (`bans`), the door before a newcomer joins (`door`: the proof
-//! of work and the shadow line) and the proof of work's own routes (`challenge`), the
-//! reserved routes' answers (`reserved`) and the admin listener (`admin_listener`). What is not the request path lives elsewhere: forwarding in
+//! room table a reload swaps (`rooms`), the bans' side of the gate (`bans`), the door
+//! before a newcomer joins (`door`: the proof of work and the shadow line) and the proof
+//! of work's own routes (`challenge`), the reserved routes' answers (`reserved`) and the
+//! admin listener (`admin_listener`). What is not the request path lives elsewhere: forwarding in
 //! [`crate::proxy`], the admin API in [`crate::admin`] (handed an
 //! [`AdminContext`](crate::admin::AdminContext), not the app), the live streams in
 //! [`crate::live`], the metrics registry in [`crate::metrics`].
@@ -33,11 +34,12 @@ mod build;
 mod challenge;
 mod door;
 mod reserved;
+mod rooms;
 
 pub use bans::{RECENT_CLIENTS, RECENT_PER_CLIENT};
 pub use build::{AppError, BadOrigin};
+pub use rooms::RoomTable;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -71,12 +73,20 @@ use identify::Identity;
 pub struct Room {
     /// The room's name.
     pub name: String,
-    /// Where and how its requests are forwarded (changes only with a restart).
+    /// Where and how its requests are forwarded (a reload that changes it opens the room
+    /// anew under the same name).
     pub origin: Origin,
     /// Open streams to the origin (`stream_cap`, sessions kept alive).
     pub streams: Arc<classes::Streams>,
     /// The room's settings as they run now ([`live::LiveRooms`] swaps them).
     live: Arc<arc_swap::ArcSwap<live::LiveRoom>>,
+    /// The room as the file gave it when the room was opened: what the operator's changes
+    /// apply over.
+    file: crate::config::RoomConfig,
+    /// `anteroom_origin_inflight` of the room.
+    gauge: prometheus_client::metrics::gauge::Gauge,
+    /// The lottery's salt and final document, once read.
+    draw: draw::RoomDraw,
 }
 
 impl Room {
@@ -89,13 +99,10 @@ impl Room {
 
 /// The shared state of the public listener.
 pub struct App {
-    rooms: Vec<Room>,
-    room_names: Vec<String>,
-    /// Each room as the file gave it at start (the admin API checks changes over it).
-    files: Vec<crate::config::RoomConfig>,
-    /// Lower-cased host (no port) → index into `rooms`.
-    hosts: HashMap<String, usize>,
-    catch_all: Option<usize>,
+    /// The rooms and the host table, swapped whole by a reload (see `rooms`).
+    rooms: Arc<arc_swap::ArcSwap<RoomTable>>,
+    /// Every room's name by its index in the table, for the access log's writer.
+    room_index_names: Arc<arc_swap::ArcSwap<Vec<String>>>,
     /// The admission layer: the only door to the store.
     pub admission: Arc<Admission>,
     /// The waiting page's live streams and their ticker.
@@ -136,8 +143,6 @@ pub struct App {
     /// The access log; `None` with `access_log: off`, and then the request path
     /// captures nothing for it.
     access_log: Option<AccessLog>,
-    /// The lottery rooms' public draw documents and salts.
-    draws: draw::DrawCache,
     /// Signs and checks the proof of work's challenges (under the cookie secret; the
     /// `c1.` text keeps them apart from everything else signed with it).
     challenge_key: crate::challenge::ChallengeKey,
@@ -176,11 +181,18 @@ fn access_started<B>(
 impl App {
     /// The one request path: identify, classify, decide, respond (and log).
     pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-        let (identity, started) = self.identify_logged(&req, peer);
+        // The room by one table, even if a reload swaps it meanwhile; the table itself is
+        // let go before anything waits (see `rooms`).
+        let (identity, started, room) = {
+            let rooms = self.rooms.load();
+            let (identity, started) = self.identify_logged(&rooms, &req, peer);
+            let room = identity.room.map(|i| rooms.get(i));
+            (identity, started, room)
+        };
         // Every log line about this request carries its id.
         let request_id = identity.request_id.clone();
         let (mut response, class) =
-            logging::in_request(request_id, self.handle_identified(req, identity)).await;
+            logging::in_request(request_id, self.handle_identified(room, req, identity)).await;
         // Everything but the origin's own answers is ours and carries our security headers.
         if response.extensions().get::<respond::Proxied>().is_none() {
             pages::add_security_headers(response.headers_mut());
@@ -192,6 +204,7 @@ impl App {
     /// head (timed before identifying, so the line's time is the head's).
     fn identify_logged(
         &self,
+        rooms: &RoomTable,
         req: &Request<Incoming>,
         peer: SocketAddr,
     ) -> (Identity, Option<access_log::Started>) {
@@ -199,7 +212,7 @@ impl App {
             .access_log
             .as_ref()
             .map(|_| (SystemTime::now(), Instant::now()));
-        let identity = self.identify(req, peer);
+        let identity = self.identify(rooms, req, peer);
         let started = head_at.map(|at| access_started(at, req, &identity));
         (identity, started)
     }
@@ -239,11 +252,11 @@ impl App {
     /// The request's answer and its access-log class ([`Class::label`]).
     async fn handle_identified(
         &self,
+        room: Option<&'static Room>,
         mut req: Request<Incoming>,
         identity: Identity,
     ) -> (Response<Body>, &'static str) {
         let peer = identity.peer;
-        let room = identity.room.map(|i| &self.rooms[i]);
         // A request whose forwarding header cannot be read has no client to judge: it is
         // refused before anything, the ban check included.
         if identity.bad_forwarded {
@@ -304,8 +317,8 @@ impl App {
                 .unwrap_or_else(|| self.error(Kind::NotFound, &identity)),
             Class::BuiltIn(name) => assets::serve_built_in(&name, req.method() == Method::HEAD)
                 .unwrap_or_else(|| self.error(Kind::NotFound, &identity)),
-            Class::ChallengeAnswer => Box::pin(self.challenge_answer(req, &identity)).await,
-            Class::ChallengeWait => Box::pin(self.challenge_wait(&req, &identity)).await,
+            Class::ChallengeAnswer => Box::pin(self.challenge_answer(room, req, &identity)).await,
+            Class::ChallengeWait => Box::pin(self.challenge_wait(room, &req, &identity)).await,
             Class::AdmissionKey => self.admission_key(&identity),
             Class::Draw(room) => Box::pin(self.draw_document(&room, &identity)).await,
             Class::UnknownReserved => self.error(Kind::NotFound, &identity),

@@ -48,10 +48,12 @@ impl App {
     pub(super) fn events(&self, identity: &Identity) -> Response<Body> {
         match (identity.room, identity.visitor) {
             (Some(room), Some(visitor)) => match self.live.budget.stream(identity.client) {
-                Ok(ticket) => {
-                    self.live
-                        .subscribe(&self.rooms[room].name, visitor, identity.client_ip, ticket)
-                }
+                Ok(ticket) => self.live.subscribe(
+                    &self.rooms.load().get(room).name,
+                    visitor,
+                    identity.client_ip,
+                    ticket,
+                ),
                 Err(refused) => self.stream_refused(refused, identity),
             },
             _ => self.error(Kind::NotInLine, identity),

@@ -62,6 +62,8 @@ type HistogramFamily = Family<ProxyLabels, Histogram, fn() -> Histogram>;
 /// This process's registry and the metrics recorded as they happen.
 pub struct Metrics {
     registry: Registry,
+    /// The configured rooms, whose statistics each scrape encodes.
+    rooms: Arc<arc_swap::ArcSwap<Vec<String>>>,
     proxied: HistogramFamily,
     /// Each configured room's histograms by status class, looked up without building a
     /// label (a `String`) or taking the family's lock on every proxied request; a series
@@ -134,9 +136,10 @@ impl Metrics {
             .iter()
             .map(|room| (room.clone(), std::array::from_fn(|_| OnceLock::new())))
             .collect();
+        let rooms = Arc::new(arc_swap::ArcSwap::from_pointee(rooms));
         registry.register_collector(Box::new(CacheCollector {
             admission,
-            rooms,
+            rooms: rooms.clone(),
             fail_open,
         }));
         if let Some(abuse) = abuse {
@@ -144,6 +147,7 @@ impl Metrics {
         }
         Metrics {
             registry,
+            rooms,
             proxied,
             proxied_by_room,
             open_streams,
@@ -153,6 +157,13 @@ impl Metrics {
             censuses,
             challenges,
         }
+    }
+
+    /// The configured rooms from the next scrape on (a reload added or removed some). A
+    /// room added has no per-status fast path for its proxy histograms: it takes the
+    /// family's, which is the same series.
+    pub fn set_rooms(&self, rooms: Vec<String>) {
+        self.rooms.store(Arc::new(rooms));
     }
 
     /// Where `listener` counts its open connections and streams (its
@@ -312,7 +323,7 @@ impl Collector for AbuseCollector {
 /// Encodes the cached room statistics and store health on each scrape.
 struct CacheCollector {
     admission: Arc<Admission>,
-    rooms: Vec<String>,
+    rooms: Arc<arc_swap::ArcSwap<Vec<String>>>,
     fail_open: bool,
 }
 
@@ -400,8 +411,8 @@ impl Collector for CacheCollector {
             counter.encode(metric)?;
         }
 
-        let cached: Vec<_> = self
-            .rooms
+        let rooms = self.rooms.load();
+        let cached: Vec<_> = rooms
             .iter()
             .filter_map(|room| Some((room.as_str(), self.admission.cached_stats(room)?)))
             .collect();

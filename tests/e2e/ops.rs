@@ -1,5 +1,7 @@
 //! Running a drop live, against the real binary: SIGHUP (through `anteroom reload`)
-//! applying a changed config file and refusing a changed listen address or a bad file;
+//! applying a changed config file (a rate, a token, rooms added and removed, audited; a
+//! room removed and added back on Redis finding its line) and refusing a changed listen
+//! address or a bad file;
 //! SIGUSR1 reopening the access log; SIGUSR2 ignored and SIGQUIT draining; a secret read
 //! from a file authorizing the API; and named admin tokens refused what their role does
 //! not allow, with their name in the audit log.
@@ -12,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{ADMIN_TOKEN, COOKIE_SECRET, Origin, admin_get, client, poll_until};
+use common::{ADMIN_TOKEN, COOKIE_SECRET, Origin, admin_get, client, poll_until, status_header};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_anteroom");
@@ -179,9 +181,10 @@ async fn sighup_applies_a_changed_file_and_refuses_what_needs_a_restart() {
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .find(|l| l["action"] == "reload")
         .expect("the reload is audited");
-    assert_eq!(line["new"]["title"], "Reloaded drop");
-    assert_eq!(line["new"]["rate"], 9.0);
-    assert_eq!(line["old"]["max_inflight"], 0);
+    assert_eq!(line["actor"], "reload");
+    assert_eq!(line["new"]["settings"]["main"]["title"], "Reloaded drop");
+    assert_eq!(line["new"]["settings"]["main"]["rate"], 9.0);
+    assert_eq!(line["old"]["settings"]["main"]["max_inflight"], 0);
 
     // A changed listen address is refused with a line naming it, and nothing else of the
     // file applies (the rate stays 9).
@@ -218,6 +221,259 @@ async fn sighup_applies_a_changed_file_and_refuses_what_needs_a_restart() {
     .await;
     assert_eq!(rate_of(listen, "main").await, Some(9.0));
     assert!(process.running());
+}
+
+/// The file of the rooms tests: `top`, then `main` at `main.example`, then `rooms` (YAML,
+/// indented).
+fn rooms_yaml(
+    listen: SocketAddr,
+    dir: &Path,
+    origin: &str,
+    (top, rate): (&str, &str),
+    rooms: &str,
+) -> String {
+    format!(
+        "listen: \"{listen}\"\nadmit_interval: 100ms\ncookie_secret: \"{COOKIE_SECRET}\"\n\
+         admin_token: \"{ADMIN_TOKEN}\"\ndata_dir: \"{data}\"\npid_file: \"{pid}\"\n{top}\
+         access_log: \"{access}\"\nrooms:\n  main:\n    match_host: main.example\n    \
+         origin: {origin}\n    rate: {rate}\n{rooms}",
+        data = dir.join("data").display(),
+        pid = dir.join("anteroom.pid").display(),
+        access = dir.join("access.log").display(),
+    )
+}
+
+/// The status of `GET /page` for `host`, and whether the origin answered it.
+async fn by_host(listen: SocketAddr, host: &str) -> (u16, bool) {
+    let response = client()
+        .get(format!("http://{listen}/page"))
+        .header("host", host)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap_or_default();
+    (status, body["origin"] == true)
+}
+
+/// The audit log's lines written by reloads.
+fn reload_audits(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("data/audit.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["actor"] == "reload")
+        .collect()
+}
+
+#[tokio::test]
+async fn sighup_adds_and_removes_rooms_and_changes_a_rate_in_one_go() {
+    let (shop_origin, tickets_origin) = (Origin::start().await, Origin::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let listen = free_port();
+    let config = dir.path().join("anteroom.yaml");
+    let shop = format!(
+        "  shop:\n    match_host: shop.example\n    origin: {}\n",
+        shop_origin.url()
+    );
+    let tickets = format!(
+        "  tickets:\n    match_host: tickets.example\n    origin: {}\n    rate: 7\n",
+        tickets_origin.url()
+    );
+    let write = |at: SocketAddr, rate: &str, rooms: &str| {
+        let text = rooms_yaml(at, dir.path(), &shop_origin.url(), ("", rate), rooms);
+        std::fs::write(&config, text).unwrap();
+    };
+    write(listen, "5", &shop);
+    let mut process = Process::start(&config, &[]);
+    wait_ready(listen).await;
+    poll_until(WITHIN, "the pid file", async || {
+        dir.path().join("anteroom.pid").exists().then_some(())
+    })
+    .await;
+    assert_eq!(by_host(listen, "shop.example").await, (200, true));
+    assert_eq!(by_host(listen, "tickets.example").await.0, 404);
+    let reload = || anteroom(&[arg("reload"), arg("--config"), config.as_os_str()]);
+
+    // One file: `tickets` added, `shop` removed, `main`'s rate changed.
+    write(listen, "9", &tickets);
+    assert!(reload().status.success());
+    poll_until(WITHIN, "the added room serving its origin", async || {
+        (by_host(listen, "tickets.example").await == (200, true)).then_some(())
+    })
+    .await;
+    assert_eq!(tickets_origin.hits(), 1, "the added room's own origin");
+    let shop_hits = shop_origin.hits();
+    assert_eq!(
+        by_host(listen, "shop.example").await,
+        (404, false),
+        "the removed room's host is no longer served"
+    );
+    assert_eq!(shop_origin.hits(), shop_hits);
+    assert_eq!(rate_of(listen, "main").await, Some(9.0));
+    assert_eq!(
+        rate_of(listen, "tickets").await,
+        Some(7.0),
+        "in the stats at once"
+    );
+    assert_eq!(
+        rate_of(listen, "shop").await,
+        None,
+        "gone from the admin API"
+    );
+    let metrics = common::admin_metrics(&client(), listen).await;
+    assert!(
+        metrics.contains(r#"anteroom_waiting{room="tickets"}"#),
+        "{metrics}"
+    );
+    // Its gauges go; its counters and histograms stay (a counter never vanishes).
+    assert!(
+        !metrics.contains(r#"anteroom_waiting{room="shop"}"#),
+        "{metrics}"
+    );
+    poll_until(WITHIN, "the added room in the access log", async || {
+        std::fs::read_to_string(dir.path().join("access.log"))
+            .ok()
+            .filter(|t| t.contains(r#""room":"tickets""#))
+    })
+    .await;
+    let audits = reload_audits(dir.path());
+    assert_eq!(audits.len(), 1, "{audits:?}");
+    let applied = &audits[0];
+    assert_eq!(applied["action"], "reload");
+    assert_eq!(
+        applied["new"]["rooms_added"],
+        serde_json::json!(["tickets"])
+    );
+    assert_eq!(applied["new"]["rooms_removed"], serde_json::json!(["shop"]));
+    assert_eq!(applied["new"]["settings"]["main"]["rate"], 9.0);
+    assert_eq!(applied["old"]["settings"]["main"]["rate"], 5.0);
+    assert!(applied.get("caller").is_none(), "{applied}");
+
+    // A changed listen address is refused whole: the room it also adds is not served, the
+    // rate stays, the refusal is logged and audited naming the key.
+    let later = format!(
+        "{tickets}  later:\n    match_host: later.example\n    origin: {}\n",
+        shop_origin.url()
+    );
+    write(free_port(), "20", &later);
+    assert!(reload().status.success());
+    poll_until(WITHIN, "the refusal naming listen", async || {
+        process
+            .log()
+            .lines()
+            .find(|l| l.contains("config reload refused") && l.contains("listen"))
+            .map(str::to_owned)
+    })
+    .await;
+    let refused = poll_until(WITHIN, "the refusal's audit line", async || {
+        reload_audits(dir.path()).into_iter().nth(1)
+    })
+    .await;
+    assert_eq!(refused["action"], "reload_refused");
+    assert_eq!(refused["new"]["keys"], serde_json::json!(["listen"]));
+    assert_eq!(by_host(listen, "later.example").await.0, 404);
+    assert_eq!(rate_of(listen, "main").await, Some(9.0));
+
+    // `shop` added back is served again.
+    write(listen, "9", &format!("{tickets}{shop}"));
+    assert!(reload().status.success());
+    poll_until(WITHIN, "the room added back", async || {
+        (by_host(listen, "shop.example").await == (200, true)).then_some(())
+    })
+    .await;
+    assert!(process.running());
+}
+
+/// A room's waiting count as the admin API shows it.
+async fn waiting_in(addr: SocketAddr, room: &str) -> Option<u64> {
+    let rooms = admin_get(&client(), addr, "rooms").await;
+    rooms["rooms"]
+        .as_array()?
+        .iter()
+        .find(|r| r["room"] == room)?["waiting"]
+        .as_u64()
+}
+
+#[tokio::test]
+async fn a_room_removed_by_a_reload_and_added_back_keeps_its_line_on_redis() {
+    let redis = anteroom_fixtures::RedisServer::start();
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = free_port();
+    let config = dir.path().join("anteroom.yaml");
+    let top = format!("redis:\n  url: \"{}\"\n", redis.url());
+    let tickets = "  tickets:\n    match_host: tickets.example\n    origin: ORIGIN\n    \
+                   rate: 1\n    max_active: 1\n"
+        .replace("ORIGIN", &origin.url());
+    let write = |rooms: &str| {
+        let text = rooms_yaml(listen, dir.path(), &origin.url(), (&top, "5"), rooms);
+        std::fs::write(&config, text).unwrap();
+    };
+    write("");
+    let _process = Process::start(&config, &[]);
+    wait_ready(listen).await;
+    poll_until(WITHIN, "the pid file", async || {
+        dir.path().join("anteroom.pid").exists().then_some(())
+    })
+    .await;
+    let reload = || anteroom(&[arg("reload"), arg("--config"), config.as_os_str()]);
+    let visit = async |cookie: Option<&str>| {
+        let mut request = client()
+            .get(format!("http://{listen}/page"))
+            .header("host", "tickets.example");
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", format!("ar_visitor={cookie}"));
+        }
+        request.send().await.unwrap()
+    };
+
+    // Added: the first visitor is let in, the second waits (max_active 1).
+    write(&tickets);
+    assert!(reload().status.success());
+    poll_until(WITHIN, "the added room serving", async || {
+        (by_host(listen, "tickets.example").await == (200, true)).then_some(())
+    })
+    .await;
+    let second = visit(None).await;
+    assert_eq!(status_header(&second).as_deref(), Some("waiting"));
+    let cookie = common::visitor_cookie(&second).unwrap();
+    poll_until(WITHIN, "one in line in the stats", async || {
+        (waiting_in(listen, "tickets").await == Some(1)).then_some(())
+    })
+    .await;
+
+    // Removed: the waiting visitor's next request finds no room.
+    write("");
+    assert!(reload().status.success());
+    poll_until(WITHIN, "the removed room's 404", async || {
+        (visit(Some(&cookie)).await.status() == 404).then_some(())
+    })
+    .await;
+
+    // Added back: the line is where it was (one in it before anyone asks), the visitor
+    // still in it.
+    write(&tickets);
+    assert!(reload().status.success());
+    poll_until(WITHIN, "the room back with its line", async || {
+        waiting_in(listen, "tickets")
+            .await
+            .map(|n| assert_eq!(n, 1, "the line kept"))
+    })
+    .await;
+    let again = poll_until(WITHIN, "the room added back", async || {
+        let r = visit(Some(&cookie)).await;
+        (r.status() == 200).then_some(r)
+    })
+    .await;
+    assert_eq!(status_header(&again).as_deref(), Some("waiting"));
+    let renewed = common::visitor_cookie(&again).unwrap_or_else(|| cookie.clone());
+    assert_eq!(
+        common::reference_of(&renewed),
+        common::reference_of(&cookie),
+        "the same visitor"
+    );
 }
 
 #[tokio::test]

@@ -280,11 +280,30 @@ describe('the control room in Chromium', () => {
     await page.screenshot({ path: path.join(ARTIFACTS, 'control-settings-editor.png'), fullPage: true });
     const unchanged = (await (await api(`/rooms/${STILL}/config`)).json()) as Record<string, unknown>;
     expect(unchanged.inflight_wait).toBe('5s');
+    // The proof of work at the door, switched from its own select (the mode only).
+    await wait.fill('5s');
+    await still.getByLabel('Proof of work at the door').selectOption('under_load');
+    await still.getByRole('button', { name: 'Apply settings' }).click();
+    await still.getByText(/^Applied challenge: in force now\./).waitFor();
+    const door = (await (await api(`/rooms/${STILL}/config`)).json()) as {
+      challenge: { mode: string; no_js_wait: string };
+      changed: string[];
+    };
+    expect(door.challenge.mode).toBe('under_load');
+    expect(door.challenge.no_js_wait).toBe('20s');
+    expect(door.changed).toContain('challenge');
     // Put the room back as the other tests expect it.
     const back = await api(`/rooms/${STILL}/config`, {
       method: 'PUT',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ title: null, queue_status_code: null, bypass_paths: null, max_inflight: null, lottery: null }),
+      body: JSON.stringify({
+        title: null,
+        queue_status_code: null,
+        bypass_paths: null,
+        max_inflight: null,
+        lottery: null,
+        challenge: null,
+      }),
     });
     expect(back.status).toBe(200);
     // The browser logs the refused PUT (422) itself.

@@ -1,6 +1,6 @@
 // A room's other settings, editable while it runs: the page's title and message, its
 // status code, the bypass and asset paths, the caps, the breaker, the per-client shares,
-// the lottery and closed-loop admission. Read from `GET …/config` when opened; Apply sends
+// the lottery, closed-loop admission, the proof of work at the door and the shadow line. Read from `GET …/config` when opened; Apply sends
 // only what was edited (`PUT …/config`, under the file's names), and an error the API
 // names is shown under its field.
 import { useState } from 'preact/hooks';
@@ -8,7 +8,7 @@ import { useState } from 'preact/hooks';
 import { ApiError, fieldMessage, type Api, type RoomChange, type Settings } from './api';
 import { auditNote } from './ui';
 
-type Kind = 'text' | 'long' | 'number' | 'lines' | 'status' | 'bool';
+type Kind = 'text' | 'long' | 'number' | 'lines' | 'status' | 'bool' | 'challenge';
 
 /** The editor's fields: the file's name, its label, and how it is typed. */
 const FIELDS: [name: string, label: string, kind: Kind][] = [
@@ -26,12 +26,15 @@ const FIELDS: [name: string, label: string, kind: Kind][] = [
   ['session_clients', 'Clients per session (0: no cap)', 'number'],
   ['lottery', 'Draw by lot before the doors open', 'bool'],
   ['adaptive', 'Adaptive: target origin latency (e.g. 800ms; empty: off)', 'text'],
+  ['challenge', 'Proof of work at the door', 'challenge'],
+  ['shadow_after', 'Shadow line after this many strikes (0: off)', 'number'],
 ];
 
 /** A setting as the form shows it. */
 function shown(s: Settings, name: string): string {
   const v = (s as unknown as Record<string, unknown>)[name];
   if (name === 'adaptive') return s.adaptive ? s.adaptive.target_latency : '';
+  if (name === 'challenge') return s.challenge.mode;
   if (Array.isArray(v)) return v.join('\n');
   return v === undefined || v === null ? '' : String(v);
 }
@@ -41,6 +44,9 @@ function value(s: Settings, name: string, kind: Kind, typed: string): RoomChange
   switch (kind) {
     case 'bool':
       return typed === 'true';
+    case 'challenge':
+      // The mode only: difficulty and the no-JavaScript wait keep their value.
+      return { mode: typed };
     case 'lines':
       return typed
         .split('\n')
@@ -172,6 +178,19 @@ export function SettingsEditor(props: {
             {['200', '202', '429', '503'].map((c) => (
               <option value={c} key={c}>
                 {c}
+              </option>
+            ))}
+          </select>
+        )}
+        {kind === 'challenge' && (
+          <select {...common} value={v} onChange={(e) => set((e.currentTarget as HTMLSelectElement).value)}>
+            {[
+              ['off', 'Off'],
+              ['under_load', 'Only while a line exists'],
+              ['always', 'Every newcomer'],
+            ].map(([m, text]) => (
+              <option value={m} key={m}>
+                {text}
               </option>
             ))}
           </select>

@@ -4,7 +4,6 @@
 
 use crate::common;
 
-use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime};
 
 use anteroom::config::{Config, from_yaml_str};
@@ -25,15 +24,6 @@ fn abuse_config(origin: &str, dir: &std::path::Path, redis: Option<&str>, room: 
         dir.display()
     );
     from_yaml_str(&yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}\n{yaml}"))
-}
-
-/// A client whose connections come from `ip` (a loopback address of its own).
-fn from(ip: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(ip.parse::<IpAddr>().unwrap())
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
 }
 
 fn url(ar: &Running, path: &str) -> String {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{AsVisitor, client, front_with, reference_of, visitor_cookie};
+use common::{AsVisitor, client, from, front_with, reference_of, visitor_cookie};
 
 /// The first visitor is let in; everyone after waits (one admission per 100 s).
 const ONE_THEN_QUEUE: &str = "    rate: 0.01\n    max_active: 1000\n    bypass_paths: [\"/hooks/**\"]\n    asset_paths: [\"/static/**\"]";
@@ -274,14 +274,6 @@ async fn a_client_that_goes_away_is_logged_as_not_completed() {
     assert_eq!(stream["completed"], false, "{stream}");
     assert!(stream["duration_ms"].as_f64().unwrap() >= 100.0, "{stream}");
     ar.shutdown().await.unwrap();
-}
-
-/// A client whose connections come from `ip` (a loopback address of its own).
-fn from(ip: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
-        .build()
-        .unwrap()
 }
 
 /// A banned client answered 429 as fast as it can ask writes at most 10 lines a second;

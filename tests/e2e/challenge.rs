@@ -6,7 +6,6 @@
 //! lock followed as a browser would; two tabs; and the shadow line, which writes nothing
 //! to the store. Embedded and on Redis with two replicas.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,21 +16,22 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use crate::common::{
-    AsVisitor, Origin, admin_metrics, config_with, poll_until, redis_config, start,
+    AsVisitor, Origin, admin_metrics, config_with, from, poll_until, redis_config, start,
     start_with_store, status_header, visitor_cookie,
 };
 
-/// A client from `ip` (a loopback address) that keeps no cookies and follows nothing.
-fn from(ip: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(ip.parse::<IpAddr>().unwrap())
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
 fn url(ar: &Running, path: &str) -> String {
     format!("http://{}{path}", ar.addr)
+}
+
+/// `GET /` on `ar` as a JSON client from `ip`, whatever the answer.
+async fn json_newcomer(ar: &Running, ip: &str) -> reqwest::Response {
+    from(ip)
+        .get(url(ar, "/"))
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap()
 }
 
 /// A JSON newcomer's request for `/` on `ar`: the challenge it was given (text, bits),
@@ -328,22 +328,11 @@ async fn under_load_asks_nobody_while_the_room_is_quiet_and_everybody_once_a_lin
         "    rate: 0.001\n    max_active: 1\n    challenge: {mode: under_load}\n",
     )
     .await;
-    let json = |ip: &'static str| {
-        let ar = &ar;
-        async move {
-            from(ip)
-                .get(url(ar, "/"))
-                .header("accept", "application/json")
-                .send()
-                .await
-                .unwrap()
-        }
-    };
     // Quiet: the first is let in, the second joins the line; neither is asked.
-    let r = json("127.0.0.1").await;
+    let r = json_newcomer(&ar, "127.0.0.1").await;
     assert_eq!(r.status(), 200);
     assert!(visitor_cookie(&r).is_some());
-    let r = json("127.0.0.2").await;
+    let r = json_newcomer(&ar, "127.0.0.2").await;
     assert_eq!(status_header(&r).as_deref(), Some("waiting"));
     assert_eq!(store.stats("main").await.unwrap().waiting, 1);
     // Once this replica's counters show the line (within about a second), newcomers are.
@@ -695,19 +684,8 @@ async fn the_door_turns_on_and_off_live_through_the_admin_api() {
         "    rate: 0.001\n    max_active: 1\n    challenge: {no_js_wait: 7s}\n",
     )
     .await;
-    let json = |ip: &'static str| {
-        let ar = &ar;
-        async move {
-            from(ip)
-                .get(url(ar, "/"))
-                .header("accept", "application/json")
-                .send()
-                .await
-                .unwrap()
-        }
-    };
     // Off, as the file has it: the first is let in, nobody is asked.
-    assert!(visitor_cookie(&json("127.0.0.1").await).is_some());
+    assert!(visitor_cookie(&json_newcomer(&ar, "127.0.0.1").await).is_some());
     let set = put_challenge(&ar, serde_json::json!({"mode": "always"})).await;
     assert_eq!(set["settings"]["challenge"]["mode"], "always");
     assert_eq!(
@@ -740,7 +718,7 @@ async fn the_door_turns_on_and_off_live_through_the_admin_api() {
     challenged(&from("127.0.0.3"), &ar).await;
     // null: the file's again, and newcomers join without work.
     put_challenge(&ar, Value::Null).await;
-    let r = json("127.0.0.4").await;
+    let r = json_newcomer(&ar, "127.0.0.4").await;
     assert_eq!(status_header(&r).as_deref(), Some("waiting"));
     assert_eq!(store.stats("main").await.unwrap().waiting, 1);
     ar.shutdown().await.unwrap();

@@ -27,15 +27,6 @@ struct Harness {
     http: reqwest::Client,
 }
 
-/// A client whose connections come from `ip` (a loopback address of its own).
-fn from(ip: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
 impl Harness {
     async fn start(room_extra: &str) -> Harness {
         Self::start_with(room_extra, Some(PRIORITY_SECRET)).await

@@ -451,3 +451,13 @@ pub async fn admin_get(http: &reqwest::Client, addr: SocketAddr, path: &str) -> 
         .await
         .unwrap()
 }
+
+/// A client whose connections come from `ip` (a loopback address of its own, so it is a
+/// client of its own to anteroom), keeping no cookies and following no redirect.
+pub fn from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}

@@ -66,7 +66,11 @@ pub async fn challenge_join(n: u64, conns: usize, rounds: usize) -> anyhow::Resu
             rate_with,
             "/s",
         )
-        .target("within 10 % of without", ratio >= 0.9),
+        .target("within 10 % of without", ratio >= 0.9)
+        .why(
+            "the answer's request costs more anteroom CPU than a plain JSON join (see the CPU \
+             row); on this shared 2-core machine the rates also swing with other load",
+        ),
         Row {
             ours: format!("{cpu_plain:.1} / {cpu_with:.1} µs"),
             ..Row::new(

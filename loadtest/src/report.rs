@@ -110,20 +110,41 @@ pub fn table(rows: &[Row]) -> String {
     out
 }
 
-/// Why each missed target is missed, as a list.
+/// Why each missed target is missed, as a list: every row whose target is not met, with
+/// its reason when the scenario gave one; "every target is met" only when none is missed.
 pub fn misses(rows: &[Row]) -> String {
     let mut out = String::new();
-    for r in rows {
-        if let Some(why) = &r.why {
-            let _ = writeln!(
-                out,
-                "- **{} — {}** ({}): {}",
-                r.scenario, r.metric, r.ours, why
-            );
-        }
+    for r in rows.iter().filter(|r| r.met == Some(false)) {
+        let why = r
+            .why
+            .as_deref()
+            .unwrap_or("missed; no reason recorded by the scenario");
+        let _ = writeln!(
+            out,
+            "- **{} — {}** ({}): {}",
+            r.scenario, r.metric, r.ours, why
+        );
     }
     if out.is_empty() {
         out.push_str("Every target is met in this run.\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missed_target_without_a_reason_is_listed() {
+        let rows = vec![
+            Row::new("s", "met", 1.0, "").target("t", true),
+            Row::new("s", "missed", 2.0, "").target("t", false),
+        ];
+        let text = misses(&rows);
+        assert!(text.contains("s — missed"), "{text}");
+        assert!(!text.contains("Every target is met"), "{text}");
+        let met = misses(&rows[..1]);
+        assert_eq!(met, "Every target is met in this run.\n");
+    }
 }

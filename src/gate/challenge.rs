@@ -10,11 +10,13 @@
 //! challenge to start again with. Answers from another site's page are refused before
 //! anything is read.
 
+use std::borrow::Cow;
 use std::time::SystemTime;
 
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::door::same_site;
 use super::identify::Identity;
@@ -62,37 +64,148 @@ impl Refusal {
     }
 }
 
-/// One answer: the challenge, the counter, and the page's measured solve time.
-struct Answer {
-    challenge: String,
+/// One answer: the challenge, the counter, and the page's measured solve time. The
+/// challenge is borrowed from the body when it needs no unescaping (always, for a text of
+/// base64url, digits and a room name).
+struct Answer<'a> {
+    challenge: Cow<'a, str>,
     solution: u64,
     solve_ms: Option<u64>,
 }
 
-impl Answer {
+impl<'a> Answer<'a> {
     /// An answer from a JSON or form body.
-    fn parse(content_type: Option<&HeaderValue>, body: &[u8]) -> Option<Answer> {
+    fn parse(content_type: Option<&HeaderValue>, body: &'a [u8]) -> Option<Answer<'a>> {
         let form = content_type.and_then(|v| v.to_str().ok()).is_some_and(|v| {
             v.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("application/x-www-form-urlencoded")
+                .get(..FORM_TYPE.len())
+                .is_some_and(|t| t.eq_ignore_ascii_case(FORM_TYPE))
         });
         if form {
             let text = std::str::from_utf8(body).ok()?;
             return Some(Answer {
-                challenge: form::field(text, "challenge")?,
+                challenge: Cow::Owned(form::field(text, "challenge")?),
                 solution: form::field(text, "solution")?.trim().parse().ok()?,
                 solve_ms: form::field(text, "solve_ms").and_then(|v| v.trim().parse().ok()),
             });
         }
-        let json: serde_json::Value = serde_json::from_slice(body).ok()?;
+        let json: JsonAnswer<'a> = serde_json::from_slice(body).ok()?;
         Some(Answer {
-            challenge: json.get("challenge")?.as_str()?.to_owned(),
-            solution: json.get("solution")?.as_u64()?,
-            solve_ms: json
-                .get("solve_ms")
-                .and_then(|v| v.as_u64().or_else(|| v.as_f64().map(|f| f.max(0.0) as u64))),
+            challenge: json.challenge?,
+            solution: json.solution?,
+            solve_ms: json.solve_ms,
         })
+    }
+}
+
+/// The form body's media type.
+const FORM_TYPE: &str = "application/x-www-form-urlencoded";
+
+/// A JSON answer's three fields, read straight from the body without building a tree:
+/// any other key is skipped, a field of the wrong type counts as absent, and a repeated
+/// key's last value wins.
+#[derive(Default)]
+struct JsonAnswer<'a> {
+    challenge: Option<Cow<'a, str>>,
+    solution: Option<u64>,
+    solve_ms: Option<u64>,
+}
+
+/// One JSON value as an answer's field reads it: text, a number, or anything else.
+enum Field<'a> {
+    Text(Cow<'a, str>),
+    Unsigned(u64),
+    Negative,
+    Float(f64),
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for JsonAnswer<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = JsonAnswer<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object with challenge and solution")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut answer = JsonAnswer::default();
+                while let Some(key) = map.next_key::<Field<'de>>()? {
+                    let value = map.next_value::<Field<'de>>()?;
+                    let Field::Text(key) = key else { continue };
+                    match &*key {
+                        "challenge" => {
+                            answer.challenge = match value {
+                                Field::Text(t) => Some(t),
+                                _ => None,
+                            }
+                        }
+                        "solution" => {
+                            answer.solution = match value {
+                                Field::Unsigned(n) => Some(n),
+                                _ => None,
+                            }
+                        }
+                        "solve_ms" => {
+                            answer.solve_ms = match value {
+                                Field::Unsigned(n) => Some(n),
+                                Field::Negative => Some(0),
+                                Field::Float(f) => Some(f.max(0.0) as u64),
+                                _ => None,
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(answer)
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Field<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Any;
+        impl<'de> Visitor<'de> for Any {
+            type Value = Field<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Field<'de>, E> {
+                Ok(Field::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Field<'de>, E> {
+                Ok(Field::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Field<'de>, E> {
+                Ok(Field::Text(Cow::Owned(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Field<'de>, E> {
+                Ok(Field::Unsigned(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Field<'de>, E> {
+                Ok(u64::try_from(v).map_or(Field::Negative, Field::Unsigned))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Field<'de>, E> {
+                Ok(Field::Float(v))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Field<'de>, E> {
+                Ok(Field::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Field<'de>, E> {
+                Ok(Field::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Field<'de>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Field::Other)
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Field<'de>, M::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Field::Other)
+            }
+        }
+        d.deserialize_any(Any)
     }
 }
 
@@ -131,10 +244,15 @@ impl App {
             return self.error(Kind::UnknownSite, identity);
         };
         // The page's script reads JSON, whatever it asked for.
-        let identity = &Identity {
-            wants_json: true,
-            ..identity.clone()
+        let as_json = if identity.wants_json {
+            Cow::Borrowed(identity)
+        } else {
+            Cow::Owned(Identity {
+                wants_json: true,
+                ..identity.clone()
+            })
         };
+        let identity = &*as_json;
         if cross_site(&req, identity) {
             return self.error(Kind::CrossSite, identity);
         }
@@ -283,10 +401,17 @@ impl App {
             Err(_) => return self.stalled(room, identity),
         }
         self.metrics.challenges.solved(name, solve_ms);
-        let json = Identity {
-            wants_json: return_to.is_none() || identity.wants_json,
-            ..identity.clone()
+        // The POST's identity wants JSON already; only the time lock's may need a copy.
+        let wants_json = return_to.is_none() || identity.wants_json;
+        let json = if identity.wants_json == wants_json {
+            Cow::Borrowed(identity)
+        } else {
+            Cow::Owned(Identity {
+                wants_json,
+                ..identity.clone()
+            })
         };
+        let json = &*json;
         let decision = self
             .admission
             .decide_with(name, visitor, identity.client, Join::Back)
@@ -301,7 +426,7 @@ impl App {
             Decision::Waiting(place) => {
                 let receipt = self.receipt(room, &place, visitor).await;
                 let view = self.waiting_view(room, place, visitor, receipt);
-                let mut response = self.render_waiting(room, view, &json);
+                let mut response = self.render_waiting(room, view, json);
                 *response.status_mut() = StatusCode::OK;
                 let response = self.with_cookie(room, visitor, response);
                 match return_to {
@@ -309,7 +434,7 @@ impl App {
                     None => response,
                 }
             }
-            Decision::Full => self.full(room, &json),
+            Decision::Full => self.full(room, json),
             Decision::Refused {
                 retry_after,
                 reason,
@@ -318,12 +443,12 @@ impl App {
                 if reason.is_some_and(crate::queue::RefusedReason::is_strike) {
                     self.strike(identity.client_ip, crate::abuse::StrikeReason::JoinLimit);
                 }
-                self.refused(room, retry_after, &json)
+                self.refused(room, retry_after, json)
             }
-            Decision::NotOpen => self.not_open(room, &json),
-            Decision::Closed => self.closed(room, &json),
-            Decision::SoldOut => self.sold_out(room, &json),
-            Decision::Stalled { fail_open: false } => self.stalled(room, &json),
+            Decision::NotOpen => self.not_open(room, json),
+            Decision::Closed => self.closed(room, json),
+            Decision::SoldOut => self.sold_out(room, json),
+            Decision::Stalled { fail_open: false } => self.stalled(room, json),
         }
     }
 
@@ -416,4 +541,73 @@ fn see_other(mut response: Response<Body>, to: &str) -> Response<Body> {
         response.headers_mut().insert(header::LOCATION, location);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(body: &str) -> Option<(String, u64, Option<u64>)> {
+        Answer::parse(None, body.as_bytes())
+            .map(|a| (a.challenge.into_owned(), a.solution, a.solve_ms))
+    }
+
+    #[test]
+    fn a_json_answer_reads_its_three_fields() {
+        let c = "c1.main.1.17.n.t.m";
+        let some = |ms| Some((c.to_owned(), 42, ms));
+        assert_eq!(
+            json(&format!(r#"{{"challenge":"{c}","solution":42}}"#)),
+            some(None)
+        );
+        let with = |ms: &str| {
+            json(&format!(
+                r#"{{"challenge":"{c}","solution":42,"solve_ms":{ms}}}"#
+            ))
+        };
+        assert_eq!(with("1500"), some(Some(1500)));
+        assert_eq!(with("1500.7"), some(Some(1500)));
+        assert_eq!(with("-3"), some(Some(0)));
+        assert_eq!(with("-3.5"), some(Some(0)));
+        assert_eq!(with(r#""soon""#), some(None));
+        assert_eq!(with("[1,{\"a\":2}]"), some(None));
+        // Other keys are skipped; a repeated key's last value counts.
+        let body =
+            format!(r#"{{"x":{{"y":[1]}},"challenge":"old","challenge":"{c}","solution":42}}"#);
+        assert_eq!(json(&body), some(None));
+        // An escaped challenge is unescaped.
+        assert_eq!(
+            json(r#"{"challenge":"c1.\u006dain","solution":1}"#),
+            Some(("c1.main".to_owned(), 1, None))
+        );
+    }
+
+    #[test]
+    fn a_json_body_that_is_not_an_answer_is_refused() {
+        for body in [
+            r#"{"solution":1}"#,
+            r#"{"challenge":"c"}"#,
+            r#"{"challenge":7,"solution":1}"#,
+            r#"{"challenge":"c","solution":-1}"#,
+            r#"{"challenge":"c","solution":1.0}"#,
+            r#"{"challenge":"c","solution":"1"}"#,
+            r#"["c",1]"#,
+            r#""c""#,
+            r#"{"challenge":"c","solution":1} x"#,
+            "",
+        ] {
+            assert!(json(body).is_none(), "{body}");
+        }
+    }
+
+    #[test]
+    fn a_form_answer_reads_its_fields() {
+        let form = HeaderValue::from_static("Application/X-WWW-Form-Urlencoded; charset=utf-8");
+        let a = Answer::parse(Some(&form), b"challenge=c1.main&solution=+7&solve_ms=20")
+            .expect("a form answer");
+        assert_eq!(
+            (&*a.challenge, a.solution, a.solve_ms),
+            ("c1.main", 7, Some(20))
+        );
+    }
 }

@@ -4,10 +4,12 @@
 //! spent priority-grant nonces.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::Hash;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
+use sha2::{Digest, Sha256};
 
 use super::Room;
 use super::snapshot::{SNAPSHOT_FILE, decode_snapshot, write_snapshot};
@@ -30,14 +32,57 @@ pub struct MemoryStore {
     /// Spent challenge ids per room, kept the same way (bounded by
     /// [`MAX_SPENT_CHALLENGES`], forgotten at their expiry); not snapshotted either: a
     /// challenge lives five minutes.
-    pub(super) challenges: Mutex<HashMap<String, SpentGrants>>,
+    pub(super) challenges: Mutex<HashMap<String, SpentGrants<IdKey>>>,
 }
 
-/// The spent nonces of one room until their expiry: a bounded map pruned by expiry.
-#[derive(Default)]
-pub(super) struct SpentGrants {
-    pub(super) by_nonce: HashMap<String, (u64, VisitorId)>,
-    pub(super) by_expiry: BTreeSet<(u64, String)>,
+/// The spent nonces (or challenge ids) of one room until their expiry: a bounded map
+/// pruned by expiry, keyed by `K`.
+pub(super) struct SpentGrants<K = String> {
+    pub(super) by_nonce: HashMap<K, (u64, VisitorId)>,
+    pub(super) by_expiry: BTreeSet<(u64, K)>,
+}
+
+impl<K> Default for SpentGrants<K> {
+    fn default() -> Self {
+        SpentGrants {
+            by_nonce: HashMap::new(),
+            by_expiry: BTreeSet::new(),
+        }
+    }
+}
+
+/// How a spent id is kept as a map key.
+pub(super) trait SpentKey: Hash + Eq + Ord + Clone {
+    /// The key of `id`.
+    fn of(id: &str) -> Self;
+}
+
+impl SpentKey for String {
+    fn of(id: &str) -> Self {
+        id.to_owned()
+    }
+}
+
+/// A spent challenge id as a fixed-size key, so remembering one allocates nothing: an id
+/// of up to 31 bytes (a challenge's nonce is 22 characters) inline after its length, a
+/// longer one (never a verified challenge's) by its SHA-256 after a 255 length byte.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct IdKey([u8; 32]);
+
+impl SpentKey for IdKey {
+    fn of(id: &str) -> Self {
+        let mut key = [0u8; 32];
+        let bytes = id.as_bytes();
+        if bytes.len() < key.len() {
+            key[0] = bytes.len() as u8;
+            key[1..=bytes.len()].copy_from_slice(bytes);
+        } else {
+            let hash: [u8; 32] = Sha256::digest(bytes).into();
+            key[0] = u8::MAX;
+            key[1..].copy_from_slice(&hash[..31]);
+        }
+        IdKey(key)
+    }
 }
 
 /// Spent nonces one room remembers at once. Past it, new grants are refused until some
@@ -51,7 +96,7 @@ pub const MAX_SPENT_GRANTS: usize = 200_000;
 /// each one took a solved proof of work to get here.
 pub const MAX_SPENT_CHALLENGES: usize = 500_000;
 
-impl SpentGrants {
+impl<K: SpentKey> SpentGrants<K> {
     pub(super) fn spend(
         &mut self,
         nonce: &str,
@@ -78,7 +123,8 @@ impl SpentGrants {
                 self.by_nonce.remove(&n);
             }
         }
-        if let Some(&(_, by)) = self.by_nonce.get(nonce) {
+        let key = K::of(nonce);
+        if let Some(&(_, by)) = self.by_nonce.get(&key) {
             return if by == visitor {
                 GrantUse::Again
             } else {
@@ -88,9 +134,8 @@ impl SpentGrants {
         if expires_at_ms <= now || self.by_nonce.len() >= max {
             return GrantUse::Taken;
         }
-        self.by_nonce
-            .insert(nonce.to_owned(), (expires_at_ms, visitor));
-        self.by_expiry.insert((expires_at_ms, nonce.to_owned()));
+        self.by_nonce.insert(key.clone(), (expires_at_ms, visitor));
+        self.by_expiry.insert((expires_at_ms, key));
         GrantUse::Fresh
     }
 }
@@ -256,13 +301,14 @@ impl QueueStore for MemoryStore {
         self.room(room)?;
         let now = self.clock.now_ms();
         let mut spent = self.challenges.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(spent.entry(room.to_owned()).or_default().spend_within(
-            id,
-            visitor,
-            expires_at_ms,
-            now,
-            MAX_SPENT_CHALLENGES,
-        ))
+        // Looked up by `&str` first: the room's name is copied only on its first spend.
+        if !spent.contains_key(room) {
+            spent.insert(room.to_owned(), SpentGrants::default());
+        }
+        let Some(spent) = spent.get_mut(room) else {
+            return Err(StoreError::UnknownRoom(room.to_owned()));
+        };
+        Ok(spent.spend_within(id, visitor, expires_at_ms, now, MAX_SPENT_CHALLENGES))
     }
 
     async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<Vec<bool>> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::snapshot::{LiveSnapshot, SNAPSHOT_FILE, SNAPSHOT_MAGIC, Snapshot};
-use super::store::SpentGrants;
+use super::store::{IdKey, SpentGrants, SpentKey};
 use super::*;
 use crate::clock::Clock;
 use crate::queue::conformance::{self, Harness};
@@ -63,7 +63,7 @@ conformance::suite!(MemoryHarness::new());
 /// are refused rather than an unexpired nonce forgotten (which would make it replayable).
 #[test]
 fn spent_grants_are_bounded_and_pruned_by_expiry() {
-    let mut spent = SpentGrants::default();
+    let mut spent = SpentGrants::<String>::default();
     let v = VisitorId::random();
     for i in 0..MAX_SPENT_GRANTS {
         let expiry = if i < 10 { 1_000 } else { 10_000 };
@@ -88,7 +88,7 @@ fn spent_grants_are_bounded_and_pruned_by_expiry() {
 /// their expiry, through the store's own call.
 #[tokio::test(start_paused = true)]
 async fn spent_challenges_are_bounded_and_reaped() {
-    let mut spent = SpentGrants::default();
+    let mut spent = SpentGrants::<IdKey>::default();
     let v = VisitorId::random();
     for i in 0..3 {
         assert_eq!(
@@ -272,4 +272,27 @@ async fn a_corrupt_snapshot_is_a_clear_error_not_a_panic() {
         .err()
         .unwrap();
     assert!(err.to_string().contains("unreadable"), "{err}");
+}
+
+/// A spent challenge id's key tells every id apart: short ones by their bytes and length,
+/// long ones by their hash, never a short one equal to a long one.
+#[test]
+fn challenge_id_keys_tell_ids_apart() {
+    let ids = [
+        "",
+        "a",
+        "a\0",
+        "AAAAAAAAAAAAAAAAAAAAAA",
+        "AAAAAAAAAAAAAAAAAAAAAB",
+        &"x".repeat(31),
+        &"x".repeat(32),
+        &"x".repeat(33),
+        &"y".repeat(200),
+    ];
+    for (i, a) in ids.iter().enumerate() {
+        assert_eq!(IdKey::of(a), IdKey::of(a));
+        for b in &ids[i + 1..] {
+            assert_ne!(IdKey::of(a), IdKey::of(b), "{a:?} and {b:?}");
+        }
+    }
 }

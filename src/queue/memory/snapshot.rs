@@ -218,84 +218,30 @@ impl Room {
     }
 }
 
-/// Reads a snapshot of either layout.
+/// Reads a snapshot of any layout: an older one is read in its own form and each room
+/// brought up to the current one ([`RoomSnapshot`]'s `From` impls below).
 pub(super) fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot, postcard::Error> {
+    /// The rooms of a layout whose room form is `R`, each brought up to the current one.
+    fn upgraded<R>(bytes: &[u8]) -> Result<Snapshot, postcard::Error>
+    where
+        R: serde::de::DeserializeOwned + Into<RoomSnapshot>,
+    {
+        let old: Layout<R> = postcard::from_bytes(bytes)?;
+        Ok(Snapshot {
+            rooms: (old.rooms.into_iter())
+                .map(|(name, room)| (name, room.into()))
+                .collect(),
+        })
+    }
     if let Some(current) = bytes.strip_prefix(SNAPSHOT_MAGIC) {
-        return postcard::from_bytes(current);
+        postcard::from_bytes(current)
+    } else if let Some(v3) = bytes.strip_prefix(SNAPSHOT_MAGIC_V3) {
+        upgraded::<RoomSnapshotV3>(v3)
+    } else if let Some(v2) = bytes.strip_prefix(SNAPSHOT_MAGIC_V2) {
+        upgraded::<RoomSnapshotV2>(v2)
+    } else {
+        upgraded::<LegacyRoomSnapshot>(bytes)
     }
-    if let Some(v3) = bytes.strip_prefix(SNAPSHOT_MAGIC_V3) {
-        let v3: SnapshotV3 = postcard::from_bytes(v3)?;
-        return Ok(Snapshot {
-            rooms: v3
-                .rooms
-                .into_iter()
-                .map(|(name, r)| {
-                    let room = RoomSnapshot {
-                        settings: r.settings,
-                        tokens: r.tokens,
-                        next_ticket: r.next_ticket,
-                        line: r.line,
-                        sessions: r.sessions,
-                        counters: r.counters,
-                        salt: r.salt,
-                        draw: r.draw,
-                        drawn: r.drawn,
-                        changes: String::new(),
-                    };
-                    (name, room)
-                })
-                .collect(),
-        });
-    }
-    if let Some(v2) = bytes.strip_prefix(SNAPSHOT_MAGIC_V2) {
-        let v2: SnapshotV2 = postcard::from_bytes(v2)?;
-        return Ok(Snapshot {
-            rooms: v2
-                .rooms
-                .into_iter()
-                .map(|(name, r)| {
-                    let room = RoomSnapshot {
-                        settings: r.settings,
-                        tokens: r.tokens,
-                        next_ticket: r.next_ticket,
-                        line: r.line,
-                        sessions: r.sessions,
-                        counters: r.counters,
-                        salt: r.salt,
-                        draw: r.draw,
-                        drawn: Vec::new(),
-                        changes: String::new(),
-                    };
-                    (name, room)
-                })
-                .collect(),
-        });
-    }
-    // The first layout: no salt (a fresh one is drawn) and no draw.
-    let legacy: LegacySnapshot = postcard::from_bytes(bytes)?;
-    Ok(Snapshot {
-        rooms: legacy
-            .rooms
-            .into_iter()
-            .map(|(name, r)| {
-                let mut salt = [0u8; 16];
-                getrandom::fill(&mut salt).expect("the operating system's random generator failed");
-                let room = RoomSnapshot {
-                    settings: r.settings,
-                    tokens: r.tokens,
-                    next_ticket: r.next_ticket,
-                    line: r.line,
-                    sessions: r.sessions,
-                    counters: r.counters,
-                    salt,
-                    draw: Vec::new(),
-                    drawn: Vec::new(),
-                    changes: String::new(),
-                };
-                (name, room)
-            })
-            .collect(),
-    })
 }
 
 #[derive(Serialize, Deserialize)]
@@ -321,12 +267,13 @@ pub(super) struct RoomSnapshot {
     changes: String,
 }
 
-/// The third layout: before the operator's changes of settings were kept.
+/// An older layout's rooms, each in that layout's form.
 #[derive(Deserialize)]
-struct SnapshotV3 {
-    rooms: Vec<(String, RoomSnapshotV3)>,
+struct Layout<R> {
+    rooms: Vec<(String, R)>,
 }
 
+/// The third layout's room: before the operator's changes of settings were kept.
 #[derive(Deserialize)]
 struct RoomSnapshotV3 {
     settings: RoomSettings,
@@ -340,12 +287,24 @@ struct RoomSnapshotV3 {
     drawn: Vec<[u8; 32]>,
 }
 
-/// The second layout: before the drawn entrants' hashes were kept.
-#[derive(Deserialize)]
-struct SnapshotV2 {
-    rooms: Vec<(String, RoomSnapshotV2)>,
+impl From<RoomSnapshotV3> for RoomSnapshot {
+    fn from(r: RoomSnapshotV3) -> Self {
+        RoomSnapshot {
+            settings: r.settings,
+            tokens: r.tokens,
+            next_ticket: r.next_ticket,
+            line: r.line,
+            sessions: r.sessions,
+            counters: r.counters,
+            salt: r.salt,
+            draw: r.draw,
+            drawn: r.drawn,
+            changes: String::new(),
+        }
+    }
 }
 
+/// The second layout's room: the third's without the drawn entrants' hashes.
 #[derive(Deserialize)]
 struct RoomSnapshotV2 {
     settings: RoomSettings,
@@ -358,12 +317,24 @@ struct RoomSnapshotV2 {
     draw: Vec<VisitorId>,
 }
 
-/// The snapshot layout before rooms had a salt and a draw.
-#[derive(Deserialize)]
-struct LegacySnapshot {
-    rooms: Vec<(String, LegacyRoomSnapshot)>,
+impl From<RoomSnapshotV2> for RoomSnapshot {
+    fn from(r: RoomSnapshotV2) -> Self {
+        RoomSnapshotV3 {
+            settings: r.settings,
+            tokens: r.tokens,
+            next_ticket: r.next_ticket,
+            line: r.line,
+            sessions: r.sessions,
+            counters: r.counters,
+            salt: r.salt,
+            draw: r.draw,
+            drawn: Vec::new(),
+        }
+        .into()
+    }
 }
 
+/// The first layout's room: before rooms had a salt and a draw.
 #[derive(Deserialize)]
 struct LegacyRoomSnapshot {
     settings: RoomSettings,
@@ -372,4 +343,23 @@ struct LegacyRoomSnapshot {
     line: Vec<(u64, VisitorId)>,
     sessions: Vec<VisitorId>,
     counters: Counters,
+}
+
+impl From<LegacyRoomSnapshot> for RoomSnapshot {
+    /// A fresh salt is drawn: the room had none.
+    fn from(r: LegacyRoomSnapshot) -> Self {
+        let mut salt = [0u8; 16];
+        getrandom::fill(&mut salt).expect("the operating system's random generator failed");
+        RoomSnapshotV2 {
+            settings: r.settings,
+            tokens: r.tokens,
+            next_ticket: r.next_ticket,
+            line: r.line,
+            sessions: r.sessions,
+            counters: r.counters,
+            salt,
+            draw: Vec::new(),
+        }
+        .into()
+    }
 }

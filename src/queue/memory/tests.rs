@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::snapshot::{LiveSnapshot, SNAPSHOT_FILE, SNAPSHOT_MAGIC, Snapshot};
+use super::snapshot::{LiveSnapshot, SNAPSHOT_FILE, SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_V3, Snapshot};
 use super::store::{IdKey, SpentGrants, SpentKey};
 use super::*;
 use crate::clock::Clock;
@@ -259,6 +259,59 @@ async fn a_snapshot_of_the_first_layout_still_opens() {
         .unwrap();
     assert!(matches!(states[1], VisitorState::Waiting(p) if p.position == Some(2)));
     // And it is written back in the current layout.
+    store.persist().await.unwrap();
+    let bytes = std::fs::read(dir.path().join(SNAPSHOT_FILE)).unwrap();
+    assert!(bytes.starts_with(SNAPSHOT_MAGIC));
+}
+
+/// The third layout (no operator's changes) keeps the line, the salt and the draw's record.
+#[tokio::test(start_paused = true)]
+async fn a_snapshot_of_the_third_layout_still_opens() {
+    #[derive(Serialize)]
+    struct V3 {
+        rooms: Vec<(String, V3Room)>,
+    }
+    #[derive(Serialize)]
+    struct V3Room {
+        settings: RoomSettings,
+        tokens: f64,
+        next_ticket: u64,
+        line: Vec<(u64, VisitorId)>,
+        sessions: Vec<VisitorId>,
+        counters: Counters,
+        salt: [u8; 16],
+        draw: Vec<VisitorId>,
+        drawn: Vec<[u8; 32]>,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let line = vec![(3, VisitorId::random()), (4, VisitorId::random())];
+    let v3 = V3 {
+        rooms: vec![(
+            "main".to_owned(),
+            V3Room {
+                settings: conformance::settings(1.0, 10),
+                tokens: 0.0,
+                next_ticket: 5,
+                line: line.clone(),
+                sessions: vec![],
+                counters: Counters::default(),
+                salt: [7; 16],
+                draw: vec![],
+                drawn: vec![[1; 32], [2; 32]],
+            },
+        )],
+    };
+    let mut bytes = SNAPSHOT_MAGIC_V3.to_vec();
+    bytes.extend(postcard::to_stdvec(&v3).unwrap());
+    std::fs::write(dir.path().join(SNAPSHOT_FILE), bytes).unwrap();
+    let store = MemoryStore::open(Clock::starting_at(0), dir.path()).unwrap();
+    let states = store
+        .heartbeat("main", &[line[0].1, line[1].1])
+        .await
+        .unwrap();
+    assert!(matches!(states[1], VisitorState::Waiting(p) if p.position == Some(2)));
+    let stats = store.stats("main").await.unwrap();
+    assert!(stats.settings.changes.is_empty());
     store.persist().await.unwrap();
     let bytes = std::fs::read(dir.path().join(SNAPSHOT_FILE)).unwrap();
     assert!(bytes.starts_with(SNAPSHOT_MAGIC));

@@ -346,8 +346,10 @@ impl App {
     ) -> Response<Body> {
         let name = &room.name;
         let arrived = tokio::time::Instant::now();
-        let live = room.live();
-        let slot = match &live.inflight {
+        // The cap is taken out of the settings at once: an arc-swap guard is for short
+        // reads, not for the life of a request at the origin.
+        let inflight = room.live().inflight.clone();
+        let slot = match &inflight {
             None => None,
             Some(inflight) => {
                 let waited =

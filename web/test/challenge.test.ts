@@ -7,7 +7,7 @@
 // times the pages sent are written to test-artifacts/challenge-solve-ms.json; screenshots
 // of the challenge page go to test-artifacts/ too.
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type net from 'node:net';
 import path from 'node:path';
@@ -62,11 +62,12 @@ afterAll(async () => {
 });
 
 /** One replica's config, behind nginx: a room whose line stands still after its first
- * visitor (0.01 per second), every newcomer challenged. Replicas of one store share the
- * secrets. */
+ * visitor (0.01 per second), every newcomer challenged; an access log in its directory.
+ * Replicas of one store share the secrets. */
 function config(originUrl: string, redis?: string) {
   return (dir: string, port: number) => `listen: "127.0.0.1:${port}"
 trusted_proxies: ["${NGINX_PEER}/32"]
+access_log: "${path.join(dir, 'access.log')}"
 admit_interval: 100ms
 cookie_secret: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 admin_token: "${ADMIN_TOKEN}"
@@ -142,9 +143,11 @@ async function joined(page: Page): Promise<void> {
   await page.waitForSelector('html.ar-js #ar-board .ar-flap, #origin-uri', { timeout: 30_000 });
 }
 
+/** The room's stats from replica a: each replica's are its own one-second snapshot of the
+ * store, so reads from one replica are in order and reads from two may not be. */
 async function stats(base: string): Promise<{ waiting: number }> {
   const r = await fetch(`${base}/__anteroom/admin/api/rooms/${ROOM}/stats`, {
-    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'x-replica': 'a' },
   });
   expect(r.status).toBe(200);
   return (await r.json()) as { waiting: number };
@@ -342,6 +345,30 @@ async function logged(nginx: Nginx, from: number, done: (log: LoggedRequest[]) =
   }
 }
 
+interface AccessEntry {
+  client: string;
+  peer: string;
+  method: string;
+  path: string;
+  class: string;
+  status: number;
+}
+
+/** A replica's access log (its `access_log` file), once `done` holds for it (bounded: a
+ * request is logged when its answer is done, a live stream when it closes). */
+async function accessLog(r: SpawnedAnteroom, done: (log: AccessEntry[]) => boolean): Promise<AccessEntry[]> {
+  const file = path.join(r.dir, 'access.log');
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const text = existsSync(file) ? readFileSync(file, 'utf8') : '';
+    // Whole lines only: one may be half written.
+    const log = text.split('\n').slice(0, -1).map((l) => JSON.parse(l) as AccessEntry);
+    if (done(log)) return log;
+    if (Date.now() > deadline) throw new Error(`port ${r.port}'s access log never showed it:\n${text}`);
+    await new Promise((res) => setTimeout(res, 50));
+  }
+}
+
 for (const store of ['embedded', 'redis'] as const) {
   describe(`the challenge in Chromium, ${store} store, behind nginx`, () => {
     let redis: Redis | undefined;
@@ -511,6 +538,17 @@ for (const store of ['embedded', 'redis'] as const) {
         expect(served.some((e) => e.method === 'POST' && e.uri === '/__anteroom/challenge' && e.status === 200)).toBe(true);
         expect(served.some((e) => e.method === 'GET' && e.uri === '/__anteroom/events' && e.status === 200)).toBe(true);
       }
+      // Each replica's own access log says the same, and that it knew the visitor by the
+      // address nginx forwarded for them (trusted_proxies), not by nginx's own.
+      for (const r of replicas) {
+        const own = await accessLog(r, (l) =>
+          l.some((e) => e.class === 'challenge' && e.method === 'POST' && e.status === 200) && l.some((e) => e.class === 'events'),
+        );
+        // All but the health checks spawnAnteroom made before nginx was there.
+        const proxied = own.filter((e) => e.class !== 'health');
+        expect(proxied.length).toBeGreaterThan(10);
+        expect(proxied.filter((e) => e.client !== '127.0.0.1' || !e.peer.startsWith(`${NGINX_PEER}:`))).toEqual([]);
+      }
       // What nobody steered nginx dealt out in turn: as many to one replica as to the other,
       // give or take the last.
       const free = log.filter((e) => e.steer === '-');
@@ -565,8 +603,10 @@ rooms:
   });
 
   afterAll(async () => {
-    other?.closeAllConnections();
-    await new Promise((r) => other?.close(r));
+    if (other) {
+      other.closeAllConnections();
+      await new Promise((r) => other.close(r));
+    }
     await shop?.stop();
   });
 

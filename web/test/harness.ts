@@ -115,6 +115,8 @@ rooms:
 export interface SpawnedAnteroom {
   /** The public listener's port, on 127.0.0.1. */
   port: number;
+  /** Its temporary directory (the config's `dir`), removed when it stops. */
+  dir: string;
   logs: string[];
   stop(): Promise<void>;
 }
@@ -162,7 +164,7 @@ export async function spawnAnteroom(configFor: (dir: string, port: number) => st
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  return { port, logs, stop };
+  return { port, dir, logs, stop };
 }
 
 /** A GET as a new visitor (no cookie) with the given Host; returns status and body. */

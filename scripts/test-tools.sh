@@ -46,7 +46,8 @@ have curl || need_apt+=(curl)
 # kubectl renders deploy/kubernetes (`kubectl kustomize`); Debian ships it as kubernetes-client.
 have kubectl || need_apt+=(kubernetes-client)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
-# nginx in front of anteroom, configured as docs/operations.md says (tests/e2e/abuse.rs).
+# nginx in front of anteroom, configured as docs/operations.md says (tests/e2e/abuse.rs; the
+# proof of work's browser tests put two replicas behind it, web/test/challenge.test.ts).
 have nginx || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 # wrk, the load generator of `make bench` (the benchmarks' proxy, costs and banned rows).
 have wrk || need_apt+=(wrk)

@@ -254,6 +254,9 @@ impl App {
         };
         let identity = &*as_json;
         if cross_site(&req, identity) {
+            // Counted like any refused answer, but never the client's strike: another
+            // site's page chose to send it.
+            self.metrics.challenges.failed(&room.name, "cross_site");
             return self.error(Kind::CrossSite, identity);
         }
         if let Some(response) = self.already_in(room, identity).await {

@@ -15,7 +15,7 @@ use crate::admission::RoomLabel;
 struct FailedLabels {
     room: String,
     /// `expired`, `replayed`, `wrong_client`, `wrong_room`, `bad_signature`,
-    /// `insufficient_work` or `malformed`.
+    /// `insufficient_work`, `malformed` or `cross_site`.
     reason: &'static str,
 }
 

@@ -318,6 +318,14 @@ async fn replayed_foreign_expired_forged_and_cross_site_answers_are_refused() {
         metric(&text, r#"anteroom_challenges_replayed_total{room="main"}"#),
         1.0
     );
+    // Both answers from another site's page (by Sec-Fetch-Site, by Origin).
+    assert_eq!(
+        metric(
+            &text,
+            r#"anteroom_challenges_failed_total{room="main",reason="cross_site"}"#
+        ),
+        2.0
+    );
     ar.shutdown().await.unwrap();
 }
 

@@ -1,11 +1,15 @@
 // The proof of work at the door in real headless Chromium: a room with `challenge: always`
 // in front of a real origin, on the embedded store (one replica) and on a real Redis (two
-// replicas sharing it). A newcomer's page solves in its Web Worker and joins with nothing
-// to click; two tabs of one browser challenged at once end up with one place. The solve
+// replicas sharing it), behind Debian's nginx (round robin, `X-Forwarded-For`, the
+// replicas trusting nginx's address alone). A newcomer's page solves in its Web Worker and
+// joins with nothing to click; two tabs of one browser challenged at once end up with one
+// place; an answer another site's page posts gets nobody a place or a strike. The solve
 // times the pages sent are written to test-artifacts/challenge-solve-ms.json; screenshots
 // of the challenge page go to test-artifacts/ too.
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import type net from 'node:net';
 import path from 'node:path';
 import type { Browser, BrowserContext, BrowserContextOptions, Page, Route } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,10 +19,12 @@ import {
   axeViolations,
   launchBrowser,
   spawnAnteroom,
+  NGINX_PEER,
+  startNginx,
   startOrigin,
-  startBalancer,
   startRedis,
-  type Balancer,
+  type LoggedRequest,
+  type Nginx,
   type OriginServer,
   type Redis,
   type SpawnedAnteroom,
@@ -55,10 +61,13 @@ afterAll(async () => {
   }
 });
 
-/** One replica's config: a room whose line stands still after its first visitor (0.01 per
- * second), every newcomer challenged. Replicas of one store share the secrets. */
+/** One replica's config, behind nginx: a room whose line stands still after its first
+ * visitor (0.01 per second), every newcomer challenged; an access log in its directory.
+ * Replicas of one store share the secrets. */
 function config(originUrl: string, redis?: string) {
   return (dir: string, port: number) => `listen: "127.0.0.1:${port}"
+trusted_proxies: ["${NGINX_PEER}/32"]
+access_log: "${path.join(dir, 'access.log')}"
 admit_interval: 100ms
 cookie_secret: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 admin_token: "${ADMIN_TOKEN}"
@@ -94,8 +103,8 @@ interface Visit {
   answers: { challenge: string; solution: number; solve_ms: number }[];
 }
 
-/** A tab that records its documents, answers and errors; with `replica`, the load balancer
- * sends every request it makes to that replica. */
+/** A tab that records its documents, answers and errors; with `replica`, nginx sends every
+ * request it makes to that replica. */
 async function tab(context: BrowserContext, replica?: string): Promise<Visit> {
   const page = await context.newPage();
   const v: Visit = { page, errors: [], documents: [], answers: [] };
@@ -134,9 +143,11 @@ async function joined(page: Page): Promise<void> {
   await page.waitForSelector('html.ar-js #ar-board .ar-flap, #origin-uri', { timeout: 30_000 });
 }
 
+/** The room's stats from replica a: each replica's are its own one-second snapshot of the
+ * store, so reads from one replica are in order and reads from two may not be. */
 async function stats(base: string): Promise<{ waiting: number }> {
   const r = await fetch(`${base}/__anteroom/admin/api/rooms/${ROOM}/stats`, {
-    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'x-replica': 'a' },
   });
   expect(r.status).toBe(200);
   return (await r.json()) as { waiting: number };
@@ -322,38 +333,77 @@ describe('the challenge scripts in Chromium, served by the binary under its own 
   });
 });
 
+/** nginx's log from entry `from` on, once `done` holds for it (bounded: nginx logs a
+ * request when it is answered, a live stream when it closes). */
+async function logged(nginx: Nginx, from: number, done: (log: LoggedRequest[]) => boolean): Promise<LoggedRequest[]> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const log = nginx.log().slice(from);
+    if (done(log)) return log;
+    if (Date.now() > deadline) throw new Error(`nginx's log never showed it:\n${log.map((l) => JSON.stringify(l)).join('\n')}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+interface AccessEntry {
+  client: string;
+  peer: string;
+  method: string;
+  path: string;
+  class: string;
+  status: number;
+}
+
+/** A replica's access log (its `access_log` file), once `done` holds for it (bounded: a
+ * request is logged when its answer is done, a live stream when it closes). */
+async function accessLog(r: SpawnedAnteroom, done: (log: AccessEntry[]) => boolean): Promise<AccessEntry[]> {
+  const file = path.join(r.dir, 'access.log');
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const text = existsSync(file) ? readFileSync(file, 'utf8') : '';
+    // Whole lines only: one may be half written.
+    const log = text.split('\n').slice(0, -1).map((l) => JSON.parse(l) as AccessEntry);
+    if (done(log)) return log;
+    if (Date.now() > deadline) throw new Error(`port ${r.port}'s access log never showed it:\n${text}`);
+    await new Promise((res) => setTimeout(res, 50));
+  }
+}
+
 for (const store of ['embedded', 'redis'] as const) {
-  describe(`the challenge in Chromium, ${store} store`, () => {
+  describe(`the challenge in Chromium, ${store} store, behind nginx`, () => {
     let redis: Redis | undefined;
     let a: SpawnedAnteroom;
     let b: SpawnedAnteroom;
-    let balancer: Balancer;
+    let nginx: Nginx;
     let base: string;
-    // Embedded: the one replica; Redis: two on the same store, behind a balancer.
+    // Embedded: the one replica; Redis: two on the same store, both in nginx's upstream.
     const other = store === 'redis' ? 'b' : 'a';
+    /** A replica's address as nginx logs it (`$upstream_addr`). */
+    const addr = (r: SpawnedAnteroom) => `127.0.0.1:${r.port}`;
 
     beforeAll(async () => {
       redis = store === 'redis' ? await startRedis() : undefined;
       a = await spawnAnteroom(config(origin.url, redis?.url));
       b = redis ? await spawnAnteroom(config(origin.url, redis.url)) : a;
-      balancer = await startBalancer({ a: a.port, b: b.port });
-      base = `http://127.0.0.1:${balancer.port}`;
+      nginx = await startNginx(redis ? { a: a.port, b: b.port } : { a: a.port });
+      base = `http://127.0.0.1:${nginx.port}`;
     });
 
     afterAll(async () => {
-      await balancer?.close();
+      await nginx?.stop();
       await a?.stop();
       if (b !== a) await b?.stop();
       await redis?.stop();
     });
 
     it('a newcomer’s page solves and joins with nothing to click: straight in, then a place in line', async () => {
-      // The first visitor is let straight in; their answer goes to the other replica.
-      const first = await tab(await browser.newContext(DESKTOP));
+      // The first visitor is let straight in: their challenge comes from replica a, their
+      // answer goes to the other replica (Redis), which checks it and spends it.
+      const from = nginx.log().length;
+      const first = await tab(await browser.newContext(DESKTOP), 'a');
       await first.page.route('**/__anteroom/challenge', (route) =>
         route.continue({ headers: { ...route.request().headers(), 'x-replica': other } }),
       );
-      const answeredBefore = balancer.counts[other];
       const response = await first.page.goto(`${base}/shop?item=1`);
       expect(response!.headers()['content-security-policy']).toContain("'wasm-unsafe-eval'");
       expect(response!.headers()['cache-control']).toBe('no-store');
@@ -361,10 +411,16 @@ for (const store of ['embedded', 'redis'] as const) {
       expect(await first.page.textContent('#origin-uri')).toBe('/shop?item=1');
       expect(first.documents.map((d) => d.challenge)).toEqual([true, false]);
       expect(first.answers).toHaveLength(1);
-      expect(balancer.counts[other]).toBeGreaterThan(answeredBefore);
       expect(first.errors).toEqual([]);
+      // nginx's log: the challenge page from a, the one answer through the other replica,
+      // the origin's page after it.
+      const log = await logged(nginx, from, (l) => l.filter((r) => r.uri === '/shop?item=1').length === 2);
+      const pages = log.filter((r) => r.uri === '/shop?item=1');
+      expect(pages.map((r) => r.upstream)).toEqual([addr(a), addr(a)]);
+      const answers = log.filter((r) => r.method === 'POST' && r.uri === '/__anteroom/challenge');
+      expect(answers.map((r) => [r.status, r.steer, r.upstream])).toEqual([[200, other, addr(store === 'redis' ? b : a)]]);
 
-      // The next one waits: the position appears, first in line.
+      // The next one waits: the position appears, first in line. nginx picks the replicas.
       const second = await tab(await browser.newContext(DESKTOP));
       await second.page.goto(`${base}/shop?item=2`);
       expect(await position(second.page)).toBe(1);
@@ -468,5 +524,234 @@ for (const store of ['embedded', 'redis'] as const) {
       recordSolves(store, [v]);
       await v.page.context().close();
     });
+
+    it('nginx shared the visitors between the replicas: answers and live streams on each, the rest round robin', async () => {
+      // Every tab above is closed now, so nginx has logged its live stream too.
+      const replicas = store === 'redis' ? [a, b] : [a];
+      const log = await logged(nginx, 0, (l) =>
+        replicas.every((r) => l.some((e) => e.uri === '/__anteroom/events' && e.upstream === addr(r))),
+      );
+      for (const r of replicas) {
+        const served = log.filter((e) => e.upstream === addr(r));
+        // Answers it checked and took (the first visitor's on the other replica, the two
+        // tabs' on theirs), and the waiting pages' live streams it held.
+        expect(served.some((e) => e.method === 'POST' && e.uri === '/__anteroom/challenge' && e.status === 200)).toBe(true);
+        expect(served.some((e) => e.method === 'GET' && e.uri === '/__anteroom/events' && e.status === 200)).toBe(true);
+      }
+      // Each replica's own access log says the same, and that it knew the visitor by the
+      // address nginx forwarded for them (trusted_proxies), not by nginx's own.
+      for (const r of replicas) {
+        const own = await accessLog(r, (l) =>
+          l.some((e) => e.class === 'challenge' && e.method === 'POST' && e.status === 200) && l.some((e) => e.class === 'events'),
+        );
+        // All but the health checks spawnAnteroom made before nginx was there.
+        const proxied = own.filter((e) => e.class !== 'health');
+        expect(proxied.length).toBeGreaterThan(10);
+        expect(proxied.filter((e) => e.client !== '127.0.0.1' || !e.peer.startsWith(`${NGINX_PEER}:`))).toEqual([]);
+      }
+      // What nobody steered nginx dealt out in turn: as many to one replica as to the other,
+      // give or take the last.
+      const free = log.filter((e) => e.steer === '-');
+      const counts = replicas.map((r) => free.filter((e) => e.upstream === addr(r)).length);
+      expect(counts.reduce((x, y) => x + y)).toBe(free.length);
+      expect(Math.max(...counts) - Math.min(...counts), JSON.stringify(counts)).toBeLessThanOrEqual(1);
+      expect(Math.min(...counts)).toBeGreaterThan(10);
+      // No request failed at nginx or at a replica.
+      expect(log.filter((e) => e.status >= 500)).toEqual([]);
+    });
   });
 }
+
+/** The cookie the visitor gets when they join. */
+const VISITOR_COOKIE = 'ar_visitor';
+/** Another site to Chromium: another host than the shop's 127.0.0.1. */
+const OTHER_SITE = '127.0.0.2';
+
+describe("an answer another site's page posts, in Chromium", () => {
+  let shop: SpawnedAnteroom;
+  let base: string;
+  let other: http.Server;
+  let otherBase: string;
+  /** The hostile pages the other site serves, by path. */
+  const pages = new Map<string, string>();
+
+  beforeAll(async () => {
+    // Straight in when an answer is taken (rate and room to spare), so a join shows as
+    // `active`; abuse on (the default), strikes counted.
+    shop = await spawnAnteroom(
+      (dir, port) => `listen: "127.0.0.1:${port}"
+cookie_secret: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+admin_token: "${ADMIN_TOKEN}"
+data_dir: "${path.join(dir, 'data')}"
+rooms:
+  ${ROOM}:
+    origin: ${origin.url}
+    rate: 100
+    max_active: 1000
+    challenge:
+      mode: always
+`,
+    );
+    base = `http://127.0.0.1:${shop.port}`;
+    other = http.createServer((req, res) => {
+      const html = pages.get(req.url ?? '');
+      res.writeHead(html ? 200 : 404, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' });
+      res.end(html ?? '');
+    });
+    await new Promise<void>((r) => other.listen(0, OTHER_SITE, r));
+    otherBase = `http://${OTHER_SITE}:${(other.address() as net.AddressInfo).port}`;
+  });
+
+  afterAll(async () => {
+    if (other) {
+      other.closeAllConnections();
+      await new Promise((r) => other.close(r));
+    }
+    await shop?.stop();
+  });
+
+  async function admin(pathname: string): Promise<string> {
+    const r = await fetch(`${base}/__anteroom/admin/api/${pathname}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    expect(r.status).toBe(200);
+    return r.text();
+  }
+
+  /** A sample from the shop's metrics (0 when the series is not there yet). */
+  async function metric(name: string): Promise<number> {
+    const text = await admin('metrics');
+    const line = text.split('\n').find((l) => l.startsWith(`${name} `));
+    return line ? Number(line.slice(name.length + 1)) : 0;
+  }
+
+  /** Every `anteroom_strikes_total` series, by reason. */
+  async function strikes(): Promise<Record<string, number>> {
+    const out: Record<string, number> = {};
+    for (const m of (await admin('metrics')).matchAll(/^anteroom_strikes_total\{reason="([^"]+)"\} (\d+)/gm)) out[m[1]] = Number(m[2]);
+    return out;
+  }
+
+  /** A challenge for 127.0.0.1 (the browser's address too), as a JSON client gets it, and
+   * its smallest solution. */
+  async function solvedChallenge(): Promise<{ challenge: string; bits: number; solution: number }> {
+    const r = await fetch(`${base}/checkout`, { headers: { accept: 'application/json' } });
+    const body = (await r.json()) as { status: string; challenge: { challenge: string; bits: number } };
+    expect(body.status).toBe('challenge');
+    const { challenge, bits } = body.challenge;
+    const nonce = Buffer.from(challenge.split('.')[4], 'base64url');
+    let solution = 0;
+    while (zeroBits(work(nonce, solution)) < bits) solution++;
+    return { challenge, bits, solution };
+  }
+
+  it('gets the visitor no place, no cookie and no strike; counted as cross_site; the same answer from the shop’s own page joins', async () => {
+    const failed = `anteroom_challenges_failed_total{room="${ROOM}",reason="cross_site"}`;
+    const solved = `anteroom_challenges_solved_total{room="${ROOM}"}`;
+    const before = { failed: await metric(failed), solved: await metric(solved) };
+    const answer = await solvedChallenge();
+    // Say the visitor's own challenge and its solution leaked to the other site: a valid
+    // answer, unspent, bound to the visitor's address and this room.
+    const fields = `<input name="challenge" value="${answer.challenge}"><input name="solution" value="${answer.solution}">`;
+    pages.set('/form', `<!doctype html><html lang="en"><head><title>Win a prize</title></head><body>
+<form method="post" action="${base}/__anteroom/challenge">${fields}</form>
+<script>document.forms[0].submit();</script></body></html>`);
+    pages.set('/fetch', `<!doctype html><html lang="en"><head><title>Win a prize</title></head><body><script>
+const body = new URLSearchParams({ challenge: ${JSON.stringify(answer.challenge)}, solution: '${answer.solution}' });
+window.sent = fetch('${base}/__anteroom/challenge', { method: 'POST', mode: 'no-cors', credentials: 'include', body })
+  .then((r) => r.type, (e) => String(e));
+</script></body></html>`);
+
+    const context = await browser.newContext(DESKTOP);
+    const page = await context.newPage();
+    // The answers as they went over the wire, read through the DevTools protocol's network
+    // events: they see the headers Chromium sent and got even for an opaque answer.
+    interface Posted {
+      url: string;
+      method: string;
+      site?: string;
+      origin?: string;
+      status: number;
+      setCookie?: string;
+    }
+    const byId = new Map<string, Posted>();
+    const entry = (id: string) => {
+      let p = byId.get(id);
+      if (!p) byId.set(id, (p = { url: '', method: '', status: 0 }));
+      return p;
+    };
+    const lower = (h: Record<string, string>) => Object.fromEntries(Object.entries(h).map(([k, v]) => [k.toLowerCase(), v]));
+    const cdp = await context.newCDPSession(page);
+    await cdp.send('Network.enable');
+    cdp.on('Network.requestWillBeSent', (e) => Object.assign(entry(e.requestId), { url: e.request.url, method: e.request.method }));
+    cdp.on('Network.requestWillBeSentExtraInfo', (e) => {
+      const h = lower(e.headers);
+      Object.assign(entry(e.requestId), { site: h['sec-fetch-site'], origin: h.origin });
+    });
+    cdp.on('Network.responseReceivedExtraInfo', (e) =>
+      Object.assign(entry(e.requestId), { status: e.statusCode, setCookie: lower(e.headers)['set-cookie'] }),
+    );
+    const posted = () =>
+      [...byId.values()].filter((p) => p.method === 'POST' && p.url.startsWith(`${base}/__anteroom/challenge`) && p.status);
+
+    // A form the other site's page submits on its own, top-level: the answer is refused
+    // and the refusal is what the browser shows.
+    const [navigated] = await Promise.all([
+      page.waitForResponse((r) => new URL(r.url()).pathname === '/__anteroom/challenge'),
+      page.goto(`${otherBase}/form`),
+    ]);
+    expect(navigated.status()).toBe(403);
+    await page.waitForURL(`${base}/__anteroom/challenge`);
+    // A fetch the page makes without asking to read the answer (no-cors): opaque to it.
+    const [fetched] = await Promise.all([
+      page.waitForResponse((r) => new URL(r.url()).pathname === '/__anteroom/challenge'),
+      page.goto(`${otherBase}/fetch`),
+    ]);
+    expect(fetched.status()).toBe(403);
+    expect(await page.evaluate(() => (window as unknown as { sent: Promise<string> }).sent)).toBe('opaque');
+
+    // Chromium said where both came from; anteroom refused both and set no cookie.
+    await expect.poll(() => posted().length).toBe(2);
+    expect(posted().map((p) => [p.site, p.origin, p.status, p.setCookie])).toEqual([
+      ['cross-site', otherBase, 403, undefined],
+      ['cross-site', otherBase, 403, undefined],
+    ]);
+    expect((await context.cookies(base)).filter((c) => c.name === VISITOR_COOKIE)).toEqual([]);
+    // Counted as refused answers from another site; nothing taken, nobody struck or banned.
+    expect(await metric(failed)).toBe(before.failed + 2);
+    expect(await metric(solved)).toBe(before.solved);
+    const struck = await strikes();
+    expect(Object.keys(struck).length).toBeGreaterThan(0);
+    expect(Object.values(struck).every((n) => n === 0), JSON.stringify(struck)).toBe(true);
+    expect(JSON.parse(await admin('bans')).bans).toEqual([]);
+    // The visitor's address still gets the base work, as with no strike.
+    expect((await solvedChallenge()).bits).toBe(answer.bits);
+
+    // Control: the very same answer, from the shop's own page (a document of the shop's
+    // origin), is taken, and the visitor joins: so the refusals above were for where the
+    // answer came from alone, the answer was unspent, and a join shows in the stats.
+    await page.route(`${base}/own`, (route) =>
+      route.fulfill({ status: 200, contentType: 'text/html', body: '<!doctype html><title>The shop</title><p>own</p>' }),
+    );
+    await page.goto(`${base}/own`);
+    const own = await page.evaluate(
+      async ([challenge, solution]) => {
+        const r = await fetch('/__anteroom/challenge', { method: 'POST', body: new URLSearchParams({ challenge, solution }) });
+        return { status: r.status, body: await r.json() };
+      },
+      [answer.challenge, String(answer.solution)],
+    );
+    expect(own.status).toBe(200);
+    expect(own.body.status).toBe('admitted');
+    await expect.poll(() => posted().length).toBe(3);
+    const ownPost = posted()[2];
+    expect([ownPost.site, ownPost.status, ownPost.setCookie?.startsWith(`${VISITOR_COOKIE}=`)]).toEqual(['same-origin', 200, true]);
+    expect((await context.cookies(base)).filter((c) => c.name === VISITOR_COOKIE)).toHaveLength(1);
+    expect(await metric(solved)).toBe(before.solved + 1);
+    // The one-second stats show the one join, and only it, once they catch up with it.
+    await expect
+      .poll(async () => JSON.parse(await admin(`rooms/${ROOM}/stats`)).active, { timeout: 5_000, interval: 100 })
+      .toBe(1);
+    const stats = JSON.parse(await admin(`rooms/${ROOM}/stats`));
+    expect([stats.waiting, stats.active]).toEqual([0, 1]);
+    await context.close();
+  });
+});

@@ -115,6 +115,8 @@ rooms:
 export interface SpawnedAnteroom {
   /** The public listener's port, on 127.0.0.1. */
   port: number;
+  /** Its temporary directory (the config's `dir`), removed when it stops. */
+  dir: string;
   logs: string[];
   stop(): Promise<void>;
 }
@@ -162,7 +164,7 @@ export async function spawnAnteroom(configFor: (dir: string, port: number) => st
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  return { port, logs, stop };
+  return { port, dir, logs, stop };
 }
 
 /** A GET as a new visitor (no cookie) with the given Host; returns status and body. */
@@ -246,45 +248,135 @@ export async function startRedis(): Promise<Redis> {
   return { url: `redis://127.0.0.1:${port}/0`, stop };
 }
 
-export interface Balancer {
-  port: number;
-  /** How many requests each replica got. */
-  counts: Record<string, number>;
-  close(): Promise<void>;
+/** The address nginx connects to the replicas from: a loopback address of its own, so the
+ * replicas' `trusted_proxies` names nginx alone and a visitor (on 127.0.0.1) is known by
+ * the address nginx forwards for them. */
+export const NGINX_PEER = '127.0.0.3';
+
+export interface LoggedRequest {
+  method: string;
+  uri: string;
+  status: number;
+  /** The `x-replica` header the request carried, `-` without. */
+  steer: string;
+  /** The replica nginx sent it to (a port), as nginx logged `$upstream_addr`. */
+  upstream: string;
 }
 
-/** A load balancer in front of replicas (name → port) on 127.0.0.1: a request goes to the
- * replica its `x-replica` header names, else to the first; the Host and everything else
- * pass as they are, so the replicas see one site, as behind a real balancer. */
-export async function startBalancer(replicas: Record<string, number>): Promise<Balancer> {
-  const names = Object.keys(replicas);
-  const counts: Record<string, number> = Object.fromEntries(names.map((n) => [n, 0]));
-  const server = http.createServer((req, res) => {
-    const wanted = String(req.headers['x-replica'] ?? '');
-    const name = wanted in replicas ? wanted : names[0];
-    counts[name]++;
-    const upstream = http.request(
-      { host: '127.0.0.1', port: replicas[name], method: req.method, path: req.url, headers: req.headers },
-      (up) => {
-        res.writeHead(up.statusCode ?? 502, up.rawHeaders);
-        up.pipe(res);
-      },
-    );
-    upstream.on('error', () => {
-      if (!res.headersSent) res.writeHead(502);
-      res.end();
-    });
-    req.pipe(upstream);
+export interface Nginx {
+  port: number;
+  /** The requests nginx has logged so far (each is logged once answered). */
+  log(): LoggedRequest[];
+  stop(): Promise<void>;
+}
+
+/** Debian's nginx in front of replicas (name → port), on 127.0.0.1 with a generated config
+ * and a temporary prefix: the server block docs/operations.md gives (`X-Forwarded-For`,
+ * keep-alive upstreams, the live stream unbuffered), round robin over the replicas. A
+ * request with an `x-replica` header naming a replica goes to that one (what a test uses
+ * to send a challenge's answer to another replica than issued it); the header goes no
+ * further. The access log records each request's upstream. */
+export async function startNginx(replicas: Record<string, number>): Promise<Nginx> {
+  const bin = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
+  if (!bin) throw new Error("nginx is missing: scripts/test-tools.sh installs Debian's nginx");
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'anteroom-nginx-'));
+  const port = await freePort();
+  const server = (p: number) => `server 127.0.0.1:${p};`;
+  const ports = [...new Set(Object.values(replicas))];
+  const names = Object.entries(replicas);
+  const conf = `daemon off;
+user root;
+worker_processes 1;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 1024; }
+http {
+  client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  log_format replicas '$request_method $request_uri $status $http_x_replica $upstream_addr';
+  access_log ${dir}/access.log replicas;
+  upstream replicas { ${ports.map(server).join(' ')} keepalive 16; keepalive_timeout 50s; }
+${names.map(([name, p]) => `  upstream replica_${name} { ${server(p)} keepalive 4; }`).join('\n')}
+  map $http_x_replica $replicas {
+    default replicas;
+${names.map(([name]) => `    ${name} replica_${name};`).join('\n')}
+  }
+  map $http_upgrade $connection_upgrade { default upgrade; '' ''; }
+  server {
+    listen 127.0.0.1:${port};
+    proxy_http_version 1.1;
+    proxy_bind ${NGINX_PEER};
+    # $http_host, not $host: the port stays in it (behind 443 the two are the same).
+    proxy_set_header Host              $http_host;
+    proxy_set_header X-Forwarded-For   $proxy_add_x_forwarded_for;
+    proxy_set_header X-Forwarded-Proto $scheme;
+    proxy_set_header Upgrade           $http_upgrade;
+    proxy_set_header Connection        $connection_upgrade;
+    proxy_set_header X-Replica         "";
+    proxy_read_timeout 60s;
+    location / { proxy_pass http://$replicas; }
+    location = /__anteroom/events {
+      proxy_pass http://$replicas;
+      proxy_buffering off;
+      proxy_read_timeout 1h;
+    }
+  }
+}
+`;
+  writeFileSync(path.join(dir, 'nginx.conf'), conf);
+  const output: string[] = [];
+  const child = spawn(bin, ['-p', dir, '-e', path.join(dir, 'error.log'), '-c', path.join(dir, 'nginx.conf')], {
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as net.AddressInfo;
-  return {
-    port,
-    counts,
-    close: () =>
-      new Promise((r) => {
-        server.closeAllConnections();
-        server.close(() => r());
-      }),
+  child.stdout?.on('data', (d) => output.push(String(d)));
+  child.stderr?.on('data', (d) => output.push(String(d)));
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      // SIGQUIT: nginx's graceful stop; the master waits for its worker.
+      child.kill('SIGQUIT');
+      const exited = new Promise((r) => child.once('exit', r));
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+      await exited;
+      clearTimeout(timer);
+    }
+    rmSync(dir, { recursive: true, force: true });
   };
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const errors = () => `${output.join('')}${existsSync(path.join(dir, 'error.log')) ? readFileSync(path.join(dir, 'error.log'), 'utf8') : ''}`;
+    if (child.exitCode !== null) {
+      const why = errors();
+      rmSync(dir, { recursive: true, force: true });
+      throw new Error(`nginx exited: ${why}`);
+    }
+    const up = await new Promise<boolean>((resolve) => {
+      const s = net.connect(port, '127.0.0.1', () => {
+        s.destroy();
+        resolve(true);
+      });
+      s.on('error', () => resolve(false));
+    });
+    if (up) break;
+    if (Date.now() > deadline) {
+      const why = errors();
+      await stop();
+      throw new Error(`nginx did not start on port ${port}: ${why}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const log = (): LoggedRequest[] => {
+    const file = path.join(dir, 'access.log');
+    if (!existsSync(file)) return [];
+    return readFileSync(file, 'utf8')
+      .split('\n')
+      .filter((l) => l)
+      .map((l) => {
+        const [method, uri, status, steer, ...upstream] = l.split(' ');
+        return { method, uri, status: Number(status), steer, upstream: upstream.join(' ') };
+      });
+  };
+  return { port, log, stop };
 }

@@ -99,7 +99,6 @@ impl RoomChanges {
                 .get("schedule")
                 .and_then(schedule_of)
                 .unwrap_or_else(|| file.schedule.clone()),
-            ..file.clone()
         }
     }
 }

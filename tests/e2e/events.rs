@@ -115,8 +115,8 @@ async fn an_event_runs_the_room(
         &json!({
             "name": "Spring drop",
             "queue_opens_at": at(now, 3),
-            "admits_at": at(now, 6),
-            "closes_at": at(now, 10),
+            "admits_at": at(now, 7),
+            "closes_at": at(now, 11),
             "lottery": true,
             "rate": 50,
             "title": "The spring drop",
@@ -176,11 +176,11 @@ async fn an_event_runs_the_room(
     for &r in &replicas {
         phase_is(http, r, &["idle", "queueing"]).await;
     }
-    // Closed after closes_at (10 s after the start): newcomers are turned away; the event
+    // Closed after closes_at (11 s after the start): newcomers are turned away; the event
     // stays current.
     let closes = std::time::Instant::now()
         + now.elapsed().map_or(Duration::ZERO, |e| {
-            Duration::from_secs(10).saturating_sub(e)
+            Duration::from_secs(11).saturating_sub(e)
         });
     for &r in &replicas {
         let bound = closes.saturating_duration_since(std::time::Instant::now()) + WITHIN;

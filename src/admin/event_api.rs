@@ -113,7 +113,7 @@ fn event_state() -> Schema {
 impl Event {
     /// The stored event as the API shows it, in `state`.
     pub fn of(e: &StoredEvent, state: &'static str) -> Event {
-        let time = |t| humantime::format_rfc3339(t).to_string();
+        let time = crate::config::live::rfc3339;
         Event {
             id: e.id.clone(),
             name: e.name.clone(),

@@ -210,9 +210,7 @@ fn settings_view(s: &RoomSettings, file: &RoomConfig) -> Settings {
         },
         shadow_after: live.shadow_after,
         schedule: {
-            let time = |t: Option<std::time::SystemTime>| {
-                t.map(|t| humantime::format_rfc3339(t).to_string())
-            };
+            let time = |t: Option<std::time::SystemTime>| t.map(crate::config::live::rfc3339);
             ScheduleSetting {
                 queue_opens_at: time(live.schedule.queue_opens_at),
                 admits_at: time(live.schedule.admits_at),

@@ -250,13 +250,14 @@ pub fn parse_body(id: &str, body: &Value, file: &RoomConfig) -> Result<Event, Li
         );
     }
     let get = |key: &str| fields.get(key).filter(|v| !v.is_null());
+    // To the millisecond, as every time is kept and shown.
     let time = |key: &str| -> Result<Option<SystemTime>, LiveError> {
         match get(key) {
             None => Ok(None),
             Some(v) => v
                 .as_str()
                 .and_then(super::parse_rfc3339)
-                .map(Some)
+                .map(|t| Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_ms(t))))
                 .ok_or_else(|| LiveError {
                     field: key.to_owned(),
                     reason: format!("must be an RFC 3339 time like 2030-06-01T10:00:00Z (got {v})"),
@@ -402,7 +403,7 @@ mod rfc3339 {
     use std::time::SystemTime;
 
     pub fn serialize<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_rfc3339(*t).to_string())
+        s.serialize_str(&super::super::live::rfc3339(*t))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {

@@ -133,6 +133,20 @@ pub fn canonical(room: &RoomConfig, key: &str) -> Value {
     }
 }
 
+/// A time as the live settings, the events and the admin API write it: RFC 3339 in UTC,
+/// to the millisecond when it has a fraction (`2030-01-01T10:00:00Z`,
+/// `2030-01-01T10:00:00.250Z`).
+pub fn rfc3339(t: SystemTime) -> String {
+    let ms = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_millis());
+    if ms == 0 {
+        humantime::format_rfc3339_seconds(t).to_string()
+    } else {
+        humantime::format_rfc3339_millis(t).to_string()
+    }
+}
+
 /// A schedule as the `schedule` setting holds it: each time given as RFC 3339 in UTC (the
 /// form the store parses), the others left out.
 pub fn schedule_json(schedule: &crate::queue::Schedule) -> Value {
@@ -144,14 +158,7 @@ pub fn schedule_json(schedule: &crate::queue::Schedule) -> Value {
     Value::Object(
         times
             .into_iter()
-            .filter_map(|(key, t)| {
-                t.map(|t| {
-                    (
-                        key.to_owned(),
-                        json!(humantime::format_rfc3339(t).to_string()),
-                    )
-                })
-            })
+            .filter_map(|(key, t)| t.map(|t| (key.to_owned(), json!(rfc3339(t)))))
             .collect(),
     )
 }

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::Admission;
 use crate::audit::{AuditEntry, AuditLog};
-use crate::config::events::{applied_of, apply_patch, current, events_of};
+use crate::config::events::{applied_of, apply_patch, events_of, to_apply};
 use crate::queue::{RoomChanges, StoreResult};
 
 /// Where the applier writes its audit lines: set once by the wiring.
@@ -34,7 +34,7 @@ impl Admission {
         let events = events_of(changes);
         let applied = applied_of(changes);
         let now = self.now_ms();
-        let event = current(&events, now);
+        let event = to_apply(&events, applied.as_ref(), now);
         let Some(patch) = apply_patch(event, applied.as_ref()) else {
             return Ok(false);
         };

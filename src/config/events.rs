@@ -14,7 +14,9 @@
 //! **The current event** is the first, in time order, that has not closed by the store's
 //! clock; when every one has closed, the last (so the room stays closed after it). Events
 //! of a room do not overlap, so "first not closed" is the one whose window holds now, or
-//! the next to open.
+//! the next to open. Each replica decides by its own clock (the store's where the store
+//! has one in this process); [`to_apply`] keeps a replica whose clock is a little behind
+//! another's from undoing that one's move to the next event at a close.
 
 use std::time::SystemTime;
 
@@ -163,6 +165,32 @@ pub fn current(events: &[Event], now_ms: u64) -> Option<&Event> {
         .iter()
         .find(|e| !e.closed_at(now_ms))
         .or_else(|| events.last())
+}
+
+/// How far two replicas' clocks may differ (with Redis each replica decides by its own).
+pub const CLOCK_SKEW_MS: u64 = 2_000;
+
+/// The event a replica should apply at `now_ms`: [`current`], except that it never goes
+/// back from the applied event to one closing within [`CLOCK_SKEW_MS`] from now (a
+/// replica whose clock is behind another's must not undo that one's move to the next
+/// event, back and forth until its clock catches up).
+pub fn to_apply<'a>(
+    events: &'a [Event],
+    applied: Option<&Event>,
+    now_ms: u64,
+) -> Option<&'a Event> {
+    let event = current(events, now_ms)?;
+    if let Some(applied) = applied
+        && applied.id != event.id
+        && applied.queue_opens_at > event.queue_opens_at
+        && event
+            .closes_at
+            .is_some_and(|c| unix_ms(c) <= now_ms.saturating_add(CLOCK_SKEW_MS))
+        && let Some(later) = events.iter().find(|e| e.id == applied.id)
+    {
+        return Some(later);
+    }
+    Some(event)
 }
 
 /// What makes `current` the room's applied event, given the one applied so far: its times

@@ -198,3 +198,39 @@ fn events_of_a_room_do_not_overlap_and_only_the_last_stays_open() {
     let id = new_id();
     assert!(id.starts_with("ev-") && id.len() == 11, "{id}");
 }
+
+#[test]
+fn a_replica_behind_never_goes_back_to_an_event_about_to_close() {
+    let a = event(
+        "ev-a",
+        "2030-01-01T10:00:00Z",
+        "2030-01-01T10:05:00Z",
+        Some("2030-01-01T11:00:00Z"),
+    );
+    let b = event("ev-b", "2030-01-01T11:00:00Z", "2030-01-01T11:00:00Z", None);
+    let events = [a.clone(), b.clone()];
+    let id = |applied: Option<&Event>, now: &str| {
+        to_apply(&events, applied, ms(now)).map(|e| e.id.clone())
+    };
+    // Another replica, ahead, applied the next one a second early: this one keeps it.
+    assert_eq!(
+        id(Some(&b), "2030-01-01T10:59:59Z").as_deref(),
+        Some("ev-b")
+    );
+    // Far from the close, an earlier event is the one (it was added after the later one).
+    assert_eq!(
+        id(Some(&b), "2030-01-01T10:30:00Z").as_deref(),
+        Some("ev-a")
+    );
+    assert_eq!(id(None, "2030-01-01T10:59:59Z").as_deref(), Some("ev-a"));
+    assert_eq!(
+        id(Some(&a), "2030-01-01T11:00:00Z").as_deref(),
+        Some("ev-b")
+    );
+    // The applied event deleted: the current one.
+    let only_a = [a.clone()];
+    assert_eq!(
+        to_apply(&only_a, Some(&b), ms("2030-01-01T10:59:59Z")).map(|e| e.id.as_str()),
+        Some("ev-a")
+    );
+}

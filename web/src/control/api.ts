@@ -5,13 +5,15 @@
 // can put a field's error next to that field.
 
 import type { components } from './api-types';
+import type { EventBody, EventList, EventRef, RoomEvent } from './events';
 
 export const API_BASE = '/__anteroom/admin/api';
 
 type Schemas = components['schemas'];
 
-/** One room as `GET /rooms` lists it. Without statistics yet only `room` is there. */
-export type RoomView = Schemas['RoomStats'];
+/** One room as `GET /rooms` lists it. Without statistics yet only `room` is there; `event`
+ * is the current event's, from servers that have events. */
+export type RoomView = Schemas['RoomStats'] & { event?: EventRef | null };
 
 /** What closed-loop admission's last decision saw (docs/fairness.md). */
 export type AdaptiveStats = Schemas['AdaptiveStats'];
@@ -240,6 +242,7 @@ export class Api {
     }
     const text = await response.text();
     if (!response.ok) throw parseProblem(response.status, text);
+    if (response.status === 204) return undefined as T;
     try {
       return JSON.parse(text) as T;
     } catch {
@@ -290,6 +293,26 @@ export class Api {
   /** Moves the waiting visitor with reference `ref` to position 1. */
   moveToFront(room: string, ref: string): Promise<FrontResult> {
     return this.call('POST', `/rooms/${encodeURIComponent(room)}/visitors/${encodeURIComponent(ref)}/front`);
+  }
+
+  /** The room's events by `queue_opens_at`, and which one is current. */
+  events(room: string, signal?: AbortSignal): Promise<EventList> {
+    return this.call('GET', `/rooms/${encodeURIComponent(room)}/events`, undefined, signal);
+  }
+
+  /** Adds an event to the room; the server picks its id. */
+  createEvent(room: string, body: EventBody): Promise<RoomEvent & { audit?: AuditResult }> {
+    return this.call('POST', `/rooms/${encodeURIComponent(room)}/events`, body);
+  }
+
+  /** Replaces event `id` of the room whole. */
+  updateEvent(room: string, id: string, body: EventBody): Promise<RoomEvent & { audit?: AuditResult }> {
+    return this.call('PUT', `/rooms/${encodeURIComponent(room)}/events/${encodeURIComponent(id)}`, body);
+  }
+
+  /** Removes event `id` of the room (a 404 ApiError when there is none). */
+  deleteEvent(room: string, id: string): Promise<void> {
+    return this.call('DELETE', `/rooms/${encodeURIComponent(room)}/events/${encodeURIComponent(id)}`);
   }
 
   /** Active bans, newest first; `cursor` is the previous page's `next_cursor`. */

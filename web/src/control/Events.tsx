@@ -33,17 +33,20 @@ export const STATE_LABELS: Record<EventState, string> = {
   over: 'Over',
 };
 
-/** The form's fields: the API's name, its label, and how it is typed. */
-const FIELDS: [name: EventField, label: string, kind: 'text' | 'long' | 'time' | 'number' | 'lottery'][] = [
-  ['name', 'Name (for you; optional)', 'text'],
+type Kind = 'text' | 'long' | 'time' | 'number' | 'lottery';
+
+/** The form's times and overrides: the API's name, its label, and how it is typed. */
+const WHEN: [name: EventField, label: string, kind: Kind][] = [
   ['queue_opens_at', 'Line opens', 'time'],
   ['admits_at', 'Doors open', 'time'],
   ['closes_at', 'Closes (optional)', 'time'],
-  ['rate', 'Rate override (admitted per second)', 'number'],
-  ['max_active', 'Max on the site override', 'number'],
-  ['title', 'Page title override', 'text'],
-  ['message', 'Message override', 'long'],
-  ['lottery', 'Lottery override', 'lottery'],
+];
+const OVERRIDES: [name: EventField, label: string, kind: Kind][] = [
+  ['rate', 'Admitted per second', 'number'],
+  ['max_active', 'Sessions on the site at once', 'number'],
+  ['lottery', 'Lottery', 'lottery'],
+  ['title', 'Title of the waiting page', 'text'],
+  ['message', 'Message on the waiting page', 'long'],
 ];
 
 /** The overrides an event sets, as one line: `rate 5/s · max on the site 100 · lottery on`. */
@@ -210,7 +213,7 @@ export function EventsPanel(props: {
     }
   };
 
-  const field = (name: EventField, text: string, kind: (typeof FIELDS)[number][2]) => {
+  const field = (name: EventField, text: string, kind: Kind) => {
     const fid = `${id}-ev-${name}`;
     const err = errors[name];
     const common = {
@@ -364,10 +367,18 @@ export function EventsPanel(props: {
       )}
       <form class="cr-event-form" onSubmit={submit} noValidate aria-labelledby={`${id}-ev-title`}>
         <h4 id={`${id}-ev-title`}>{editing ? `Edit ${label(editing)}` : 'Add an event'}</h4>
-        <p class="cr-hint" id={`${id}-ev-zone`}>
-          Times in your time zone, {zoneLabel()}. Overrides left blank keep the room’s own settings.
-        </p>
-        <div class="cr-event-fields">{FIELDS.map(([name, text, kind]) => field(name, text, kind))}</div>
+        {field('name', 'Name (for you; optional)', 'text')}
+        <fieldset class="cr-event-group">
+          <legend>When</legend>
+          <p class="cr-hint" id={`${id}-ev-zone`}>
+            In your time zone, {zoneLabel()}.
+          </p>
+          <div class="cr-event-fields">{WHEN.map(([name, text, kind]) => field(name, text, kind))}</div>
+        </fieldset>
+        <fieldset class="cr-event-group">
+          <legend>Overrides, applied when the event starts (blank: the room’s own)</legend>
+          <div class="cr-event-fields">{OVERRIDES.map(([name, text, kind]) => field(name, text, kind))}</div>
+        </fieldset>
         <div class="cr-config-buttons">
           <button type="submit" class="cr-btn cr-btn-primary" disabled={busy}>
             {busy ? 'Saving…' : editing ? 'Save changes' : 'Add event'}

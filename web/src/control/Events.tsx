@@ -62,6 +62,9 @@ export function describeOverrides(e: RoomEvent): string {
   return parts.length ? parts.join(' · ') : 'none: the room’s own settings';
 }
 
+/** An event's id as part of an element's id. */
+const safe = (eventId: string) => eventId.replace(/[^A-Za-z0-9_-]/g, '_');
+
 /** What an event is called where a name is wanted. */
 const label = (e: { name?: string; id: string }) => (e.name ? `“${e.name}”` : e.id);
 
@@ -130,6 +133,9 @@ export function EventsPanel(props: {
     [],
   );
 
+  /** Moves the focus after the next render (the element clicked may be gone by then). */
+  const focusLater = (elementId: string) => setTimeout(() => document.getElementById(elementId)?.focus(), 0);
+
   const edit = (field: EventField, value: string) => {
     setForm((f) => ({ ...f, [field]: value }));
     setErrors((e) => ({ ...e, [field]: undefined, form: undefined }));
@@ -143,7 +149,7 @@ export function EventsPanel(props: {
     setResult(null);
     setConfirming(null);
     // The form follows the list: take the operator there.
-    setTimeout(() => document.getElementById(`${id}-ev-name`)?.focus(), 0);
+    focusLater(`${id}-ev-name`);
   };
 
   const reset = () => {
@@ -201,6 +207,7 @@ export function EventsPanel(props: {
       await api.deleteEvent(room, e.id);
       setResult(`Deleted ${label(e)}.`);
       if (editing?.id === e.id) reset();
+      focusLater(`${id}-ev-summary`);
       await load();
       props.refresh();
     } catch (err) {
@@ -266,7 +273,7 @@ export function EventsPanel(props: {
       onToggle={(e) => setOpen((e.currentTarget as HTMLDetailsElement).open)}
       data-testid="events"
     >
-      <summary>
+      <summary id={`${id}-ev-summary`}>
         Events
         {current && (
           <span class="cr-muted" data-stat="event">
@@ -337,7 +344,16 @@ export function EventsPanel(props: {
                       >
                         Delete event
                       </button>
-                      <button type="button" class="cr-btn" disabled={busy} onClick={() => setConfirming(null)}>
+                      <button
+                        type="button"
+                        class="cr-btn"
+                        id={`${id}-ev-cancel-${safe(e.id)}`}
+                        disabled={busy}
+                        onClick={() => {
+                          setConfirming(null);
+                          focusLater(`${id}-ev-delete-${safe(e.id)}`);
+                        }}
+                      >
                         Cancel
                       </button>
                     </>
@@ -349,10 +365,13 @@ export function EventsPanel(props: {
                       <button
                         type="button"
                         class="cr-btn cr-btn-danger"
+                        id={`${id}-ev-delete-${safe(e.id)}`}
                         disabled={busy}
                         onClick={() => {
                           setResult(null);
                           setConfirming(e.id);
+                          // The safe choice first: Enter does not delete.
+                          focusLater(`${id}-ev-cancel-${safe(e.id)}`);
                         }}
                       >
                         Delete…<span class="cr-sr"> {label(e)}</span>

@@ -297,10 +297,17 @@ describe('the events panel', () => {
 
     buttons('ev-1').find((b) => b.textContent?.startsWith('Delete'))!.click();
     await until(() => root.querySelector('[data-action="confirm-delete-event"]') !== null);
+    // The safe choice has the focus; cancelling deletes nothing and gives it back.
+    await until(() => document.activeElement?.textContent === 'Cancel');
+    (document.activeElement as HTMLButtonElement).click();
+    await until(() => document.activeElement?.id === 'cr-r0-main-ev-delete-ev-1');
     expect(calls.some((c) => c.method === 'DELETE')).toBe(false);
+    (document.activeElement as HTMLButtonElement).click();
+    await until(() => root.querySelector('[data-action="confirm-delete-event"]') !== null);
     (root.querySelector('[data-action="confirm-delete-event"]') as HTMLButtonElement).click();
     await until(() => calls.some((c) => c.method === 'DELETE'));
     expect(calls.find((c) => c.method === 'DELETE')?.url).toBe('/__anteroom/admin/api/rooms/main/events/ev-1');
     await until(() => root.textContent?.includes('Deleted “Preview”.') ?? false);
+    await until(() => document.activeElement?.id === 'cr-r0-main-ev-summary');
   });
 });

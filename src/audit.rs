@@ -54,7 +54,7 @@ pub struct AuditEntry {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer: Option<String>,
     /// Who acted when nobody called the API: `reload` for the config file reread
-    /// (SIGHUP, `anteroom reload`).
+    /// (SIGHUP, `anteroom reload`), `event` for a scheduled event applied to its room.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub actor: Option<&'static str>,
     /// The name of the admin token the change was made with (`admin` for `admin_token`,
@@ -102,6 +102,28 @@ impl AuditEntry {
             caller: None,
             peer: None,
             actor: Some("reload"),
+            token: None,
+        }
+    }
+
+    /// An entry about `room` made by no caller but `actor` (`event`: a scheduled event
+    /// applied to its room).
+    pub fn by_actor(
+        room: &str,
+        action: &'static str,
+        old: serde_json::Value,
+        new: serde_json::Value,
+        actor: &'static str,
+    ) -> AuditEntry {
+        AuditEntry {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            room: room.to_owned(),
+            action,
+            old,
+            new,
+            caller: None,
+            peer: None,
+            actor: Some(actor),
             token: None,
         }
     }

@@ -183,6 +183,8 @@ pub async fn start(
     let abuse = Arc::new(open_abuse(config).await?);
     let abuse_events = abuse.take_events();
     let app = Arc::new(App::new(config, admission.clone(), abuse.clone())?);
+    // Scheduled events applied to their rooms are audited with the operators' changes.
+    admission.set_audit(app.admin_state().audit().clone());
     let rooms = app.room_names();
     admission.refresh_stats(&rooms).await;
 

@@ -20,6 +20,8 @@ use utoipa::{IntoParams, ToSchema};
 use crate::abuse::{self, LogAction};
 use crate::queue::{Mode, RoomPhase, VisitorRef, WaitingEntry};
 
+pub use super::event_api::EventNow;
+
 /// An RFC 9457 problem: how the admin API answers every refusal.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Problem {
@@ -256,6 +258,11 @@ pub struct RoomStats {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub max_waiting: Option<u64>,
+    /// The room's current scheduled event (the first not closed, else the last); null
+    /// when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<EventNow>)]
+    pub event: Option<Option<EventNow>>,
 }
 
 fn mode() -> Schema {
@@ -412,6 +419,27 @@ pub struct ConfigPatch {
     /// Strikes within `abuse.window` that park a client in the shadow line; 0: off.
     #[schema(minimum = 0, maximum = 4_294_967_295_u64)]
     pub shadow_after: Option<u64>,
+    /// The room's schedule: any of the three times (RFC 3339), the others none; `{}`: no
+    /// schedule; `null`: the file's. While the room has scheduled events, the current
+    /// one sets it.
+    pub schedule: Option<ScheduleSetting>,
+    /// Newcomers per client address per `join_limit_window`; 0: no limit.
+    #[schema(minimum = 0, maximum = 4_294_967_295_u64)]
+    pub join_limit_per_ip: Option<u64>,
+    /// The join limit's window, as the file writes it (`"60s"`).
+    pub join_limit_window: Option<String>,
+}
+
+/// A room's schedule: when the line opens, when admission starts, when it closes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSetting {
+    /// When the line opens (RFC 3339); null: no time.
+    pub queue_opens_at: Option<String>,
+    /// When admission starts (RFC 3339); null: no time.
+    pub admits_at: Option<String>,
+    /// When the room closes to newcomers (RFC 3339); null: no time.
+    pub closes_at: Option<String>,
 }
 
 fn challenge_change() -> Schema {
@@ -576,6 +604,12 @@ pub struct Settings {
     pub challenge: ChallengeSetting,
     /// Strikes within `abuse.window` that park a client in the shadow line; 0: off.
     pub shadow_after: u32,
+    /// The schedule in force (each time null when not set).
+    pub schedule: ScheduleSetting,
+    /// Newcomers per client address per `join_limit_window`; 0: no limit.
+    pub join_limit_per_ip: u32,
+    /// The join limit's window (`"1m"`).
+    pub join_limit_window: String,
     /// The settings an operator changed from the file's (by the file's names), kept in the
     /// store; the others are the file's.
     pub changed: Vec<String>,

@@ -41,6 +41,8 @@
 //! - `body` — reading a request body within its size and time limits.
 //! - `status` — `GET …/status`.
 //! - `rooms` — room counters, `PUT …/config` ([`parse_patch`]), pause, resume, flush.
+//! - `events` — a room's scheduled events (list, create, replace, delete); their bodies'
+//!   types are in `event_api`.
 //! - `queue` — the line's head, one visitor by reference ([`parse_queue_query`]), moving
 //!   a visitor to the front.
 //! - `bans` — listing, adding and lifting bans; the ban log.
@@ -69,6 +71,8 @@ mod api;
 mod auth;
 mod bans;
 mod body;
+mod event_api;
+mod events;
 mod openapi;
 mod page;
 mod problem;
@@ -313,6 +317,15 @@ async fn dispatch(
         (Op::Unban, _) => bans::unban(app, captures.target.unwrap_or_default(), &who).await,
         (Op::Queue, Some(room)) => queue::queue(app, &req, room).await,
         (Op::Front, Some(room)) => queue::front(app, room, captures.reference, &who).await,
+        (Op::Events, Some(room)) => events::events(app, room).await,
+        (Op::CreateEvent, Some(room)) => events::create(app, req, room, &who).await,
+        // The route's pattern always captures an id.
+        (Op::ReplaceEvent, Some(room)) => {
+            events::replace(app, req, room, captures.id.unwrap_or_default(), &who).await
+        }
+        (Op::DeleteEvent, Some(room)) => {
+            events::delete(app, room, captures.id.unwrap_or_default(), &who).await
+        }
         (op, None) => unreachable!("{op:?} routes all have a {{room}}"),
     }
 }

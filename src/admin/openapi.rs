@@ -24,7 +24,7 @@ use utoipa::openapi::{InfoBuilder, RefOr};
 use utoipa::{Modify, OpenApi, PartialSchema, ToResponse, ToSchema};
 
 use super::api::{BannedClient, Problem};
-use super::{bans, queue, rooms, status};
+use super::{bans, events, queue, rooms, status};
 
 /// The content type of every refusal.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -105,6 +105,10 @@ fn unwrap_descriptions(value: &mut Value) {
         bans::unban,
         queue::queue,
         queue::front,
+        events::events,
+        events::create,
+        events::replace,
+        events::delete,
     ),
     components(
         schemas(BannedClient),

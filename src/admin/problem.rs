@@ -76,6 +76,9 @@ pub enum AdminError {
     /// 404: nobody waiting in the room has this reference.
     #[error("Nobody waiting in this room has the reference {0}.")]
     UnknownVisitor(VisitorRef),
+    /// 404: the room has no scheduled event with this id.
+    #[error("This room has no event {0:?}.")]
+    UnknownEvent(String),
     /// 404: no active ban on the target ([`BanError::NotFound`]).
     #[error("{0}")]
     NoSuchBan(BanError),
@@ -193,6 +196,12 @@ impl AdminError {
                 StatusCode::NOT_FOUND,
                 "Unknown visitor",
                 Some("ref"),
+                Extra::None,
+            ),
+            E::UnknownEvent(_) => (
+                StatusCode::NOT_FOUND,
+                "Unknown event",
+                Some("id"),
                 Extra::None,
             ),
             E::NoSuchBan(_) => (

@@ -17,7 +17,8 @@ use crate::queue::{Mode, RoomChanges, RoomSettings, SettingsPatch};
 
 use super::api::{
     AdaptiveSetting, AdaptiveStats, ChallengeSetting, ConfigPatch, ConfigResult, EtaReport,
-    FlushResult, Inflight, PauseResult, Problem, RoomList, RoomPath, RoomStats, Settings,
+    FlushResult, Inflight, PauseResult, Problem, RoomList, RoomPath, RoomStats, ScheduleSetting,
+    Settings,
 };
 use super::body::{read_body, whole_number};
 use super::openapi::{
@@ -162,6 +163,7 @@ fn room_view(room: &str, cached: Option<CachedStats>, limits: RoomLimits) -> Roo
             max: i.max,
         })),
         max_waiting: Some(limits.max_waiting),
+        event: Some(super::events::now_of(&s.settings.changes)),
     }
 }
 
@@ -182,7 +184,13 @@ fn settings_view(s: &RoomSettings, file: &RoomConfig) -> Settings {
             max_error_ratio: a.max_error_ratio,
             min_rate: a.min_rate,
         }),
-        changed: s.changes.0.keys().cloned().collect(),
+        changed: s
+            .changes
+            .0
+            .keys()
+            .filter(|k| !crate::config::events::is_event_key(k))
+            .cloned()
+            .collect(),
         title: live.title,
         message: live.message,
         queue_status_code: live.queue_status_code,
@@ -201,6 +209,18 @@ fn settings_view(s: &RoomSettings, file: &RoomConfig) -> Settings {
             no_js_wait: humantime::format_duration(live.challenge.no_js_wait).to_string(),
         },
         shadow_after: live.shadow_after,
+        schedule: {
+            let time = |t: Option<std::time::SystemTime>| {
+                t.map(|t| humantime::format_rfc3339(t).to_string())
+            };
+            ScheduleSetting {
+                queue_opens_at: time(live.schedule.queue_opens_at),
+                admits_at: time(live.schedule.admits_at),
+                closes_at: time(live.schedule.closes_at),
+            }
+        },
+        join_limit_per_ip: live.join_limit_per_ip,
+        join_limit_window: humantime::format_duration(live.join_limit_window).to_string(),
     }
 }
 

@@ -43,6 +43,14 @@ pub enum Op {
     Queue,
     /// `POST …/api/rooms/{room}/visitors/{ref}/front`: move a waiting visitor to position 1.
     Front,
+    /// `GET …/api/rooms/{room}/events`: the room's scheduled events.
+    Events,
+    /// `POST …/api/rooms/{room}/events`: schedule an event.
+    CreateEvent,
+    /// `PUT …/api/rooms/{room}/events/{id}`: replace an event.
+    ReplaceEvent,
+    /// `DELETE …/api/rooms/{room}/events/{id}`: delete an event.
+    DeleteEvent,
 }
 
 /// One API route. `{room}` and `{ref}` in a path each match one path segment.
@@ -183,6 +191,34 @@ pub fn routes() -> &'static [Route] {
                 Op::Front,
                 "move a waiting visitor to position 1",
             ),
+            route(
+                Method::GET,
+                "/__anteroom/admin/api/rooms/{room}/events",
+                true,
+                Op::Events,
+                "the room's scheduled events, in the order they open, and the current one",
+            ),
+            route(
+                Method::POST,
+                "/__anteroom/admin/api/rooms/{room}/events",
+                true,
+                Op::CreateEvent,
+                "schedule an event: queue_opens_at, admits_at, closes_at, overrides (rate, max_active, title, message, lottery)",
+            ),
+            route(
+                Method::PUT,
+                "/__anteroom/admin/api/rooms/{room}/events/{id}",
+                true,
+                Op::ReplaceEvent,
+                "replace an event whole",
+            ),
+            route(
+                Method::DELETE,
+                "/__anteroom/admin/api/rooms/{room}/events/{id}",
+                true,
+                Op::DeleteEvent,
+                "delete an event",
+            ),
         ]
     });
     &ROUTES
@@ -197,6 +233,8 @@ pub(super) struct Captures<'a> {
     pub(super) reference: Option<&'a str>,
     /// `{target}`: a ban's target (an address or CIDR), not a room.
     pub(super) target: Option<&'a str>,
+    /// `{id}`: a scheduled event's id.
+    pub(super) id: Option<&'a str>,
 }
 
 /// A path's routes (one per method it answers, in table order) and what it captured.
@@ -233,6 +271,7 @@ pub(super) fn find(path: &str) -> Option<Found<'_>> {
             room: found.params.get("room"),
             reference: found.params.get("ref"),
             target: found.params.get("target"),
+            id: found.params.get("id"),
         },
     })
 }

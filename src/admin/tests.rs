@@ -26,7 +26,15 @@ fn the_router_captures_the_segments_of_a_path() {
         Some(Captures {
             room: Some("main"),
             reference: Some("ABCD1234"),
-            target: None,
+            ..Captures::default()
+        })
+    );
+    assert_eq!(
+        captured("/__anteroom/admin/api/rooms/main/events/ev-0a1b2c3d"),
+        Some(Captures {
+            room: Some("main"),
+            id: Some("ev-0a1b2c3d"),
+            ..Captures::default()
         })
     );
     assert_eq!(

@@ -7,6 +7,7 @@
 
 mod adaptive;
 mod changes;
+mod events_applier;
 mod health;
 mod modes;
 mod sessions;
@@ -77,6 +78,8 @@ pub struct Admission {
     /// The configured rooms: those the passes admit into and the statistics refresh
     /// reads (a reload swaps them).
     rooms: arc_swap::ArcSwap<Vec<String>>,
+    /// Where scheduled events' applications are audited (see `events_applier`).
+    event_audit: events_applier::EventAudit,
 }
 
 /// The room a series is about.
@@ -155,6 +158,7 @@ impl Admission {
             modes: modes::Modes::default(),
             changes: changes::Changes::default(),
             rooms: arc_swap::ArcSwap::default(),
+            event_audit: Default::default(),
         }
     }
 
@@ -575,7 +579,19 @@ impl Admission {
     pub async fn refresh_stats(&self, rooms: &[String]) {
         self.eta.prune(self.clock.now_ms());
         for room in rooms {
-            match self.observe(self.store.stats(room).await) {
+            let mut read = self.observe(self.store.stats(room).await);
+            // The room's current event applied when it moved; then read again, so the
+            // cache shows what it wrote.
+            if let Ok(stats) = &read {
+                match self.apply_events(room, &stats.settings.changes).await {
+                    Ok(true) => read = self.observe(self.store.stats(room).await),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(room, error = %e, "cannot apply the room's current event")
+                    }
+                }
+            }
+            match read {
                 Ok(stats) => {
                     self.modes.set(room, stats.settings.mode);
                     self.record_changes(room, &stats.settings.changes).await;

@@ -22,7 +22,7 @@ use crate::queue::RoomChanges;
 
 /// The room settings an operator changes live by their file names (beside `rate`,
 /// `max_active`, `session_ttl`, `abandon_after` and `mode`, the store's runtime settings).
-pub const LIVE_KEYS: [&str; 16] = [
+pub const LIVE_KEYS: [&str; 19] = [
     "title",
     "message",
     "queue_status_code",
@@ -39,6 +39,9 @@ pub const LIVE_KEYS: [&str; 16] = [
     "adaptive",
     "challenge",
     "shadow_after",
+    "schedule",
+    "join_limit_per_ip",
+    "join_limit_window",
 ];
 
 /// A refused live change: the setting (as the file names it, with a list index or a key
@@ -74,7 +77,9 @@ pub fn effective(file: &RoomConfig, changes: &RoomChanges) -> Result<RoomConfig,
     }
     let mut raw = raw_of(file);
     for (key, value) in &changes.0 {
-        if !value.is_null() {
+        // A room's scheduled events ride along in its changes; they are not settings
+        // (the schedule they set is).
+        if !value.is_null() && !super::events::is_event_key(key) {
             overlay(&mut raw, key, value)?;
         }
     }
@@ -121,8 +126,34 @@ pub fn canonical(room: &RoomConfig, key: &str) -> Value {
             "no_js_wait": humantime::format_duration(room.challenge.no_js_wait).to_string(),
         }),
         "shadow_after" => json!(room.shadow_after),
+        "join_limit_per_ip" => json!(room.join_limit_per_ip),
+        "join_limit_window" => duration(room.join_limit_window),
+        "schedule" => schedule_json(&room.schedule),
         _ => Value::Null,
     }
+}
+
+/// A schedule as the `schedule` setting holds it: each time given as RFC 3339 in UTC (the
+/// form the store parses), the others left out.
+pub fn schedule_json(schedule: &crate::queue::Schedule) -> Value {
+    let times = [
+        ("queue_opens_at", schedule.queue_opens_at),
+        ("admits_at", schedule.admits_at),
+        ("closes_at", schedule.closes_at),
+    ];
+    Value::Object(
+        times
+            .into_iter()
+            .filter_map(|(key, t)| {
+                t.map(|t| {
+                    (
+                        key.to_owned(),
+                        json!(humantime::format_rfc3339(t).to_string()),
+                    )
+                })
+            })
+            .collect(),
+    )
 }
 
 /// The live settings `new` gives other values than `old`, each in its [`canonical`] form:
@@ -231,6 +262,47 @@ fn overlay(raw: &mut RawRoom, key: &str, value: &Value) -> Result<(), LiveError>
         "session_clients" => raw.session_clients = one(value)?,
         "lottery" => raw.lottery = one(value)?,
         "shadow_after" => raw.shadow_after = one(value)?,
+        "join_limit_per_ip" => raw.join_limit_per_ip = one(value)?,
+        "join_limit_window" => raw.join_limit_window = one(value)?,
+        "schedule" => {
+            // The times given; an empty object is a room without a schedule.
+            let Value::Object(fields) = value else {
+                return Err(LiveError::new(
+                    key,
+                    format!(
+                        "must be an object like {{\"queue_opens_at\": \"2030-01-01T10:00:00Z\"}}, \
+                         or null for the file's (got {value})"
+                    ),
+                ));
+            };
+            let mut s = RawSchedule::default();
+            for (name, v) in fields {
+                let field = format!("schedule.{name}");
+                let text = match v {
+                    Value::Null => None,
+                    Value::String(_) => Some(scalar(&field, v)?),
+                    _ => {
+                        return Err(LiveError::new(
+                            &field,
+                            format!("must be an RFC 3339 time as a string, or null (got {v})"),
+                        ));
+                    }
+                };
+                match name.as_str() {
+                    "queue_opens_at" => s.queue_opens_at = text,
+                    "admits_at" => s.admits_at = text,
+                    "closes_at" => s.closes_at = text,
+                    _ => {
+                        return Err(LiveError::new(
+                            &field,
+                            "is not a key of schedule; expected queue_opens_at, admits_at, \
+                             closes_at",
+                        ));
+                    }
+                }
+            }
+            raw.schedule = Some(s);
+        }
         "challenge" => {
             // Given keys replace the running ones; the others keep their value.
             let Value::Object(fields) = value else {
@@ -415,6 +487,60 @@ mod tests {
             ),
             (json!({"adaptive": {"speed": 1}}), "adaptive.speed"),
             (json!({"origin": "http://x"}), "origin"),
+        ] {
+            let e = effective(&file, &changes(change.clone())).unwrap_err();
+            assert_eq!(e.field, field, "{change}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_schedule_and_the_join_limit_change_live() {
+        let file = room("");
+        let live = effective(
+            &file,
+            &changes(json!({
+                "schedule": {"queue_opens_at": "2031-01-01T10:00:00+01:00", "closes_at": "2031-01-01T10:00:00Z"},
+                "join_limit_per_ip": 5, "join_limit_window": "30s",
+            })),
+        )
+        .unwrap();
+        let at = |s: &str| Some(humantime::parse_rfc3339(s).unwrap());
+        assert_eq!(live.schedule.queue_opens_at, at("2031-01-01T09:00:00Z"));
+        assert_eq!(live.schedule.admits_at, None);
+        assert_eq!(live.schedule.closes_at, at("2031-01-01T10:00:00Z"));
+        assert_eq!(live.join_limit_per_ip, 5);
+        assert_eq!(live.join_limit_window, Duration::from_secs(30));
+        assert_eq!(
+            canonical(&live, "schedule"),
+            json!({"queue_opens_at": "2031-01-01T09:00:00Z", "closes_at": "2031-01-01T10:00:00Z"})
+        );
+        assert_eq!(canonical(&live, "join_limit_window"), json!("30s"));
+        // An empty object is no schedule; the store reads the canonical form back.
+        assert!(
+            effective(&file, &changes(json!({"schedule": {}})))
+                .unwrap()
+                .schedule
+                .is_empty()
+        );
+        let policy = changes(json!({"schedule": canonical(&live, "schedule")}))
+            .policy(&crate::queue::RoomPolicy::of(&file));
+        assert_eq!(policy.schedule, live.schedule);
+        for (change, field) in [
+            (json!({"schedule": "tomorrow"}), "schedule"),
+            (
+                json!({"schedule": {"admits_at": "soon"}}),
+                "schedule.admits_at",
+            ),
+            (
+                json!({"schedule": {"opens": "2031-01-01T10:00:00Z"}}),
+                "schedule.opens",
+            ),
+            (
+                json!({"schedule": {"queue_opens_at": "2031-01-01T10:00:00Z", "admits_at": "2031-01-01T09:00:00Z"}}),
+                "schedule.admits_at",
+            ),
+            (json!({"join_limit_window": "0s"}), "join_limit_window"),
+            (json!({"join_limit_per_ip": -1}), "join_limit_per_ip"),
         ] {
             let e = effective(&file, &changes(change.clone())).unwrap_err();
             assert_eq!(e.field, field, "{change}: {e}");

@@ -21,6 +21,7 @@ use std::time::Duration;
 use crate::queue::{RoomPolicy, RoomSettings};
 
 mod describe;
+pub mod events;
 mod file;
 mod init;
 pub mod live;

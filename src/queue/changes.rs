@@ -17,7 +17,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::RoomPolicy;
+use std::time::SystemTime;
+
+use super::{RoomPolicy, Schedule};
 
 /// The settings of a room an operator changed, by the file's name; a name not here has
 /// the file's value.
@@ -26,13 +28,20 @@ use super::RoomPolicy;
 pub struct RoomChanges(pub BTreeMap<String, Value>);
 
 /// The changes the store applies to the room's [`RoomPolicy`] itself.
-pub const POLICY_KEYS: [&str; 5] = [
+pub const POLICY_KEYS: [&str; 8] = [
     "lottery",
     "max_waiting",
     "max_places_per_client",
     "max_sessions_per_client",
     "session_clients",
+    "schedule",
+    "join_limit_per_ip",
+    "join_limit_window",
 ];
+
+/// The keys of a `schedule` change, each an RFC 3339 time (UTC, as the config layer
+/// writes it) or absent/`null` for none.
+pub const SCHEDULE_KEYS: [&str; 3] = ["queue_opens_at", "admits_at", "closes_at"];
 
 impl RoomChanges {
     /// Whether nothing is changed (the file's settings hold).
@@ -80,9 +89,37 @@ impl RoomChanges {
             max_places_per_client: count("max_places_per_client", file.max_places_per_client),
             max_sessions_per_client: count("max_sessions_per_client", file.max_sessions_per_client),
             session_clients: count("session_clients", file.session_clients),
+            join_limit_per_ip: count("join_limit_per_ip", file.join_limit_per_ip),
+            join_limit_window: self
+                .get("join_limit_window")
+                .and_then(Value::as_str)
+                .and_then(|t| humantime::parse_duration(t).ok())
+                .unwrap_or(file.join_limit_window),
+            schedule: self
+                .get("schedule")
+                .and_then(schedule_of)
+                .unwrap_or_else(|| file.schedule.clone()),
             ..file.clone()
         }
     }
+}
+
+/// A `schedule` change as the store's [`Schedule`]; `None` when it is not an object or a
+/// time does not parse (never written by the admin API, which validates).
+fn schedule_of(value: &Value) -> Option<Schedule> {
+    let fields = value.as_object()?;
+    let time = |key: &str| -> Option<Option<SystemTime>> {
+        match fields.get(key) {
+            None | Some(Value::Null) => Some(None),
+            Some(Value::String(t)) => humantime::parse_rfc3339_weak(t).ok().map(Some),
+            Some(_) => None,
+        }
+    };
+    Some(Schedule {
+        queue_opens_at: time(SCHEDULE_KEYS[0])?,
+        admits_at: time(SCHEDULE_KEYS[1])?,
+        closes_at: time(SCHEDULE_KEYS[2])?,
+    })
 }
 
 #[cfg(test)]
@@ -119,5 +156,47 @@ mod tests {
         assert_eq!(policy.max_places_per_client, file.max_places_per_client);
         assert_eq!(policy.join_limit_per_ip, 7);
         assert_eq!(RoomChanges::default().policy(&file), file);
+    }
+
+    #[test]
+    fn the_schedule_and_the_join_limit_are_policy_too() {
+        let file = RoomPolicy {
+            join_limit_per_ip: 7,
+            ..RoomPolicy::default()
+        };
+        let live = changes(json!({
+            "schedule": {"queue_opens_at": "2030-01-01T10:00:00Z", "admits_at": "2030-01-01T10:05:00.5Z"},
+            "join_limit_per_ip": 3, "join_limit_window": "2m",
+        }));
+        let policy = live.policy(&file);
+        let at = |s: &str| Some(humantime::parse_rfc3339(s).unwrap());
+        assert_eq!(policy.schedule.queue_opens_at, at("2030-01-01T10:00:00Z"));
+        assert_eq!(
+            policy.schedule.admits_at,
+            Some(at("2030-01-01T10:05:00Z").unwrap() + std::time::Duration::from_millis(500))
+        );
+        assert_eq!(policy.schedule.closes_at, None);
+        assert_eq!(policy.join_limit_per_ip, 3);
+        assert_eq!(
+            policy.join_limit_window,
+            std::time::Duration::from_secs(120)
+        );
+        // An empty object is a room without a schedule; a bad one leaves the file's.
+        let file = RoomPolicy {
+            schedule: live.policy(&file).schedule,
+            ..file
+        };
+        assert!(
+            changes(json!({"schedule": {}}))
+                .policy(&file)
+                .schedule
+                .is_empty()
+        );
+        assert_eq!(
+            changes(json!({"schedule": {"admits_at": "soon"}}))
+                .policy(&file)
+                .schedule,
+            file.schedule
+        );
     }
 }

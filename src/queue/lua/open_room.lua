@@ -7,7 +7,11 @@
 -- Returns {0} fresh, {1} unchanged, {2} kept live, {3} reseeded.
 --
 -- The policy is config, not a runtime setting: it is written on every open, with the
--- operator's live changes of it (`live:<setting>` fields, JSON) applied over the file's.
+-- operator's live changes of it applied over the file's: the `pol:<field>` values
+-- update_settings kept beside each change (the store's own form: a schedule's times are
+-- RFC 3339 in the change, which a script cannot parse), and, for a room last changed
+-- before those were kept, the changes (`live:<setting>` fields, JSON) of the settings
+-- whose JSON is the store's form.
 --
 -- Opening a room is also how a replica starts: the time since the last pass (nobody ran
 -- one, so no replica was up) is forgiven as downtime, as the embedded store does when it
@@ -29,12 +33,18 @@ local function write_policy()
       end
     end
   end
+  local kept = redis.call('HGETALL', K_CONF)
+  for j = 1, #kept, 2 do
+    if string.sub(kept[j], 1, 4) == 'pol:' then
+      redis.call('HSET', K_CONF, string.sub(kept[j], 5), kept[j + 1])
+    end
+  end
   redis.call('HSETNX', K_STATE, 'salt', ARGV[13])
 end
 local function live_fields()
   local out = {}
   for _, f in ipairs(redis.call('HKEYS', K_CONF)) do
-    if string.sub(f, 1, 5) == 'live:' then
+    if string.sub(f, 1, 5) == 'live:' or string.sub(f, 1, 4) == 'pol:' then
       out[#out + 1] = f
     end
   end

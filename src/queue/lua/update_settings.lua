@@ -2,7 +2,10 @@
 -- mode, each '' to leave alone (already validated by the caller); then fours of the
 -- operator's changes of other settings: name, its value as JSON ('' gives the file's back),
 -- and, for a setting the store enforces, its policy field and the value now in force
--- (else '' ''). The bucket is credited at the old rate up to now, so a rate change applies
+-- (else '' ''); a setting of several fields (the schedule) is followed by fours with an empty
+-- name, one per further field. Each policy field in force because of a change is also kept
+-- as `pol:<field>` (gone when the change is), so an open of the room re-applies the changes
+-- without parsing them (see open_room.lua). The bucket is credited at the old rate up to now, so a rate change applies
 -- from this moment on.
 -- Returns {-1} unknown room, else {1}.
 local r = load_room()
@@ -18,15 +21,24 @@ for i, f in ipairs(fields) do
   end
 end
 local i = 8
+local given = false
 while ARGV[i] do
   local name, json, field, value = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  if json == '' then
-    redis.call('HDEL', K_CONF, 'live:' .. name)
-  else
-    redis.call('HSET', K_CONF, 'live:' .. name, json)
+  if name ~= '' then
+    given = json ~= ''
+    if given then
+      redis.call('HSET', K_CONF, 'live:' .. name, json)
+    else
+      redis.call('HDEL', K_CONF, 'live:' .. name)
+    end
   end
   if field ~= '' then
     redis.call('HSET', K_CONF, field, value)
+    if given then
+      redis.call('HSET', K_CONF, 'pol:' .. field, value)
+    else
+      redis.call('HDEL', K_CONF, 'pol:' .. field)
+    end
   end
   i = i + 4
 end

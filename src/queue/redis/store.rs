@@ -533,17 +533,33 @@ impl QueueStore for RedisStore {
                 .merged(&patch.changes)
                 .policy(&file)
         };
-        let policy_field = |name: &str| -> Option<(&'static str, String)> {
-            Some(match name {
-                "lottery" => ("lottery", if policy.lottery { "1" } else { "0" }.to_owned()),
-                "max_waiting" => ("max_waiting", policy.max_waiting.to_string()),
-                "max_places_per_client" => ("max_places", policy.max_places_per_client.to_string()),
-                "max_sessions_per_client" => {
-                    ("max_sessions", policy.max_sessions_per_client.to_string())
+        let time = |t: Option<u64>| t.map(|t| t.to_string()).unwrap_or_default();
+        // The store's fields of each policy setting, with the values now in force.
+        let policy_fields = |name: &str| -> Vec<(&'static str, String)> {
+            match name {
+                "lottery" => vec![("lottery", if policy.lottery { "1" } else { "0" }.to_owned())],
+                "max_waiting" => vec![("max_waiting", policy.max_waiting.to_string())],
+                "max_places_per_client" => {
+                    vec![("max_places", policy.max_places_per_client.to_string())]
                 }
-                "session_clients" => ("session_clients", policy.session_clients.to_string()),
-                _ => return None,
-            })
+                "max_sessions_per_client" => {
+                    vec![("max_sessions", policy.max_sessions_per_client.to_string())]
+                }
+                "session_clients" => vec![("session_clients", policy.session_clients.to_string())],
+                "join_limit_per_ip" => vec![("jl_limit", policy.join_limit_per_ip.to_string())],
+                "join_limit_window" => {
+                    vec![("jl_window_ms", ms(policy.join_limit_window).to_string())]
+                }
+                "schedule" => {
+                    let [opens, admits, closes] = policy.schedule_ms();
+                    vec![
+                        ("opens_ms", time(opens)),
+                        ("admits_ms", time(admits)),
+                        ("closes_ms", time(closes)),
+                    ]
+                }
+                _ => Vec::new(),
+            }
         };
         let reply = self
             .call(&UPDATE_SETTINGS, room, |inv| {
@@ -561,8 +577,13 @@ impl QueueStore for RedisStore {
                     } else {
                         value.to_string()
                     };
-                    let (field, now) = policy_field(name).unwrap_or(("", String::new()));
+                    let fields = policy_fields(name);
+                    let (field, now) = fields.first().cloned().unwrap_or(("", String::new()));
                     inv.arg(name).arg(json).arg(field).arg(now);
+                    // A setting of several fields: the others follow with no name.
+                    for (field, now) in fields.into_iter().skip(1) {
+                        inv.arg("").arg("").arg(field).arg(now);
+                    }
                 }
             })
             .await?;

@@ -132,6 +132,42 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/__anteroom/admin/api/rooms/{room}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A room's scheduled events */
+        get: operations["listEvents"];
+        put?: never;
+        /** Schedule an event */
+        post: operations["createEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/__anteroom/admin/api/rooms/{room}/events/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Replace an event whole */
+        put: operations["replaceEvent"];
+        post?: never;
+        /** Delete an event */
+        delete: operations["deleteEvent"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/__anteroom/admin/api/rooms/{room}/flush": {
         parameters: {
             query?: never;
@@ -485,6 +521,13 @@ export interface components {
              * @description `inflight_wait` in seconds.
              */
             inflight_wait_secs?: number | null;
+            /**
+             * Format: int64
+             * @description Newcomers per client address per `join_limit_window`; 0: no limit.
+             */
+            join_limit_per_ip?: number | null;
+            /** @description The join limit's window, as the file writes it (`"60s"`). */
+            join_limit_window?: string | null;
             /** @description Whoever is collected before `admits_at` is placed by lot. */
             lottery?: boolean | null;
             /**
@@ -529,6 +572,7 @@ export interface components {
              * @description Visitors admitted per second.
              */
             rate?: number;
+            schedule?: components["schemas"]["ScheduleSetting"] | null;
             /**
              * Format: int64
              * @description Distinct clients one admitted session may be used from; 0: no cap.
@@ -582,6 +626,80 @@ export interface components {
              * @description Share (0 to 1) whose wait, in whole seconds, lay within the range first shown; null when admitted is 0.
              */
             within_range: number | null;
+        };
+        /** @description A scheduled event with its id and where it stands. */
+        Event: {
+            /** @description When admission starts (RFC 3339, UTC). */
+            admits_at: string;
+            /** @description When the room closes (RFC 3339, UTC); null: it stays open. */
+            closes_at?: string | null;
+            /** @description Made by the server (`ev-` and 8 hex digits). */
+            id: string;
+            /** @description The lottery override; absent: none. */
+            lottery?: boolean;
+            /**
+             * Format: int64
+             * @description The `max_active` override; absent: none.
+             */
+            max_active?: number;
+            /** @description The message override; absent: none. */
+            message?: string;
+            /** @description The operator's label. */
+            name: string;
+            /** @description When the line opens (RFC 3339, UTC). */
+            queue_opens_at: string;
+            /**
+             * Format: double
+             * @description The rate override; absent: none.
+             */
+            rate?: number;
+            /** @enum {string} */
+            state: "upcoming" | "current" | "over";
+            /** @description The title override; absent: none. */
+            title?: string;
+        };
+        /** @description A scheduled event as written: its times and its overrides. Rules: `admits_at` not before `queue_opens_at`, `closes_at` after both; a room's events do not overlap, and only the last may leave `closes_at` out; at most 100 per room; the overrides by the file's rules. */
+        EventBody: {
+            /** @description When admission starts (RFC 3339), not before `queue_opens_at`; between the two the room is in `draw`. */
+            admits_at: string;
+            /** @description When the room closes (RFC 3339), after `admits_at`; null or absent: it stays open. */
+            closes_at?: string | null;
+            /** @description Whether the draw is by lot, from when it is current. */
+            lottery?: boolean | null;
+            /**
+             * Format: int64
+             * @description `max_active` while it is current (and after, until changed).
+             */
+            max_active?: number | null;
+            /** @description The operator's note on the pages from when it is current. */
+            message?: string | null;
+            /** @description A label for the operator, at most 100 characters. */
+            name?: string | null;
+            /** @description When the line opens (RFC 3339); before it the room is in `pre_queue`. */
+            queue_opens_at: string;
+            /**
+             * Format: double
+             * @description The rate while it is current (and after, until changed).
+             */
+            rate?: number | null;
+            /** @description The waiting page's heading from when it is current. */
+            title?: string | null;
+        };
+        /** @description A room's events, in the order they open. */
+        EventList: {
+            /** @description The current event's id; null when the room has none. */
+            current?: string | null;
+            /** @description Every event, sorted by `queue_opens_at`. */
+            events: components["schemas"]["Event"][];
+        };
+        /** @description The current event in a room's counters. */
+        EventNow: {
+            /** @description Its id. */
+            id: string;
+            /** @description Its label. */
+            name: string;
+            /** @enum {string} */
+            state: "upcoming" | "current" | "over";
         };
         /** @description Fail-open: whether visitors are let through while the store is down. */
         FailOpenStatus: {
@@ -733,6 +851,7 @@ export interface components {
              * @description Waiting visitors whose promised range this replica made again because the room's limits (the admitting rate, max_active, a pause) moved by more than a range's margin, since start.
              */
             eta_revised?: number;
+            event?: components["schemas"]["EventNow"] | null;
             inflight?: components["schemas"]["Inflight"] | null;
             /**
              * Format: double
@@ -826,6 +945,15 @@ export interface components {
              */
             waiting?: number;
         };
+        /** @description A room's schedule: when the line opens, when admission starts, when it closes. */
+        ScheduleSetting: {
+            /** @description When admission starts (RFC 3339); null: no time. */
+            admits_at?: string | null;
+            /** @description When the room closes to newcomers (RFC 3339); null: no time. */
+            closes_at?: string | null;
+            /** @description When the line opens (RFC 3339); null: no time. */
+            queue_opens_at?: string | null;
+        };
         /** @description A room's runtime settings. */
         Settings: {
             /**
@@ -844,6 +972,13 @@ export interface components {
             changed: string[];
             /** @description How long a request waits for an in-flight slot (`"5s"`). */
             inflight_wait: string;
+            /**
+             * Format: int32
+             * @description Newcomers per client address per `join_limit_window`; 0: no limit.
+             */
+            join_limit_per_ip: number;
+            /** @description The join limit's window (`"1m"`). */
+            join_limit_window: string;
             /** @description Whether the draw before `admits_at` is by lot. */
             lottery: boolean;
             /**
@@ -890,6 +1025,8 @@ export interface components {
              * @description Visitors admitted per second.
              */
             rate: number;
+            /** @description The schedule in force (each time null when not set). */
+            schedule: components["schemas"]["ScheduleSetting"];
             /**
              * Format: int32
              * @description Distinct clients one admitted session may be used from; 0: no cap.
@@ -1396,6 +1533,190 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["StoreUnavailable"];
+        };
+    };
+    listEvents: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The room's name, as configured. */
+                room: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The room's events, in the order they open */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["UnknownRoom"];
+            405: components["responses"]["MethodNotAllowed"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["StoreUnavailable"];
+        };
+    };
+    createEvent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The room's name, as configured. */
+                room: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EventBody"];
+            };
+        };
+        responses: {
+            /** @description Scheduled; the room runs on it when it is current */
+            201: {
+                headers: {
+                    /** @description The event's path */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Event"];
+                };
+            };
+            /** @description The body is not JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["UnknownRoom"];
+            405: components["responses"]["MethodNotAllowed"];
+            408: components["responses"]["BodyTooSlow"];
+            413: components["responses"]["BodyTooLarge"];
+            /** @description A value the event cannot have, or it overlaps another (`field` names it: queue_opens_at, admits_at, closes_at, rate, title, …); nothing was changed */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["StoreUnavailable"];
+        };
+    };
+    replaceEvent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The room's name. */
+                room: string;
+                /** @description The event's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EventBody"];
+            };
+        };
+        responses: {
+            /** @description Replaced; applied at once when it is the current event */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Event"];
+                };
+            };
+            /** @description The body is not JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description Unknown room or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            405: components["responses"]["MethodNotAllowed"];
+            408: components["responses"]["BodyTooSlow"];
+            413: components["responses"]["BodyTooLarge"];
+            /** @description A value the event cannot have, or it overlaps another (`field` names it); nothing was changed */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["StoreUnavailable"];
+        };
+    };
+    deleteEvent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The room's name. */
+                room: string;
+                /** @description The event's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted; with no event left the room's schedule is the file's again */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description Unknown room or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            405: components["responses"]["MethodNotAllowed"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["StoreUnavailable"];
         };

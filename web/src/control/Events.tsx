@@ -21,7 +21,6 @@ import {
   type RoomEvent,
 } from './events';
 import { formatCount, formatRate } from './format';
-import { auditNote } from './ui';
 
 /** How often the open list is read again. */
 export const EVENTS_POLL_MS = 3000;
@@ -180,9 +179,7 @@ export function EventsPanel(props: {
       const saved = editing
         ? await api.updateEvent(room, editing.id, built.body)
         : await api.createEvent(room, built.body);
-      setResult(
-        `${editing ? 'Saved' : 'Added'} ${label(saved)} (${STATE_LABELS[saved.state] ?? saved.state}).${auditNote(saved.audit)}`,
-      );
+      setResult(`${editing ? 'Saved' : 'Added'} ${label(saved)} (${STATE_LABELS[saved.state] ?? saved.state}).`);
       reset();
       await load();
       props.refresh();

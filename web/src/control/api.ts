@@ -5,15 +5,14 @@
 // can put a field's error next to that field.
 
 import type { components } from './api-types';
-import type { EventBody, EventList, EventRef, RoomEvent } from './events';
+import type { EventBody, EventList, RoomEvent } from './events';
 
 export const API_BASE = '/__anteroom/admin/api';
 
 type Schemas = components['schemas'];
 
-/** One room as `GET /rooms` lists it. Without statistics yet only `room` is there; `event`
- * is the current event's, from servers that have events. */
-export type RoomView = Schemas['RoomStats'] & { event?: EventRef | null };
+/** One room as `GET /rooms` lists it. Without statistics yet only `room` is there. */
+export type RoomView = Schemas['RoomStats'];
 
 /** What closed-loop admission's last decision saw (docs/fairness.md). */
 export type AdaptiveStats = Schemas['AdaptiveStats'];
@@ -301,12 +300,12 @@ export class Api {
   }
 
   /** Adds an event to the room; the server picks its id. */
-  createEvent(room: string, body: EventBody): Promise<RoomEvent & { audit?: AuditResult }> {
+  createEvent(room: string, body: EventBody): Promise<RoomEvent> {
     return this.call('POST', `/rooms/${encodeURIComponent(room)}/events`, body);
   }
 
   /** Replaces event `id` of the room whole. */
-  updateEvent(room: string, id: string, body: EventBody): Promise<RoomEvent & { audit?: AuditResult }> {
+  updateEvent(room: string, id: string, body: EventBody): Promise<RoomEvent> {
     return this.call('PUT', `/rooms/${encodeURIComponent(room)}/events/${encodeURIComponent(id)}`, body);
   }
 

@@ -5,52 +5,28 @@
 // the operator meant it, and always shown with the offset, so a time read off a shared
 // screen is never ambiguous.
 
-/** Where an event stands against the store's clock. */
-export type EventState = 'upcoming' | 'current' | 'over';
+import type { components } from './api-types';
+
+type Schemas = components['schemas'];
+
+/** Where an event stands against the store's clock: `current` is the one in force. */
+export type EventState = Schemas['Event']['state'];
 
 /** What `POST …/events` and `PUT …/events/{id}` take. A number the form cannot read as one
  * is sent as typed, so the API (the one judge of valid input) names the field. */
-export interface EventBody {
-  /** A label for the operator ("" when none). */
-  name?: string;
-  /** When the line opens (RFC 3339). */
-  queue_opens_at: string;
-  /** When the doors open (RFC 3339), at or after `queue_opens_at`. */
-  admits_at: string;
-  /** When the room closes (RFC 3339); null or absent: it stays open. */
-  closes_at?: string | null;
-  /** Override: admitted per second. */
-  rate?: number | string;
-  /** Override: sessions on the site at once. */
-  max_active?: number | string;
-  /** Override: the waiting page's title. */
-  title?: string;
-  /** Override: the message to visitors. */
-  message?: string;
-  /** Override: draw by lot before the doors open. */
-  lottery?: boolean;
-}
+export type EventBody = Omit<Schemas['EventBody'], 'rate' | 'max_active'> & {
+  rate?: number | string | null;
+  max_active?: number | string | null;
+};
 
 /** One event as the API lists it. */
-export interface RoomEvent extends EventBody {
-  /** The server-made id, e.g. `ev-3f9a1c2b`. */
-  id: string;
-  /** Upcoming, current or over. */
-  state: EventState;
-}
+export type RoomEvent = Schemas['Event'];
 
 /** `GET …/events`: the room's events by `queue_opens_at`, and the current one's id. */
-export interface EventList {
-  events: RoomEvent[];
-  current: string | null;
-}
+export type EventList = Schemas['EventList'];
 
 /** The current event as a room's stats name it. */
-export interface EventRef {
-  id: string;
-  name: string;
-  state: EventState;
-}
+export type EventRef = Schemas['EventNow'];
 
 /** The fields of an event the API may name in an error, in the form's order. */
 export const EVENT_FIELDS = [

@@ -1,10 +1,11 @@
 // The events panel: local times typed into the form become RFC 3339 with the offset of the
 // operator's time zone, a field the API names in a 422 is marked on its own input, and the
-// list marks the current event.
+// list marks the current event. And the settings editor's schedule, typed the same way.
 import { render } from 'preact';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Api } from './api';
 import { EventsPanel } from './Events';
+import { SettingsEditor } from './Settings';
 import {
   EMPTY_FORM,
   eventToForm,
@@ -309,5 +310,83 @@ describe('the events panel', () => {
     expect(calls.find((c) => c.method === 'DELETE')?.url).toBe('/__anteroom/admin/api/rooms/main/events/ev-1');
     await until(() => root.textContent?.includes('Deleted “Preview”.') ?? false);
     await until(() => document.activeElement?.id === 'cr-r0-main-ev-summary');
+  });
+});
+
+describe('the settings editor’s schedule', () => {
+  beforeEach(() => inZone('Europe/Paris'));
+
+  async function editor(answer: (call: Call) => Response, calls: Call[]): Promise<HTMLElement> {
+    const settings = {
+      title: 'Drop',
+      changed: [],
+      challenge: { mode: 'off' },
+      schedule: { queue_opens_at: '2026-12-04T20:00:00Z', admits_at: '2026-12-04T20:30:00Z', closes_at: null },
+      join_limit_per_ip: 120,
+      join_limit_window: '1m',
+    };
+    const api = new Api('tok', async (url, init) => {
+      const call = { url, method: init?.method ?? 'GET', body: init?.body ? JSON.parse(String(init.body)) : undefined };
+      calls.push(call);
+      return call.method === 'GET' ? new Response(JSON.stringify(settings)) : answer({ ...call, body: { settings, put: call.body } });
+    });
+    const root = document.createElement('div');
+    document.body.append(root);
+    render(<SettingsEditor id="cr-r0-main" room="main" api={api} onUnauthorized={() => {}} refresh={() => {}} />, root);
+    const details = root.querySelector('details') as HTMLDetailsElement;
+    details.open = true;
+    details.dispatchEvent(new Event('toggle'));
+    await until(() => root.querySelector('#cr-r0-main-set-schedule-admits_at') !== null);
+    return root;
+  }
+
+  it('shows the schedule in local time and sends it whole, with the offset, when a time is edited', async () => {
+    const calls: Call[] = [];
+    const root = await editor(
+      (c) =>
+        new Response(
+          JSON.stringify({ room: 'main', settings: { ...(c.body as { settings: object }).settings, changed: ['schedule'] }, audit: { written: true } }),
+        ),
+      calls,
+    );
+    const input = (name: string) => root.querySelector(`#cr-r0-main-set-schedule-${name}`) as HTMLInputElement;
+    expect(input('queue_opens_at').value).toBe('2026-12-04T21:00');
+    expect(input('closes_at').value).toBe('');
+    input('admits_at').value = '2026-12-04T21:45:10';
+    input('admits_at').dispatchEvent(new Event('input', { bubbles: true }));
+    const limit = root.querySelector('#cr-r0-main-set-join_limit_per_ip') as HTMLInputElement;
+    limit.value = '30';
+    limit.dispatchEvent(new Event('input', { bubbles: true }));
+    await new Promise((r) => setTimeout(r, 20));
+    (root.querySelector('form') as HTMLFormElement).requestSubmit();
+    await until(() => calls.some((c) => c.method === 'PUT'));
+    expect(calls.find((c) => c.method === 'PUT')?.body).toEqual({
+      join_limit_per_ip: 30,
+      schedule: { queue_opens_at: '2026-12-04T21:00:00+01:00', admits_at: '2026-12-04T21:45:10+01:00', closes_at: null },
+    });
+    await until(() => root.textContent?.includes('Applied join_limit_per_ip, schedule: in force now.') ?? false);
+  });
+
+  it('puts the API’s error about one of the schedule’s times under that time', async () => {
+    const calls: Call[] = [];
+    const root = await editor(
+      () =>
+        new Response(
+          JSON.stringify({ title: 'Invalid input', status: 422, detail: 'schedule.admits_at: must not be before queue_opens_at', field: 'schedule.admits_at' }),
+          { status: 422 },
+        ),
+      calls,
+    );
+    const admits = root.querySelector('#cr-r0-main-set-schedule-admits_at') as HTMLInputElement;
+    admits.value = '2026-12-04T20:00';
+    admits.dispatchEvent(new Event('input', { bubbles: true }));
+    await new Promise((r) => setTimeout(r, 20));
+    (root.querySelector('form') as HTMLFormElement).requestSubmit();
+    await until(() => root.querySelector('[data-field-error]') !== null);
+    expect([...root.querySelectorAll('[data-field-error]')].map((e) => e.getAttribute('data-field-error'))).toEqual([
+      'schedule.admits_at',
+    ]);
+    expect(admits.getAttribute('aria-invalid')).toBe('true');
+    expect(document.activeElement).toBe(admits);
   });
 });

@@ -717,6 +717,11 @@ async function events(name: string): Promise<{ events: EventView[]; current: str
   return (await r.json()) as { events: EventView[]; current: string | null };
 }
 
+/** Scrolls to the top, so a full-page screenshot has the sticky header at the top. */
+async function top(page: Page): Promise<void> {
+  await page.evaluate(() => window.scrollTo(0, 0));
+}
+
 /** Waits until the tile's phase badge reads one of `labels`. */
 async function phase(page: Page, name: string, labels: string[], timeout = 10_000): Promise<void> {
   await page.waitForFunction(
@@ -727,7 +732,7 @@ async function phase(page: Page, name: string, labels: string[], timeout = 10_00
 }
 
 describe('a room\'s events in the control room', () => {
-  it('adds an event, edits it (the phase follows), shows the API\'s field error, and deletes it', async () => {
+  it('adds an event, edits it (the phase follows), shows the API\'s field error, deletes it, and sets the schedule', async () => {
     const { page, errors } = await newPage({ ...DESKTOP, colorScheme: 'dark', timezoneId: ZONE });
     await signIn(page);
     const moving = tile(page, MOVING);
@@ -772,6 +777,7 @@ describe('a room\'s events in the control room', () => {
     expect(await panel.getByLabel('Doors open').getAttribute('aria-describedby')).toBe(await doorsError.getAttribute('id'));
     expect(await page.evaluate(() => document.activeElement?.getAttribute('name'))).toBe('admits_at');
     expect(await axeViolations(page)).toEqual([]);
+    await top(page);
     await page.screenshot({ path: path.join(ARTIFACTS, 'control-events-error.png'), fullPage: true });
     expect((await events(MOVING)).events[0].admits_at).toBe(ev.admits_at);
 
@@ -790,6 +796,7 @@ describe('a room\'s events in the control room', () => {
     expect(await item.locator('[data-col="overrides"]').textContent()).toBe('rate 4/s');
     await moving.locator('[data-stat="event"]').getByText('now: Spring drop').waitFor();
     expect(await axeViolations(page)).toEqual([]);
+    await top(page);
     await page.screenshot({ path: path.join(ARTIFACTS, 'control-events-dark.png'), fullPage: true });
     await phase(page, MOVING, ['Queueing', 'Idle'], 30_000);
 
@@ -805,6 +812,7 @@ describe('a room\'s events in the control room', () => {
       await otherPanel.locator('summary').click();
       await otherPanel.locator(`li[data-event-id="${ev.id}"][aria-current="true"]`).waitFor();
       expect(await axeViolations(other.page)).toEqual([]);
+      await top(other.page);
       await other.page.screenshot({ path: path.join(ARTIFACTS, file), fullPage: true });
       expect(other.errors).toEqual([]);
       await other.page.context().close();
@@ -822,6 +830,23 @@ describe('a room\'s events in the control room', () => {
     expect(await events(MOVING)).toEqual({ events: [], current: null });
     await phase(page, MOVING, ['Queueing', 'Idle']);
     await moving.locator('[data-stat="event"]').waitFor({ state: 'detached' });
+
+    // The schedule is a setting of its own too, typed the same way in the settings editor.
+    await moving.getByText('All settings', { exact: true }).click();
+    const opens = moving.getByLabel('Schedule: line opens (empty: no time)');
+    await opens.waitFor();
+    expect(await opens.inputValue()).toBe('');
+    const later = Date.now() + 3600_000;
+    await opens.fill(localInput(later));
+    await moving.getByRole('button', { name: 'Apply settings' }).click();
+    await moving.getByText(/^Applied schedule: in force now\./).waitFor();
+    const scheduled = (await (await api(`/rooms/${MOVING}/config`)).json()) as { schedule: { queue_opens_at?: string } };
+    expect(Date.parse(scheduled.schedule.queue_opens_at ?? '')).toBe(Math.floor(later / 1000) * 1000);
+    await phase(page, MOVING, ['Before the line opens']);
+    await opens.fill('');
+    await moving.getByRole('button', { name: 'Apply settings' }).click();
+    await moving.getByText(/^Applied schedule: in force now\./).waitFor();
+    await phase(page, MOVING, ['Queueing', 'Idle']);
     // The browser logs the refused PUT (422) itself.
     expect(errors.filter((e) => !e.includes('422'))).toEqual([]);
     await page.context().close();

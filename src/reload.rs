@@ -6,7 +6,7 @@
 //! - A file that does not validate is refused whole: the reason is logged and the old
 //!   config keeps serving.
 //! - A change to a key that cannot apply live (a listen address, the store, the cookie
-//!   keys, a room's schedule or join limit, …) refuses the whole reload: one log
+//!   keys, …) refuses the whole reload: one log
 //!   line names every such key, and nothing changes, not even what could have applied.
 //! - Otherwise what changed is applied: the admin tokens (`admin_token`, `admin_tokens`,
 //!   `metrics_token`) at once; each room's settings that changed in the file (the
@@ -242,7 +242,6 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, Vec<String>> {
         let Some(old_room) = old.room(&new_room.name) else {
             continue;
         };
-        fixed.extend(fixed_room_changes(old_room, new_room));
         hosts |= old_room.match_host != new_room.match_host;
         if old_room.origin != new_room.origin || old_room.preserve_host != new_room.preserve_host {
             reopened.push(new_room.name.clone());
@@ -308,24 +307,6 @@ fn setting_values(patch: &SettingsPatch, r: &RoomConfig) -> serde_json::Value {
         put(key, config::live::canonical(r, key));
     }
     serde_json::Value::Object(map)
-}
-
-/// The keys of a room that changed and only apply at a restart.
-fn fixed_room_changes(old: &RoomConfig, new: &RoomConfig) -> Vec<String> {
-    let mut keys = Vec::new();
-    macro_rules! fixed {
-        ($($field:ident),* $(,)?) => {
-            $(
-                if format!("{:?}", old.$field) != format!("{:?}", new.$field) {
-                    keys.push(format!("rooms.{}.{}", new.name, stringify!($field)));
-                }
-            )*
-        };
-    }
-    // The per-client caps (`max_sessions_per_client`, …) are live settings: the store's
-    // policy is the file's with the operator's changes, which the patch carries.
-    fixed!(join_limit_per_ip, join_limit_window, schedule);
-    keys
 }
 
 /// Rereads the config file on request and applies what it can.
@@ -632,7 +613,8 @@ mod tests {
             c
         };
         let keys = plan(&old, &new).unwrap_err();
-        assert_eq!(keys, ["listen", "rooms.main.join_limit_per_ip"]);
+        // The join limit and the schedule are live settings: not among them.
+        assert_eq!(keys, ["listen"]);
     }
 
     #[test]

@@ -20,11 +20,14 @@ pub struct EventBody {
     #[schema(max_length = 100)]
     pub name: Option<String>,
     /// When the line opens (RFC 3339); before it the room is in `pre_queue`.
+    #[schema(format = DateTime)]
     pub queue_opens_at: String,
     /// When admission starts (RFC 3339), not before `queue_opens_at`; between the two the
     /// room is in `draw`.
+    #[schema(format = DateTime)]
     pub admits_at: String,
     /// When the room closes (RFC 3339), after `admits_at`; null or absent: it stays open.
+    #[schema(format = DateTime)]
     pub closes_at: Option<String>,
     /// The rate while it is current (and after, until changed).
     #[schema(exclusive_minimum = 0, maximum = 1_000_000)]

@@ -58,3 +58,124 @@ impl Admission {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::clock::Clock;
+    use crate::config::events::Event;
+    use crate::events::EventSink;
+    use crate::queue::{
+        MemoryStore, Phase, QueueStore, RoomPolicy, SettingsPatch, conformance::settings,
+    };
+
+    /// 2030-01-01T00:00:00Z.
+    const T0: u64 = 1_893_456_000_000;
+
+    fn event(
+        id: &str,
+        opens: u64,
+        admits: u64,
+        closes: Option<u64>,
+        rate: f64,
+        title: Option<&str>,
+    ) -> Event {
+        let at =
+            |s: u64| std::time::UNIX_EPOCH + Duration::from_millis(T0) + Duration::from_secs(s);
+        Event {
+            id: id.to_owned(),
+            name: String::new(),
+            queue_opens_at: at(opens),
+            admits_at: at(admits),
+            closes_at: closes.map(at),
+            rate: Some(rate),
+            max_active: None,
+            title: title.map(str::to_owned),
+            message: None,
+            lottery: None,
+        }
+    }
+
+    fn patch(pairs: Vec<(String, Value)>) -> SettingsPatch {
+        SettingsPatch {
+            changes: RoomChanges(pairs.into_iter().collect()),
+            ..SettingsPatch::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_event_is_applied_once_when_it_becomes_current_by_any_replica() {
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(T0)));
+        store
+            .open_room("main", &settings(1.0, 10), &RoomPolicy::default(), false)
+            .await
+            .unwrap();
+        let (a, b) = (
+            Admission::new(store.clone(), None, EventSink::disabled()),
+            Admission::new(store.clone(), None, EventSink::disabled()),
+        );
+        let one = event("ev-1", 10, 20, Some(30), 5.0, Some("One"));
+        let two = event("ev-2", 40, 50, None, 7.0, None);
+        store
+            .update_settings(
+                "main",
+                &patch(vec![(one.key(), one.to_json()), (two.key(), two.to_json())]),
+            )
+            .await
+            .unwrap();
+        let rooms = ["main".to_owned()];
+        let stats = || async { store.stats("main").await.unwrap() };
+
+        // A applies the first; B then has nothing to do.
+        a.refresh_stats(&rooms).await;
+        let s = stats().await;
+        assert_eq!(s.settings.rate, 5.0);
+        assert_eq!(s.settings.changes.get("title"), Some(&json!("One")));
+        assert_eq!(applied_of(&s.settings.changes), Some(one.clone()));
+        assert_eq!(s.schedule, Phase::BeforeOpen);
+        assert!(!b.apply_events("main", &s.settings.changes).await.unwrap());
+
+        // Its draw, its doors.
+        tokio::time::advance(Duration::from_secs(15)).await;
+        assert_eq!(stats().await.schedule, Phase::Draw);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(stats().await.schedule, Phase::Queueing);
+
+        // Closed: B applies the next; the first's title stays (overrides stay until changed).
+        tokio::time::advance(Duration::from_secs(6)).await;
+        b.refresh_stats(&rooms).await;
+        let s = stats().await;
+        assert_eq!(applied_of(&s.settings.changes), Some(two.clone()));
+        assert_eq!((s.settings.rate, s.schedule), (7.0, Phase::BeforeOpen));
+        assert_eq!(s.settings.changes.get("title"), Some(&json!("One")));
+        assert!(!a.apply_events("main", &s.settings.changes).await.unwrap());
+
+        // The last event stays current, for ever.
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        let s = stats().await;
+        assert_eq!(s.schedule, Phase::Queueing);
+        assert!(!a.apply_events("main", &s.settings.changes).await.unwrap());
+
+        // No event left: the marker and the schedule go, the room has none.
+        store
+            .update_settings(
+                "main",
+                &patch(vec![(one.key(), Value::Null), (two.key(), Value::Null)]),
+            )
+            .await
+            .unwrap();
+        a.refresh_stats(&rooms).await;
+        let s = stats().await;
+        assert_eq!(
+            s.settings.changes.get(crate::config::events::APPLIED_KEY),
+            None
+        );
+        assert_eq!(s.settings.changes.get("schedule"), None);
+        assert!(!b.apply_events("main", &s.settings.changes).await.unwrap());
+    }
+}

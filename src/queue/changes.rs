@@ -10,7 +10,14 @@
 //! lottery, the queue breaker, the per-client shares) through [`RoomChanges::policy`].
 //!
 //! The store knows nothing else of the values: a new live setting is a name the config
-//! layer accepts, not a change of the store.
+//! layer accepts, not a change of the store. A new policy setting is a key of
+//! [`POLICY_KEYS`], read in [`RoomChanges::policy`] (which the embedded store applies
+//! whenever the changes or the file's policy move), and its store fields in the Redis
+//! store's `update_settings`. Redis keeps each of those fields' values beside the change
+//! (`pol:<field>`) and re-applies them when a room is opened: the open's script cannot
+//! read the changes themselves (a schedule is RFC 3339 text, a window `"60s"`), and
+//! computing the policy in the replica before the open would race a change made through
+//! another replica in between.
 
 use std::collections::BTreeMap;
 
@@ -99,7 +106,6 @@ impl RoomChanges {
                 .get("schedule")
                 .and_then(schedule_of)
                 .unwrap_or_else(|| file.schedule.clone()),
-            ..file.clone()
         }
     }
 }

@@ -1061,17 +1061,28 @@ async fn the_openapi_document_matches_the_routes_and_the_server() {
         } else {
             String::new()
         };
+        // A route of one event needs one: the POST route made it just before.
+        let event_id = if route.path.contains("{id}") {
+            let list = h.get("/rooms/main/events").await;
+            list["events"][0]["id"].as_str().unwrap().to_owned()
+        } else {
+            String::new()
+        };
         let path_of = |room: &str| {
             route
                 .path
                 .replace("{room}", room)
                 .replace("{ref}", &waiting_ref)
+                .replace("{id}", &event_id)
                 // `{target}`: the ban the POST route made just before (routes are in order).
                 .replace("{target}", "192.0.2.1")
         };
         let body = match route.op {
             admin::Op::RoomConfig => r#"{"rate": 20}"#,
             admin::Op::Ban => r#"{"target": "192.0.2.1", "duration_secs": 60, "reason": "t"}"#,
+            admin::Op::CreateEvent | admin::Op::ReplaceEvent => {
+                r#"{"queue_opens_at": "2099-01-01T10:00:00Z", "admits_at": "2099-01-01T11:00:00Z"}"#
+            }
             _ => "",
         };
         let send = |room: &str, token: Option<&str>, body: String| {
@@ -1084,7 +1095,11 @@ async fn the_openapi_document_matches_the_routes_and_the_server() {
             }
             request.send()
         };
-        let ok = if route.op == admin::Op::Ban { 201 } else { 200 };
+        let ok = match route.op {
+            admin::Op::Ban | admin::Op::CreateEvent => 201,
+            admin::Op::DeleteEvent => 204,
+            _ => 200,
+        };
         let mut expect = vec![(
             send("main", Some(ADMIN_TOKEN), body.into()).await.unwrap(),
             ok,

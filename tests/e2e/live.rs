@@ -298,3 +298,110 @@ async fn every_setting_changed_through_one_redis_replica_applies_on_both_and_sur
     assert_eq!(page.status(), 429);
     assert!(page.text().await.unwrap().contains("The spring drop"));
 }
+
+/// The room's phase in `addr`'s stats, once the cache has one.
+async fn phase_of(http: &reqwest::Client, addr: SocketAddr) -> Value {
+    admin_get(http, addr, "rooms/main/stats").await["phase"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedule_and_the_join_limit_change_live_on_both_redis_replicas_and_stay() {
+    let redis = RedisServer::start();
+    let origin = Origin::start().await;
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = BinaryReplica::start(&origin.url(), &redis.url(), dir_a.path(), ROOM).await;
+    let b = BinaryReplica::start(&origin.url(), &redis.url(), dir_b.path(), ROOM).await;
+    let http = client();
+
+    // The join limit through B: A refuses a second newcomer from the same address.
+    let (status, body) = put_config(
+        &http,
+        b.addr,
+        &json!({"join_limit_per_ip": 1, "join_limit_window": "60s"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (
+            body["settings"]["join_limit_per_ip"].as_u64(),
+            body["settings"]["join_limit_window"].as_str()
+        ),
+        (Some(1), Some("1m"))
+    );
+    poll_until(WITHIN, "A refuses a newcomer over the limit", async || {
+        let r = http
+            .get(format!("http://{}/shop", a.addr))
+            .send()
+            .await
+            .unwrap();
+        (status_header(&r).as_deref() == Some("refused")).then_some(())
+    })
+    .await;
+
+    // A schedule through A: B is before its opening within two seconds.
+    let opens = humantime::format_rfc3339(std::time::SystemTime::now() + Duration::from_secs(3600))
+        .to_string();
+    let (status, body) = put_config(
+        &http,
+        a.addr,
+        &json!({"schedule": {"queue_opens_at": opens}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["settings"]["schedule"]["queue_opens_at"],
+        opens.as_str()
+    );
+    let started = std::time::Instant::now();
+    poll_until(WITHIN, "B in pre_queue", async || {
+        (phase_of(&http, b.addr).await == "pre_queue").then_some(())
+    })
+    .await;
+    eprintln!("schedule seen on B after {:?}", started.elapsed());
+    assert!(started.elapsed() <= WITHIN);
+    // A bad schedule names its field and changes nothing.
+    let (status, problem) = put_config(
+        &http,
+        b.addr,
+        &json!({"schedule": {"queue_opens_at": opens, "admits_at": "2000-01-01T00:00:00Z"}}),
+    )
+    .await;
+    assert_eq!(status, 422);
+    assert_eq!(problem["field"], "schedule.admits_at", "{problem}");
+
+    // A replica started again keeps both (its open re-applies the changes).
+    a.kill();
+    let a = BinaryReplica::start(&origin.url(), &redis.url(), dir_a.path(), ROOM).await;
+    let s = settings(&http, a.addr).await;
+    assert_eq!(s["schedule"]["queue_opens_at"], opens.as_str());
+    assert_eq!(s["join_limit_per_ip"], 1);
+    poll_until(WITHIN, "A in pre_queue after its restart", async || {
+        (phase_of(&http, a.addr).await == "pre_queue").then_some(())
+    })
+    .await;
+    assert_eq!(phase_of(&http, b.addr).await, "pre_queue");
+
+    // `null` gives the file's back (no schedule, no limit) on both.
+    let (status, _) = put_config(
+        &http,
+        b.addr,
+        &json!({"schedule": null, "join_limit_per_ip": null}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    poll_until(WITHIN, "A open again", async || {
+        let phase = phase_of(&http, a.addr).await;
+        (phase == "idle" || phase == "queueing").then_some(())
+    })
+    .await;
+    let r = http
+        .get(format!("http://{}/shop", a.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        status_header(&r).as_deref(),
+        Some("waiting"),
+        "no join limit"
+    );
+}

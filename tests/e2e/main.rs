@@ -19,6 +19,7 @@ mod chaos;
 mod classes;
 mod core;
 mod draw;
+mod events;
 mod exhaustion;
 mod fairness;
 mod fuzz;

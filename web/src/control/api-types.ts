@@ -660,9 +660,15 @@ export interface components {
         };
         /** @description A scheduled event as written: its times and its overrides. Rules: `admits_at` not before `queue_opens_at`, `closes_at` after both; a room's events do not overlap, and only the last may leave `closes_at` out; at most 100 per room; the overrides by the file's rules. */
         EventBody: {
-            /** @description When admission starts (RFC 3339), not before `queue_opens_at`; between the two the room is in `draw`. */
+            /**
+             * Format: date-time
+             * @description When admission starts (RFC 3339), not before `queue_opens_at`; between the two the room is in `draw`.
+             */
             admits_at: string;
-            /** @description When the room closes (RFC 3339), after `admits_at`; null or absent: it stays open. */
+            /**
+             * Format: date-time
+             * @description When the room closes (RFC 3339), after `admits_at`; null or absent: it stays open.
+             */
             closes_at?: string | null;
             /** @description Whether the draw is by lot, from when it is current. */
             lottery?: boolean | null;
@@ -675,7 +681,10 @@ export interface components {
             message?: string | null;
             /** @description A label for the operator, at most 100 characters. */
             name?: string | null;
-            /** @description When the line opens (RFC 3339); before it the room is in `pre_queue`. */
+            /**
+             * Format: date-time
+             * @description When the line opens (RFC 3339); before it the room is in `pre_queue`.
+             */
             queue_opens_at: string;
             /**
              * Format: double

@@ -1,7 +1,8 @@
 // The control room in real headless Chromium, against a real anteroom binary built with
 // the front-end: sign in, read the rooms, change settings, pause, resume, empty the queue,
-// ban and unban from the Bans view, and read every change back through the admin API.
-// Screenshots go to test-artifacts/.
+// ban and unban from the Bans view, add, edit and delete a room's events (the phase on the
+// tile following them), and read every change back through the admin API. Screenshots go
+// to test-artifacts/.
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import type { Browser, BrowserContextOptions, Page } from 'playwright-core';
@@ -674,6 +675,180 @@ describe('the control room in Chromium', () => {
     await tile(page, STILL).waitFor();
     expect(await axeViolations(page)).toEqual([]);
     await page.screenshot({ path: path.join(ARTIFACTS, 'control-room-phone.png'), fullPage: true });
+    await page.context().close();
+  });
+});
+
+/** The zone the events test's browser runs in: what is typed is New York time. */
+const ZONE = 'America/New_York';
+
+/** `ms` as a `datetime-local` value in {@link ZONE}, to the second. */
+function localInput(ms: number): string {
+  const parts = Object.fromEntries(
+    new Intl.DateTimeFormat('en-US', {
+      timeZone: ZONE,
+      hourCycle: 'h23',
+      year: 'numeric',
+      month: '2-digit',
+      day: '2-digit',
+      hour: '2-digit',
+      minute: '2-digit',
+      second: '2-digit',
+    })
+      .formatToParts(new Date(ms))
+      .map((p) => [p.type, p.value]),
+  );
+  return `${parts.year}-${parts.month}-${parts.day}T${parts.hour}:${parts.minute}:${parts.second}`;
+}
+
+interface EventView {
+  id: string;
+  name: string;
+  state: string;
+  queue_opens_at: string;
+  admits_at: string;
+  closes_at?: string | null;
+  rate?: number;
+}
+
+async function events(name: string): Promise<{ events: EventView[]; current: string | null }> {
+  const r = await api(`/rooms/${name}/events`);
+  expect(r.status).toBe(200);
+  return (await r.json()) as { events: EventView[]; current: string | null };
+}
+
+/** Scrolls to the top, so a full-page screenshot has the sticky header at the top. */
+async function top(page: Page): Promise<void> {
+  await page.evaluate(() => window.scrollTo(0, 0));
+}
+
+/** Waits until the tile's phase badge reads one of `labels`. */
+async function phase(page: Page, name: string, labels: string[], timeout = 10_000): Promise<void> {
+  await page.waitForFunction(
+    ([room, want]) => want.includes(document.querySelector(`section[data-room="${room}"] [data-stat="phase"]`)?.textContent ?? ''),
+    [name, labels] as const,
+    { timeout },
+  );
+}
+
+describe('a room\'s events in the control room', () => {
+  it('adds an event, edits it (the phase follows), shows the API\'s field error, deletes it, and sets the schedule', async () => {
+    const { page, errors } = await newPage({ ...DESKTOP, colorScheme: 'dark', timezoneId: ZONE });
+    await signIn(page);
+    const moving = tile(page, MOVING);
+    await moving.waitFor();
+    const panel = moving.getByTestId('events');
+    await panel.locator('summary').click();
+    await panel.getByText('No events: the room runs on its own schedule.').waitFor();
+
+    // An event an hour ahead, with a rate override: current at once (the first not closed),
+    // so the room waits for its line to open, at the event's rate.
+    const hour = Date.now() + 3600_000;
+    await panel.getByLabel('Name (for you; optional)').fill('Spring drop');
+    await panel.getByLabel('Line opens').fill(localInput(hour));
+    await panel.getByLabel('Doors open').fill(localInput(hour + 600_000));
+    await panel.getByLabel('Closes (optional)').fill(localInput(hour + 7200_000));
+    await panel.getByLabel('Admitted per second').fill('3');
+    await panel.getByRole('button', { name: 'Add event' }).click();
+    await panel.getByText(/^Added “Spring drop”/).waitFor();
+    const created = await events(MOVING);
+    expect(created.events).toHaveLength(1);
+    const ev = created.events[0];
+    expect(created.current).toBe(ev.id);
+    // Typed in New York time, sent with its offset: the same instants, to the second.
+    expect(Date.parse(ev.queue_opens_at)).toBe(Math.floor(hour / 1000) * 1000);
+    expect(Date.parse(ev.admits_at)).toBe(Math.floor(hour / 1000) * 1000 + 600_000);
+    expect(ev.rate).toBe(3);
+    const item = panel.locator(`li[data-event-id="${ev.id}"]`);
+    await item.waitFor();
+    expect(await item.getAttribute('aria-current')).toBe('true');
+    expect(await item.locator('time').first().textContent()).toMatch(/ UTC-0[45]:00$/);
+    await phase(page, MOVING, ['Before the line opens']);
+    await eventually(MOVING, (r) => r.rate === 3);
+
+    // Edited with the doors before the line: the API names the field, the form marks it.
+    await item.getByRole('button', { name: 'Edit “Spring drop”' }).click();
+    expect(await panel.getByLabel('Name (for you; optional)').inputValue()).toBe('Spring drop');
+    await panel.getByLabel('Doors open').fill(localInput(hour - 600_000));
+    await panel.getByRole('button', { name: 'Save changes' }).click();
+    const doorsError = panel.locator('[data-field-error="admits_at"]');
+    await doorsError.waitFor();
+    expect(await panel.getByLabel('Doors open').getAttribute('aria-invalid')).toBe('true');
+    expect(await panel.getByLabel('Doors open').getAttribute('aria-describedby')).toBe(await doorsError.getAttribute('id'));
+    expect(await page.evaluate(() => document.activeElement?.getAttribute('name'))).toBe('admits_at');
+    expect(await axeViolations(page)).toEqual([]);
+    await top(page);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-events-error.png'), fullPage: true });
+    expect((await events(MOVING)).events[0].admits_at).toBe(ev.admits_at);
+
+    // Now: the line opened a minute ago, the doors open in a few seconds, rate 4. The
+    // room draws, then admits.
+    const now = Date.now();
+    await panel.getByLabel('Line opens').fill(localInput(now - 60_000));
+    await panel.getByLabel('Doors open').fill(localInput(now + 12_000));
+    await panel.getByLabel('Admitted per second').fill('4');
+    await panel.getByRole('button', { name: 'Save changes' }).click();
+    await panel.getByText(/^Saved “Spring drop”/).waitFor();
+    await phase(page, MOVING, ['Draw']);
+    await eventually(MOVING, (r) => r.rate === 4);
+    expect(await item.getAttribute('aria-current')).toBe('true');
+    expect(await item.getAttribute('data-state')).toBe('current');
+    expect(await item.locator('[data-col="overrides"]').textContent()).toBe('rate 4/s');
+    await moving.locator('[data-stat="event"]').getByText('now: Spring drop').waitFor();
+    expect(await axeViolations(page)).toEqual([]);
+    await top(page);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'control-events-dark.png'), fullPage: true });
+    await phase(page, MOVING, ['Queueing', 'Idle'], 30_000);
+
+    // The same panel, light and on a phone.
+    for (const [file, options] of [
+      ['control-events-light.png', { ...DESKTOP, colorScheme: 'light' }],
+      ['control-events-phone.png', { viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true, colorScheme: 'dark' }],
+      ['control-events-phone-light.png', { viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true, colorScheme: 'light' }],
+    ] as const) {
+      const other = await newPage({ ...options, timezoneId: ZONE });
+      await signIn(other.page);
+      const otherPanel = tile(other.page, MOVING).getByTestId('events');
+      await otherPanel.locator('summary').click();
+      await otherPanel.locator(`li[data-event-id="${ev.id}"][aria-current="true"]`).waitFor();
+      expect(await axeViolations(other.page)).toEqual([]);
+      await top(other.page);
+      await other.page.screenshot({ path: path.join(ARTIFACTS, file), fullPage: true });
+      expect(other.errors).toEqual([]);
+      await other.page.context().close();
+    }
+
+    // Deleting asks first; the room goes back to its own schedule.
+    await item.getByRole('button', { name: 'Delete… “Spring drop”' }).click();
+    await item.getByText('Delete “Spring drop”? This cannot be undone.').waitFor();
+    await item.getByRole('button', { name: 'Cancel' }).click();
+    expect((await events(MOVING)).events).toHaveLength(1);
+    await item.getByRole('button', { name: 'Delete… “Spring drop”' }).click();
+    await item.getByRole('button', { name: 'Delete event' }).click();
+    await panel.getByText('Deleted “Spring drop”.').waitFor();
+    await panel.getByText('No events: the room runs on its own schedule.').waitFor();
+    expect(await events(MOVING)).toEqual({ events: [], current: null });
+    await phase(page, MOVING, ['Queueing', 'Idle']);
+    await moving.locator('[data-stat="event"]').waitFor({ state: 'detached' });
+
+    // The schedule is a setting of its own too, typed the same way in the settings editor.
+    await moving.getByText('All settings', { exact: true }).click();
+    const opens = moving.getByLabel('Schedule: line opens (empty: no time)');
+    await opens.waitFor();
+    expect(await opens.inputValue()).toBe('');
+    const later = Date.now() + 3600_000;
+    await opens.fill(localInput(later));
+    await moving.getByRole('button', { name: 'Apply settings' }).click();
+    await moving.getByText(/^Applied schedule: in force now\./).waitFor();
+    const scheduled = (await (await api(`/rooms/${MOVING}/config`)).json()) as { schedule: { queue_opens_at?: string } };
+    expect(Date.parse(scheduled.schedule.queue_opens_at ?? '')).toBe(Math.floor(later / 1000) * 1000);
+    await phase(page, MOVING, ['Before the line opens']);
+    await opens.fill('');
+    await moving.getByRole('button', { name: 'Apply settings' }).click();
+    await moving.getByText(/^Applied schedule: in force now\./).waitFor();
+    await phase(page, MOVING, ['Queueing', 'Idle']);
+    // The browser logs the refused PUT (422) itself.
+    expect(errors.filter((e) => !e.includes('422'))).toEqual([]);
     await page.context().close();
   });
 });

@@ -1,7 +1,8 @@
-// A room's tile: its counters, sparkline, phase and mode, the settings form, pause and
-// resume, and the confirmed flush.
+// A room's tile: its counters, sparkline, phase and mode, the settings form, the events
+// (Events.tsx), pause and resume, and the confirmed flush.
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { Api, ApiError, buildPatch, fieldMessage, type RoomView, type Settings } from './api';
+import { EventsPanel } from './Events';
 import { ModeSwitch, PhaseBadge } from './Mode';
 import {
   formatAdaptive,
@@ -174,6 +175,7 @@ export function RoomTile(props: {
       )}
       <ConfigForm id={id} room={r} api={api} onUnauthorized={onUnauthorized} refresh={refresh} />
       <SettingsEditor id={id} room={r.room} api={api} onUnauthorized={onUnauthorized} refresh={refresh} />
+      <EventsPanel id={id} room={r.room} current={r.event} api={api} onUnauthorized={onUnauthorized} refresh={refresh} />
       <ModeSwitch id={id} room={r} api={api} onUnauthorized={onUnauthorized} refresh={refresh} />
       <div class="cr-actions">
         <button

@@ -1,14 +1,16 @@
 // A room's other settings, editable while it runs: the page's title and message, its
 // status code, the bypass and asset paths, the caps, the breaker, the per-client shares,
-// the lottery, closed-loop admission, the proof of work at the door and the shadow line. Read from `GET …/config` when opened; Apply sends
-// only what was edited (`PUT …/config`, under the file's names), and an error the API
-// names is shown under its field.
+// the lottery, closed-loop admission, the proof of work at the door, the shadow line, the
+// join limit and the schedule (typed in the operator's time zone, sent as RFC 3339 with its
+// offset). Read from `GET …/config` when opened; Apply sends only what was edited (`PUT
+// …/config`, under the file's names), and an error the API names is shown under its field.
 import { useState } from 'preact/hooks';
 
 import { ApiError, fieldMessage, type Api, type RoomChange, type Settings } from './api';
+import { localToRfc3339, rfc3339ToLocal, zoneLabel } from './events';
 import { auditNote } from './ui';
 
-type Kind = 'text' | 'long' | 'number' | 'lines' | 'status' | 'bool' | 'challenge';
+type Kind = 'text' | 'long' | 'number' | 'lines' | 'status' | 'bool' | 'challenge' | 'time';
 
 /** The editor's fields: the file's name, its label, and how it is typed. */
 const FIELDS: [name: string, label: string, kind: Kind][] = [
@@ -28,10 +30,20 @@ const FIELDS: [name: string, label: string, kind: Kind][] = [
   ['adaptive', 'Adaptive: target origin latency (e.g. 800ms; empty: off)', 'text'],
   ['challenge', 'Proof of work at the door', 'challenge'],
   ['shadow_after', 'Shadow line after this many strikes (0: off)', 'number'],
+  ['join_limit_per_ip', 'Newcomers one client may add per window (0: no limit)', 'number'],
+  ['join_limit_window', 'Join limit window (e.g. 1m)', 'text'],
+  ['schedule.queue_opens_at', 'Schedule: line opens (empty: no time)', 'time'],
+  ['schedule.admits_at', 'Schedule: doors open (empty: no time)', 'time'],
+  ['schedule.closes_at', 'Schedule: closes (empty: no time)', 'time'],
 ];
+
+const SCHEDULE = ['queue_opens_at', 'admits_at', 'closes_at'] as const;
 
 /** A setting as the form shows it. */
 function shown(s: Settings, name: string): string {
+  if (name.startsWith('schedule.')) {
+    return rfc3339ToLocal(s.schedule?.[name.slice(9) as (typeof SCHEDULE)[number]]);
+  }
   const v = (s as unknown as Record<string, unknown>)[name];
   if (name === 'adaptive') return s.adaptive ? s.adaptive.target_latency : '';
   if (name === 'challenge') return s.challenge.mode;
@@ -84,10 +96,11 @@ export function SettingsEditor(props: {
   const fail = (err: unknown) => {
     const e = err instanceof ApiError ? err : new ApiError(0, 'Cannot reach anteroom', String(err));
     if (e.unauthorized) return props.onUnauthorized(e);
+    const exact = e.field && FIELDS.some(([n]) => n === e.field) ? e.field : null;
     const base = e.field ? e.field.split(/[[.]/)[0] : null;
-    const known = base && FIELDS.some(([n]) => n === base) ? base : null;
+    const known = exact ?? (base === 'schedule' ? 'schedule.queue_opens_at' : base && FIELDS.some(([n]) => n === base) ? base : null);
     setError({ field: known, text: known ? fieldMessage(e) : `Not changed: ${e.message}` });
-    if (known) document.getElementById(`${id}-set-${known}`)?.focus();
+    if (known) document.getElementById(`${id}-set-${known.replace('.', '-')}`)?.focus();
   };
 
   const load = async () => {
@@ -104,9 +117,19 @@ export function SettingsEditor(props: {
     if (!loaded) return;
     const patch: RoomChange = {};
     for (const [name, , kind] of FIELDS) {
-      if (edits[name] !== undefined && edits[name] !== shown(loaded, name)) {
+      if (kind !== 'time' && edits[name] !== undefined && edits[name] !== shown(loaded, name)) {
         patch[name] = value(loaded, name, kind, edits[name]);
       }
+    }
+    // The schedule is one setting: sent whole when any of its times was edited, each time
+    // as RFC 3339 with the operator's offset (what does not read as one is sent as typed).
+    if (SCHEDULE.some((t) => edits[`schedule.${t}`] !== undefined && edits[`schedule.${t}`] !== shown(loaded, `schedule.${t}`))) {
+      const schedule: Record<string, string | null> = {};
+      for (const t of SCHEDULE) {
+        const typed = (edits[`schedule.${t}`] ?? shown(loaded, `schedule.${t}`)).trim();
+        schedule[t] = typed === '' ? null : (localToRfc3339(typed) ?? typed);
+      }
+      patch.schedule = schedule;
     }
     if (Object.keys(patch).length === 0) {
       setResult('Nothing to change.');
@@ -129,7 +152,7 @@ export function SettingsEditor(props: {
   };
 
   const input = (name: string, label: string, kind: Kind) => {
-    const fid = `${id}-set-${name}`;
+    const fid = `${id}-set-${name.replace('.', '-')}`;
     const current = loaded ? shown(loaded, name) : '';
     const v = edits[name] ?? current;
     const invalid = error?.field === name;
@@ -142,9 +165,9 @@ export function SettingsEditor(props: {
       id: fid,
       name,
       'aria-invalid': invalid ? ('true' as const) : undefined,
-      'aria-describedby': invalid ? `${fid}-error` : undefined,
+      'aria-describedby': invalid ? `${fid}-error` : kind === 'time' ? `${id}-set-zone` : undefined,
     };
-    const changed = loaded?.changed.includes(name);
+    const changed = loaded?.changed.includes(name.split('.')[0]);
     return (
       <div class={`cr-field${invalid ? ' cr-field-invalid' : ''}`} key={name}>
         {kind === 'bool' ? (
@@ -168,6 +191,16 @@ export function SettingsEditor(props: {
             autocomplete="off"
             value={v}
             onInput={(e) => set((e.currentTarget as HTMLInputElement).value)}
+          />
+        )}
+        {kind === 'time' && (
+          <input
+            {...common}
+            type="datetime-local"
+            step={1}
+            value={v}
+            onInput={(e) => set((e.currentTarget as HTMLInputElement).value)}
+            onChange={(e) => set((e.currentTarget as HTMLInputElement).value)}
           />
         )}
         {(kind === 'long' || kind === 'lines') && (
@@ -216,6 +249,9 @@ export function SettingsEditor(props: {
       {loaded ? (
         <form onSubmit={submit} noValidate aria-label={`All settings of ${room}`}>
           {FIELDS.map(([name, label, kind]) => input(name, label, kind))}
+          <p class="cr-hint" id={`${id}-set-zone`}>
+            Schedule times are in your time zone, {zoneLabel()}; the room’s events set them when one becomes current.
+          </p>
           <div class="cr-config-buttons">
             <button type="submit" class="cr-btn cr-btn-primary" disabled={busy}>
               {busy ? 'Applying…' : 'Apply settings'}

@@ -5,6 +5,7 @@
 // can put a field's error next to that field.
 
 import type { components } from './api-types';
+import type { EventBody, EventList, RoomEvent } from './events';
 
 export const API_BASE = '/__anteroom/admin/api';
 
@@ -240,6 +241,7 @@ export class Api {
     }
     const text = await response.text();
     if (!response.ok) throw parseProblem(response.status, text);
+    if (response.status === 204) return undefined as T;
     try {
       return JSON.parse(text) as T;
     } catch {
@@ -290,6 +292,26 @@ export class Api {
   /** Moves the waiting visitor with reference `ref` to position 1. */
   moveToFront(room: string, ref: string): Promise<FrontResult> {
     return this.call('POST', `/rooms/${encodeURIComponent(room)}/visitors/${encodeURIComponent(ref)}/front`);
+  }
+
+  /** The room's events by `queue_opens_at`, and which one is current. */
+  events(room: string, signal?: AbortSignal): Promise<EventList> {
+    return this.call('GET', `/rooms/${encodeURIComponent(room)}/events`, undefined, signal);
+  }
+
+  /** Adds an event to the room; the server picks its id. */
+  createEvent(room: string, body: EventBody): Promise<RoomEvent> {
+    return this.call('POST', `/rooms/${encodeURIComponent(room)}/events`, body);
+  }
+
+  /** Replaces event `id` of the room whole. */
+  updateEvent(room: string, id: string, body: EventBody): Promise<RoomEvent> {
+    return this.call('PUT', `/rooms/${encodeURIComponent(room)}/events/${encodeURIComponent(id)}`, body);
+  }
+
+  /** Removes event `id` of the room (a 404 ApiError when there is none). */
+  deleteEvent(room: string, id: string): Promise<void> {
+    return this.call('DELETE', `/rooms/${encodeURIComponent(room)}/events/${encodeURIComponent(id)}`);
   }
 
   /** Active bans, newest first; `cursor` is the previous page's `next_cursor`. */

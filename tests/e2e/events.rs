@@ -10,7 +10,6 @@ use crate::common;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
-use anteroom_fixtures::RedisServer;
 use common::*;
 use serde_json::{Value, json};
 
@@ -208,14 +207,11 @@ async fn an_event_opens_a_pre_queue_draws_admits_and_closes_embedded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_through_one_redis_replica_runs_the_room_on_both() {
-    let redis = RedisServer::start();
-    let origin = Origin::start().await;
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = BinaryReplica::start(&origin.url(), &redis.url(), dir_a.path(), ROOM).await;
-    let b = BinaryReplica::start(&origin.url(), &redis.url(), dir_b.path(), ROOM).await;
+    let pair = RedisPair::start(ROOM).await;
+    let (a, b) = (pair.a.addr, pair.b.addr);
     let http = client();
     let started = std::time::Instant::now();
-    an_event_runs_the_room(&http, a.addr, Some(b.addr)).await;
+    an_event_runs_the_room(&http, a, Some(b)).await;
     eprintln!("redis event run: {:?}", started.elapsed());
 }
 

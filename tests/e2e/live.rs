@@ -9,7 +9,6 @@ use crate::common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use anteroom_fixtures::RedisServer;
 use common::*;
 use serde_json::{Value, json};
 
@@ -244,57 +243,42 @@ async fn every_setting_changes_live_and_survives_a_restart_embedded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_setting_changed_through_one_redis_replica_applies_on_both_and_survives_a_restart() {
-    let redis = RedisServer::start();
-    let origin = Origin::start().await;
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut a = BinaryReplica::start(&origin.url(), &redis.url(), dir_a.path(), ROOM).await;
-    let b = BinaryReplica::start(&origin.url(), &redis.url(), dir_b.path(), ROOM).await;
+    let mut pair = RedisPair::start(ROOM).await;
+    let (a, b) = (pair.a.addr, pair.b.addr);
     let http = client();
-    fill_the_site(&http, a.addr).await;
-    serves_the_file(&http, b.addr).await;
+    fill_the_site(&http, a).await;
+    serves_the_file(&http, b).await;
 
-    let (status, body) = put_config(&http, a.addr, &every_change()).await;
+    let (status, body) = put_config(&http, a, &every_change()).await;
     assert_eq!(status, 200, "{body}");
     // A at once (its next request), B within two seconds.
-    let page = http
-        .get(format!("http://{}/shop", a.addr))
-        .send()
-        .await
-        .unwrap();
+    let page = http.get(format!("http://{}/shop", a)).send().await.unwrap();
     assert_eq!(page.status(), 429);
     let started = std::time::Instant::now();
     poll_until(WITHIN, "B serves every change", async || {
-        serves_every_change(&http, b.addr, &origin).await
+        serves_every_change(&http, b, &pair.origin).await
     })
     .await;
     assert!(started.elapsed() <= WITHIN);
-    assert!(shows_every_change(&settings(&http, b.addr).await));
+    assert!(shows_every_change(&settings(&http, b).await));
     poll_until(WITHIN, "A serves every change", async || {
-        serves_every_change(&http, a.addr, &origin).await
+        serves_every_change(&http, a, &pair.origin).await
     })
     .await;
     // The store enforces its part for both: the queue breaker.
-    let (status, _) = put_config(&http, b.addr, &json!({"max_waiting": 1})).await;
+    let (status, _) = put_config(&http, b, &json!({"max_waiting": 1})).await;
     assert_eq!(status, 200);
-    let full = http
-        .get(format!("http://{}/more", a.addr))
-        .send()
-        .await
-        .unwrap();
+    let full = http.get(format!("http://{}/more", a)).send().await.unwrap();
     assert_eq!(status_header(&full).as_deref(), Some("full"));
-    put_config(&http, a.addr, &json!({"max_waiting": 5000})).await;
-    bad_values_change_nothing(&http, b.addr).await;
-    assert!(shows_every_change(&settings(&http, a.addr).await));
+    put_config(&http, a, &json!({"max_waiting": 5000})).await;
+    bad_values_change_nothing(&http, b).await;
+    assert!(shows_every_change(&settings(&http, a).await));
 
     // A replica started again reads the changes from Redis before serving.
-    a.kill();
-    let a = BinaryReplica::start(&origin.url(), &redis.url(), dir_a.path(), ROOM).await;
-    assert!(shows_every_change(&settings(&http, a.addr).await));
-    let page = http
-        .get(format!("http://{}/shop", a.addr))
-        .send()
-        .await
-        .unwrap();
+    pair.restart_a(ROOM).await;
+    let a = pair.a.addr;
+    assert!(shows_every_change(&settings(&http, a).await));
+    let page = http.get(format!("http://{}/shop", a)).send().await.unwrap();
     assert_eq!(page.status(), 429);
     assert!(page.text().await.unwrap().contains("The spring drop"));
 }
@@ -306,17 +290,14 @@ async fn phase_of(http: &reqwest::Client, addr: SocketAddr) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schedule_and_the_join_limit_change_live_on_both_redis_replicas_and_stay() {
-    let redis = RedisServer::start();
-    let origin = Origin::start().await;
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut a = BinaryReplica::start(&origin.url(), &redis.url(), dir_a.path(), ROOM).await;
-    let b = BinaryReplica::start(&origin.url(), &redis.url(), dir_b.path(), ROOM).await;
+    let mut pair = RedisPair::start(ROOM).await;
+    let (a, b) = (pair.a.addr, pair.b.addr);
     let http = client();
 
     // The join limit through B: A refuses a second newcomer from the same address.
     let (status, body) = put_config(
         &http,
-        b.addr,
+        b,
         &json!({"join_limit_per_ip": 1, "join_limit_window": "60s"}),
     )
     .await;
@@ -329,11 +310,7 @@ async fn the_schedule_and_the_join_limit_change_live_on_both_redis_replicas_and_
         (Some(1), Some("1m"))
     );
     poll_until(WITHIN, "A refuses a newcomer over the limit", async || {
-        let r = http
-            .get(format!("http://{}/shop", a.addr))
-            .send()
-            .await
-            .unwrap();
+        let r = http.get(format!("http://{}/shop", a)).send().await.unwrap();
         (status_header(&r).as_deref() == Some("refused")).then_some(())
     })
     .await;
@@ -342,12 +319,8 @@ async fn the_schedule_and_the_join_limit_change_live_on_both_redis_replicas_and_
     let opens =
         humantime::format_rfc3339_millis(std::time::SystemTime::now() + Duration::from_secs(3600))
             .to_string();
-    let (status, body) = put_config(
-        &http,
-        a.addr,
-        &json!({"schedule": {"queue_opens_at": opens}}),
-    )
-    .await;
+    let (status, body) =
+        put_config(&http, a, &json!({"schedule": {"queue_opens_at": opens}})).await;
     assert_eq!(status, 200, "{body}");
     let same_time = |shown: &Value| {
         shown
@@ -361,7 +334,7 @@ async fn the_schedule_and_the_join_limit_change_live_on_both_redis_replicas_and_
     );
     let started = std::time::Instant::now();
     poll_until(WITHIN, "B in pre_queue", async || {
-        (phase_of(&http, b.addr).await == "pre_queue").then_some(())
+        (phase_of(&http, b).await == "pre_queue").then_some(())
     })
     .await;
     eprintln!("schedule seen on B after {:?}", started.elapsed());
@@ -369,7 +342,7 @@ async fn the_schedule_and_the_join_limit_change_live_on_both_redis_replicas_and_
     // A bad schedule names its field and changes nothing.
     let (status, problem) = put_config(
         &http,
-        b.addr,
+        b,
         &json!({"schedule": {"queue_opens_at": opens, "admits_at": "2000-01-01T00:00:00Z"}}),
     )
     .await;
@@ -377,35 +350,31 @@ async fn the_schedule_and_the_join_limit_change_live_on_both_redis_replicas_and_
     assert_eq!(problem["field"], "schedule.admits_at", "{problem}");
 
     // A replica started again keeps both (its open re-applies the changes).
-    a.kill();
-    let a = BinaryReplica::start(&origin.url(), &redis.url(), dir_a.path(), ROOM).await;
-    let s = settings(&http, a.addr).await;
+    pair.restart_a(ROOM).await;
+    let a = pair.a.addr;
+    let s = settings(&http, a).await;
     assert!(same_time(&s["schedule"]["queue_opens_at"]), "{s}");
     assert_eq!(s["join_limit_per_ip"], 1);
     poll_until(WITHIN, "A in pre_queue after its restart", async || {
-        (phase_of(&http, a.addr).await == "pre_queue").then_some(())
+        (phase_of(&http, a).await == "pre_queue").then_some(())
     })
     .await;
-    assert_eq!(phase_of(&http, b.addr).await, "pre_queue");
+    assert_eq!(phase_of(&http, b).await, "pre_queue");
 
     // `null` gives the file's back (no schedule, no limit) on both.
     let (status, _) = put_config(
         &http,
-        b.addr,
+        b,
         &json!({"schedule": null, "join_limit_per_ip": null}),
     )
     .await;
     assert_eq!(status, 200);
     poll_until(WITHIN, "A open again", async || {
-        let phase = phase_of(&http, a.addr).await;
+        let phase = phase_of(&http, a).await;
         (phase == "idle" || phase == "queueing").then_some(())
     })
     .await;
-    let r = http
-        .get(format!("http://{}/shop", a.addr))
-        .send()
-        .await
-        .unwrap();
+    let r = http.get(format!("http://{}/shop", a)).send().await.unwrap();
     assert_eq!(
         status_header(&r).as_deref(),
         Some("waiting"),

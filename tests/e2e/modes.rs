@@ -10,7 +10,6 @@ use crate::common;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
-use anteroom_fixtures::RedisServer;
 use common::*;
 use serde_json::{Value, json};
 
@@ -271,17 +270,14 @@ async fn the_phase_follows_a_scheduled_draw_then_the_queue() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mode_change_through_one_redis_replica_applies_on_the_other_within_two_seconds() {
-    let redis = RedisServer::start();
-    let origin = Origin::start().await;
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = BinaryReplica::start(&origin.url(), &redis.url(), dir_a.path(), ROOM).await;
-    let b = BinaryReplica::start(&origin.url(), &redis.url(), dir_b.path(), ROOM).await;
+    let pair = RedisPair::start(ROOM).await;
+    let (a, b) = (pair.a.addr, pair.b.addr);
     let http = client();
-    let url_b = format!("http://{}/page", b.addr);
+    let url_b = format!("http://{}/page", b);
     let (admitted, line) = admitted_and_line(&http, &url_b, 3).await;
 
     // Sold out through A: B's next requests see it.
-    set_mode(&http, a.addr, "sold_out").await;
+    set_mode(&http, a, "sold_out").await;
     poll_until(WITHIN, "B turns a newcomer away", async || {
         let r = visit_json(&http, &url_b, None).await;
         (status_header(&r).as_deref() == Some("sold_out")).then_some(())
@@ -291,10 +287,10 @@ async fn a_mode_change_through_one_redis_replica_applies_on_the_other_within_two
     assert_eq!(status_header(&waiting).as_deref(), Some("sold_out"));
     let on_site = http.get(&url_b).visitor(&admitted).send().await.unwrap();
     assert_eq!(status_header(&on_site), None, "the site goes on");
-    phase_is(&http, b.addr, "sold_out").await;
+    phase_is(&http, b, "sold_out").await;
 
     // Passthrough through A: B lets the line through.
-    set_mode(&http, a.addr, "passthrough").await;
+    set_mode(&http, a, "passthrough").await;
     for cookie in &line {
         poll_until(WITHIN, "B lets a waiting visitor through", async || {
             let r = visit_json(&http, &url_b, Some(cookie)).await;
@@ -302,13 +298,13 @@ async fn a_mode_change_through_one_redis_replica_applies_on_the_other_within_two
         })
         .await;
     }
-    let s = phase_is(&http, b.addr, "passthrough").await;
+    let s = phase_is(&http, b, "passthrough").await;
     assert_eq!(s["mode"], "passthrough");
     poll_until(
         WITHIN * 3,
         "the line counted as passed through",
         async || {
-            let s = stats(&http, a.addr).await;
+            let s = stats(&http, a).await;
             // The line, and any newcomer B queued before it saw the sold-out mode.
             (s["total_passed_through"].as_u64() >= Some(3)).then_some(())
         },
@@ -316,12 +312,12 @@ async fn a_mode_change_through_one_redis_replica_applies_on_the_other_within_two
     .await;
 
     // Back to the queue through B: A queues newcomers again.
-    set_mode(&http, b.addr, "queue").await;
-    let url_a = format!("http://{}/page", a.addr);
+    set_mode(&http, b, "queue").await;
+    let url_a = format!("http://{}/page", a);
     poll_until(WITHIN, "A queues a newcomer", async || {
         let r = visit_json(&http, &url_a, None).await;
         (status_header(&r).as_deref() == Some("waiting")).then_some(())
     })
     .await;
-    phase_is(&http, a.addr, "queueing").await;
+    phase_is(&http, a, "queueing").await;
 }

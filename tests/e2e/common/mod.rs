@@ -327,6 +327,51 @@ impl BinaryReplica {
     }
 }
 
+/// Two replicas of the real binary, each with its own data directory, sharing one real
+/// Redis in front of one origin: the set-up of every "changed through one replica, seen
+/// on the other" test. The replicas are declared first, so they stop before Redis does.
+pub struct RedisPair {
+    /// The replica a change is made through.
+    pub a: BinaryReplica,
+    /// The other replica.
+    pub b: BinaryReplica,
+    /// The store both share.
+    pub redis: anteroom_fixtures::RedisServer,
+    /// The origin both front.
+    pub origin: Origin,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl RedisPair {
+    /// Redis, an origin and two replicas whose room `main` has `room`'s keys.
+    pub async fn start(room: &str) -> RedisPair {
+        let redis = anteroom_fixtures::RedisServer::start();
+        let origin = Origin::start().await;
+        let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let a = BinaryReplica::start(&origin.url(), &redis.url(), dirs.0.path(), room).await;
+        let b = BinaryReplica::start(&origin.url(), &redis.url(), dirs.1.path(), room).await;
+        RedisPair {
+            a,
+            b,
+            redis,
+            origin,
+            _dirs: dirs,
+        }
+    }
+
+    /// Kills replica A (SIGKILL) and starts it again on its own data directory.
+    pub async fn restart_a(&mut self, room: &str) {
+        self.a.kill();
+        self.a = BinaryReplica::start(
+            &self.origin.url(),
+            &self.redis.url(),
+            self._dirs.0.path(),
+            room,
+        )
+        .await;
+    }
+}
+
 impl Drop for BinaryReplica {
     fn drop(&mut self) {
         let _ = self.child.kill();

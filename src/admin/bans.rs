@@ -17,9 +17,7 @@ use super::api::{
     Unbanned,
 };
 use super::body::{read_body, whole_number};
-use super::openapi::{
-    BadQuery, BodyTooLarge, BodyTooSlow, Forbidden, MethodNotAllowed, TooManyRequests, Unauthorized,
-};
+use super::openapi::{BadQuery, Guarded, WithBody};
 use super::problem::{json, ok};
 use super::record::audit;
 use super::{AdminContext, AdminError, Caller, FieldError};
@@ -115,11 +113,8 @@ fn log_view(e: &LogEntry) -> BanLogEntry {
     params(PageQuery),
     responses(
         (status = 200, description = "Active bans", body = BanList),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 405, response = MethodNotAllowed),
         (status = 422, response = BadQuery),
-        (status = 429, response = TooManyRequests),
+        Guarded,
     )
 )]
 pub(super) fn bans(
@@ -142,13 +137,10 @@ pub(super) fn bans(
     params(PageQuery),
     responses(
         (status = 200, description = "Log", body = BanLog),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 405, response = MethodNotAllowed),
         (status = 422, response = BadQuery),
-        (status = 429, response = TooManyRequests),
         (status = 503, description = "The ban store did not answer",
             body = Problem, content_type = "application/problem+json"),
+        Guarded,
     )
 )]
 pub(super) async fn ban_log(
@@ -175,18 +167,14 @@ pub(super) async fn ban_log(
         (status = 201, description = "Banned", body = BanCreated),
         (status = 400, description = "Not a JSON object, an unknown field, or a field of the wrong type; `field` names it",
             body = Problem, content_type = "application/problem+json"),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 405, response = MethodNotAllowed),
-        (status = 408, response = BodyTooSlow),
         (status = 409, description = "Every active ban is an operator ban and abuse.max_bans are active; nothing was changed",
             body = Problem, content_type = "application/problem+json"),
-        (status = 413, response = BodyTooLarge),
         (status = 422, description = "A target that cannot be banned (does not parse, too broad, in abuse.allow or trusted_proxies), a duration out of 1..315360000, a reason too long; `field` names it",
             body = Problem, content_type = "application/problem+json"),
-        (status = 429, response = TooManyRequests),
         (status = 503, description = "The ban store did not answer; nothing was changed",
             body = Problem, content_type = "application/problem+json"),
+        Guarded,
+        WithBody,
     )
 )]
 pub(super) async fn ban(
@@ -247,16 +235,13 @@ pub(super) async fn ban(
     params(TargetPath),
     responses(
         (status = 200, description = "Lifted", body = Unbanned),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
         (status = 404, description = "No active ban on exactly this target (`field`: target)",
             body = Problem, content_type = "application/problem+json"),
-        (status = 405, response = MethodNotAllowed),
         (status = 422, description = "Not an address or CIDR range (`field`: target)",
             body = Problem, content_type = "application/problem+json"),
-        (status = 429, response = TooManyRequests),
         (status = 503, description = "The ban store did not answer; nothing was changed",
             body = Problem, content_type = "application/problem+json"),
+        Guarded,
     )
 )]
 pub(super) async fn unban(

@@ -18,10 +18,7 @@ use crate::queue::{RoomChanges, SettingsPatch};
 use super::api::{Problem, RoomPath};
 use super::body::read_body;
 use super::event_api::{Event, EventBody, EventList};
-use super::openapi::{
-    BodyTooLarge, BodyTooSlow, Forbidden, MethodNotAllowed, StoreUnavailable, TooManyRequests,
-    Unauthorized, UnknownRoom,
-};
+use super::openapi::{Guarded, InRoom, StoreUnavailable, WithBody};
 use super::problem::{json as json_response, ok};
 use super::record::audit;
 use super::{AdminContext, AdminError, Caller, FieldError};
@@ -73,12 +70,7 @@ fn view(event: &StoredEvent, events: &[StoredEvent], now: u64) -> Event {
     params(RoomPath),
     responses(
         (status = 200, description = "The room's events, in the order they open", body = EventList),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 404, response = UnknownRoom),
-        (status = 405, response = MethodNotAllowed),
-        (status = 429, response = TooManyRequests),
-        (status = 503, response = StoreUnavailable),
+        InRoom,
     )
 )]
 pub(super) async fn events(
@@ -100,16 +92,10 @@ pub(super) async fn events(
         (status = 201, description = "Scheduled; the room runs on it when it is current",
             body = Event, headers(("Location" = String, description = "The event's path"))),
         (status = 400, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 404, response = UnknownRoom),
-        (status = 405, response = MethodNotAllowed),
-        (status = 408, response = BodyTooSlow),
-        (status = 413, response = BodyTooLarge),
         (status = 422, description = "A value the event cannot have, or it overlaps another (`field` names it: queue_opens_at, admits_at, closes_at, rate, title, …); nothing was changed",
             body = Problem, content_type = "application/problem+json"),
-        (status = 429, response = TooManyRequests),
-        (status = 503, response = StoreUnavailable),
+        InRoom,
+        WithBody,
     )
 )]
 pub(super) async fn create(
@@ -144,16 +130,12 @@ pub(super) async fn create(
     responses(
         (status = 200, description = "Replaced; applied at once when it is the current event", body = Event),
         (status = 400, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
         (status = 404, description = "Unknown room or event", body = Problem, content_type = "application/problem+json"),
-        (status = 405, response = MethodNotAllowed),
-        (status = 408, response = BodyTooSlow),
-        (status = 413, response = BodyTooLarge),
         (status = 422, description = "A value the event cannot have, or it overlaps another (`field` names it); nothing was changed",
             body = Problem, content_type = "application/problem+json"),
-        (status = 429, response = TooManyRequests),
         (status = 503, response = StoreUnavailable),
+        Guarded,
+        WithBody,
     )
 )]
 pub(super) async fn replace(
@@ -194,12 +176,9 @@ pub(super) async fn replace(
     params(EventPath),
     responses(
         (status = 204, description = "Deleted; with no event left the room's schedule is the file's again"),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
         (status = 404, description = "Unknown room or event", body = Problem, content_type = "application/problem+json"),
-        (status = 405, response = MethodNotAllowed),
-        (status = 429, response = TooManyRequests),
         (status = 503, response = StoreUnavailable),
+        Guarded,
     )
 )]
 pub(super) async fn delete(

@@ -12,6 +12,7 @@
 //! ANTEROOM_WRITE_OPENAPI=1 cargo test --lib admin::openapi
 //! ```
 
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use serde_json::Value;
@@ -21,7 +22,7 @@ use utoipa::openapi::response::{Response, ResponseBuilder};
 use utoipa::openapi::schema::{Object, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{InfoBuilder, RefOr};
-use utoipa::{Modify, OpenApi, PartialSchema, ToResponse, ToSchema};
+use utoipa::{IntoResponses, Modify, OpenApi, PartialSchema, ToResponse, ToSchema};
 
 use super::api::{BannedClient, Problem};
 use super::{bans, events, queue, rooms, status};
@@ -344,6 +345,63 @@ shared_response!(
          not a whole number)",
     )
     .build()
+);
+
+/// The shared responses `R` lists, each by status and a reference to its component.
+fn refer(shared: &[(u16, &str)]) -> BTreeMap<String, RefOr<Response>> {
+    shared
+        .iter()
+        .map(|(status, name)| {
+            (
+                status.to_string(),
+                RefOr::Ref(utoipa::openapi::Ref::from_response_name(*name)),
+            )
+        })
+        .collect()
+}
+
+/// Declares a group of shared responses an operation lists as one: a unit type whose
+/// [`IntoResponses`] refers to each of `$response` (named by [`shared_response!`]) under
+/// its status. So a refusal every operation can give is written once, here.
+macro_rules! shared_responses {
+    ($(#[$doc:meta])* $name:ident => [$(($status:literal, $response:ident)),* $(,)?]) => {
+        $(#[$doc])*
+        pub(super) struct $name;
+
+        impl IntoResponses for $name {
+            fn responses() -> BTreeMap<String, RefOr<Response>> {
+                refer(&[$(($status, stringify!($response))),*])
+            }
+        }
+    };
+}
+
+shared_responses!(
+    /// What any operation can answer before it looks at the request: 401, 403, 405, 429.
+    Guarded => [
+        (401, Unauthorized),
+        (403, Forbidden),
+        (405, MethodNotAllowed),
+        (429, TooManyRequests),
+    ]
+);
+
+shared_responses!(
+    /// [`Guarded`]'s, and what an operation on a room can answer: 404 for an unknown room,
+    /// 503 when the store does not answer.
+    InRoom => [
+        (401, Unauthorized),
+        (403, Forbidden),
+        (404, UnknownRoom),
+        (405, MethodNotAllowed),
+        (429, TooManyRequests),
+        (503, StoreUnavailable),
+    ]
+);
+
+shared_responses!(
+    /// What an operation with a body can answer of it: 408 (too slow) and 413 (too large).
+    WithBody => [(408, BodyTooSlow), (413, BodyTooLarge)]
 );
 
 #[cfg(test)]

@@ -11,9 +11,7 @@ use crate::http::body::Body;
 use crate::queue::{QueueQuery, StoreError, VisitorRef};
 
 use super::api::{FrontResult, Problem, QueueParams, QueueResult, VisitorPath};
-use super::openapi::{
-    Forbidden, MethodNotAllowed, StoreUnavailable, TooManyRequests, Unauthorized, UnknownRoom,
-};
+use super::openapi::{Guarded, InRoom, StoreUnavailable};
 use super::problem::ok;
 use super::record::write_audit;
 use super::{AdminContext, AdminError, Caller, FieldError};
@@ -32,14 +30,9 @@ pub const QUEUE_DEFAULT_LIMIT: usize = 50;
     params(super::api::RoomPath, QueueParams),
     responses(
         (status = 200, description = "The head of the line, in order", body = QueueResult),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 404, response = UnknownRoom),
-        (status = 405, response = MethodNotAllowed),
         (status = 422, description = "A bad parameter; `field` names it (limit out of 1..1000, a malformed ref, an unknown parameter)",
             body = Problem, content_type = "application/problem+json"),
-        (status = 429, response = TooManyRequests),
-        (status = 503, response = StoreUnavailable),
+        InRoom,
     )
 )]
 pub(super) async fn queue(
@@ -126,15 +119,12 @@ pub fn parse_queue_query(query: &str) -> Result<QueueQuery, FieldError> {
     params(VisitorPath),
     responses(
         (status = 200, description = "Moved; admitted by the next pass the limits allow", body = FrontResult),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
         (status = 404, description = "No such room (`field`: room), or nobody waiting has this reference (`field`: ref)",
             body = Problem, content_type = "application/problem+json"),
-        (status = 405, response = MethodNotAllowed),
         (status = 422, description = "Not a visitor reference (`field`: ref)",
             body = Problem, content_type = "application/problem+json"),
-        (status = 429, response = TooManyRequests),
         (status = 503, response = StoreUnavailable),
+        Guarded,
     )
 )]
 pub(super) async fn front(

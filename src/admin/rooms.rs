@@ -21,10 +21,7 @@ use super::api::{
     Settings,
 };
 use super::body::{read_body, whole_number};
-use super::openapi::{
-    BodyTooLarge, BodyTooSlow, Forbidden, MethodNotAllowed, StoreUnavailable, TooManyRequests,
-    Unauthorized, UnknownRoom,
-};
+use super::openapi::{Guarded, InRoom, UnknownRoom, WithBody};
 use super::problem::ok;
 use super::record::audit;
 use super::{AdminContext, AdminError, Caller, FieldError, RoomLimits};
@@ -68,10 +65,7 @@ fn unprocessable(field: &str) -> bool {
     operation_id = "listRooms",
     responses(
         (status = 200, description = "Rooms", body = RoomList),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 405, response = MethodNotAllowed),
-        (status = 429, response = TooManyRequests),
+        Guarded,
     )
 )]
 pub(super) fn rooms(app: &AdminContext<'_>) -> Response<Body> {
@@ -91,13 +85,10 @@ pub(super) fn rooms(app: &AdminContext<'_>) -> Response<Body> {
     params(RoomPath),
     responses(
         (status = 200, description = "Counters", body = RoomStats),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
         (status = 404, response = UnknownRoom),
-        (status = 405, response = MethodNotAllowed),
-        (status = 429, response = TooManyRequests),
         (status = 503, description = "No statistics yet: the store has not answered since this replica started",
             body = Problem, content_type = "application/problem+json"),
+        Guarded,
     )
 )]
 pub(super) fn stats(app: &AdminContext<'_>, room: &str) -> Result<Response<Body>, AdminError> {
@@ -230,12 +221,7 @@ fn settings_view(s: &RoomSettings, file: &RoomConfig) -> Settings {
     params(RoomPath),
     responses(
         (status = 200, description = "The settings in force", body = Settings),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 404, response = UnknownRoom),
-        (status = 405, response = MethodNotAllowed),
-        (status = 429, response = TooManyRequests),
-        (status = 503, response = StoreUnavailable),
+        InRoom,
     )
 )]
 pub(super) async fn config(
@@ -260,16 +246,10 @@ pub(super) async fn config(
         (status = 200, description = "Applied from the next admission pass", body = ConfigResult),
         (status = 400, description = "Invalid input; `field` names it (malformed JSON, not an object, no field, an unknown field, wrong type, out of range: rate above 0 and at most 1000000, max_active 1 to 1000000000, seconds 1 to 31536000, 365 days)",
             body = Problem, content_type = "application/problem+json"),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 404, response = UnknownRoom),
-        (status = 405, response = MethodNotAllowed),
-        (status = 408, response = BodyTooSlow),
-        (status = 413, response = BodyTooLarge),
         (status = 422, description = "A value the room cannot run with: a mode that is not one of queue, passthrough, sold_out, or any other setting that the file would refuse (a status code, a glob, a duration, a share, adaptive); `field` names it (`bypass_paths[1]`, `adaptive.min_rate`) and nothing was changed",
             body = Problem, content_type = "application/problem+json"),
-        (status = 429, response = TooManyRequests),
-        (status = 503, response = StoreUnavailable),
+        InRoom,
+        WithBody,
     )
 )]
 pub(super) async fn configure(
@@ -356,12 +336,7 @@ fn patch_names(patch: &SettingsPatch, field: &str) -> bool {
     params(RoomPath),
     responses(
         (status = 200, description = "Paused", body = PauseResult),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 404, response = UnknownRoom),
-        (status = 405, response = MethodNotAllowed),
-        (status = 429, response = TooManyRequests),
-        (status = 503, response = StoreUnavailable),
+        InRoom,
     )
 )]
 pub(super) async fn pause(
@@ -380,12 +355,7 @@ pub(super) async fn pause(
     params(RoomPath),
     responses(
         (status = 200, description = "Resumed", body = PauseResult),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 404, response = UnknownRoom),
-        (status = 405, response = MethodNotAllowed),
-        (status = 429, response = TooManyRequests),
-        (status = 503, response = StoreUnavailable),
+        InRoom,
     )
 )]
 pub(super) async fn resume(
@@ -435,12 +405,7 @@ async fn set_paused(
     params(RoomPath),
     responses(
         (status = 200, description = "Flushed", body = FlushResult),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 404, response = UnknownRoom),
-        (status = 405, response = MethodNotAllowed),
-        (status = 429, response = TooManyRequests),
-        (status = 503, response = StoreUnavailable),
+        InRoom,
     )
 )]
 pub(super) async fn flush(

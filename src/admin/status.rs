@@ -10,7 +10,7 @@ use crate::http::pages::FRONTEND_BUILT_IN;
 
 use super::AdminContext;
 use super::api::{AuditLogStatus, FailOpenStatus, Status, StoreStatus};
-use super::openapi::{Forbidden, MethodNotAllowed, TooManyRequests, Unauthorized};
+use super::openapi::Guarded;
 use super::problem::{ok, respond};
 
 /// Queue-store health, fail-open state, version; answers while the store is down
@@ -20,10 +20,7 @@ use super::problem::{ok, respond};
     operation_id = "status",
     responses(
         (status = 200, description = "Status", body = Status),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 405, response = MethodNotAllowed),
-        (status = 429, response = TooManyRequests),
+        Guarded,
     )
 )]
 pub(super) fn status(app: &AdminContext<'_>) -> Response<Body> {
@@ -60,10 +57,7 @@ pub(super) fn status(app: &AdminContext<'_>) -> Response<Body> {
     responses(
         (status = 200, description = "Metrics", body = String,
             content_type = "text/plain; version=0.0.4; charset=utf-8"),
-        (status = 401, response = Unauthorized),
-        (status = 403, response = Forbidden),
-        (status = 405, response = MethodNotAllowed),
-        (status = 429, response = TooManyRequests),
+        Guarded,
     )
 )]
 pub(super) fn metrics(app: &AdminContext<'_>) -> Response<Body> {

@@ -93,17 +93,7 @@ impl AuditEntry {
         old: serde_json::Value,
         new: serde_json::Value,
     ) -> AuditEntry {
-        AuditEntry {
-            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
-            room: String::new(),
-            action,
-            old,
-            new,
-            caller: None,
-            peer: None,
-            actor: Some("reload"),
-            token: None,
-        }
+        AuditEntry::by_actor("", action, old, new, "reload")
     }
 
     /// An entry about `room` made by no caller but `actor` (`event`: a scheduled event

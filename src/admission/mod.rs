@@ -37,8 +37,9 @@ use crate::events::{Event, EventKind, EventSink};
 pub use crate::fairness::eta::Eta;
 use crate::fairness::eta::{EtaLedger, SessionLengths};
 use crate::queue::{
-    ClientKey, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore, RefusedReason,
-    Resolution, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
+    ChallengeSpend, ClientKey, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore,
+    RefusedReason, Resolution, Spent, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState,
+    WaitingEntry,
 };
 
 /// The observed admission rate is measured over this window.
@@ -129,12 +130,21 @@ pub enum Decision {
     Closed,
     /// The sold-out mode: this visitor is not on the site and nobody else gets in.
     SoldOut,
+    /// Decided with [`Join::Known`]: nobody the store has waiting or on the site, and not
+    /// joined (the door's to answer).
+    Newcomer,
     /// The store did not answer; `fail_open` says whether to proxy anyway.
     Stalled {
         /// Proxy anyway: `fail_open` is on and the outage has outlasted `fail_open_after`.
         fail_open: bool,
     },
 }
+
+/// A challenge's answer whose id was spent already, by another visitor, on any replica
+/// (or whose expiry has passed by the store's clock): a replay, refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the challenge was spent already")]
+pub struct Replayed;
 
 impl Admission {
     /// The admission layer over `store`; `fail_open_after` is `None` when fail-open is off.
@@ -311,21 +321,6 @@ impl Admission {
         )
     }
 
-    /// Spends a solved challenge's id for the newcomer `visitor`; shared by every replica.
-    pub async fn spend_challenge(
-        &self,
-        room: &str,
-        id: &str,
-        visitor: VisitorId,
-        expires_at_ms: u64,
-    ) -> StoreResult<GrantUse> {
-        self.observe(
-            self.store
-                .spend_challenge(room, id, visitor, expires_at_ms)
-                .await,
-        )
-    }
-
     /// Unix milliseconds by the store's clock when it has one in this process (the
     /// embedded store, which tests drive), else the system's: what challenges are issued
     /// and checked at.
@@ -358,7 +353,59 @@ impl Admission {
         if let Some(decision) = self.sold_out(room, visitor).await {
             return decision;
         }
-        match self.observe(self.store.resolve_with(room, visitor, client, join).await) {
+        let resolved = self.observe(self.store.resolve_with(room, visitor, client, join).await);
+        self.decision(room, visitor, client, join, resolved)
+    }
+
+    /// [`Admission::decide`] for the answer to a challenge: `visitor`, when the store does
+    /// not have them waiting or on the site, joins only by spending `challenge`'s id, in
+    /// the same store call ([`QueueStore::resolve_spending`]). [`Replayed`] when the id was
+    /// spent by someone else or has expired. A store that does not answer is
+    /// [`Decision::Stalled`] without fail-open: nothing was spent, and nobody joined.
+    pub async fn decide_spending(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        client: ClientKey,
+        challenge: ChallengeSpend<'_>,
+    ) -> Result<Decision, Replayed> {
+        if let Some(since) =
+            self.sessions
+                .confirmed_since(room, visitor, client, self.confirm_window(room))
+        {
+            return Ok(Decision::Admitted { since });
+        }
+        if let Some(decision) = self.sold_out(room, visitor).await {
+            return Ok(decision);
+        }
+        let spent = self
+            .store
+            .resolve_spending(room, visitor, client, challenge);
+        let resolved = match self.observe(spent.await) {
+            Ok(Spent::Replayed) => return Err(Replayed),
+            Ok(Spent::Resolved(resolution)) => Ok(resolution),
+            Err(e) => Err(e),
+        };
+        Ok(
+            match self.decision(room, visitor, client, Join::Back, resolved) {
+                Decision::Stalled { .. } => Decision::Stalled { fail_open: false },
+                decision => decision,
+            },
+        )
+    }
+
+    /// The decision for `visitor` from the store's answer to a resolve with `join` (its
+    /// health already observed), and what it tells this replica (the session cache, the
+    /// ETA ledger, session lengths, events).
+    fn decision(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        client: ClientKey,
+        join: Join,
+        resolved: StoreResult<Resolution>,
+    ) -> Decision {
+        match resolved {
             Ok(Resolution::Admitted { newly }) => {
                 let since = self.sessions.confirm(room, visitor, client);
                 if join == Join::Front {
@@ -403,6 +450,7 @@ impl Admission {
             Ok(Resolution::Full) => Decision::Full,
             Ok(Resolution::NotOpen) => Decision::NotOpen,
             Ok(Resolution::Closed) => Decision::Closed,
+            Ok(Resolution::Newcomer) => Decision::Newcomer,
             Err(StoreError::Unavailable(_)) => Decision::Stalled {
                 fail_open: self.health.failing_open(),
             },

@@ -369,12 +369,18 @@ fn digits(s: &str, max: usize) -> Option<u64> {
     s.parse().ok()
 }
 
-/// Base64url of exactly `N` bytes.
+/// Base64url of exactly `N` bytes (at most 32), decoded on the stack.
 fn decode<const N: usize>(s: &str) -> Option<[u8; N]> {
-    if s.len() != (N * 4).div_ceil(3) {
+    if N > 32 || s.len() != (N * 4).div_ceil(3) {
         return None;
     }
-    URL_SAFE_NO_PAD.decode(s).ok()?.try_into().ok()
+    // Room for the decoder's estimate (three bytes per four characters, rounded up).
+    let mut buf = [0u8; 36];
+    let n = URL_SAFE_NO_PAD.decode_slice(s, &mut buf).ok()?;
+    if n != N {
+        return None;
+    }
+    buf[..N].try_into().ok()
 }
 
 #[cfg(test)]

@@ -22,12 +22,12 @@ use super::door::same_site;
 use super::identify::Identity;
 use super::respond::room_text;
 use super::{App, Kind, Room};
-use crate::admission::Decision;
+use crate::admission::{Decision, Replayed};
 use crate::challenge::{self, ChallengeError, Expected, Verified};
 use crate::http::body::Body;
 use crate::http::form;
 use crate::http::pages::{ChallengeView, VisitorStatus};
-use crate::queue::{GrantUse, Join, VisitorId, VisitorState};
+use crate::queue::{ChallengeSpend, VisitorId, VisitorState};
 use crate::token;
 
 /// The largest answer body read: a challenge, a counter and a solve time fit in a few
@@ -259,18 +259,21 @@ impl App {
             self.metrics.challenges.failed(&room.name, "cross_site");
             return self.error(Kind::CrossSite, identity);
         }
-        if let Some(response) = self.already_in(room, identity).await {
-            return response;
-        }
         let content_type = req.headers().get(header::CONTENT_TYPE).cloned();
         let read = Limited::new(req.into_body(), MAX_ANSWER_BYTES).collect();
         let body = match tokio::time::timeout(self.body_timeout, read).await {
             Ok(Ok(body)) => body.to_bytes(),
-            Ok(Err(_)) => return self.answer_refused(room, Refusal::Unreadable, identity),
+            Ok(Err(_)) => {
+                return self
+                    .refused_unless_in(room, Refusal::Unreadable, identity)
+                    .await;
+            }
             Err(_) => return self.error(Kind::BodyTimeout, identity),
         };
         let Some(answer) = Answer::parse(content_type.as_ref(), &body) else {
-            return self.answer_refused(room, Refusal::Unreadable, identity);
+            return self
+                .refused_unless_in(room, Refusal::Unreadable, identity)
+                .await;
         };
         let checked = self.challenge_key.verify(
             &answer.challenge,
@@ -278,11 +281,31 @@ impl App {
             &self.expected(room, identity),
         );
         match checked {
+            // A visitor the store already has (a second tab) is answered their status in
+            // the same store call, spending nothing.
             Ok(verified) => {
                 self.spend_and_join(room, &verified, answer.solve_ms, identity, None)
                     .await
             }
-            Err(e) => self.answer_refused(room, Refusal::Check(e), identity),
+            Err(e) => {
+                self.refused_unless_in(room, Refusal::Check(e), identity)
+                    .await
+            }
+        }
+    }
+
+    /// A refused answer, unless its cookie is of a visitor the store has waiting or on the
+    /// site (a second tab whose answer came too late to matter): then that visitor's
+    /// status, as an accepted answer would have given it.
+    async fn refused_unless_in(
+        &self,
+        room: &Room,
+        refusal: Refusal,
+        identity: &Identity,
+    ) -> Response<Body> {
+        match self.already_in(room, identity).await {
+            Some(response) => response,
+            None => self.answer_refused(room, refusal, identity),
         }
     }
 
@@ -381,8 +404,10 @@ impl App {
         }
     }
 
-    /// Spends `verified`'s id and, when it was unspent, lets a new visitor join; `return_to`
-    /// set answers the time lock (a 303 there), unset the POST (the status JSON).
+    /// Lets the request's visitor (the cookie's, else a new one) join by spending
+    /// `verified`'s id, in one store call: a visitor the store already has spends nothing
+    /// and gets their status; a replay is refused. `return_to` set answers the time lock
+    /// (a 303 there), unset the POST (the status JSON).
     async fn spend_and_join(
         &self,
         room: &Room,
@@ -392,16 +417,22 @@ impl App {
         return_to: Option<&str>,
     ) -> Response<Body> {
         let name = &room.name;
-        let visitor = VisitorId::random();
-        let spent = self
+        let visitor = identity.visitor.unwrap_or_else(VisitorId::random);
+        let challenge = ChallengeSpend {
+            id: verified.id(),
+            expires_at_ms: verified.expires_at_ms(),
+        };
+        let decided = self
             .admission
-            .spend_challenge(name, verified.id(), visitor, verified.expires_at_ms())
+            .decide_spending(name, visitor, identity.client, challenge)
             .await;
-        match spent {
-            Ok(GrantUse::Fresh | GrantUse::Again) => {}
-            Ok(GrantUse::Taken) => return self.answer_refused(room, Refusal::Replayed, identity),
-            // The store did not answer: held like any newcomer, the challenge unspent.
-            Err(_) => return self.stalled(room, identity),
+        let decision = match decided {
+            Ok(decision) => decision,
+            Err(Replayed) => return self.answer_refused(room, Refusal::Replayed, identity),
+        };
+        // The store did not answer: held like any newcomer, the challenge unspent.
+        if matches!(decision, Decision::Stalled { .. }) {
+            return self.stalled(room, identity);
         }
         self.metrics.challenges.solved(name, solve_ms);
         // The POST's identity wants JSON already; only the time lock's may need a copy.
@@ -415,13 +446,9 @@ impl App {
             })
         };
         let json = &*json;
-        let decision = self
-            .admission
-            .decide_with(name, visitor, identity.client, Join::Back)
-            .await;
         match decision {
-            Decision::Admitted { .. } | Decision::Stalled { fail_open: true } => {
-                if let (Decision::Admitted { .. }, Some(i)) = (&decision, identity.room) {
+            Decision::Admitted { .. } => {
+                if let Some(i) = identity.room {
                     self.record_admitted(identity.client_ip, i, visitor);
                 }
                 self.joined(room, visitor, return_to)
@@ -451,7 +478,8 @@ impl App {
             Decision::NotOpen => self.not_open(room, json),
             Decision::Closed => self.closed(room, json),
             Decision::SoldOut => self.sold_out(room, json),
-            Decision::Stalled { fail_open: false } => self.stalled(room, json),
+            // Never asked with `Join::Known`, so never a newcomer left out.
+            Decision::Stalled { .. } | Decision::Newcomer => self.stalled(room, json),
         }
     }
 

@@ -18,7 +18,7 @@ use std::time::SystemTime;
 use http::{Request, Response, header};
 use hyper::body::Incoming;
 
-use super::door::{AtTheDoor, return_path};
+use super::door::{AtTheDoor, Door, return_path};
 use super::error::Kind;
 use super::identify::Identity;
 use super::{App, Room};
@@ -46,15 +46,15 @@ impl App {
         req: Request<Incoming>,
         identity: &Identity,
     ) -> Response<Body> {
-        match self.at_the_door(room, identity).await {
-            AtTheDoor::Enter => {}
-            AtTheDoor::Shadow => return self.shadow_page(room, identity),
-            AtTheDoor::Challenge { strikes } => {
-                return self.challenge_page(room, identity, strikes, return_path(req.uri()));
+        let door = match self.at_the_door(room, identity) {
+            AtTheDoor::Enter => None,
+            AtTheDoor::Stop(door) => {
+                return self.door_page(room, identity, door, return_path(req.uri()));
             }
-        }
+            AtTheDoor::IfNewcomer(door) => Some(door),
+        };
         let (visitor, new_cookie) = visitor_of(identity);
-        self.site_as(room, req, identity, (visitor, new_cookie), Join::Back)
+        self.site_as(room, req, identity, (visitor, new_cookie), Join::Back, door)
             .await
     }
 
@@ -93,7 +93,10 @@ impl App {
             .spend_grant(name, &grant.nonce, who.0, grant.expires_at_ms())
             .await;
         match spent {
-            Ok(GrantUse::Fresh) => self.site_as(room, req, identity, who, Join::Front).await,
+            Ok(GrantUse::Fresh) => {
+                self.site_as(room, req, identity, who, Join::Front, None)
+                    .await
+            }
             // Anything but a fresh grant is an ordinary request, door included.
             Ok(GrantUse::Again) => self.site(room, req, identity).await,
             Ok(GrantUse::Taken) => self.grant_refused(room, GrantError::Replayed, identity),
@@ -129,7 +132,8 @@ impl App {
     }
 
     /// Decides `visitor` (and whether their cookie is new) in `room` with `join`, responds,
-    /// and keeps the cookie current.
+    /// and keeps the cookie current. With `door`, a visitor the store does not have is not
+    /// joined but stopped there (`Join::Known`, in the same store call as the decision).
     async fn site_as(
         &self,
         room: &Room,
@@ -137,7 +141,9 @@ impl App {
         identity: &Identity,
         (visitor, new_cookie): (VisitorId, bool),
         join: Join,
+        door: Option<Door>,
     ) -> Response<Body> {
+        let join = if door.is_some() { Join::Known } else { join };
         let decision = self
             .admission
             .decide_with(&room.name, visitor, identity.client, join)
@@ -182,6 +188,14 @@ impl App {
             Decision::Closed => self.closed(room, identity),
             Decision::SoldOut => self.sold_out(room, identity),
             Decision::Stalled { fail_open: false } => self.stalled(room, identity),
+            // Only asked with a door: nobody the store knows, so the door's page, and
+            // their cookie (nobody's) left as it is.
+            Decision::Newcomer => match door {
+                Some(door) => {
+                    return self.door_page(room, identity, door, return_path(req.uri()));
+                }
+                None => self.stalled(room, identity),
+            },
         };
         // A refused (or turned-away) newcomer is not anyone yet: no cookie to remember them by.
         let refused = matches!(decision, Decision::Refused { .. } | Decision::Full);

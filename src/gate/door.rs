@@ -5,6 +5,13 @@
 //! visitor in line or admitted never meets it, and a room with both features off pays
 //! one comparison.
 //!
+//! Whether a request with a cookie comes from a newcomer is the store's to say, and it
+//! says so in the request's own decision: with the door on, that decision is asked with
+//! [`Join::Known`](crate::queue::Join::Known), which resolves a visitor it has as usual
+//! (the session cache first) and answers [`Decision::Newcomer`](crate::admission::Decision)
+//! for anyone else without joining them. So a visitor's request costs the same store calls
+//! with the door on or off; a request without a cookie is a newcomer's and costs none.
+//!
 //! - The shadow line (`shadow_after`): a client whose strikes reach it gets an ordinary
 //!   waiting page whose position never reaches the front, and no challenge, no cookie,
 //!   no place: nothing is written to the store.
@@ -24,10 +31,9 @@ use crate::http::body::Body;
 use crate::http::pages::{ChallengeView, Phase, VisitorStatus, WaitingView};
 use crate::queue::{Mode, VisitorId, VisitorState};
 
-/// What the door does with a request for the site.
-pub(super) enum AtTheDoor {
-    /// Decide it as usual: a visitor, or a newcomer who joins.
-    Enter,
+/// What the door does with a newcomer.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Door {
     /// The shadow line.
     Shadow,
     /// The proof of work first; the client's strikes raise its difficulty.
@@ -37,9 +43,20 @@ pub(super) enum AtTheDoor {
     },
 }
 
+/// What the door does with a request for the site.
+pub(super) enum AtTheDoor {
+    /// Decide it as usual: the door is off, or nobody would join now.
+    Enter,
+    /// A request without a cookie: a newcomer, stopped at the door.
+    Stop(Door),
+    /// A request with a cookie: decided with `Join::Known`, and stopped at the door only
+    /// if the store has nobody waiting or on the site for it.
+    IfNewcomer(Door),
+}
+
 impl App {
     /// The door's answer for `identity`'s request to `room` (see the module docs).
-    pub(super) async fn at_the_door(&self, room: &Room, identity: &Identity) -> AtTheDoor {
+    pub(super) fn at_the_door(&self, room: &Room, identity: &Identity) -> AtTheDoor {
         let live = room.live();
         let config = &live.config;
         let shadow_after = u64::from(config.shadow_after);
@@ -56,15 +73,33 @@ impl App {
             ChallengeMode::Always => true,
             ChallengeMode::UnderLoad => self.under_load(room),
         };
-        if !(shadowed || challenged) || !self.is_newcomer(room, identity).await {
-            return AtTheDoor::Enter;
-        }
-        if shadowed {
-            AtTheDoor::Shadow
-        } else {
-            AtTheDoor::Challenge {
+        let door = if shadowed {
+            Door::Shadow
+        } else if challenged {
+            Door::Challenge {
                 strikes: u32::try_from(strikes).unwrap_or(u32::MAX),
             }
+        } else {
+            return AtTheDoor::Enter;
+        };
+        if identity.visitor.is_some() {
+            AtTheDoor::IfNewcomer(door)
+        } else {
+            AtTheDoor::Stop(door)
+        }
+    }
+
+    /// The door's page for a newcomer who asked for `return_to`.
+    pub(super) fn door_page(
+        &self,
+        room: &Room,
+        identity: &Identity,
+        door: Door,
+        return_to: &str,
+    ) -> Response<Body> {
+        match door {
+            Door::Shadow => self.shadow_page(room, identity),
+            Door::Challenge { strikes } => self.challenge_page(room, identity, strikes, return_to),
         }
     }
 
@@ -85,16 +120,6 @@ impl App {
             .is_some_and(|s| s.stats.waiting > 0 || s.stats.schedule == Phase::Draw)
     }
 
-    /// Whether the request comes from nobody the store has waiting or on the site: no
-    /// visitor cookie, or one the store no longer knows. A store that does not answer
-    /// says no: the decision's own answer (stalled) follows.
-    pub(super) async fn is_newcomer(&self, room: &Room, identity: &Identity) -> bool {
-        match self.visitor_state(room, identity).await {
-            None => true,
-            Some((_, state)) => state == Some(VisitorState::Unknown),
-        }
-    }
-
     /// The cookie's visitor and where the store has them (`None` inside when the store did
     /// not answer); `None` without a cookie.
     pub(super) async fn visitor_state(
@@ -112,7 +137,7 @@ impl App {
 
     /// The challenge for a newcomer to `room` who asked for `return_to`: issued now at the
     /// room's difficulty plus `strikes` bits, as a page or JSON.
-    pub(super) fn challenge_page(
+    fn challenge_page(
         &self,
         room: &Room,
         identity: &Identity,
@@ -151,7 +176,7 @@ impl App {
 
     /// The shadow line's page: the waiting page (or its JSON) of a line whose back this
     /// client never leaves, with no store call, no cookie and no place.
-    pub(super) fn shadow_page(&self, room: &Room, identity: &Identity) -> Response<Body> {
+    fn shadow_page(&self, room: &Room, identity: &Identity) -> Response<Body> {
         self.metrics.challenges.shadowed(&room.name);
         let waiting = self.cached_waiting(room);
         // Behind everyone, and a few more: always further back than the line is long.

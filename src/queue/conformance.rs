@@ -9,9 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    ClientKey, GrantUse, Join, Mode, Phase, Place, QueueQuery, QueueStore, RefusedReason,
-    Resolution, RoomPolicy, RoomSettings, Schedule, Seeded, SettingsPatch, StoreError, VisitorId,
-    VisitorRef, VisitorState,
+    ChallengeSpend, ClientKey, GrantUse, Join, Mode, Phase, Place, QueueQuery, QueueStore,
+    RefusedReason, Resolution, RoomPolicy, RoomSettings, Schedule, Seeded, SettingsPatch, Spent,
+    StoreError, VisitorId, VisitorRef, VisitorState,
 };
 
 /// A store under test plus control of the time it reads.
@@ -79,6 +79,7 @@ macro_rules! suite {
             priority_join_takes_position_one,
             grant_nonces_are_spent_once,
             challenge_ids_are_spent_once,
+            a_known_only_resolve_joins_nobody_new,
             end_session_frees_the_slot_at_once,
             touch_sessions_keeps_sessions_alive,
             effective_rate_caps_the_bucket_exactly,
@@ -2052,30 +2053,86 @@ pub async fn grant_nonces_are_spent_once<H: Harness>(h: &mut H) {
     ));
 }
 
-/// Each solved challenge's id lets one newcomer join, once, on every replica of the store,
-/// until its expiry: another visitor with the same id is a replay, the same visitor again
-/// (a repeated call) is not; ids are per room and apart from grant nonces.
+/// A solved challenge's id lets one newcomer join, once, on every replica of the store,
+/// until its expiry, in the join's own call: anyone else with the same id is a replay and
+/// is not joined, the same visitor again (a repeated call) gets their place, a visitor
+/// already waiting spends nothing, a room that lets nobody in yet spends nothing; ids are
+/// per room and apart from grant nonces.
 pub async fn challenge_ids_are_spent_once<H: Harness>(h: &mut H) {
     let store = open(h, settings(1.0, 10)).await;
+    pause(&*store).await;
     store
         .open_room("other", &settings(1.0, 10), &RoomPolicy::default(), false)
         .await
         .unwrap();
-    let (a, b) = (VisitorId::random(), VisitorId::random());
+    let later = RoomPolicy {
+        schedule: Schedule {
+            queue_opens_at: Some(at(60)),
+            ..Schedule::default()
+        },
+        ..RoomPolicy::default()
+    };
+    store
+        .open_room("later", &settings(1.0, 10), &later, false)
+        .await
+        .unwrap();
+    let (a, b, c) = (
+        VisitorId::random(),
+        VisitorId::random(),
+        VisitorId::random(),
+    );
     let expiry = START_MS + 300_000;
     let id = "AAECAwQFBgcICQoLDA0ODw";
-    let spend = |room: &'static str, id: &'static str, who: VisitorId, at: u64| {
+    let join = |room: &'static str, id: &'static str, who: VisitorId, at: u64| {
         let store = store.clone();
-        async move { store.spend_challenge(room, id, who, at).await.unwrap() }
+        async move {
+            let challenge = ChallengeSpend {
+                id,
+                expires_at_ms: at,
+            };
+            store
+                .resolve_spending(room, who, anyone(), challenge)
+                .await
+                .unwrap()
+        }
     };
-    assert_eq!(spend(ROOM, id, a, expiry).await, GrantUse::Fresh);
-    assert_eq!(spend(ROOM, id, a, expiry).await, GrantUse::Again);
-    assert_eq!(spend(ROOM, id, b, expiry).await, GrantUse::Taken);
-    // Another room's id space is its own, and a grant nonce of the same text is no
-    // challenge id.
-    assert_eq!(spend("other", id, b, expiry).await, GrantUse::Fresh);
+    let place_of = |spent: Spent| match spent {
+        Spent::Resolved(Resolution::Waiting { place, joined }) => (place.position, joined),
+        other => panic!("expected a place, got {other:?}"),
+    };
+    assert_eq!(place_of(join(ROOM, id, a, expiry).await), (Some(1), true));
+    // The same visitor again (a repeated call): their place, nothing new.
+    assert_eq!(place_of(join(ROOM, id, a, expiry).await), (Some(1), false));
+    // Anyone else with the same id: a replay, and not joined.
+    assert_eq!(join(ROOM, id, b, expiry).await, Spent::Replayed);
     assert_eq!(
-        store.spend_grant(ROOM, id, b, expiry).await.unwrap(),
+        store.heartbeat(ROOM, &[b]).await.unwrap(),
+        vec![VisitorState::Unknown]
+    );
+    // A visitor already waiting spends nothing: the id they brought is still unspent.
+    let second = "c2Vjb25kLWNoYWxsZW5nZS";
+    assert_eq!(
+        place_of(join(ROOM, second, a, expiry).await),
+        (Some(1), false)
+    );
+    assert_eq!(
+        place_of(join(ROOM, second, b, expiry).await),
+        (Some(2), true)
+    );
+    // Before the line opens: nobody joins and nothing is spent.
+    let early = "ZWFybHktY2hhbGxlbmdlLW";
+    assert_eq!(
+        join("later", early, c, expiry).await,
+        Spent::Resolved(Resolution::NotOpen)
+    );
+    // Another room's ids are its own (and its fast path lets the newcomer in), and a
+    // grant nonce of the same text is no challenge id.
+    assert_eq!(
+        join("other", id, c, expiry).await,
+        Spent::Resolved(Resolution::Admitted { newly: true })
+    );
+    assert_eq!(
+        store.spend_grant(ROOM, id, c, expiry).await.unwrap(),
         GrantUse::Fresh
     );
     // A second replica on the same store refuses what the first spent, and the reverse.
@@ -2083,34 +2140,104 @@ pub async fn challenge_ids_are_spent_once<H: Harness>(h: &mut H) {
         let on = |id: &'static str, who: VisitorId| {
             let replica = replica.clone();
             async move {
+                let challenge = ChallengeSpend {
+                    id,
+                    expires_at_ms: expiry,
+                };
                 replica
-                    .spend_challenge(ROOM, id, who, expiry)
+                    .resolve_spending(ROOM, who, anyone(), challenge)
                     .await
                     .unwrap()
             }
         };
-        assert_eq!(on(id, b).await, GrantUse::Taken);
-        assert_eq!(on("cmVwbGljYS1jaGFsbGVuZ2", b).await, GrantUse::Fresh);
+        let d = VisitorId::random();
+        assert_eq!(on(id, d).await, Spent::Replayed);
+        let third = "cmVwbGljYS1jaGFsbGVuZ2";
+        assert_eq!(place_of(on(third, d).await), (Some(3), true));
         assert_eq!(
-            spend(ROOM, "cmVwbGljYS1jaGFsbGVuZ2", a, expiry).await,
-            GrantUse::Taken
+            join(ROOM, third, VisitorId::random(), expiry).await,
+            Spent::Replayed
         );
     }
-    // Expired by the store's clock: never spent.
+    // Expired by the store's clock: never spent, nobody joined.
+    let late = VisitorId::random();
     assert_eq!(
-        spend(ROOM, "ZXhwaXJlZC1jaGFsbGVuZ2", a, START_MS).await,
-        GrantUse::Taken
+        join(ROOM, "ZXhwaXJlZC1jaGFsbGVuZ2", late, START_MS).await,
+        Spent::Replayed
     );
     h.advance(Duration::from_secs(301)).await;
-    assert_eq!(spend(ROOM, id, b, expiry).await, GrantUse::Taken);
+    assert_eq!(join(ROOM, id, late, expiry).await, Spent::Replayed);
     assert_eq!(
-        spend(ROOM, "bGF0ZXItY2hhbGxlbmdlLW", b, expiry + 300_000).await,
-        GrantUse::Fresh
+        store.heartbeat(ROOM, &[late]).await.unwrap(),
+        vec![VisitorState::Unknown]
+    );
+    let (_, joined) = place_of(join(ROOM, "bGF0ZXItY2hhbGxlbmdlLW", late, expiry + 300_000).await);
+    assert!(joined);
+    // The line is open now, and the id the closed door did not spend joins someone.
+    assert_eq!(
+        join("later", early, c, expiry + 300_000).await,
+        Spent::Resolved(Resolution::Admitted { newly: true })
     );
     assert!(matches!(
-        store.spend_challenge("nope", id, a, expiry + 300_000).await,
+        store
+            .resolve_spending(
+                "nope",
+                a,
+                anyone(),
+                ChallengeSpend {
+                    id,
+                    expires_at_ms: expiry + 300_000
+                }
+            )
+            .await,
         Err(StoreError::UnknownRoom(_))
     ));
+}
+
+/// [`Join::Known`] resolves a visitor the store has (waiting or on the site) as usual, and
+/// answers [`Resolution::Newcomer`] for anyone else without joining them; the schedule
+/// still answers first.
+pub async fn a_known_only_resolve_joins_nobody_new<H: Harness>(h: &mut H) {
+    let store = open(h, settings(1.0, 10)).await;
+    let [on_site, waiting, stranger] = [(); 3].map(|_| VisitorId::random());
+    assert!(admitted(
+        store.resolve(ROOM, on_site, anyone()).await.unwrap()
+    ));
+    assert_eq!(
+        place(store.resolve(ROOM, waiting, anyone()).await.unwrap()).position,
+        Some(1)
+    );
+    let known = |who: VisitorId| {
+        let store = store.clone();
+        async move {
+            store
+                .resolve_with(ROOM, who, anyone(), Join::Known)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(known(on_site).await, Resolution::Admitted { newly: false });
+    assert_eq!(place(known(waiting).await).position, Some(1));
+    assert_eq!(known(stranger).await, Resolution::Newcomer);
+    assert_eq!(
+        store.heartbeat(ROOM, &[stranger]).await.unwrap(),
+        vec![VisitorState::Unknown]
+    );
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.waiting, stats.total_joined), (1, 1));
+    let closing = RoomPolicy {
+        schedule: Schedule {
+            closes_at: Some(at(10)),
+            ..Schedule::default()
+        },
+        ..RoomPolicy::default()
+    };
+    store
+        .open_room(ROOM, &settings(1.0, 10), &closing, false)
+        .await
+        .unwrap();
+    h.advance(Duration::from_secs(11)).await;
+    assert_eq!(known(stranger).await, Resolution::Closed);
 }
 
 /// Ending a session frees its slot for the next pass at once.

@@ -322,6 +322,9 @@ pub enum Resolution {
     NotOpen,
     /// After `closes_at`: nobody else is admitted; only sessions already on the site go on.
     Closed,
+    /// Asked with [`Join::Known`]: neither waiting nor on the site, so a newcomer, who
+    /// was not joined (nothing was stored).
+    Newcomer,
 }
 
 /// Why [`Resolution::Refused`].
@@ -363,6 +366,33 @@ pub enum Join {
     /// join limit and per-client shares apply as to any newcomer; the queue breaker does
     /// not (the site chose to let this visitor in ahead of the line).
     Front,
+    /// Nobody new: a visitor waiting or on the site is resolved as with [`Join::Back`],
+    /// anyone else is [`Resolution::Newcomer`] and is not joined (a request the door must
+    /// see first). The schedule still answers first (not open, closed).
+    Known,
+}
+
+/// A solved challenge's one-time id, spent by the newcomer's join in the same atomic
+/// step ([`QueueStore::resolve_spending`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChallengeSpend<'a> {
+    /// The challenge's id (`crate::challenge::Verified::id`: 22 characters of
+    /// `[A-Za-z0-9_-]`, signed, so safe as a store key).
+    pub id: &'a str,
+    /// Unix ms of the challenge's own expiry: the spent id is kept until then.
+    pub expires_at_ms: u64,
+}
+
+/// What [`QueueStore::resolve_spending`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Spent {
+    /// The visitor resolved, as [`QueueStore::resolve`] would: a visitor already waiting
+    /// or on the site spent nothing; a newcomer spent the id (or had spent it before:
+    /// a repeated call) first.
+    Resolved(Resolution),
+    /// The id was spent by another visitor, or its expiry has passed by the store's
+    /// clock: a replay. Nothing else was done.
+    Replayed,
 }
 
 /// One waiting visitor as the admin's Queue view shows them.
@@ -616,20 +646,26 @@ pub trait QueueStore: Send + Sync + 'static {
         expires_at_ms: u64,
     ) -> StoreResult<GrantUse>;
 
-    /// Spends a solved challenge's one-time `id` (see `crate::challenge`) in `room` for
-    /// the newcomer `visitor` it is about to let join: an atomic set-if-absent kept until
-    /// `expires_at_ms` (unix ms, the challenge's own expiry), shared by every replica.
-    /// The first spend is [`GrantUse::Fresh`]; the same visitor again is
-    /// [`GrantUse::Again`] (a call repeated after a broken connection, which must not
-    /// refuse the join it already paid for); anyone else, or an id whose expiry has passed
-    /// by the store's clock, is [`GrantUse::Taken`]: a replay.
-    async fn spend_challenge(
+    /// [`QueueStore::resolve`] for the answer to a challenge, with the spend of its
+    /// one-time id (see `crate::challenge`) in the same atomic step, so one call does both
+    /// and no join happens without its spend. A visitor the store has waiting or on the
+    /// site is resolved as such and spends nothing (a second tab's answer). For anyone
+    /// else, once the schedule lets newcomers in (before that, [`Resolution::NotOpen`] or
+    /// [`Resolution::Closed`] and nothing spent), the id is spent first: an atomic
+    /// set-if-absent kept until `challenge.expires_at_ms` (unix ms), shared by every
+    /// replica. Spent before by this same visitor (a call repeated after a broken
+    /// connection, which must not refuse the join it already paid for) it counts as
+    /// unspent; spent by anyone else, or past its expiry by the store's clock, the answer
+    /// is [`Spent::Replayed`] and nothing else happens. Then the newcomer is resolved as
+    /// [`QueueStore::resolve`] does (join limit, shares, breaker, fast path or the back of
+    /// the line); a refusal there leaves the id spent.
+    async fn resolve_spending(
         &self,
         room: &str,
-        id: &str,
         visitor: VisitorId,
-        expires_at_ms: u64,
-    ) -> StoreResult<GrantUse>;
+        client: ClientKey,
+        challenge: ChallengeSpend<'_>,
+    ) -> StoreResult<Spent>;
 
     /// Ends a visitor's session now and gives the slot to the next pass (the origin's
     /// `X-Anteroom-End-Session: 1`, or a ban). Their client's session share frees up.

@@ -1250,16 +1250,16 @@ impl anteroom::queue::QueueStore for Switchable {
             .spend_grant(room, nonce, visitor, expires_at_ms)
             .await
     }
-    async fn spend_challenge(
+    async fn resolve_spending(
         &self,
         room: &str,
-        id: &str,
         visitor: anteroom::queue::VisitorId,
-        expires_at_ms: u64,
-    ) -> anteroom::queue::StoreResult<anteroom::queue::GrantUse> {
+        client: anteroom::queue::ClientKey,
+        challenge: anteroom::queue::ChallengeSpend<'_>,
+    ) -> anteroom::queue::StoreResult<anteroom::queue::Spent> {
         self.check()?;
         self.inner
-            .spend_challenge(room, id, visitor, expires_at_ms)
+            .resolve_spending(room, visitor, client, challenge)
             .await
     }
     async fn touch_sessions(

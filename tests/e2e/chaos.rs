@@ -130,16 +130,21 @@ impl QueueStore for Ledger {
             .spend_grant(room, nonce, visitor, expires_at_ms)
             .await
     }
-    async fn spend_challenge(
+    async fn resolve_spending(
         &self,
         room: &str,
-        id: &str,
         visitor: VisitorId,
-        expires_at_ms: u64,
-    ) -> StoreResult<anteroom::queue::GrantUse> {
-        self.inner
-            .spend_challenge(room, id, visitor, expires_at_ms)
-            .await
+        client: ClientKey,
+        challenge: anteroom::queue::ChallengeSpend<'_>,
+    ) -> StoreResult<anteroom::queue::Spent> {
+        let spent = self
+            .inner
+            .resolve_spending(room, visitor, client, challenge)
+            .await?;
+        if let anteroom::queue::Spent::Resolved(Resolution::Admitted { newly: true }) = spent {
+            self.record([visitor], true);
+        }
+        Ok(spent)
     }
     async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<Vec<bool>> {
         self.inner.touch_sessions(room, visitors).await

@@ -1,9 +1,14 @@
--- resolve(id, client, front): ARGV[2] = visitor id, ARGV[3] = client (16 bytes), ARGV[4] =
--- '1' for a priority join (position 1), ARGV[5] = the visitor's lottery score and ARGV[6]
--- their 32-byte draw hash (see KEYS[6] and KEYS[10]), used only to enter a draw.
--- KEYS[13] = this client's join-limit window. ARGV[7] = '1' when this call repeats one
--- whose connection broke (the replica's one repeat, see redis_client.rs): the first may
--- have run, so a repeat counts no refusal (neither in the window nor in total_refused).
+-- resolve(id, client, join): ARGV[2] = visitor id, ARGV[3] = client (16 bytes), ARGV[4] =
+-- '0' for the back of the line, '1' for a priority join (position 1), '2' for nobody new (a
+-- newcomer is answered {7} and not joined), ARGV[5] = the visitor's lottery score and
+-- ARGV[6] their 32-byte draw hash (see KEYS[6] and KEYS[10]), used only to enter a draw.
+-- KEYS[13] = this client's join-limit window. KEYS[14], when given, = a solved challenge's
+-- key (ar:{room}:chal:<id>, same slot), spent for a newcomer before they join (a visitor
+-- waiting or on the site spends nothing), with ARGV[7] = the challenge's expiry in unix ms
+-- (store time decides it): SET NX PX with the visitor, so the same visitor again (a repeat)
+-- goes on and anyone else is a replay. ARGV[8] = '1' when this call repeats one whose
+-- connection broke (the replica's one repeat, see redis_client.rs): the first may have
+-- run, so a repeat counts no refusal (neither in the window nor in total_refused).
 -- Everything else is safe to repeat as it is: a visitor the first attempt admitted or
 -- placed is found in `active` or in line and answered as such, never admitted or placed
 -- twice; a repeated front join moves them to the front again, where they already are.
@@ -11,13 +16,15 @@
 -- {2, position, waiting, paused, joined, phase} waiting (joined = 1 when this call added
 -- them; position 0 = none yet, in a lottery draw), {3, retry_after_ms, reason} refused
 -- (reason 0 join limit, 1 places per client, 2 sessions per client, 3 session clients),
--- {4} not open yet, {5} closed, {6} full (the queue breaker).
+-- {4} not open yet, {5} closed, {6} full (the queue breaker), {7} a newcomer not joined
+-- (ARGV[4] = '2'), {8} the challenge spent by someone else or expired (nothing done).
 local r = load_room()
 if not r then
   return {-1}
 end
-local id, client, front = ARGV[2], ARGV[3], ARGV[4] == '1'
-local again = ARGV[7] == '1'
+local id, client, front, known = ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[4] == '2'
+local K_CHAL = KEYS[14]
+local again = ARGV[8] == '1'
 -- A refusal: counted in total_refused, except on a repeat.
 local function refused(reply)
   if not again then
@@ -77,6 +84,20 @@ if ph == BEFORE_OPEN then
   return {4}
 elseif ph == CLOSED then
   return {5}
+end
+if known then
+  return {7}
+end
+
+-- The challenge this newcomer solved, spent before anything else counts them.
+if K_CHAL then
+  local ttl = tonumber(ARGV[7]) - NOW
+  if ttl <= 0 then
+    return {8}
+  end
+  if not redis.call('SET', K_CHAL, id, 'NX', 'PX', ttl) and redis.call('GET', K_CHAL) ~= id then
+    return {8}
+  end
 end
 
 -- The join limit: a fixed window per client, in store time; refusals count too. The key's

@@ -61,16 +61,17 @@ use std::collections::{BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AdaptiveState, ClientKey, DrawRecord, Join, Mode, OriginReport, PassReport, Phase, Place,
-    QueueQuery, REAP_BUDGET, RefusedReason, Resolution, RoomPolicy, RoomSettings, RoomStats,
-    SHARE_RETRY_AFTER, Seeded, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState,
-    WaitingEntry,
+    AdaptiveState, ChallengeSpend, ClientKey, DrawRecord, GrantUse, Join, Mode, OriginReport,
+    PassReport, Phase, Place, QueueQuery, REAP_BUDGET, RefusedReason, Resolution, RoomPolicy,
+    RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded, Spent, StoreError, StoreResult, VisitorId,
+    VisitorRef, VisitorState, WaitingEntry,
 };
 use crate::clock::ms;
 use crate::fairness::draw::DrawHash;
 use clients::{ClientCounts, ClientRef, JoinWindows};
 use line::{LaneKind, NewPlace, WaitingLine};
 use sessions::Sessions;
+use store::{IdKey, SpentGrants};
 
 /// Heartbeats and session activity closer together than this do not move the visitor in
 /// the time indexes: abandonment and reclaim are measured in seconds, and skipping the
@@ -177,6 +178,10 @@ struct Room {
     /// Each replica's latest report and when it came (several replicas share this store
     /// only in tests, but the rules are the Redis store's).
     origin_reports: HashMap<String, (u64, OriginReport)>,
+    /// The spent challenge ids until their expiry (bounded by
+    /// [`store::MAX_SPENT_CHALLENGES`]), kept with the room so a join spends under the
+    /// room's own lock. Not snapshotted: a challenge lives five minutes.
+    challenges: SpentGrants<IdKey>,
 }
 
 impl Room {
@@ -202,6 +207,7 @@ impl Room {
             adaptive: None,
             adaptive_claim_ms: None,
             origin_reports: HashMap::new(),
+            challenges: SpentGrants::default(),
         }
     }
 
@@ -357,31 +363,86 @@ impl Room {
         join: Join,
         now: u64,
     ) -> Resolution {
+        match self.known(visitor, client, join, now) {
+            Ok(resolution) => resolution,
+            Err(_) if join == Join::Known => Resolution::Newcomer,
+            Err(phase) => self.join_newcomer(visitor, client, join, phase, now),
+        }
+    }
+
+    /// [`Room::resolve`] for the answer to a challenge: a newcomer spends `challenge`'s id
+    /// first, under the same lock (see `QueueStore::resolve_spending`).
+    fn resolve_spending(
+        &mut self,
+        visitor: VisitorId,
+        client: ClientKey,
+        challenge: ChallengeSpend<'_>,
+        now: u64,
+    ) -> Spent {
+        let phase = match self.known(visitor, client, Join::Back, now) {
+            Ok(resolution) => return Spent::Resolved(resolution),
+            Err(phase) => phase,
+        };
+        let spent = self.challenges.spend_within(
+            challenge.id,
+            visitor,
+            challenge.expires_at_ms,
+            now,
+            store::MAX_SPENT_CHALLENGES,
+        );
+        if spent == GrantUse::Taken {
+            return Spent::Replayed;
+        }
+        Spent::Resolved(self.join_newcomer(visitor, client, Join::Back, phase, now))
+    }
+
+    /// The part of [`Room::resolve`] about who the store already has, and the schedule:
+    /// `Ok` for a visitor on the site or waiting, or when the schedule lets no newcomer in
+    /// (not open, closed); `Err` with the phase for a newcomer who may join.
+    fn known(
+        &mut self,
+        visitor: VisitorId,
+        client: ClientKey,
+        join: Join,
+        now: u64,
+    ) -> Result<Resolution, Phase> {
         let phase = self.phase(now);
         if self.sessions.contains(&visitor) {
-            return self.session_request(visitor, client, now);
+            return Ok(self.session_request(visitor, client, now));
         }
         if join == Join::Front && phase != Phase::Closed {
             if let Some(place) = self.move_front(visitor, now, phase) {
-                return Resolution::Waiting {
+                return Ok(Resolution::Waiting {
                     place,
                     joined: false,
-                };
+                });
             }
         } else if let Some(place) = self.heartbeat_waiter(visitor, now, phase) {
             if phase == Phase::Closed {
-                return Resolution::Closed;
+                return Ok(Resolution::Closed);
             }
-            return Resolution::Waiting {
+            return Ok(Resolution::Waiting {
                 place,
                 joined: false,
-            };
+            });
         }
         match phase {
-            Phase::BeforeOpen => return Resolution::NotOpen,
-            Phase::Closed => return Resolution::Closed,
-            Phase::Draw | Phase::Queueing => {}
+            Phase::BeforeOpen => Ok(Resolution::NotOpen),
+            Phase::Closed => Ok(Resolution::Closed),
+            Phase::Draw | Phase::Queueing => Err(phase),
         }
+    }
+
+    /// The rest of [`Room::resolve`] for a newcomer in `phase` (the line open or the draw):
+    /// the join limit, the shares, the fast path, the breaker, then a place.
+    fn join_newcomer(
+        &mut self,
+        visitor: VisitorId,
+        client: ClientKey,
+        join: Join,
+        phase: Phase,
+        now: u64,
+    ) -> Resolution {
         if self.policy.limits_joins()
             && let Err(retry_after_ms) = self.joins.charge(
                 client,

@@ -1,10 +1,11 @@
 //! [`MemoryStore`]: the rooms of this process by name, each behind its own mutex, and
 //! [`QueueStore`] on them; each operation takes the room's lock, runs the room's logic at
 //! the store's time, and lets go. Also the one store-wide thing a room does not hold: the
-//! spent priority-grant nonces.
+//! spent priority-grant nonces (a room holds its spent challenge ids, which its joins
+//! spend under its lock).
 
-use std::collections::{BTreeSet, HashMap};
-use std::hash::Hash;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -15,9 +16,10 @@ use super::Room;
 use super::snapshot::{SNAPSHOT_FILE, decode_snapshot, write_snapshot};
 use crate::clock::Clock;
 use crate::queue::{
-    AdaptiveState, ClientKey, DrawRecord, GrantUse, Join, OriginExchange, OriginReport, PassReport,
-    Place, QueueQuery, QueueStore, Resolution, RoomPolicy, RoomSettings, RoomStats, Seeded,
-    SettingsPatch, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
+    AdaptiveState, ChallengeSpend, ClientKey, DrawRecord, GrantUse, Join, OriginExchange,
+    OriginReport, PassReport, Place, QueueQuery, QueueStore, Resolution, RoomPolicy, RoomSettings,
+    RoomStats, Seeded, SettingsPatch, Spent, StoreError, StoreResult, VisitorId, VisitorRef,
+    VisitorState, WaitingEntry,
 };
 
 /// The embedded queue store: every room in this process's memory, optionally snapshotted to `data_dir`.
@@ -29,35 +31,36 @@ pub struct MemoryStore {
     /// Spent priority-grant nonces per room. Not snapshotted: a grant is short-lived, and
     /// a restart of the one embedded replica is rare next to a grant's minutes.
     grants: Mutex<HashMap<String, SpentGrants>>,
-    /// Spent challenge ids per room, kept the same way (bounded by
-    /// [`MAX_SPENT_CHALLENGES`], forgotten at their expiry); not snapshotted either: a
-    /// challenge lives five minutes.
-    pub(super) challenges: Mutex<HashMap<String, SpentGrants<IdKey>>>,
 }
 
 /// The spent nonces (or challenge ids) of one room until their expiry: a bounded map
-/// pruned by expiry, keyed by `K`.
-pub(super) struct SpentGrants<K = String> {
-    pub(super) by_nonce: HashMap<K, (u64, VisitorId)>,
-    pub(super) by_expiry: BTreeSet<(u64, K)>,
+/// keyed by `K`, pruned by expiry from lists of the keys due at each expiry (ids issued in
+/// the same second share one: appending is O(1), where an ordered set of every id cost a
+/// tree walk and its key comparisons per spend).
+pub(super) struct SpentGrants<K: SpentKey = String> {
+    pub(super) by_nonce: HashMap<K, (u64, VisitorId), K::Hasher>,
+    pub(super) by_expiry: BTreeMap<u64, Vec<K>>,
 }
 
-impl<K> Default for SpentGrants<K> {
+impl<K: SpentKey> Default for SpentGrants<K> {
     fn default() -> Self {
         SpentGrants {
-            by_nonce: HashMap::new(),
-            by_expiry: BTreeSet::new(),
+            by_nonce: HashMap::default(),
+            by_expiry: BTreeMap::new(),
         }
     }
 }
 
 /// How a spent id is kept as a map key.
-pub(super) trait SpentKey: Hash + Eq + Ord + Clone {
+pub(super) trait SpentKey: Hash + Eq + Clone {
+    /// How the map hashes it.
+    type Hasher: BuildHasher + Default;
     /// The key of `id`.
     fn of(id: &str) -> Self;
 }
 
 impl SpentKey for String {
+    type Hasher = std::hash::RandomState;
     fn of(id: &str) -> Self {
         id.to_owned()
     }
@@ -70,6 +73,7 @@ impl SpentKey for String {
 pub(super) struct IdKey([u8; 32]);
 
 impl SpentKey for IdKey {
+    type Hasher = BuildHasherDefault<IdHasher>;
     fn of(id: &str) -> Self {
         let mut key = [0u8; 32];
         let bytes = id.as_bytes();
@@ -85,13 +89,34 @@ impl SpentKey for IdKey {
     }
 }
 
+/// Hashes an [`IdKey`] by folding its bytes with a multiply: no keyed hash is needed, for
+/// only verified challenges reach the map, whose ids are random and signed (nobody can
+/// choose them to collide), and SipHash was a measurable part of a spend.
+#[derive(Default)]
+pub(super) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(29) ^ u64::from_le_bytes(word))
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 32)
+    }
+}
+
 /// Spent nonces one room remembers at once. Past it, new grants are refused until some
 /// expire (fail closed: a nonce is never forgotten before its expiry, so never replayable).
 /// Only grants signed with `priority_secret` get this far, so only the site can fill it.
 pub const MAX_SPENT_GRANTS: usize = 200_000;
 
-/// Spent challenge ids one room remembers at once (about 150 B each, so at most about
-/// 75 MB): 1,666 joins a second for the challenge's five minutes. Past it, a solved
+/// Spent challenge ids one room remembers at once (about 120 B each, so at most about
+/// 60 MB): 1,666 joins a second for the challenge's five minutes. Past it, a solved
 /// challenge is refused as a replay until some expire (fail closed, as for grants):
 /// each one took a solved proof of work to get here.
 pub const MAX_SPENT_CHALLENGES: usize = 500_000;
@@ -116,11 +141,11 @@ impl<K: SpentKey> SpentGrants<K> {
         now: u64,
         max: usize,
     ) -> GrantUse {
-        while let Some((at, _)) = self.by_expiry.first()
-            && *at <= now
+        while let Some(entry) = self.by_expiry.first_entry()
+            && *entry.key() <= now
         {
-            if let Some((_, n)) = self.by_expiry.pop_first() {
-                self.by_nonce.remove(&n);
+            for key in entry.remove() {
+                self.by_nonce.remove(&key);
             }
         }
         let key = K::of(nonce);
@@ -135,7 +160,7 @@ impl<K: SpentKey> SpentGrants<K> {
             return GrantUse::Taken;
         }
         self.by_nonce.insert(key.clone(), (expires_at_ms, visitor));
-        self.by_expiry.insert((expires_at_ms, key));
+        self.by_expiry.entry(expires_at_ms).or_default().push(key);
         GrantUse::Fresh
     }
 }
@@ -148,7 +173,6 @@ impl MemoryStore {
             rooms: RwLock::default(),
             data_dir: None,
             grants: Mutex::default(),
-            challenges: Mutex::default(),
         }
     }
 
@@ -186,7 +210,6 @@ impl MemoryStore {
             rooms: RwLock::new(rooms),
             data_dir: Some(data_dir.to_owned()),
             grants: Mutex::default(),
-            challenges: Mutex::default(),
         })
     }
 
@@ -291,24 +314,16 @@ impl QueueStore for MemoryStore {
             .spend(nonce, visitor, expires_at_ms, now))
     }
 
-    async fn spend_challenge(
+    async fn resolve_spending(
         &self,
         room: &str,
-        id: &str,
         visitor: VisitorId,
-        expires_at_ms: u64,
-    ) -> StoreResult<GrantUse> {
-        self.room(room)?;
-        let now = self.clock.now_ms();
-        let mut spent = self.challenges.lock().unwrap_or_else(|p| p.into_inner());
-        // Looked up by `&str` first: the room's name is copied only on its first spend.
-        if !spent.contains_key(room) {
-            spent.insert(room.to_owned(), SpentGrants::default());
-        }
-        let Some(spent) = spent.get_mut(room) else {
-            return Err(StoreError::UnknownRoom(room.to_owned()));
-        };
-        Ok(spent.spend_within(id, visitor, expires_at_ms, now, MAX_SPENT_CHALLENGES))
+        client: ClientKey,
+        challenge: ChallengeSpend<'_>,
+    ) -> StoreResult<Spent> {
+        self.with_room(room, |room, now| {
+            room.resolve_spending(visitor, client, challenge, now)
+        })
     }
 
     async fn touch_sessions(&self, room: &str, visitors: &[VisitorId]) -> StoreResult<Vec<bool>> {

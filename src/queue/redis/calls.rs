@@ -22,7 +22,7 @@
 //!   "fresh" does), `session touch` (activity times), `update_settings` (absolute values;
 //!   a resume's empty bucket only on the first), `adaptive` (a replica's report replaces
 //!   its own; a repeated exchange finds the claim taken, by itself, and skips one decision),
-//!   and `resolve`, made safe by telling the script it repeats (`ARGV[7]`): a visitor the
+//!   and `resolve`, made safe by telling the script it repeats (`ARGV[8]`): a visitor the
 //!   first attempt admitted or placed is in `active` or in line and is answered as such
 //!   (never a second admission, token or place; only the reply's `newly` / `joined` flag is
 //!   then false, so at most one admitted or joined event is missed, never doubled), and a
@@ -106,18 +106,18 @@ impl RedisStore {
         room: &str,
         args: impl FnOnce(&mut Args),
     ) -> StoreResult<Value> {
-        self.call_as(op, op.repeat, room, None, args).await
+        self.call_as(op, op.repeat, room, &[], args).await
     }
 
-    /// [`RedisStore::call`] with one more key after the room's.
+    /// [`RedisStore::call`] with more keys after the room's.
     pub(super) async fn call_with(
         &self,
         op: &Op,
         room: &str,
-        extra_key: Option<String>,
+        extra_keys: &[String],
         args: impl FnOnce(&mut Args),
     ) -> StoreResult<Value> {
-        self.call_as(op, op.repeat, room, extra_key, args).await
+        self.call_as(op, op.repeat, room, extra_keys, args).await
     }
 
     /// [`RedisStore::call_with`], repeated after a broken connection as `repeat` says
@@ -127,14 +127,14 @@ impl RedisStore {
         op: &Op,
         repeat: Repeat,
         room: &str,
-        extra_key: Option<String>,
+        extra_keys: &[String],
         args: impl FnOnce(&mut Args),
     ) -> StoreResult<Value> {
         let room_keys = self.room_keys(room);
         let keys: Vec<&str> = room_keys
             .iter()
+            .chain(extra_keys)
             .map(String::as_str)
-            .chain(extra_key.as_deref())
             .collect();
         let mut rest = Args::default();
         rest.arg(self.clock_arg());

@@ -18,10 +18,10 @@ use crate::clock::ms;
 use crate::fairness::draw::DrawHash;
 use crate::queue::redis_client::{Repeat, once_more};
 use crate::queue::{
-    AdaptiveState, ClientKey, DrawRecord, GrantUse, Join, OriginExchange, OriginReport, PassReport,
-    Place, QueueQuery, QueueStore, REAP_BUDGET, RefusedReason, Resolution, RoomPolicy,
-    RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded, SettingsPatch, StoreError, StoreResult,
-    VisitorId, VisitorRef, VisitorState, WaitingEntry,
+    AdaptiveState, ChallengeSpend, ClientKey, DrawRecord, GrantUse, Join, OriginExchange,
+    OriginReport, PassReport, Place, QueueQuery, QueueStore, REAP_BUDGET, RefusedReason,
+    Resolution, RoomPolicy, RoomSettings, RoomStats, SHARE_RETRY_AFTER, Seeded, SettingsPatch,
+    Spent, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
 };
 
 /// How many fields of a draw's record one `HSCAN` step asks for: a draw of any size is
@@ -113,6 +113,72 @@ impl RedisStore {
     /// visitor moving between steps may be missed, and the admin simply searches again).
     /// Chosen over an index by reference, which would cost memory per waiting visitor
     /// against the ≤ 120 B goal for a rare admin search.
+    /// One run of the `resolve` script: `join` as [`QueueStore::resolve_with`] takes it,
+    /// and with `challenge` its id spent for a newcomer in the same run (same slot as the
+    /// room: `ar:{room}:chal:<id>`).
+    async fn resolve_call(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        client: ClientKey,
+        join: Join,
+        challenge: Option<ChallengeSpend<'_>>,
+    ) -> StoreResult<Spent> {
+        // The lottery's order, by the published rule: the draw hash (SHA-256(salt ‖ id))
+        // and its first 52 bits as the score, exact in a ZSET's double.
+        let salt = self.salt(room).await?;
+        let hash = DrawHash::of(&salt, visitor);
+        let score = hash.score() >> 12;
+        let joins = Self::joins_key(room, client);
+        let (keys, expires_at_ms) = match challenge {
+            Some(c) => (
+                vec![joins, Self::challenge_key(room, c.id)],
+                c.expires_at_ms,
+            ),
+            None => (vec![joins], 0),
+        };
+        let reply = self
+            .call_with(&RESOLVE, room, &keys, |inv| {
+                inv.arg(&visitor.0[..])
+                    .arg(&client.to_bytes()[..])
+                    .arg(match join {
+                        Join::Back => "0",
+                        Join::Front => "1",
+                        Join::Known => "2",
+                    })
+                    .arg(score.to_string())
+                    .arg(&hash.0[..])
+                    .arg(expires_at_ms);
+            })
+            .await?;
+        let resolution = match ints("resolve", reply)?.as_slice() {
+            &[1, newly] => Resolution::Admitted { newly: newly == 1 },
+            &[2, position, waiting, paused, joined, phase] => Resolution::Waiting {
+                place: place(position, waiting, paused, phase)?,
+                joined: joined == 1,
+            },
+            &[3, retry_after_ms, 0] => Resolution::Refused {
+                reason: RefusedReason::JoinLimit,
+                retry_after: Duration::from_millis(retry_after_ms.max(1) as u64),
+            },
+            &[3, _, reason @ 1..=3] => Resolution::Refused {
+                reason: match reason {
+                    1 => RefusedReason::PlacesPerClient,
+                    2 => RefusedReason::SessionsPerClient,
+                    _ => RefusedReason::SessionClients,
+                },
+                retry_after: SHARE_RETRY_AFTER,
+            },
+            [4] => Resolution::NotOpen,
+            [5] => Resolution::Closed,
+            [6] => Resolution::Full,
+            [7] => Resolution::Newcomer,
+            [8] if challenge.is_some() => return Ok(Spent::Replayed),
+            other => return Err(bad_reply("resolve", other)),
+        };
+        Ok(Spent::Resolved(resolution))
+    }
+
     async fn find(&self, room: &str, reference: VisitorRef) -> StoreResult<WaitingEntry> {
         let prefix = reference.prefix();
         for key in ["line", "draw"] {
@@ -203,43 +269,21 @@ impl QueueStore for RedisStore {
         client: ClientKey,
         join: Join,
     ) -> StoreResult<Resolution> {
-        // The lottery's order, by the published rule: the draw hash (SHA-256(salt ‖ id))
-        // and its first 52 bits as the score, exact in a ZSET's double.
-        let salt = self.salt(room).await?;
-        let hash = DrawHash::of(&salt, visitor);
-        let score = hash.score() >> 12;
-        let reply = self
-            .call_with(&RESOLVE, room, Some(Self::joins_key(room, client)), |inv| {
-                inv.arg(&visitor.0[..])
-                    .arg(&client.to_bytes()[..])
-                    .arg(if join == Join::Front { "1" } else { "0" })
-                    .arg(score.to_string())
-                    .arg(&hash.0[..]);
-            })
-            .await?;
-        match ints("resolve", reply)?.as_slice() {
-            &[1, newly] => Ok(Resolution::Admitted { newly: newly == 1 }),
-            &[2, position, waiting, paused, joined, phase] => Ok(Resolution::Waiting {
-                place: place(position, waiting, paused, phase)?,
-                joined: joined == 1,
-            }),
-            &[3, retry_after_ms, 0] => Ok(Resolution::Refused {
-                reason: RefusedReason::JoinLimit,
-                retry_after: Duration::from_millis(retry_after_ms.max(1) as u64),
-            }),
-            &[3, _, reason @ 1..=3] => Ok(Resolution::Refused {
-                reason: match reason {
-                    1 => RefusedReason::PlacesPerClient,
-                    2 => RefusedReason::SessionsPerClient,
-                    _ => RefusedReason::SessionClients,
-                },
-                retry_after: SHARE_RETRY_AFTER,
-            }),
-            [4] => Ok(Resolution::NotOpen),
-            [5] => Ok(Resolution::Closed),
-            [6] => Ok(Resolution::Full),
-            other => Err(bad_reply("resolve", other)),
+        match self.resolve_call(room, visitor, client, join, None).await? {
+            Spent::Resolved(resolution) => Ok(resolution),
+            Spent::Replayed => Err(bad_reply("resolve", "replayed without a challenge")),
         }
+    }
+
+    async fn resolve_spending(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        client: ClientKey,
+        challenge: ChallengeSpend<'_>,
+    ) -> StoreResult<Spent> {
+        self.resolve_call(room, visitor, client, Join::Back, Some(challenge))
+            .await
     }
 
     async fn queue(&self, room: &str, query: QueueQuery) -> StoreResult<Vec<WaitingEntry>> {
@@ -282,7 +326,7 @@ impl QueueStore for RedisStore {
         expires_at_ms: u64,
     ) -> StoreResult<GrantUse> {
         let reply = self
-            .call_with(&GRANT, room, Some(Self::grant_key(room, nonce)), |inv| {
+            .call_with(&GRANT, room, &[Self::grant_key(room, nonce)], |inv| {
                 inv.arg(&visitor.0[..]).arg(expires_at_ms);
             })
             .await?;
@@ -294,30 +338,9 @@ impl QueueStore for RedisStore {
         }
     }
 
-    async fn spend_challenge(
-        &self,
-        room: &str,
-        id: &str,
-        visitor: VisitorId,
-        expires_at_ms: u64,
-    ) -> StoreResult<GrantUse> {
-        // The grant's script on the challenge's own key: SET NX PX until the expiry.
-        let reply = self
-            .call_with(&GRANT, room, Some(Self::challenge_key(room, id)), |inv| {
-                inv.arg(&visitor.0[..]).arg(expires_at_ms);
-            })
-            .await?;
-        match ints("challenge", reply)?.as_slice() {
-            [1] => Ok(GrantUse::Fresh),
-            [2] => Ok(GrantUse::Again),
-            [0] => Ok(GrantUse::Taken),
-            other => Err(bad_reply("challenge", other)),
-        }
-    }
-
     async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
         let reply = self
-            .call_as(&SESSION, Repeat::IfUnsent, room, None, |inv| {
+            .call_as(&SESSION, Repeat::IfUnsent, room, &[], |inv| {
                 inv.arg("end").arg(&visitor.0[..]);
             })
             .await?;
@@ -611,7 +634,7 @@ impl QueueStore for RedisStore {
         let json = serde_json::to_string(report)
             .map_err(|e| StoreError::Unavailable(format!("cannot encode a report: {e}")))?;
         let reply = self
-            .call_with(&ADAPTIVE, room, Some(Self::origin_key(room)), |inv| {
+            .call_with(&ADAPTIVE, room, &[Self::origin_key(room)], |inv| {
                 inv.arg("x")
                     .arg(replica)
                     .arg(json)
@@ -655,7 +678,7 @@ impl QueueStore for RedisStore {
             None => (String::new(), String::new()),
         };
         let reply = self
-            .call_with(&ADAPTIVE, room, Some(Self::origin_key(room)), |inv| {
+            .call_with(&ADAPTIVE, room, &[Self::origin_key(room)], |inv| {
                 inv.arg("s").arg(rate).arg(json);
             })
             .await?;

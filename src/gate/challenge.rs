@@ -328,7 +328,8 @@ impl App {
         let Some(text) = form::field(query, "c") else {
             return self.answer_refused(room, Refusal::Unreadable, identity);
         };
-        let live = room.live();
+        // Owned, not a guard: the settings are used again after the store call below.
+        let live = arc_swap::Guard::into_inner(room.live());
         let config = &live.config;
         // The wait the page promised: the challenge's bits say how many strikes it was
         // issued for, and the wait doubles with them as the work does.

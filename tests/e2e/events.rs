@@ -59,16 +59,6 @@ async fn create(http: &reqwest::Client, addr: SocketAddr, body: &Value) -> (u16,
     (status, body)
 }
 
-/// The phases `anteroom_room_phase` says the room is in (exactly one when all is well).
-fn phases_in(metrics: &str) -> Vec<String> {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("anteroom_room_phase{") && l.ends_with(" 1"))
-        .filter_map(|l| l.split("phase=\"").nth(1)?.split('"').next())
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Waits until the stats and the metric both say one of `phases`, and returns the stats.
 async fn phase_is(http: &reqwest::Client, addr: SocketAddr, phases: &[&str]) -> Value {
     phase_within(http, addr, phases, WITHIN).await
@@ -89,14 +79,6 @@ async fn phase_within(
             .then_some(s)
     })
     .await
-}
-
-async fn visit_json(http: &reqwest::Client, url: &str, cookie: Option<&str>) -> reqwest::Response {
-    let mut request = http.get(url).header("accept", "application/json");
-    if let Some(c) = cookie {
-        request = request.visitor(c);
-    }
-    request.send().await.unwrap()
 }
 
 /// One event through `addr`'s API, run to its end: pre-queue, draw, admission (with its

@@ -45,16 +45,6 @@ async fn stats(http: &reqwest::Client, addr: SocketAddr) -> Value {
     common::admin_get(http, addr, "rooms/main/stats").await
 }
 
-/// The phases `anteroom_room_phase` says the room is in (exactly one when all is well).
-fn phases_in(metrics: &str) -> Vec<String> {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("anteroom_room_phase{") && l.ends_with(" 1"))
-        .filter_map(|l| l.split("phase=\"").nth(1)?.split('"').next())
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Waits until the stats and the metric both say `phase`, and returns the stats.
 async fn phase_is(http: &reqwest::Client, addr: SocketAddr, phase: &str) -> Value {
     let what = format!("phase {phase} in the stats and the metric");
@@ -64,15 +54,6 @@ async fn phase_is(http: &reqwest::Client, addr: SocketAddr, phase: &str) -> Valu
         (s["phase"] == phase && metric == [phase]).then_some(s)
     })
     .await
-}
-
-/// A newcomer's JSON answer: the response (its status header and cookie) and the body.
-async fn visit_json(http: &reqwest::Client, url: &str, cookie: Option<&str>) -> reqwest::Response {
-    let mut request = http.get(url).header("accept", "application/json");
-    if let Some(c) = cookie {
-        request = request.visitor(c);
-    }
-    request.send().await.unwrap()
 }
 
 /// Lets the first visitor in and puts `n` more in line; returns (admitted, waiting).

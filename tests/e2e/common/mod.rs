@@ -506,3 +506,26 @@ pub fn from(ip: &str) -> reqwest::Client {
         .build()
         .unwrap()
 }
+
+/// The phases `anteroom_room_phase` says the room is in (exactly one when all is well).
+pub fn phases_in(metrics: &str) -> Vec<String> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("anteroom_room_phase{") && l.ends_with(" 1"))
+        .filter_map(|l| l.split("phase=\"").nth(1)?.split('"').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A JSON client's request to `url`, with the visitor cookie `cookie` if given.
+pub async fn visit_json(
+    http: &reqwest::Client,
+    url: &str,
+    cookie: Option<&str>,
+) -> reqwest::Response {
+    let mut request = http.get(url).header("accept", "application/json");
+    if let Some(c) = cookie {
+        request = request.visitor(c);
+    }
+    request.send().await.unwrap()
+}

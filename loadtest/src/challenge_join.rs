@@ -1,11 +1,20 @@
 //! The proof of work's cost at the door: cookieless joins into a paused room with
 //! `challenge: {mode: always}`, answered with solutions found beforehand, beside the same
 //! joins without the challenge (`GET /` as a JSON client, which gets the same waiting JSON
-//! back as an accepted answer does), in alternating rounds on fresh embedded
-//! instances. The challenges are fetched and solved before the timed part (a native
-//! solver on this machine's cores), so what is timed is the door's own work per join: the
-//! answer's parse, the challenge's check, the spend and the join. What handing out a
-//! challenge costs (the `GET` that returns one) is measured apart, over the fetch.
+//! back as an accepted answer does), in alternating rounds on fresh embedded instances.
+//!
+//! The challenges are fetched once, from an instance of their own (which measures what
+//! handing one out costs), and solved once before anything is timed (a native solver on
+//! this machine's cores). Every instance shares one cookie secret, so each challenged
+//! round answers the same challenges on a fresh instance whose store has spent none of
+//! them: rounds cost no new solving, and there can be many of them. What is timed is the
+//! door's own work per join: the answer's parse, the challenge's check, the spend and the
+//! join.
+//!
+//! With `--server-cpus` and `--client-cpus`, anteroom and the harness (once the solving is
+//! done) are pinned apart: the rate is then the server's, not a share of two cores the
+//! scheduler splits differently from one round to the next. The CPU time is each server
+//! thread's own (`schedstat`, to the nanosecond).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,29 +26,99 @@ use base64::Engine as _;
 use hyper::Method;
 
 use crate::client::{self, Admin, Conn};
-use crate::infra::{Anteroom, AnteroomSpec, cpu_secs};
+use crate::infra::{Anteroom, AnteroomSpec, pin_self, random_secret, threads_cpu_secs};
 use crate::report::Row;
+
+/// Joins (or answers) before the timed ones, on the path the timed ones take.
+const WARM_UP: u64 = 2_000;
 
 /// What one instance measured.
 struct Run {
     rate: f64,
     cpu_us: f64,
-    issue_cpu_us: Option<f64>,
+}
+
+/// How the instances of one run are set up.
+struct Setup {
+    /// Shared by every instance, so the challenges fetched once are good on each.
+    secret: String,
+    /// Where anteroom runs (`taskset -c`), if pinned.
+    cpus: Option<String>,
+    /// Whether both kinds of request carry what a browser's `fetch` from the waiting page
+    /// sends ([`BROWSER`]), rather than only what they need.
+    browser: bool,
+}
+
+/// What Chromium's `fetch` from the waiting page sends besides the request's own
+/// headers, for a newcomer (no cookie yet): on the plain join and on the answer alike.
+const BROWSER: &[(&str, &str)] = &[
+    ("sec-ch-ua", r#""Chromium";v="131", "Not_A Brand";v="24""#),
+    ("sec-ch-ua-mobile", "?0"),
+    ("sec-ch-ua-platform", r#""Linux""#),
+    ("accept-language", "en-GB,en;q=0.9,fr;q=0.8"),
+    ("accept-encoding", "gzip, deflate, br, zstd"),
+    ("sec-fetch-site", "same-origin"),
+    ("sec-fetch-mode", "cors"),
+    ("sec-fetch-dest", "empty"),
+];
+
+impl Setup {
+    fn spec(&self, challenge: bool) -> AnteroomSpec {
+        let mut spec = AnteroomSpec::new(None);
+        spec.cookie_secret = Some(self.secret.clone());
+        spec.cpus = self.cpus.clone();
+        if challenge {
+            spec.room_extra = "    challenge: {mode: always}\n".into();
+        }
+        spec
+    }
 }
 
 /// `rounds` alternating pairs of `n` joins from `conns` connections; the medians.
-pub async fn challenge_join(n: u64, conns: usize, rounds: usize) -> anyhow::Result<Vec<Row>> {
+pub async fn challenge_join(
+    n: u64,
+    conns: usize,
+    rounds: usize,
+    server_cpus: Option<String>,
+    client_cpus: Option<String>,
+    browser: bool,
+) -> anyhow::Result<Vec<Row>> {
+    let setup = Setup {
+        secret: random_secret(),
+        cpus: server_cpus.clone(),
+        browser,
+    };
+    let (texts, issue_cpu_us) = {
+        let ant = Anteroom::start(&setup.spec(true))?;
+        Admin::connect(ant.addr).await?.pause().await?;
+        // The warm-up's challenges are the answers' warm-up too.
+        let mut texts = fetch(ant.addr, conns, WARM_UP).await?;
+        let before = threads_cpu_secs(ant.pid())?;
+        texts.extend(fetch(ant.addr, conns, n).await?);
+        (
+            texts,
+            (threads_cpu_secs(ant.pid())? - before) * 1e6 / n as f64,
+        )
+    };
+    let fetched = Instant::now();
+    let bodies = Arc::new(solve_all(texts)?);
+    if let Some(cpus) = &client_cpus {
+        pin_self(cpus)?;
+    }
     let (mut plain, mut with) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
-        let p = run(false, n, conns).await?;
-        let c = run(true, n, conns).await?;
+        // Every answer has to reach the last instance before its challenge expires.
+        if fetched.elapsed() + Duration::from_secs(30) > anteroom::challenge::TTL {
+            bail!(
+                "challenge-join: the challenges expire before round {round}; ask for fewer \
+                 rounds or joins"
+            );
+        }
+        let p = run(&setup, None, n, conns).await?;
+        let c = run(&setup, Some(bodies.clone()), n, conns).await?;
         crate::scenarios::say(format!(
-            "challenge-join round {round}: without {:.0}/s {:.1} µs, with {:.0}/s {:.1} µs (+ {:.1} µs to issue)",
-            p.rate,
-            p.cpu_us,
-            c.rate,
-            c.cpu_us,
-            c.issue_cpu_us.unwrap_or(0.0)
+            "challenge-join round {round}: without {:.0}/s {:.1} µs, with {:.0}/s {:.1} µs",
+            p.rate, p.cpu_us, c.rate, c.cpu_us,
         ));
         plain.push(p);
         with.push(c);
@@ -51,12 +130,23 @@ pub async fn challenge_join(n: u64, conns: usize, rounds: usize) -> anyhow::Resu
     };
     let (rate_plain, rate_with) = (median(&plain, |r| r.rate), median(&with, |r| r.rate));
     let (cpu_plain, cpu_with) = (median(&plain, |r| r.cpu_us), median(&with, |r| r.cpu_us));
-    let issue = median(&with, |r| r.issue_cpu_us.unwrap_or(0.0));
     let ratio = rate_with / rate_plain.max(f64::MIN_POSITIVE);
+    let shape = if browser {
+        ", browser-shaped requests"
+    } else {
+        ", minimal requests"
+    };
+    let pinned = match (&server_cpus, &client_cpus) {
+        (Some(s), Some(c)) => format!(", anteroom on CPU {s}, the load on {c}"),
+        (Some(s), None) => format!(", anteroom on CPU {s}"),
+        _ => String::new(),
+    };
     Ok(vec![
         Row::new(
             "challenge-join",
-            format!("joins/s without the challenge ({n} joins, {conns} conns, median of {rounds})"),
+            format!(
+                "joins/s without the challenge ({n} joins, {conns} conns, median of {rounds}{shape}{pinned})"
+            ),
             rate_plain,
             "/s",
         ),
@@ -69,7 +159,8 @@ pub async fn challenge_join(n: u64, conns: usize, rounds: usize) -> anyhow::Resu
         .target("within 10 % of without", ratio >= 0.9)
         .why(
             "the answer's request costs more anteroom CPU than a plain JSON join (see the CPU \
-             row); on this shared 2-core machine the rates also swing with other load",
+             row); unpinned on this shared 2-core machine the rates also swing with where the \
+             scheduler puts the server beside the load",
         ),
         Row {
             ours: format!("{cpu_plain:.1} / {cpu_with:.1} µs"),
@@ -83,51 +174,64 @@ pub async fn challenge_join(n: u64, conns: usize, rounds: usize) -> anyhow::Resu
         Row::new(
             "challenge-join",
             "anteroom CPU per challenge handed out (the JSON answer to a newcomer's GET)",
-            issue,
+            issue_cpu_us,
             "µs",
         ),
     ])
 }
 
-/// One fresh instance: warm up, then (with the challenge) fetch and solve `n` challenges,
-/// then `n` timed joins.
-async fn run(challenge: bool, n: u64, conns: usize) -> anyhow::Result<Run> {
-    let mut spec = AnteroomSpec::new(None);
-    if challenge {
-        spec.room_extra = "    challenge: {mode: always}\n".into();
-    }
-    let ant = Anteroom::start(&spec)?;
+/// One fresh instance: [`WARM_UP`] joins, then `n` timed ones, each answering one of
+/// `bodies` (the challenge is on) or as a plain JSON newcomer (it is off).
+async fn run(
+    setup: &Setup,
+    bodies: Option<Arc<Vec<String>>>,
+    n: u64,
+    conns: usize,
+) -> anyhow::Result<Run> {
+    let ant = Anteroom::start(&setup.spec(bodies.is_some()))?;
     Admin::connect(ant.addr).await?.pause().await?;
-    client::load(ant.addr, conns, 2_000, Duration::from_secs(60), None, false).await?;
-    let (bodies, issue_cpu_us) = if challenge {
-        let before = cpu_secs(ant.pid())?;
-        let texts = fetch(ant.addr, conns, n).await?;
-        let issue = (cpu_secs(ant.pid())? - before) * 1e6 / n as f64;
-        (Some(solve_all(texts)?), Some(issue))
-    } else {
-        (None, None)
-    };
-    let before = cpu_secs(ant.pid())?;
-    let (ok, errors, elapsed) = match bodies {
-        Some(bodies) => post_all(ant.addr, conns, bodies).await?,
-        None => {
-            // A JSON newcomer's join, as the challenge's answer is one: the same waiting
-            // JSON back, so the difference is the door's work.
-            let accept = vec![("accept", "application/json".to_owned())];
-            let load =
-                client::load_with(ant.addr, conns, n, Duration::from_secs(300), accept, false)
+    // A JSON newcomer's join, as the challenge's answer is one: the same waiting JSON
+    // back, so the difference is the door's work.
+    let mut accept = vec![("accept", "application/json".to_owned())];
+    // The answer as the page's script posts it.
+    let mut answer = vec![("content-type", "application/json".to_owned())];
+    if setup.browser {
+        let browser = BROWSER.iter().map(|(k, v)| (*k, (*v).to_owned()));
+        accept.extend(browser.clone());
+        answer.extend(browser);
+        answer.push(("accept", "*/*".to_owned()));
+        answer.push(("origin", format!("http://{}", ant.addr)));
+    }
+    let join = |n: u64, skip: u64| {
+        let (bodies, accept, answer) = (bodies.clone(), accept.clone(), answer.clone());
+        async move {
+            match bodies {
+                Some(bodies) => post_all(ant.addr, conns, bodies, answer, skip, n).await,
+                None => {
+                    let load = client::load_with(
+                        ant.addr,
+                        conns,
+                        n,
+                        Duration::from_secs(300),
+                        accept,
+                        false,
+                    )
                     .await?;
-            (load.ok, load.errors, load.elapsed)
+                    Ok((load.ok, load.errors, load.elapsed))
+                }
+            }
         }
     };
-    let cpu_us = (cpu_secs(ant.pid())? - before) * 1e6 / n as f64;
+    join(WARM_UP, 0).await?;
+    let before = threads_cpu_secs(ant.pid())?;
+    let (ok, errors, elapsed) = join(n, WARM_UP).await?;
+    let cpu_us = (threads_cpu_secs(ant.pid())? - before) * 1e6 / n as f64;
     if errors > 0 || ok != n {
         bail!("challenge-join: {ok} joins, {errors} errors of {n}");
     }
     Ok(Run {
         rate: ok as f64 / elapsed.as_secs_f64(),
         cpu_us,
-        issue_cpu_us,
     })
 }
 
@@ -182,8 +286,13 @@ fn solve_all(texts: Vec<String>) -> anyhow::Result<Vec<String>> {
                                 .map_err(|_| anyhow::anyhow!("a nonce of 16 bytes"))?;
                             let solution = anteroom::challenge::solve(&nonce, bits);
                             anyhow::Ok(
-                                serde_json::json!({"challenge": text, "solution": solution})
-                                    .to_string(),
+                                // As the waiting page sends it, with its solve time.
+                                serde_json::json!({
+                                    "challenge": text,
+                                    "solution": solution,
+                                    "solve_ms": 412,
+                                })
+                                .to_string(),
                             )
                         })
                         .collect::<anyhow::Result<Vec<String>>>()
@@ -203,29 +312,40 @@ fn solve_all(texts: Vec<String>) -> anyhow::Result<Vec<String>> {
     Ok(bodies.into_iter().flatten().collect())
 }
 
-/// Posts every body once over `conns` keep-alive connections: (joined, errors, elapsed).
+/// Posts `n` bodies from the `skip`th on, once each, over `conns` keep-alive connections:
+/// (joined, errors, elapsed).
 async fn post_all(
     addr: SocketAddr,
     conns: usize,
-    bodies: Vec<String>,
+    bodies: Arc<Vec<String>>,
+    headers: Vec<(&'static str, String)>,
+    skip: u64,
+    n: u64,
 ) -> anyhow::Result<(u64, u64, Duration)> {
-    let bodies = Arc::new(bodies);
+    let headers = Arc::new(headers);
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..conns {
-        let (bodies, next) = (bodies.clone(), next.clone());
+        let (bodies, next, headers) = (bodies.clone(), next.clone(), headers.clone());
         tasks.push(tokio::spawn(async move {
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
             let mut conn = Conn::connect(addr).await?;
             let (mut ok, mut errors) = (0u64, 0u64);
             loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                let Some(body) = bodies.get(i) else { break };
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let Some(body) = bodies.get((skip + i) as usize) else {
+                    break;
+                };
                 let reply = conn
                     .send(
                         Method::POST,
                         "/__anteroom/challenge",
-                        &[("content-type", "application/json")],
+                        &headers,
                         Some(body.clone()),
                     )
                     .await?;

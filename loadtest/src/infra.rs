@@ -113,6 +113,40 @@ pub fn own_cpu_secs() -> anyhow::Result<f64> {
     process_cpu(std::process::id(), false).map(CpuTime::total)
 }
 
+/// CPU time (in seconds, to the nanosecond) used so far by the live threads of process
+/// `pid`, from each thread's `/proc/<pid>/task/<tid>/schedstat`: finer than
+/// [`cpu_secs`]'s 10 ms ticks, for phases of a fraction of a second. A thread that has
+/// exited is not counted (a server's workers live as long as it does).
+pub fn threads_cpu_secs(pid: u32) -> anyhow::Result<f64> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))?.flatten() {
+        // A thread may exit between the listing and the read.
+        let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        ns += stat
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .context("malformed schedstat")?;
+    }
+    Ok(ns as f64 / 1e9)
+}
+
+/// Pins every thread of this process to `cpus` (`taskset -c` syntax); threads started
+/// later inherit it.
+pub fn pin_self(cpus: &str) -> anyhow::Result<()> {
+    let status = Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &std::process::id().to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .context("cannot run taskset")?;
+    if !status.success() {
+        bail!("taskset -a -p -c {cpus} failed: {status}");
+    }
+    Ok(())
+}
+
 /// [`cpu_secs`] split into user and system time.
 pub fn cpu_time(pid: u32) -> anyhow::Result<CpuTime> {
     process_cpu(pid, true)
@@ -190,6 +224,11 @@ pub struct AnteroomSpec {
     pub server_extra: String,
     /// Lines added to room `main`, each indented four spaces and ending in a newline.
     pub room_extra: String,
+    /// The cookie secret (hex); a fresh random one when unset. Instances that share it
+    /// accept each other's challenges and cookies.
+    pub cookie_secret: Option<String>,
+    /// CPUs the process is pinned to (`taskset -c` syntax); unpinned when unset.
+    pub cpus: Option<String>,
 }
 
 impl AnteroomSpec {
@@ -207,8 +246,19 @@ impl AnteroomSpec {
             top_extra: String::new(),
             room_extra: String::new(),
             server_extra: String::new(),
+            cookie_secret: None,
+            cpus: None,
         }
     }
+}
+
+/// A fresh random cookie secret, as hex.
+pub fn random_secret() -> String {
+    hex(&[
+        anteroom::queue::VisitorId::random().0,
+        anteroom::queue::VisitorId::random().0,
+    ]
+    .concat())
 }
 
 /// The release binary `target/release/anteroom`, beside this harness (or `ANTEROOM_BIN`).
@@ -239,11 +289,7 @@ impl Anteroom {
         let dir = Scratch::new("anteroom")?;
         let port = free_port()?;
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-        let secret = [
-            anteroom::queue::VisitorId::random().0,
-            anteroom::queue::VisitorId::random().0,
-        ]
-        .concat();
+        let secret = spec.cookie_secret.clone().unwrap_or_else(random_secret);
         let redis = spec
             .redis_url
             .as_deref()
@@ -271,7 +317,7 @@ data_dir: "{data}"
     session_clients: 0
 {room_extra}"#,
             interval = spec.admit_interval,
-            secret = hex(&secret),
+            secret = secret,
             data = dir.0.join("data").display(),
             max_conns = spec.max_connections,
             server_extra = spec.server_extra,
@@ -285,7 +331,16 @@ data_dir: "{data}"
         );
         let path = dir.0.join("anteroom.yaml");
         std::fs::write(&path, config)?;
-        let child = Command::new(anteroom_binary()?)
+        // `taskset` execs the binary, so the child's pid is anteroom's own.
+        let mut command = match &spec.cpus {
+            Some(cpus) => {
+                let mut c = Command::new("taskset");
+                c.arg("-c").arg(cpus).arg(anteroom_binary()?);
+                c
+            }
+            None => Command::new(anteroom_binary()?),
+        };
+        let child = command
             .arg("--config")
             .arg(&path)
             .env("ANTEROOM_LOG", "error")

@@ -47,6 +47,15 @@ enum Cmd {
         conns: usize,
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Pin anteroom to these CPUs (`taskset -c` syntax, e.g. `0`).
+        #[arg(long)]
+        server_cpus: Option<String>,
+        /// Pin the harness to these CPUs (e.g. `1`) once the challenges are solved.
+        #[arg(long)]
+        client_cpus: Option<String>,
+        /// Both kinds of request carry the headers a browser's `fetch` sends.
+        #[arg(long)]
+        browser: bool,
     },
     /// N cookieless joins into a paused room from W connections → joins/s, p50, p99.
     Fill {
@@ -343,8 +352,16 @@ const STRIKES_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let rows = match cli.cmd {
-        Cmd::ChallengeJoin { n, conns, rounds } => {
-            challenge_join::challenge_join(n, conns, rounds).await?
+        Cmd::ChallengeJoin {
+            n,
+            conns,
+            rounds,
+            server_cpus,
+            client_cpus,
+            browser,
+        } => {
+            challenge_join::challenge_join(n, conns, rounds, server_cpus, client_cpus, browser)
+                .await?
         }
         Cmd::Fill {
             store,

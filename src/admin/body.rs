@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
-use http::{Request, header};
-use http_body_util::{BodyExt, Limited};
+use http::Request;
 use hyper::body::Incoming;
+
+use crate::http::read::{ReadError, read_whole};
 
 use super::{AdminError, FieldError, MAX_BODY_BYTES};
 
@@ -17,26 +18,16 @@ pub(super) async fn read_body(
     req: Request<Incoming>,
     deadline: Duration,
 ) -> Result<bytes::Bytes, AdminError> {
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(AdminError::BodyTooLarge);
-    }
-    let read = Limited::new(req.into_body(), MAX_BODY_BYTES).collect();
-    match tokio::time::timeout(deadline, read).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(AdminError::BodyTooLarge),
-        Ok(Err(e)) => Err(AdminError::BadRequest(FieldError::new(
-            "body",
-            format!("could not be read: {e}"),
-        ))),
-        Err(_) => Err(AdminError::BodyTooSlow {
-            secs: deadline.as_secs(),
-        }),
-    }
+    let (parts, body) = req.into_parts();
+    read_whole(&parts.headers, body, MAX_BODY_BYTES, deadline)
+        .await
+        .map_err(|e| match e {
+            ReadError::TooLarge { .. } => AdminError::BodyTooLarge,
+            ReadError::TooSlow(d) => AdminError::BodyTooSlow { secs: d.as_secs() },
+            broken @ ReadError::Broken(_) => {
+                AdminError::BadRequest(FieldError::new("body", broken.to_string()))
+            }
+        })
 }
 
 /// A JSON number as a whole number of at least 0, as JSON Schema's `integer` counts one:

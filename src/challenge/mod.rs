@@ -134,10 +134,10 @@ pub struct Expected<'a> {
 /// A challenge whose signature, room, client, age and work all checked out. Whether its id
 /// is still unspent is the store's to say.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verified {
-    /// The challenge's one-time id (the nonce, base64url): the store remembers it as spent
-    /// until [`Verified::expires_at_ms`].
-    pub id: String,
+pub struct Verified<'a> {
+    /// The challenge's one-time id (the nonce, base64url), borrowed from the challenge's
+    /// text: the store remembers it as spent until [`Verified::expires_at_ms`].
+    pub id: &'a str,
     /// The difficulty it was solved at, in bits.
     pub bits: u8,
     /// Unix seconds it was issued at.
@@ -146,10 +146,10 @@ pub struct Verified {
     pub expires_at_ms: u64,
 }
 
-impl Verified {
+impl Verified<'_> {
     /// The one-time id.
     pub fn id(&self) -> &str {
-        &self.id
+        self.id
     }
 
     /// Unix milliseconds after which the challenge no longer verifies, so its spent id can
@@ -238,12 +238,12 @@ impl ChallengeKey {
     /// Checks `counter` as the solution of challenge `text` for `expected`: format,
     /// signature (constant time), room, client, age, then the work. Any input is safe:
     /// garbage is an `Err`, and nothing is hashed for a text longer than a challenge.
-    pub fn verify(
+    pub fn verify<'t>(
         &self,
-        text: &str,
+        text: &'t str,
         counter: u64,
         expected: &Expected<'_>,
-    ) -> Result<Verified, ChallengeError> {
+    ) -> Result<Verified<'t>, ChallengeError> {
         let (verified, nonce) = self.signed(text, expected)?;
         if !meets(&work(&nonce, counter), verified.bits) {
             return Err(ChallengeError::InsufficientWork);
@@ -255,12 +255,12 @@ impl ChallengeKey {
     /// work, and that `wait` has passed since it was issued: the no-JavaScript time lock,
     /// where waiting stands in for the work. `Ok(Err(left))` while the lock still holds,
     /// with the time left.
-    pub fn verify_waited(
+    pub fn verify_waited<'t>(
         &self,
-        text: &str,
+        text: &'t str,
         wait: Duration,
         expected: &Expected<'_>,
-    ) -> Result<Result<Verified, Duration>, ChallengeError> {
+    ) -> Result<Result<Verified<'t>, Duration>, ChallengeError> {
         let (verified, _) = self.signed(text, expected)?;
         let opens_ms = verified
             .issued_at
@@ -274,11 +274,11 @@ impl ChallengeKey {
 
     /// Everything of a check but the work: format, signature, room, client, age. Returns
     /// the verified challenge and its nonce's bytes.
-    fn signed(
+    fn signed<'t>(
         &self,
-        text: &str,
+        text: &'t str,
         expected: &Expected<'_>,
-    ) -> Result<(Verified, [u8; NONCE_LEN]), ChallengeError> {
+    ) -> Result<(Verified<'t>, [u8; NONCE_LEN]), ChallengeError> {
         if text.len() > MAX_LEN {
             return Err(ChallengeError::Malformed);
         }
@@ -337,7 +337,7 @@ impl ChallengeKey {
         }
         Ok((
             Verified {
-                id: nonce.to_owned(),
+                id: nonce,
                 bits,
                 issued_at,
                 expires_at_ms,

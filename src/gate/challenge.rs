@@ -14,7 +14,6 @@ use std::borrow::Cow;
 use std::time::SystemTime;
 
 use http::{HeaderValue, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 
@@ -27,6 +26,7 @@ use crate::challenge::{self, ChallengeError, Expected, Verified};
 use crate::http::body::Body;
 use crate::http::form;
 use crate::http::pages::{ChallengeView, VisitorStatus};
+use crate::http::read::{ReadError, read_whole};
 use crate::queue::{ChallengeSpend, VisitorId, VisitorState};
 use crate::token;
 
@@ -238,39 +238,32 @@ impl App {
         &self,
         room: Option<&'static Room>,
         req: Request<Incoming>,
-        identity: &Identity,
+        mut identity: Identity,
     ) -> Response<Body> {
+        // The page's script reads JSON, whatever it asked for.
+        identity.wants_json = true;
+        let identity = &identity;
         let Some(room) = room else {
             return self.error(Kind::UnknownSite, identity);
         };
-        // The page's script reads JSON, whatever it asked for.
-        let as_json = if identity.wants_json {
-            Cow::Borrowed(identity)
-        } else {
-            Cow::Owned(Identity {
-                wants_json: true,
-                ..identity.clone()
-            })
-        };
-        let identity = &*as_json;
         if cross_site(&req, identity) {
             // Counted like any refused answer, but never the client's strike: another
             // site's page chose to send it.
             self.metrics.challenges.failed(&room.name, "cross_site");
             return self.error(Kind::CrossSite, identity);
         }
-        let content_type = req.headers().get(header::CONTENT_TYPE).cloned();
-        let read = Limited::new(req.into_body(), MAX_ANSWER_BYTES).collect();
-        let body = match tokio::time::timeout(self.body_timeout, read).await {
-            Ok(Ok(body)) => body.to_bytes(),
-            Ok(Err(_)) => {
+        let (head, body) = req.into_parts();
+        let body = match read_whole(&head.headers, body, MAX_ANSWER_BYTES, self.body_timeout).await
+        {
+            Ok(body) => body,
+            Err(ReadError::TooSlow(_)) => return self.error(Kind::BodyTimeout, identity),
+            Err(ReadError::TooLarge { .. } | ReadError::Broken(_)) => {
                 return self
                     .refused_unless_in(room, Refusal::Unreadable, identity)
                     .await;
             }
-            Err(_) => return self.error(Kind::BodyTimeout, identity),
         };
-        let Some(answer) = Answer::parse(content_type.as_ref(), &body) else {
+        let Some(answer) = Answer::parse(head.headers.get(header::CONTENT_TYPE), &body) else {
             return self
                 .refused_unless_in(room, Refusal::Unreadable, identity)
                 .await;
@@ -412,7 +405,7 @@ impl App {
     async fn spend_and_join(
         &self,
         room: &Room,
-        verified: &Verified,
+        verified: &Verified<'_>,
         solve_ms: Option<u64>,
         identity: &Identity,
         return_to: Option<&str>,
@@ -435,7 +428,9 @@ impl App {
         if matches!(decision, Decision::Stalled { .. }) {
             return self.stalled(room, identity);
         }
-        self.metrics.challenges.solved(name, solve_ms);
+        room.solved
+            .get_or_init(|| self.metrics.challenges.solved(name))
+            .record(solve_ms);
         // The POST's identity wants JSON already; only the time lock's may need a copy.
         let wants_json = return_to.is_none() || identity.wants_json;
         let json = if identity.wants_json == wants_json {

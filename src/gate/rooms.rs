@@ -60,6 +60,7 @@ impl Room {
             file: file.clone(),
             gauge,
             draw: draw::RoomDraw::default(),
+            solved: std::sync::OnceLock::new(),
         })
     }
 }

@@ -90,14 +90,13 @@ impl ChallengeMetrics {
         self.issued.get_or_create(&label(room)).inc();
     }
 
-    /// An accepted answer in `room`, with the solve time the page reported (if any).
-    pub fn solved(&self, room: &str, solve_ms: Option<u64>) {
+    /// The series of accepted answers in `room`, for a caller that keeps them: counting
+    /// through them ([`Solved::record`]) then costs no label lookup.
+    pub fn solved(&self, room: &str) -> Solved {
         let room = label(room);
-        self.solved.get_or_create(&room).inc();
-        if let Some(ms) = solve_ms {
-            self.solve_seconds
-                .get_or_create(&room)
-                .observe(ms.min(MAX_SOLVE_MS) as f64 / 1000.0);
+        Solved {
+            count: self.solved.get_or_create(&room).clone(),
+            seconds: self.solve_seconds.get_or_create(&room).clone(),
         }
     }
 
@@ -117,6 +116,23 @@ impl ChallengeMetrics {
     /// A request answered from the shadow line in `room`.
     pub fn shadowed(&self, room: &str) {
         self.shadowed.get_or_create(&label(room)).inc();
+    }
+}
+
+/// One room's series of accepted answers (from [`ChallengeMetrics::solved`]).
+#[derive(Clone, Debug)]
+pub struct Solved {
+    count: Counter,
+    seconds: Histogram,
+}
+
+impl Solved {
+    /// An accepted answer, with the solve time the page reported (if any).
+    pub fn record(&self, solve_ms: Option<u64>) {
+        self.count.inc();
+        if let Some(ms) = solve_ms {
+            self.seconds.observe(ms.min(MAX_SOLVE_MS) as f64 / 1000.0);
+        }
     }
 }
 

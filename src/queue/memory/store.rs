@@ -4,6 +4,7 @@
 //! spent priority-grant nonces (a room holds its spent challenge ids, which its joins
 //! spend under its lock).
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -148,20 +149,20 @@ impl<K: SpentKey> SpentGrants<K> {
                 self.by_nonce.remove(&key);
             }
         }
+        // One probe of the map: the spend is a lookup and, when fresh, an insert there.
         let key = K::of(nonce);
-        if let Some(&(_, by)) = self.by_nonce.get(&key) {
-            return if by == visitor {
-                GrantUse::Again
-            } else {
-                GrantUse::Taken
-            };
+        let full = self.by_nonce.len() >= max;
+        match self.by_nonce.entry(key) {
+            Entry::Occupied(spent) if spent.get().1 == visitor => GrantUse::Again,
+            Entry::Occupied(_) => GrantUse::Taken,
+            Entry::Vacant(_) if expires_at_ms <= now || full => GrantUse::Taken,
+            Entry::Vacant(fresh) => {
+                let key = fresh.key().clone();
+                fresh.insert((expires_at_ms, visitor));
+                self.by_expiry.entry(expires_at_ms).or_default().push(key);
+                GrantUse::Fresh
+            }
         }
-        if expires_at_ms <= now || self.by_nonce.len() >= max {
-            return GrantUse::Taken;
-        }
-        self.by_nonce.insert(key.clone(), (expires_at_ms, visitor));
-        self.by_expiry.entry(expires_at_ms).or_default().push(key);
-        GrantUse::Fresh
     }
 }
 

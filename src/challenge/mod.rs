@@ -347,10 +347,11 @@ impl ChallengeKey {
     }
 }
 
-/// A fresh nonce from the operating system's random generator.
+/// A fresh, unpredictable nonce from this thread's cryptographically secure generator
+/// (as a visitor's id is made: `VisitorId::random`).
 pub fn random_nonce() -> [u8; NONCE_LEN] {
     let mut bytes = [0u8; NONCE_LEN];
-    getrandom::fill(&mut bytes).expect("the operating system's random generator failed");
+    rand::RngCore::fill_bytes(&mut rand::rng(), &mut bytes);
     bytes
 }
 

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use super::{
     ChallengeSpend, ClientKey, GrantUse, Join, Mode, Phase, Place, QueueQuery, QueueStore,
     RefusedReason, Resolution, RoomPolicy, RoomSettings, Schedule, Seeded, SettingsPatch, Spent,
-    StoreError, VisitorId, VisitorRef, VisitorState,
+    StoreError, StoreResult, VisitorId, VisitorRef, VisitorState,
 };
 
 /// A store under test plus control of the time it reads.
@@ -2085,16 +2085,7 @@ pub async fn challenge_ids_are_spent_once<H: Harness>(h: &mut H) {
     let id = "AAECAwQFBgcICQoLDA0ODw";
     let join = |room: &'static str, id: &'static str, who: VisitorId, at: u64| {
         let store = store.clone();
-        async move {
-            let challenge = ChallengeSpend {
-                id,
-                expires_at_ms: at,
-            };
-            store
-                .resolve_spending(room, who, anyone(), challenge)
-                .await
-                .unwrap()
-        }
+        async move { spend_to_join(&*store, room, id, who, at).await.unwrap() }
     };
     let place_of = |spent: Spent| match spent {
         Spent::Resolved(Resolution::Waiting { place, joined }) => (place.position, joined),
@@ -2140,12 +2131,7 @@ pub async fn challenge_ids_are_spent_once<H: Harness>(h: &mut H) {
         let on = |id: &'static str, who: VisitorId| {
             let replica = replica.clone();
             async move {
-                let challenge = ChallengeSpend {
-                    id,
-                    expires_at_ms: expiry,
-                };
-                replica
-                    .resolve_spending(ROOM, who, anyone(), challenge)
+                spend_to_join(&*replica, ROOM, id, who, expiry)
                     .await
                     .unwrap()
             }
@@ -2179,19 +2165,22 @@ pub async fn challenge_ids_are_spent_once<H: Harness>(h: &mut H) {
         Spent::Resolved(Resolution::Admitted { newly: true })
     );
     assert!(matches!(
-        store
-            .resolve_spending(
-                "nope",
-                a,
-                anyone(),
-                ChallengeSpend {
-                    id,
-                    expires_at_ms: expiry + 300_000
-                }
-            )
-            .await,
+        spend_to_join(&*store, "nope", id, a, expiry + 300_000).await,
         Err(StoreError::UnknownRoom(_))
     ));
+}
+
+/// `who` (from anyone's address) joins `room` by spending challenge `id`, remembered as
+/// spent until `expires_at_ms`.
+async fn spend_to_join<S: QueueStore + ?Sized>(
+    store: &S,
+    room: &str,
+    id: &str,
+    who: VisitorId,
+    expires_at_ms: u64,
+) -> StoreResult<Spent> {
+    let challenge = ChallengeSpend { id, expires_at_ms };
+    store.resolve_spending(room, who, anyone(), challenge).await
 }
 
 /// [`Join::Known`] resolves a visitor the store has (waiting or on the site) as usual, and

@@ -344,13 +344,7 @@ impl Admission {
         client: ClientKey,
         join: Join,
     ) -> Decision {
-        if let Some(since) =
-            self.sessions
-                .confirmed_since(room, visitor, client, self.confirm_window(room))
-        {
-            return Decision::Admitted { since };
-        }
-        if let Some(decision) = self.sold_out(room, visitor).await {
+        if let Some(decision) = self.decided_before_the_store(room, visitor, client).await {
             return decision;
         }
         let resolved = self.observe(self.store.resolve_with(room, visitor, client, join).await);
@@ -369,13 +363,7 @@ impl Admission {
         client: ClientKey,
         challenge: ChallengeSpend<'_>,
     ) -> Result<Decision, Replayed> {
-        if let Some(since) =
-            self.sessions
-                .confirmed_since(room, visitor, client, self.confirm_window(room))
-        {
-            return Ok(Decision::Admitted { since });
-        }
-        if let Some(decision) = self.sold_out(room, visitor).await {
+        if let Some(decision) = self.decided_before_the_store(room, visitor, client).await {
             return Ok(decision);
         }
         let spent = self
@@ -392,6 +380,24 @@ impl Admission {
                 decision => decision,
             },
         )
+    }
+
+    /// What every decision answers before it asks the store to resolve: a visitor this
+    /// replica has confirmed on the site recently is on it (the session cache), and the
+    /// sold-out mode turns away anyone not on the site.
+    async fn decided_before_the_store(
+        &self,
+        room: &str,
+        visitor: VisitorId,
+        client: ClientKey,
+    ) -> Option<Decision> {
+        if let Some(since) =
+            self.sessions
+                .confirmed_since(room, visitor, client, self.confirm_window(room))
+        {
+            return Some(Decision::Admitted { since });
+        }
+        self.sold_out(room, visitor).await
     }
 
     /// The decision for `visitor` from the store's answer to a resolve with `join` (its

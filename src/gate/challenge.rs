@@ -296,9 +296,26 @@ impl App {
         refusal: Refusal,
         identity: &Identity,
     ) -> Response<Body> {
-        match self.already_in(room, identity).await {
-            Some(response) => response,
-            None => self.answer_refused(room, refusal, identity),
+        self.unless_in(room, identity, None, || {
+            self.answer_refused(room, refusal, identity)
+        })
+        .await
+    }
+
+    /// `otherwise()`, unless the cookie is of a visitor the store has waiting or on the
+    /// site: then their status (a 303 to `return_to` when set). Asked only where the
+    /// answer does not reach the store's spend, which answers such a visitor itself.
+    async fn unless_in(
+        &self,
+        room: &Room,
+        identity: &Identity,
+        return_to: Option<&str>,
+        otherwise: impl FnOnce() -> Response<Body>,
+    ) -> Response<Body> {
+        match (self.already_in(room, identity).await, return_to) {
+            (Some(response), Some(to)) => see_other(response, to),
+            (Some(response), None) => response,
+            (None, _) => otherwise(),
         }
     }
 
@@ -315,11 +332,12 @@ impl App {
         let query = req.uri().query().unwrap_or("");
         let return_to = form::field(query, "r").unwrap_or_else(|| "/".to_owned());
         let return_to = same_site(&return_to).to_owned();
-        if let Some(response) = self.already_in(room, identity).await {
-            return see_other(response, &return_to);
-        }
         let Some(text) = form::field(query, "c") else {
-            return self.answer_refused(room, Refusal::Unreadable, identity);
+            return self
+                .unless_in(room, identity, Some(&return_to), || {
+                    self.answer_refused(room, Refusal::Unreadable, identity)
+                })
+                .await;
         };
         // Owned, not a guard: the settings are used again after the store call below.
         let live = arc_swap::Guard::into_inner(room.live());
@@ -345,25 +363,33 @@ impl App {
             }
             Ok(Err(left)) => {
                 // Too early: the same challenge again, refreshing when the lock opens.
-                let view = ChallengeView {
-                    challenge: &text,
-                    bits,
-                    return_to: &return_to,
-                    no_js_secs: left.as_secs_f64().ceil() as u64,
-                    expires_in_secs: challenge::TTL.as_secs(),
-                };
-                let kind = Kind::Challenge {
-                    queue_status_code: config.queue_status_code,
-                };
-                self.pages.challenge(
-                    &view,
-                    &room_text(&room.live()),
-                    kind.status(),
-                    false,
-                    identity.lang,
-                )
+                self.unless_in(room, identity, Some(&return_to), || {
+                    let view = ChallengeView {
+                        challenge: &text,
+                        bits,
+                        return_to: &return_to,
+                        no_js_secs: left.as_secs_f64().ceil() as u64,
+                        expires_in_secs: challenge::TTL.as_secs(),
+                    };
+                    let kind = Kind::Challenge {
+                        queue_status_code: config.queue_status_code,
+                    };
+                    self.pages.challenge(
+                        &view,
+                        &room_text(&room.live()),
+                        kind.status(),
+                        false,
+                        identity.lang,
+                    )
+                })
+                .await
             }
-            Err(e) => self.answer_refused(room, Refusal::Check(e), identity),
+            Err(e) => {
+                self.unless_in(room, identity, Some(&return_to), || {
+                    self.answer_refused(room, Refusal::Check(e), identity)
+                })
+                .await
+            }
         }
     }
 
@@ -387,11 +413,7 @@ impl App {
             VisitorState::Waiting(place) => {
                 let receipt = self.receipt(room, &place, visitor).await;
                 let view = self.waiting_view(room, place, visitor, receipt);
-                let json = Identity {
-                    wants_json: true,
-                    ..identity.clone()
-                };
-                let mut response = self.render_waiting(room, view, &json);
+                let mut response = self.render_waiting(room, view, &wanting_json(identity, true));
                 *response.status_mut() = StatusCode::OK;
                 Some(self.with_cookie(room, visitor, response))
             }
@@ -424,24 +446,13 @@ impl App {
             Ok(decision) => decision,
             Err(Replayed) => return self.answer_refused(room, Refusal::Replayed, identity),
         };
-        // The store did not answer: held like any newcomer, the challenge unspent.
-        if matches!(decision, Decision::Stalled { .. }) {
-            return self.stalled(room, identity);
+        if matches!(decision, Decision::Admitted { .. } | Decision::Waiting(_)) {
+            room.solved
+                .get_or_init(|| self.metrics.challenges.solved(name))
+                .record(solve_ms);
         }
-        room.solved
-            .get_or_init(|| self.metrics.challenges.solved(name))
-            .record(solve_ms);
         // The POST's identity wants JSON already; only the time lock's may need a copy.
-        let wants_json = return_to.is_none() || identity.wants_json;
-        let json = if identity.wants_json == wants_json {
-            Cow::Borrowed(identity)
-        } else {
-            Cow::Owned(Identity {
-                wants_json,
-                ..identity.clone()
-            })
-        };
-        let json = &*json;
+        let json = &*wanting_json(identity, return_to.is_none() || identity.wants_json);
         match decision {
             Decision::Admitted { .. } => {
                 if let Some(i) = identity.room {
@@ -474,7 +485,9 @@ impl App {
             Decision::NotOpen => self.not_open(room, json),
             Decision::Closed => self.closed(room, json),
             Decision::SoldOut => self.sold_out(room, json),
-            // Never asked with `Join::Known`, so never a newcomer left out.
+            // The store did not answer: held like any newcomer, the challenge unspent (never
+            // proxied: `decide_spending` does not fail open). `Newcomer` never comes, for
+            // the spend is asked with `Join::Back`.
             Decision::Stalled { .. } | Decision::Newcomer => self.stalled(room, json),
         }
     }
@@ -558,6 +571,18 @@ impl App {
             HeaderValue::from_static(VisitorStatus::Challenge.as_str()),
         );
         response
+    }
+}
+
+/// `identity`, wanting JSON as `wants_json` says: itself when it already does (no copy).
+fn wanting_json(identity: &Identity, wants_json: bool) -> Cow<'_, Identity> {
+    if identity.wants_json == wants_json {
+        Cow::Borrowed(identity)
+    } else {
+        Cow::Owned(Identity {
+            wants_json,
+            ..identity.clone()
+        })
     }
 }
 

@@ -6,7 +6,9 @@
 //! Such a body nearly always arrives in the same packet as its head, and hyper has it
 //! buffered before the handler first asks: it is then taken at the first poll, without
 //! arming the deadline's timer, and as the one chunk it came in (no copy). Only a body in
-//! several chunks is joined.
+//! several chunks is joined. The frames are read here rather than through
+//! `http_body_util`'s `Limited` and `collect`, which would hand a lone chunk back
+//! uncopied too, but build a list for it and box the limit's error on every call.
 
 use std::time::Duration;
 

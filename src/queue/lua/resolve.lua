@@ -22,7 +22,7 @@ local r = load_room()
 if not r then
   return {-1}
 end
-local id, client, front, known = ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[4] == '2'
+local id, client, front, known_only = ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[4] == '2'
 local K_CHAL = KEYS[14]
 local again = ARGV[8] == '1'
 -- A refusal: counted in total_refused, except on a repeat.
@@ -85,7 +85,7 @@ if ph == BEFORE_OPEN then
 elseif ph == CLOSED then
   return {5}
 end
-if known then
+if known_only then
   return {7}
 end
 

@@ -132,15 +132,15 @@ async fn spent_challenges_are_bounded_and_reaped() {
         }
     };
     assert!(matches!(spend("x", now + 1_000).await, Spent::Resolved(_)));
+    let held = |h: &MemoryHarness| {
+        let room = h.store.room("main").unwrap();
+        let room = room.lock().unwrap();
+        room.challenges.by_nonce.len()
+    };
+    assert_eq!(held(&h), 1, "x is spent until its expiry");
     tokio::time::advance(Duration::from_secs(2)).await;
     assert!(matches!(spend("y", now + 10_000).await, Spent::Resolved(_)));
-    let room = h.store.room("main").unwrap();
-    let room = room.lock().unwrap();
-    assert_eq!(
-        room.challenges.by_nonce.len(),
-        1,
-        "x was forgotten at its expiry"
-    );
+    assert_eq!(held(&h), 1, "x was forgotten at its expiry, y is held");
 }
 
 /// The per-client maps hold only clients that hold something (bounded memory).

@@ -108,11 +108,6 @@ impl RedisStore {
         Ok(hashes)
     }
 
-    /// The waiting visitor with `reference`: the line from its head, then the draw, in
-    /// steps of [`FIND_STEP`] (each one script, so Redis is never blocked for long; a
-    /// visitor moving between steps may be missed, and the admin simply searches again).
-    /// Chosen over an index by reference, which would cost memory per waiting visitor
-    /// against the ≤ 120 B goal for a rare admin search.
     /// One run of the `resolve` script: `join` as [`QueueStore::resolve_with`] takes it,
     /// and with `challenge` its id spent for a newcomer in the same run (same slot as the
     /// room: `ar:{room}:chal:<id>`).
@@ -179,6 +174,11 @@ impl RedisStore {
         Ok(Spent::Resolved(resolution))
     }
 
+    /// The waiting visitor with `reference`: the line from its head, then the draw, in
+    /// steps of [`FIND_STEP`] (each one script, so Redis is never blocked for long; a
+    /// visitor moving between steps may be missed, and the admin simply searches again).
+    /// Chosen over an index by reference, which would cost memory per waiting visitor
+    /// against the ≤ 120 B goal for a rare admin search.
     async fn find(&self, room: &str, reference: VisitorRef) -> StoreResult<WaitingEntry> {
         let prefix = reference.prefix();
         for key in ["line", "draw"] {

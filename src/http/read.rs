@@ -8,7 +8,7 @@
 //! arming the deadline's timer, and as the one chunk it came in (no copy). Only a body in
 //! several chunks is joined. The frames are read here rather than through
 //! `http_body_util`'s `Limited` and `collect`, which would hand a lone chunk back
-//! uncopied too, but build a list for it and box the limit's error on every call.
+//! uncopied too, but allocate a list to hold it first.
 
 use std::time::Duration;
 

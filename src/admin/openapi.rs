@@ -347,7 +347,8 @@ shared_response!(
     .build()
 );
 
-/// The shared responses `R` lists, each by status and a reference to its component.
+/// The shared responses `shared` lists (status, component name), each as a reference to
+/// its component under its status.
 fn refer(shared: &[(u16, &str)]) -> BTreeMap<String, RefOr<Response>> {
     shared
         .iter()

@@ -5,7 +5,10 @@
 //! stream is a small struct and a channel, not a task polling on its own, so a visitor with
 //! ten tabs or an impatient reconnect loop still costs at most one store read per tick.
 //! The tick is also the waiting visitor's heartbeat: a closed tab stops it, and the
-//! visitor is abandoned after `abandon_after`.
+//! visitor is abandoned after `abandon_after`. Admissions are not left to the tick: each
+//! admission pass of this replica tells its visitors' streams at once (a visitor's stream
+//! on another replica hears at that replica's next tick), so the wait a visitor sees is
+//! the one the ETA ledger counts.
 //!
 //! Streams are budgeted by [`StreamBudget`]: at most `server.max_streams`
 //! open at once (below `max_connections`, so open waiting pages never take the connections
@@ -23,10 +26,10 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::admission::Admission;
+use crate::admission::{Admission, PassAdmitted};
 use crate::http::body::{Body, BoxError};
 use crate::identity::ClientKey;
 use crate::queue::{Phase, StoreError, VisitorId, VisitorState};
@@ -419,15 +422,47 @@ impl LiveHub {
         }
     }
 
-    /// Ticks every [`TICK`] until `stop`.
+    /// Tells the streams of `visitors`, just admitted to `room` by this replica's pass, at
+    /// once, and ends them: waiting for the next tick would add up to [`TICK`] to every
+    /// wait, after the ETA ledger had already counted it over. Returns how many were told.
+    pub fn admitted(&self, room: &Arc<str>, visitors: &[VisitorId]) -> usize {
+        let event = LiveEvent::Admitted.encode();
+        let mut listeners = lock(&self.listeners);
+        let mut told = 0;
+        for &visitor in visitors {
+            // Dropping the listener after the send ends the stream once it has the event.
+            if let Some(l) = listeners.remove(&(room.clone(), visitor)) {
+                told += usize::from(l.events.send(event.clone()).is_ok());
+            }
+        }
+        told
+    }
+
+    /// Ticks every [`TICK`], and tells each pass's admissions as they happen, until `stop`.
     pub async fn run(&self, admission: &Admission, stop: CancellationToken) {
         let mut ticks = tokio::time::interval(TICK);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut passes = admission.passes();
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = ticks.tick() => self.tick(admission).await,
+                pass = next_pass(&mut passes) => {
+                    self.admitted(&pass.room, &pass.visitors);
+                }
             }
+        }
+    }
+}
+
+/// The next pass's admissions. One missed because this hub fell behind is told at the next
+/// tick instead; the channel cannot close while the hub runs on its `Admission`.
+async fn next_pass(passes: &mut broadcast::Receiver<PassAdmitted>) -> PassAdmitted {
+    loop {
+        match passes.recv().await {
+            Ok(pass) => return pass,
+            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
         }
     }
 }
@@ -472,6 +507,66 @@ mod tests {
             second.frame().await.is_none(),
             "a banned client's stream ends"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_tells_its_admissions_at_once_not_at_the_next_tick() {
+        use crate::clock::Clock;
+        use crate::events::EventSink;
+        use crate::queue::conformance::{anyone, settings};
+        use crate::queue::{MemoryStore, QueueStore, Resolution, RoomPolicy, SettingsPatch};
+
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
+        store
+            .open_room(
+                "main",
+                &settings(1_000.0, 100),
+                &RoomPolicy::default(),
+                false,
+            )
+            .await
+            .unwrap();
+        // Paused, so the visitor waits in line instead of walking in.
+        store
+            .update_settings("main", &SettingsPatch::pause())
+            .await
+            .unwrap();
+        let visitor = VisitorId([3; 16]);
+        let joined = store.resolve("main", visitor, anyone()).await.unwrap();
+        assert!(matches!(joined, Resolution::Waiting { .. }), "{joined:?}");
+        let admission = Arc::new(Admission::new(store.clone(), None, EventSink::disabled()));
+        let hub = Arc::new(LiveHub::new(StreamBudget::new(10, 10)));
+        let ticket = hub.budget.stream(ClientKey::from(ip(3))).unwrap();
+        let mut body = hub.subscribe("main", visitor, ip(3), ticket).into_body();
+        let stop = CancellationToken::new();
+        let running = {
+            let (hub, admission, stop) = (hub.clone(), admission.clone(), stop.clone());
+            tokio::spawn(async move { hub.run(&admission, stop).await })
+        };
+        let frame = |f: Option<Result<Frame<Bytes>, BoxError>>| {
+            f.expect("a frame").unwrap().into_data().unwrap()
+        };
+        assert_eq!(frame(body.frame().await), PREAMBLE);
+        // The first tick, at once: the visitor's place.
+        assert!(frame(body.frame().await).starts_with(b"event: position\n"));
+
+        // Resumed, the room earns its first places over half a second.
+        store
+            .update_settings("main", &SettingsPatch::resume())
+            .await
+            .unwrap();
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let pass = admission.admit_pass("main").await.unwrap();
+        assert_eq!(pass.admitted, vec![visitor]);
+        // Told well before the next tick (at 2 s), and the stream ends with it.
+        let told = tokio::time::timeout(Duration::from_secs(1), body.frame())
+            .await
+            .expect("told before the next tick");
+        assert_eq!(frame(told), LiveEvent::Admitted.encode());
+        assert!(body.frame().await.is_none());
+        assert_eq!(hub.open_streams(), 0);
+        stop.cancel();
+        running.await.unwrap();
     }
 
     #[tokio::test]

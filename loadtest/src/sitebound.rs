@@ -22,8 +22,8 @@
 //!
 //! The measurement is the visitors' own, independent of anteroom's ledger: waited =
 //! admitted_at − first_shown_at; within = round(waited) ∈ [min, max]; error = |waited −
-//! (min + max) / 2|. The stream is read at each of anteroom's ticks (2 s), so admitted_at is
-//! late by up to one tick, as a real page's is. The product's own figure (`eta` in `GET
+//! (min + max) / 2|. admitted_at is when the stream says `admitted`, as a real page learns
+//! it (positions come at anteroom's 2 s ticks, an admission at once). The product's own figure (`eta` in `GET
 //! …/rooms/main/stats`) is read at the end for comparison.
 
 use std::net::SocketAddr;

@@ -81,7 +81,23 @@ pub struct Admission {
     rooms: arc_swap::ArcSwap<Vec<String>>,
     /// Where scheduled events' applications are audited (see `events_applier`).
     event_audit: events_applier::EventAudit,
+    /// Each pass's admissions, for this replica's live streams to tell at once (see
+    /// [`Admission::passes`]).
+    passes: tokio::sync::broadcast::Sender<PassAdmitted>,
 }
+
+/// Visitors one admission pass of this replica let in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PassAdmitted {
+    /// The room they were admitted to.
+    pub room: Arc<str>,
+    /// Who, in admission order.
+    pub visitors: Arc<[VisitorId]>,
+}
+
+/// Passes a slow listener may fall behind by before it misses some: a missed pass is only
+/// told later (at the live streams' next tick), never lost.
+const PASSES_BUFFERED: usize = 64;
 
 /// The room a series is about.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -169,7 +185,16 @@ impl Admission {
             changes: changes::Changes::default(),
             rooms: arc_swap::ArcSwap::default(),
             event_audit: Default::default(),
+            passes: tokio::sync::broadcast::channel(PASSES_BUFFERED).0,
         }
+    }
+
+    /// The admissions of this replica's passes from now on, as they happen. A waiting
+    /// visitor's stream hears of its admission from here at once rather than at its next
+    /// tick, so the wait the visitor sees is the one the ETA ledger records (docs/fairness.md,
+    /// "Honest ETA").
+    pub fn passes(&self) -> tokio::sync::broadcast::Receiver<PassAdmitted> {
+        self.passes.subscribe()
     }
 
     /// The configured rooms from now on: the passes admit into them and the statistics
@@ -610,6 +635,13 @@ impl Admission {
         for &visitor in &report.admitted {
             self.eta.admitted(room, visitor, now);
             self.lengths.started(room, visitor, now);
+        }
+        if !report.admitted.is_empty() && self.passes.receiver_count() > 0 {
+            // Nobody listening (no live hub yet) is not an error.
+            let _ = self.passes.send(PassAdmitted {
+                room: room.into(),
+                visitors: report.admitted.as_slice().into(),
+            });
         }
         if report.joined_ms.iter().any(Option::is_some) {
             let waits = self.time_in_line.get_or_create(&RoomLabel {

@@ -15,6 +15,10 @@
 //! done) are pinned apart: the rate is then the server's, not a share of two cores the
 //! scheduler splits differently from one round to the next. The CPU time is each server
 //! thread's own (`schedstat`, to the nanosecond).
+//!
+//! With `--store redis` every instance has a fresh Redis of its own (pinned beside anteroom
+//! when anteroom is pinned): the join and the spend are then one script in Redis, as with
+//! several replicas, and Redis's CPU per join is measured beside anteroom's.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,8 +30,11 @@ use base64::Engine as _;
 use hyper::Method;
 
 use crate::client::{self, Admin, Conn};
-use crate::infra::{Anteroom, AnteroomSpec, pin_self, random_secret, threads_cpu_secs};
+use anteroom_fixtures::RedisServer;
+
+use crate::infra::{Anteroom, AnteroomSpec, pin, pin_self, random_secret, threads_cpu_secs};
 use crate::report::Row;
+use crate::scenarios::Store;
 
 /// Joins (or answers) before the timed ones, on the path the timed ones take.
 const WARM_UP: u64 = 2_000;
@@ -35,7 +42,10 @@ const WARM_UP: u64 = 2_000;
 /// What one instance measured.
 struct Run {
     rate: f64,
+    /// anteroom's CPU per join, µs.
     cpu_us: f64,
+    /// Redis's CPU per join, µs (0 on the embedded store).
+    redis_us: f64,
 }
 
 /// How the instances of one run are set up.
@@ -47,6 +57,8 @@ struct Setup {
     /// Whether both kinds of request carry what a browser's `fetch` from the waiting page
     /// sends ([`BROWSER`]), rather than only what they need.
     browser: bool,
+    /// The queue store of every instance.
+    store: Store,
 }
 
 /// What Chromium's `fetch` from the waiting page sends besides the request's own
@@ -62,15 +74,39 @@ const BROWSER: &[(&str, &str)] = &[
     ("sec-fetch-dest", "empty"),
 ];
 
+/// One instance of anteroom and, with `--store redis`, its own fresh Redis.
+struct Instance {
+    ant: Anteroom,
+    redis: Option<RedisServer>,
+}
+
+impl Instance {
+    /// CPU seconds used so far by anteroom and by its Redis (0 without one).
+    fn cpu_secs(&self) -> anyhow::Result<(f64, f64)> {
+        let redis = match self.redis.as_ref().and_then(RedisServer::pid) {
+            Some(pid) => threads_cpu_secs(pid)?,
+            None => 0.0,
+        };
+        Ok((threads_cpu_secs(self.ant.pid())?, redis))
+    }
+}
+
 impl Setup {
-    fn spec(&self, challenge: bool) -> AnteroomSpec {
-        let mut spec = AnteroomSpec::new(None);
+    /// A fresh instance, its room paused so every join waits.
+    async fn start(&self, challenge: bool) -> anyhow::Result<Instance> {
+        let redis = (self.store == Store::Redis).then(RedisServer::start);
+        if let (Some(redis), Some(cpus)) = (&redis, &self.cpus) {
+            pin(redis.pid().context("the Redis server's pid")?, cpus)?;
+        }
+        let mut spec = AnteroomSpec::new(redis.as_ref().map(RedisServer::url));
         spec.cookie_secret = Some(self.secret.clone());
         spec.cpus = self.cpus.clone();
         if challenge {
             spec.room_extra = "    challenge: {mode: always}\n".into();
         }
-        spec
+        let ant = Anteroom::start(&spec)?;
+        Admin::connect(ant.addr).await?.pause().await?;
+        Ok(Instance { ant, redis })
     }
 }
 
@@ -82,23 +118,22 @@ pub async fn challenge_join(
     server_cpus: Option<String>,
     client_cpus: Option<String>,
     browser: bool,
+    store: Store,
 ) -> anyhow::Result<Vec<Row>> {
     let setup = Setup {
         secret: random_secret(),
         cpus: server_cpus.clone(),
         browser,
+        store,
     };
     let (texts, issue_cpu_us) = {
-        let ant = Anteroom::start(&setup.spec(true))?;
-        Admin::connect(ant.addr).await?.pause().await?;
+        let instance = setup.start(true).await?;
+        let addr = instance.ant.addr;
         // The warm-up's challenges are the answers' warm-up too.
-        let mut texts = fetch(ant.addr, conns, WARM_UP).await?;
-        let before = threads_cpu_secs(ant.pid())?;
-        texts.extend(fetch(ant.addr, conns, n).await?);
-        (
-            texts,
-            (threads_cpu_secs(ant.pid())? - before) * 1e6 / n as f64,
-        )
+        let mut texts = fetch(addr, conns, WARM_UP).await?;
+        let (before, _) = instance.cpu_secs()?;
+        texts.extend(fetch(addr, conns, n).await?);
+        (texts, (instance.cpu_secs()?.0 - before) * 1e6 / n as f64)
     };
     let fetched = Instant::now();
     let bodies = Arc::new(solve_all(texts)?);
@@ -117,8 +152,9 @@ pub async fn challenge_join(
         let p = run(&setup, None, n, conns).await?;
         let c = run(&setup, Some(bodies.clone()), n, conns).await?;
         crate::scenarios::say(format!(
-            "challenge-join round {round}: without {:.0}/s {:.1} µs, with {:.0}/s {:.1} µs",
-            p.rate, p.cpu_us, c.rate, c.cpu_us,
+            "challenge-join round {round}: without {:.0}/s {:.1} µs (Redis {:.1} µs), with \
+             {:.0}/s {:.1} µs (Redis {:.1} µs)",
+            p.rate, p.cpu_us, p.redis_us, c.rate, c.cpu_us, c.redis_us,
         ));
         plain.push(p);
         with.push(c);
@@ -130,6 +166,10 @@ pub async fn challenge_join(
     };
     let (rate_plain, rate_with) = (median(&plain, |r| r.rate), median(&with, |r| r.rate));
     let (cpu_plain, cpu_with) = (median(&plain, |r| r.cpu_us), median(&with, |r| r.cpu_us));
+    let (redis_plain, redis_with) = (
+        median(&plain, |r| r.redis_us),
+        median(&with, |r| r.redis_us),
+    );
     let ratio = rate_with / rate_plain.max(f64::MIN_POSITIVE);
     let shape = if browser {
         ", browser-shaped requests"
@@ -141,11 +181,13 @@ pub async fn challenge_join(
         (Some(s), None) => format!(", anteroom on CPU {s}"),
         _ => String::new(),
     };
-    Ok(vec![
+    let store_name = store.name();
+    let mut rows = vec![
         Row::new(
             "challenge-join",
             format!(
-                "joins/s without the challenge ({n} joins, {conns} conns, median of {rounds}{shape}{pinned})"
+                "joins/s without the challenge ({store_name} store, {n} joins, {conns} conns, \
+                 median of {rounds}{shape}{pinned})"
             ),
             rate_plain,
             "/s",
@@ -177,7 +219,19 @@ pub async fn challenge_join(
             issue_cpu_us,
             "µs",
         ),
-    ])
+    ];
+    if store == Store::Redis {
+        rows.push(Row {
+            ours: format!("{redis_plain:.1} / {redis_with:.1} µs"),
+            ..Row::new(
+                "challenge-join",
+                "Redis CPU per join without / with the challenge's answer",
+                redis_with,
+                "µs",
+            )
+        });
+    }
+    Ok(rows)
 }
 
 /// One fresh instance: [`WARM_UP`] joins, then `n` timed ones, each answering one of
@@ -188,8 +242,8 @@ async fn run(
     n: u64,
     conns: usize,
 ) -> anyhow::Result<Run> {
-    let ant = Anteroom::start(&setup.spec(bodies.is_some()))?;
-    Admin::connect(ant.addr).await?.pause().await?;
+    let instance = setup.start(bodies.is_some()).await?;
+    let addr = instance.ant.addr;
     // A JSON newcomer's join, as the challenge's answer is one: the same waiting JSON
     // back, so the difference is the door's work.
     let mut accept = vec![("accept", "application/json".to_owned())];
@@ -200,38 +254,33 @@ async fn run(
         accept.extend(browser.clone());
         answer.extend(browser);
         answer.push(("accept", "*/*".to_owned()));
-        answer.push(("origin", format!("http://{}", ant.addr)));
+        answer.push(("origin", format!("http://{addr}")));
     }
     let join = |n: u64, skip: u64| {
         let (bodies, accept, answer) = (bodies.clone(), accept.clone(), answer.clone());
         async move {
             match bodies {
-                Some(bodies) => post_all(ant.addr, conns, bodies, answer, skip, n).await,
+                Some(bodies) => post_all(addr, conns, bodies, answer, skip, n).await,
                 None => {
-                    let load = client::load_with(
-                        ant.addr,
-                        conns,
-                        n,
-                        Duration::from_secs(300),
-                        accept,
-                        false,
-                    )
-                    .await?;
+                    let load =
+                        client::load_with(addr, conns, n, Duration::from_secs(300), accept, false)
+                            .await?;
                     Ok((load.ok, load.errors, load.elapsed))
                 }
             }
         }
     };
     join(WARM_UP, 0).await?;
-    let before = threads_cpu_secs(ant.pid())?;
+    let before = instance.cpu_secs()?;
     let (ok, errors, elapsed) = join(n, WARM_UP).await?;
-    let cpu_us = (threads_cpu_secs(ant.pid())? - before) * 1e6 / n as f64;
+    let after = instance.cpu_secs()?;
     if errors > 0 || ok != n {
         bail!("challenge-join: {ok} joins, {errors} errors of {n}");
     }
     Ok(Run {
         rate: ok as f64 / elapsed.as_secs_f64(),
-        cpu_us,
+        cpu_us: (after.0 - before.0) * 1e6 / n as f64,
+        redis_us: (after.1 - before.1) * 1e6 / n as f64,
     })
 }
 

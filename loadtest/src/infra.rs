@@ -136,8 +136,13 @@ pub fn threads_cpu_secs(pid: u32) -> anyhow::Result<f64> {
 /// Pins every thread of this process to `cpus` (`taskset -c` syntax); threads started
 /// later inherit it.
 pub fn pin_self(cpus: &str) -> anyhow::Result<()> {
+    pin(std::process::id(), cpus)
+}
+
+/// Pins every thread of process `pid` to `cpus` (`taskset -c` syntax).
+pub fn pin(pid: u32, cpus: &str) -> anyhow::Result<()> {
     let status = Command::new("taskset")
-        .args(["-a", "-p", "-c", cpus, &std::process::id().to_string()])
+        .args(["-a", "-p", "-c", cpus, &pid.to_string()])
         .stdout(Stdio::null())
         .status()
         .context("cannot run taskset")?;

@@ -56,6 +56,9 @@ enum Cmd {
         /// Both kinds of request carry the headers a browser's `fetch` sends.
         #[arg(long)]
         browser: bool,
+        /// The queue store: each instance gets a fresh Redis with `redis`.
+        #[arg(long, value_enum, default_value = "memory")]
+        store: Store,
     },
     /// N cookieless joins into a paused room from W connections → joins/s, p50, p99.
     Fill {
@@ -359,9 +362,18 @@ async fn main() -> anyhow::Result<()> {
             server_cpus,
             client_cpus,
             browser,
+            store,
         } => {
-            challenge_join::challenge_join(n, conns, rounds, server_cpus, client_cpus, browser)
-                .await?
+            challenge_join::challenge_join(
+                n,
+                conns,
+                rounds,
+                server_cpus,
+                client_cpus,
+                browser,
+                store,
+            )
+            .await?
         }
         Cmd::Fill {
             store,

@@ -69,10 +69,11 @@ test-api:
 test-tools:
 	bash scripts/test-tools.sh
 
-## check: formatting and lints, as CI enforces them
+## check: formatting, lints and the docs' links (private items included), as CI enforces them
 check:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --locked --workspace --no-deps --document-private-items
 
 ## bench: every benchmark scenario at full size (about 20–25 minutes, site-bound's five
 ## cases included); writes BENCHMARKS.md

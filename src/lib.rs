@@ -51,6 +51,9 @@
 //! listeners ([`admin`], [`gate`]) and the wiring ([`run`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// The docs are read with `--document-private-items` (this is a product, not a library): a
+// module's map links the private items it is made of.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod abuse;
 pub mod access_log;

@@ -62,7 +62,7 @@ pub struct Admission {
     /// The ranges this replica showed waiting visitors first, and what came of them (the
     /// honest ETA).
     eta: EtaLedger,
-    /// How long sessions last, for the rooms' turnover (see [`Pace`]).
+    /// How long sessions last, for the rooms' turnover (see [`crate::fairness::eta::Pace`]).
     lengths: SessionLengths,
     /// The store's clock when it has one in this process, else the system's: waits are
     /// timed on it.
@@ -594,7 +594,7 @@ impl Admission {
         &self.health
     }
 
-    /// An estimated wait for the visitor at `position`, from the room's [`Pace`]: the
+    /// An estimated wait for the visitor at `position`, from the room's [`crate::fairness::eta::Pace`]: the
     /// admission rate it achieves, or "estimating" until it has seen enough of it.
     pub fn eta(&self, room: &str, position: u64) -> Eta {
         self.stats

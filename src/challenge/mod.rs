@@ -10,7 +10,7 @@
 //!
 //! - `bits` is the difficulty: a solution is a counter `c` (u64) such that
 //!   `SHA-256(nonce bytes || c as 8 bytes big-endian)` starts with at least `bits` zero
-//!   bits ([`work`]). The expected number of hashes is `2^bits`.
+//!   bits ([`work()`]). The expected number of hashes is `2^bits`.
 //! - `nonce` is 16 random bytes, base64url (22 characters). It is the challenge's id
 //!   ([`Verified::id`]): a challenge can be used once, which the store enforces across
 //!   replicas by remembering spent ids until [`Verified::expires_at_ms`]. The id is random,

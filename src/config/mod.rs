@@ -1,7 +1,7 @@
 //! The validated configuration every other module reads.
 //!
 //! Sources, highest precedence first: command-line flags, `ANTEROOM_*` environment
-//! variables, the YAML file, built-in defaults. [`load`] merges them and validates
+//! variables, the YAML file, built-in defaults. [`load()`] merges them and validates
 //! the result into a [`Config`]; every error names the offending key as a dotted path
 //! (`rooms.main.rate`) and, when the value came from the file, its line.
 //!

@@ -1,6 +1,6 @@
 //! Reading one value: durations, counts, booleans, addresses, networks, origins, URLs,
 //! timestamps and page files, each refused with a message that says what was expected and
-//! what was given, through [`Ctx`](super::validate::Ctx) so the error names its key and line.
+//! what was given, through [`super::validate::Ctx`] so the error names its key and line.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;

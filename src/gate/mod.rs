@@ -78,7 +78,7 @@ pub struct Room {
     pub origin: Origin,
     /// Open streams to the origin (`stream_cap`, sessions kept alive).
     pub streams: Arc<classes::Streams>,
-    /// The room's settings as they run now ([`live::LiveRooms`] swaps them).
+    /// The room's settings as they run now ([`live::listener`] swaps them in).
     live: Arc<arc_swap::ArcSwap<live::LiveRoom>>,
     /// The room as the file gave it when the room was opened: what the operator's changes
     /// apply over.

@@ -165,7 +165,7 @@ async fn pump(mut io: Detached, mut body: Body) {
 }
 
 /// A connection's socket as hyper sees it: passed through untouched until a response takes
-/// the connection's [`Offer`], staged from then on (see the module doc).
+/// the connection's [`Handoff`], staged from then on (see the module doc).
 pub(super) struct HandoffIo {
     /// `None` once handed over.
     stream: Option<TcpStream>,

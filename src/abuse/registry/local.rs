@@ -33,7 +33,7 @@ pub(super) struct Local {
     /// Recency order of `tracked`: touch counter → client; the first is forgotten first.
     pub(super) lru: BTreeMap<u64, IpAddr>,
     pub(super) touch: u64,
-    /// The master copy of the bans; [`AbuseRegistry::publish_local`] hands readers a
+    /// The master copy of the bans; [`super::AbuseRegistry::publish_local`] hands readers a
     /// clone (O(1), shared).
     pub(super) bans: BanSet,
     /// (end, target) of every ban with an end, soonest first: what `tick` expires

@@ -11,7 +11,7 @@
 //!   [`QueueStore`](super::QueueStore) operations on them;
 //! - [`snapshot`]: persistence, the snapshot written from the live rooms and read back in
 //!   any of its three formats;
-//! - [`line`] and [`sessions`]: the waiting line and the admitted sessions, laid out as
+//! - [`line`](mod@line) and [`sessions`]: the waiting line and the admitted sessions, laid out as
 //!   below;
 //! - [`clients`]: what a room counts per client (places, sessions, join windows);
 //! - `tests`: the store's own tests (the conformance suite runs on it from there too).
@@ -150,7 +150,7 @@ struct Room {
     tokens: f64,
     refilled_ms: u64,
     /// The line and the front lane ahead of it (the newest move is position 1), with
-    /// their index and seen order: see [`line`].
+    /// their index and seen order: see [`line`](mod@line).
     line: WaitingLine,
     /// A lottery draw being collected. Entrants have no ticket until the doors open; then
     /// the whole draw is issued tickets in the order of its [`DrawHash`]es, in one go (the

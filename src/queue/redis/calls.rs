@@ -2,7 +2,7 @@
 //! own), and when a call that met a broken connection is sent once more.
 //!
 //! Outages: every connection, I/O or timeout error is [`StoreError::Unavailable`] (admission
-//! fails closed). The single-node connection is a [`ConnectionManager`] with short timeouts
+//! fails closed). The single-node connection is a [`redis::aio::ConnectionManager`] with short timeouts
 //! that reconnects in the background, so a dead Redis answers "unavailable" within a couple
 //! of seconds and recovery needs no restart. Time the store was unreachable (or every replica
 //! was down) is forgiven in the reaping clock, so an outage never abandons the line.

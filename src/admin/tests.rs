@@ -1,5 +1,5 @@
 //! Unit tests of the admin module's parsers and matcher; the API end to end is
-//! `tests/e2e/admin.rs`.
+//! `tests/e2e/admin/`.
 
 use std::time::Duration;
 

@@ -21,8 +21,9 @@ use hyper::{Method, StatusCode};
 
 use crate::client::{Admin, Conn};
 use crate::infra::{self, Anteroom, AnteroomSpec, Nginx, Scratch};
+use crate::proxy::{Wrk, wrk};
 use crate::report::{Row, fmt_value};
-use crate::scenarios::{Wrk, say, wrk};
+use crate::scenarios::say;
 
 const MIB: f64 = 1024.0 * 1024.0;
 

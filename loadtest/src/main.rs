@@ -15,6 +15,8 @@ mod door;
 mod flood;
 mod infra;
 mod micro;
+mod pass;
+mod proxy;
 mod report;
 mod scenarios;
 mod sitebound;
@@ -439,7 +441,7 @@ async fn main() -> anyhow::Result<()> {
             smoke,
         } => {
             let s = Sizes::get(smoke);
-            scenarios::proxy(
+            proxy::proxy(
                 secs.unwrap_or(s.proxy_secs),
                 conns,
                 threads,
@@ -454,7 +456,7 @@ async fn main() -> anyhow::Result<()> {
             smoke,
         } => {
             let s = Sizes::get(smoke);
-            scenarios::pass(
+            pass::pass(
                 store,
                 &depths.unwrap_or(s.pass_depths),
                 passes.unwrap_or(s.passes),
@@ -618,12 +620,9 @@ async fn all(smoke: bool, out: PathBuf) -> anyhow::Result<()> {
         scenarios::replicas(s.replicas_rate, s.replicas_secs, REPLICAS_INTERVAL)
     );
     run!("hold", scenarios::hold(Store::Memory, s.streams, s.loads));
-    run!(
-        "proxy",
-        scenarios::proxy(s.proxy_secs, 64, 2, s.proxy_rounds)
-    );
+    run!("proxy", proxy::proxy(s.proxy_secs, 64, 2, s.proxy_rounds));
     for store in [Store::Memory, Store::Redis] {
-        run!("pass", scenarios::pass(store, &s.pass_depths, s.passes));
+        run!("pass", pass::pass(store, &s.pass_depths, s.passes));
     }
     run!("micro", async { micro::micro(smoke) });
     run!("costs", costs::costs(s.costs_secs, 64, 2, s.costs_rounds));

@@ -278,6 +278,7 @@ fn settings_patch(old: &RoomConfig, new: &RoomConfig) -> SettingsPatch {
         paused: None,
         mode: changed(old.mode == new.mode).then_some(new.mode),
         changes: config::live::changed(old, new),
+        expect: None,
     }
 }
 

@@ -1,19 +1,20 @@
 //! A room's scheduled events through the API: list, create, replace, delete. Each event is
 //! one of the room's changes in the store (`crate::config::events` says why and how it
 //! applies); a write checks the whole set (no overlap, at most 100) over the events as
-//! read just before, writes the one key, and applies the room's current event at once
-//! through this replica (the others follow within a second). Every write is audited.
+//! read just before, writes the one key only if no other write of the events came between
+//! (else it reads and checks again: [`commit`]), and applies the room's current event at
+//! once through this replica (the others follow within a second). Every write is audited.
 
 use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use serde_json::Value;
 
 use crate::config::events::{
-    self as ev, APPLIED_KEY, Event as StoredEvent, check_set, current, events_of, new_id,
-    parse_body,
+    self as ev, APPLIED_KEY, Event as StoredEvent, REVISION_KEY, check_set, current, events_of,
+    new_id, parse_body,
 };
 use crate::http::body::Body;
-use crate::queue::{RoomChanges, SettingsPatch};
+use crate::queue::{RoomChanges, SettingsPatch, StoreError};
 
 use super::api::{Problem, RoomPath};
 use super::body::read_body;
@@ -94,6 +95,8 @@ pub(super) async fn events(
         (status = 400, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A value the event cannot have, or it overlaps another (`field` names it: queue_opens_at, admits_at, closes_at, rate, title, …); nothing was changed",
             body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Other writes of the room's events kept coming first (another operator, another replica) while this one was checked again; nothing was changed",
+            body = Problem, content_type = "application/problem+json"),
         InRoom,
         WithBody,
     )
@@ -105,10 +108,12 @@ pub(super) async fn create(
     who: &Caller,
 ) -> Result<Response<Body>, AdminError> {
     let body = body_json(req, app).await?;
-    let (_, mut events, now) = read(app, room).await?;
     let event = checked(app, room, &new_id(), &body)?;
-    events.push(event.clone());
-    let events = write(app, room, &event, events).await?;
+    let (events, now, ()) = commit(app, room, |events| {
+        events.push(event.clone());
+        Ok((event.key(), event.to_json(), ()))
+    })
+    .await?;
     let shown = view(&event, &events, now);
     let audit = audit(app, room, "event.create", Value::Null, event.to_json(), who).await;
     tracing::info!(room, caller = %who.ip, event = %event.id, written = audit.written, "admin: event created");
@@ -133,6 +138,8 @@ pub(super) async fn create(
         (status = 404, description = "Unknown room or event", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A value the event cannot have, or it overlaps another (`field` names it); nothing was changed",
             body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Other writes of the room's events kept coming first (another operator, another replica) while this one was checked again; nothing was changed",
+            body = Problem, content_type = "application/problem+json"),
         (status = 503, response = StoreUnavailable),
         Guarded,
         WithBody,
@@ -146,14 +153,16 @@ pub(super) async fn replace(
     who: &Caller,
 ) -> Result<Response<Body>, AdminError> {
     let body = body_json(req, app).await?;
-    let (_, mut events, now) = read(app, room).await?;
-    let at = events
-        .iter()
-        .position(|e| e.id == id)
-        .ok_or_else(|| AdminError::UnknownEvent(id.to_owned()))?;
     let event = checked(app, room, id, &body)?;
-    let old = std::mem::replace(&mut events[at], event.clone());
-    let events = write(app, room, &event, events).await?;
+    let (events, now, old) = commit(app, room, |events| {
+        let at = events
+            .iter()
+            .position(|e| e.id == id)
+            .ok_or_else(|| AdminError::UnknownEvent(id.to_owned()))?;
+        let old = std::mem::replace(&mut events[at], event.clone());
+        Ok((event.key(), event.to_json(), old))
+    })
+    .await?;
     let shown = view(&event, &events, now);
     let audit = audit(
         app,
@@ -177,6 +186,8 @@ pub(super) async fn replace(
     responses(
         (status = 204, description = "Deleted; with no event left the room's schedule is the file's again"),
         (status = 404, description = "Unknown room or event", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Other writes of the room's events kept coming first (another operator, another replica) while this one was checked again; nothing was changed",
+            body = Problem, content_type = "application/problem+json"),
         (status = 503, response = StoreUnavailable),
         Guarded,
     )
@@ -187,17 +198,15 @@ pub(super) async fn delete(
     id: &str,
     who: &Caller,
 ) -> Result<Response<Body>, AdminError> {
-    let (_, events, _) = read(app, room).await?;
-    let old = events
-        .iter()
-        .find(|e| e.id == id)
-        .ok_or_else(|| AdminError::UnknownEvent(id.to_owned()))?;
-    let patch = SettingsPatch {
-        changes: RoomChanges([(old.key(), Value::Null)].into_iter().collect()),
-        ..SettingsPatch::default()
-    };
-    let new = app.admission.update_settings(room, &patch).await?;
-    apply_now(app, room, &new.changes).await;
+    let (_, _, old) = commit(app, room, |events| {
+        let at = events
+            .iter()
+            .position(|e| e.id == id)
+            .ok_or_else(|| AdminError::UnknownEvent(id.to_owned()))?;
+        let old = events.remove(at);
+        Ok((old.key(), Value::Null, old))
+    })
+    .await?;
     let audit = audit(app, room, "event.delete", old.to_json(), Value::Null, who).await;
     tracing::info!(room, caller = %who.ip, event = %id, written = audit.written, "admin: event deleted");
     let mut response = Response::new(crate::http::body::empty());
@@ -227,23 +236,51 @@ fn checked(
         .map_err(|e| AdminError::Unprocessable(FieldError::new(&e.field, e.reason)))
 }
 
-/// Checks the set with `event` in it, writes `event`, and applies the current event now;
-/// the set as it stands after.
-async fn write(
+/// How often [`commit`] reads, checks and writes again when other writes of the room's
+/// events keep coming first.
+const COMMIT_ATTEMPTS: usize = 5;
+
+/// One write of the room's events, made over the set as read just before and only if no
+/// other write of them came between: the store compares the events' revision
+/// ([`REVISION_KEY`]) with the one read, in the same atomic step as the write, which raises
+/// it. `edit` changes the set as read and returns the change that makes it so (an event's
+/// key and its JSON, or `null` to remove it) and what the caller keeps of it; the whole set
+/// is then checked (no overlap, at most 100). When another write came first (another
+/// operator, another replica), the set is read and `edit` runs again over it, so two
+/// overlapping events sent at the same instant never both land, and no write is lost.
+/// Returns the set as it stands after, the store's time at the read, and what `edit` kept;
+/// the room's current event is applied at once.
+async fn commit<T>(
     app: &AdminContext<'_>,
     room: &str,
-    event: &StoredEvent,
-    events: Vec<StoredEvent>,
-) -> Result<Vec<StoredEvent>, AdminError> {
-    check_set(&events)
-        .map_err(|e| AdminError::Unprocessable(FieldError::new(&e.field, e.reason)))?;
-    let patch = SettingsPatch {
-        changes: RoomChanges([(event.key(), event.to_json())].into_iter().collect()),
-        ..SettingsPatch::default()
-    };
-    let new = app.admission.update_settings(room, &patch).await?;
-    apply_now(app, room, &new.changes).await;
-    Ok(events_of(&new.changes))
+    mut edit: impl FnMut(&mut Vec<StoredEvent>) -> Result<(String, Value, T), AdminError>,
+) -> Result<(Vec<StoredEvent>, u64, T), AdminError> {
+    for _ in 0..COMMIT_ATTEMPTS {
+        let (changes, mut events, now) = read(app, room).await?;
+        let (key, value, kept) = edit(&mut events)?;
+        check_set(&events)
+            .map_err(|e| AdminError::Unprocessable(FieldError::new(&e.field, e.reason)))?;
+        let revision = changes.get(REVISION_KEY).cloned().unwrap_or(Value::Null);
+        let next = revision.as_u64().unwrap_or(0).saturating_add(1);
+        let patch = SettingsPatch {
+            changes: RoomChanges(
+                [(key, value), (REVISION_KEY.to_owned(), Value::from(next))]
+                    .into_iter()
+                    .collect(),
+            ),
+            expect: Some((REVISION_KEY.to_owned(), revision)),
+            ..SettingsPatch::default()
+        };
+        match app.admission.update_settings(room, &patch).await {
+            Ok(new) => {
+                apply_now(app, room, &new.changes).await;
+                return Ok((events_of(&new.changes), now, kept));
+            }
+            Err(StoreError::Conflict(_)) => continue,
+            Err(other) => return Err(other.into()),
+        }
+    }
+    Err(AdminError::Conflict("events".to_owned()))
 }
 
 /// The room's current event applied at once through this replica; a failure is left to

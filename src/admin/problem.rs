@@ -97,6 +97,13 @@ pub enum AdminError {
     /// 409: every active ban is an operator ban and the list is full ([`BanError::Full`]).
     #[error("Nothing was changed: {0}")]
     BanListFull(BanError),
+    /// 409: other writes of the same settings kept coming first (another operator, another
+    /// replica), each read again and checked again, until this one gave up; `{0}` names
+    /// what changed.
+    #[error(
+        "The room's {0} kept changing while this was written; nothing was changed. Read them again and retry."
+    )]
+    Conflict(String),
     /// 413: the request body is larger than [`MAX_BODY_BYTES`].
     #[error("The request body may be at most {MAX_BODY_BYTES} bytes.")]
     BodyTooLarge,
@@ -223,6 +230,7 @@ impl AdminError {
                 Extra::Close,
             ),
             E::BanListFull(_) => (StatusCode::CONFLICT, "Ban list full", None, Extra::None),
+            E::Conflict(_) => (StatusCode::CONFLICT, "Changed meanwhile", None, Extra::None),
             E::BodyTooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "Body too large",
@@ -331,6 +339,7 @@ impl From<StoreError> for AdminError {
             StoreError::NotWaiting(reference) => AdminError::UnknownVisitor(reference),
             StoreError::UnknownRoom(room) => AdminError::RoomNotInStore(room),
             StoreError::Unavailable(reason) => AdminError::StoreUnavailable(reason),
+            StoreError::Conflict(what) => AdminError::Conflict(what),
         }
     }
 }

@@ -31,6 +31,11 @@ use crate::queue::{MAX_MAX_ACTIVE, RoomChanges, Schedule, SettingsPatch, unix_ms
 pub const EVENT_PREFIX: &str = "event:";
 /// The key of the event last applied to the room (its JSON), among the room's changes.
 pub const APPLIED_KEY: &str = "event";
+/// The key of the events' revision among the room's changes: a number every write of an
+/// event raises by one, and expects unchanged from its read (`SettingsPatch::expect`), so
+/// a write checked against the events as read never lands over a set another write changed
+/// meanwhile.
+pub const REVISION_KEY: &str = "event_revision";
 /// Events one room may hold.
 pub const MAX_EVENTS: usize = 100;
 /// The longest `name`, in characters.
@@ -38,7 +43,7 @@ pub const MAX_NAME_CHARS: usize = 100;
 
 /// Whether `key` among a room's changes belongs to its events rather than its settings.
 pub fn is_event_key(key: &str) -> bool {
-    key == APPLIED_KEY || key.starts_with(EVENT_PREFIX)
+    key == APPLIED_KEY || key == REVISION_KEY || key.starts_with(EVENT_PREFIX)
 }
 
 /// One scheduled event of a room: its times, which become the room's schedule while it is

@@ -338,6 +338,10 @@ pub enum StoreError {
     /// No visitor with this reference is waiting in the room (a 404 for the admin API).
     #[error("no waiting visitor with reference {0}")]
     NotWaiting(VisitorRef),
+    /// A write's precondition ([`SettingsPatch::expect`]) no longer held: another write of
+    /// the named change came first, and nothing was written.
+    #[error("the room's {0} changed meanwhile; nothing was written")]
+    Conflict(String),
 }
 
 /// The result of a store operation.

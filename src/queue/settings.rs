@@ -137,6 +137,11 @@ pub struct SettingsPatch {
     /// ([`RoomChanges::merged`]: a `null` gives a setting the file's value back); empty
     /// changes none.
     pub changes: RoomChanges,
+    /// Write only if the live change of this name holds this value (`null`: it is absent),
+    /// checked in the same atomic step as the write; otherwise nothing is written and the
+    /// store answers [`StoreError::Conflict`]. A read-check-write of several changes
+    /// (a room's events) expects the revision it read, and writes the next one.
+    pub expect: Option<(String, serde_json::Value)>,
 }
 
 impl SettingsPatch {

@@ -3,7 +3,8 @@
 //! stats and `anteroom_room_phase` at each step, on the embedded store and on a real
 //! `redis-server` with two binary replicas (the second shows what the first applied);
 //! bad events refused with 422 naming the field, a viewer refused, replace and delete,
-//! and events kept over a restart.
+//! events kept over a restart, and overlapping events sent at once through two replicas
+//! never both accepted.
 
 use crate::common;
 
@@ -338,4 +339,69 @@ async fn events_are_checked_replaced_deleted_and_kept_over_a_restart() {
             .all(|l| l["actor"] == "event")
     );
     ar.shutdown().await.unwrap();
+}
+
+/// Two operators schedule overlapping events at the same instant, through two replicas on
+/// one real `redis-server`: in every round exactly one is accepted and the other is refused
+/// with 422 naming it (each write checks the set as read and lands only if no other write
+/// came between), and a replace and a delete of one event at once never bring it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_events_sent_at_once_through_two_replicas_never_both_land() {
+    const ROUNDS: u64 = 12;
+    let pair = RedisPair::start(ROOM).await;
+    let (a, b) = (pair.a.addr, pair.b.addr);
+    let http = client();
+    let now = SystemTime::now();
+    for round in 0..ROUNDS {
+        // Round `round` has its own hour; the two events of a round overlap by half of it.
+        let base = 3_600 * (round + 1);
+        let first = json!({"name": "a", "queue_opens_at": at(now, base), "admits_at": at(now, base + 60),
+            "closes_at": at(now, base + 1_800)});
+        let second = json!({"name": "b", "queue_opens_at": at(now, base + 900), "admits_at": at(now, base + 960),
+            "closes_at": at(now, base + 2_700)});
+        let ((sa, ea), (sb, eb)) =
+            tokio::join!(create(&http, a, &first), create(&http, b, &second));
+        let mut statuses = [sa, sb];
+        statuses.sort_unstable();
+        assert_eq!(statuses, [201, 422], "round {round}: {ea} / {eb}");
+        let (kept, refused) = if sa == 201 { (&ea, &eb) } else { (&eb, &ea) };
+        let id = kept["id"].as_str().unwrap();
+        assert!(
+            refused["detail"].as_str().unwrap().contains(id),
+            "round {round}: the refusal names the event that landed: {refused}"
+        );
+    }
+    let (status, _, list) = send(http.get(events_url(b)).bearer_auth(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200);
+    let events = list["events"].as_array().unwrap();
+    assert_eq!(events.len() as u64, ROUNDS, "{list}");
+
+    // A replace and a delete of the same event at once, through the two replicas: the
+    // delete wins or the replace does then the delete, never a deleted event replaced back.
+    let target = events[0].clone();
+    let id = target["id"].as_str().unwrap();
+    let url = format!("{}/{id}", events_url(a));
+    let mut renamed = target.clone();
+    renamed["name"] = json!("renamed");
+    for key in ["id", "state"] {
+        renamed.as_object_mut().unwrap().remove(key);
+    }
+    let ((replaced, _, _), (deleted, _, _)) = tokio::join!(
+        send(http.put(&url).bearer_auth(ADMIN_TOKEN).json(&renamed)),
+        send(
+            http.delete(format!("{}/{id}", events_url(b)))
+                .bearer_auth(ADMIN_TOKEN)
+        )
+    );
+    assert_eq!(deleted, 204);
+    assert!(replaced == 200 || replaced == 404, "replace: {replaced}");
+    let (_, _, list) = send(http.get(events_url(a)).bearer_auth(ADMIN_TOKEN)).await;
+    assert!(
+        list["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["id"] != id),
+        "a deleted event came back: {list}"
+    );
 }

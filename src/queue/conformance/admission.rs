@@ -307,6 +307,7 @@ pub async fn settings_survive_a_reopen<H: Harness>(h: &mut H) {
                 paused: Some(true),
                 mode: Some(Mode::SoldOut),
                 changes: Default::default(),
+                expect: None,
             },
         )
         .await
@@ -558,6 +559,56 @@ pub async fn invalid_settings_change_nothing<H: Harness>(h: &mut H) {
             .resolve("nowhere", VisitorId::random(), anyone())
             .await,
         Err(super::StoreError::UnknownRoom(_))
+    ));
+}
+
+/// A patch that expects a change to hold a value is written only while it does, on every
+/// replica: the first of two writes expecting the same revision lands, the second is a
+/// [`super::StoreError::Conflict`] and changes nothing (not even the fields it also sets).
+pub async fn a_write_expecting_a_change_lands_only_over_it<H: Harness>(h: &mut H) {
+    use serde_json::{Value, json};
+    let a = open(h, settings(10.0, 100)).await;
+    let b = h.replica().await.unwrap_or_else(|| a.clone());
+    let write = |expect: Value, next: u64, key: &str| SettingsPatch {
+        rate: Some(next as f64),
+        changes: crate::queue::RoomChanges(
+            [
+                ("rev".to_owned(), json!(next)),
+                (key.to_owned(), json!({ "by": key })),
+            ]
+            .into_iter()
+            .collect(),
+        ),
+        expect: Some(("rev".to_owned(), expect)),
+        ..Default::default()
+    };
+    // Absent is expected as null.
+    let first = a
+        .update_settings(ROOM, &write(Value::Null, 1, "a"))
+        .await
+        .unwrap();
+    assert_eq!(first.changes.get("rev"), Some(&json!(1)));
+    // A second write read the same (absent) revision: refused, nothing of it written.
+    match b.update_settings(ROOM, &write(Value::Null, 1, "b")).await {
+        Err(super::StoreError::Conflict(name)) => assert_eq!(name, "rev"),
+        other => panic!("a stale write should conflict, got {other:?}"),
+    }
+    let now = b.stats(ROOM).await.unwrap().settings;
+    assert_eq!(now.rate, 1.0);
+    assert_eq!(now.changes.get("b"), None);
+    assert_eq!(now.changes.get("a"), Some(&json!({ "by": "a" })));
+    // Read again, it lands.
+    let second = b
+        .update_settings(ROOM, &write(json!(1), 2, "b"))
+        .await
+        .unwrap();
+    assert_eq!(second.changes.get("rev"), Some(&json!(2)));
+    assert_eq!(second.changes.get("b"), Some(&json!({ "by": "b" })));
+    assert_eq!(second.rate, 2.0);
+    // A value no longer held is stale too.
+    assert!(matches!(
+        a.update_settings(ROOM, &write(json!(1), 2, "c")).await,
+        Err(super::StoreError::Conflict(_))
     ));
 }
 

@@ -82,6 +82,7 @@ macro_rules! suite {
             heartbeat_never_joins,
             reaping_is_bounded_but_catches_up,
             invalid_settings_change_nothing,
+            a_write_expecting_a_change_lands_only_over_it,
             rooms_are_independent,
             join_limit_counts_per_address_and_refusals,
             schedule_phases_from_store_time,

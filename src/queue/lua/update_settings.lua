@@ -1,5 +1,7 @@
 -- update_settings: ARGV[2..7] = rate, max_active, session_ttl_ms, abandon_after_ms, paused,
--- mode, each '' to leave alone (already validated by the caller); then fours of the
+-- mode, each '' to leave alone (already validated by the caller); ARGV[8], ARGV[9] = the
+-- precondition: the name of a change ('' for none) and the JSON it must hold now ('' for
+-- absent), else nothing is written; then fours of the
 -- operator's changes of other settings: name, its value as JSON ('' gives the file's back),
 -- and, for a setting the store enforces, its policy field and the value now in force
 -- (else '' ''); a setting of several fields (the schedule) is followed by fours with an empty
@@ -7,10 +9,13 @@
 -- as `pol:<field>` (gone when the change is), so an open of the room re-applies the changes
 -- without parsing them (see open_room.lua). The bucket is credited at the old rate up to now, so a rate change applies
 -- from this moment on.
--- Returns {-1} unknown room, else {1}.
+-- Returns {-1} unknown room, {-2} the precondition does not hold, else {1}.
 local r = load_room()
 if not r then
   return {-1}
+end
+if ARGV[8] ~= '' and (redis.call('HGET', K_CONF, 'live:' .. ARGV[8]) or '') ~= ARGV[9] then
+  return {-2}
 end
 refill(r)
 local fields = {'rate', 'max_active', 'session_ttl_ms', 'abandon_after_ms', 'paused', 'mode'}
@@ -20,7 +25,7 @@ for i, f in ipairs(fields) do
     redis.call('HSET', K_CONF, f, v)
   end
 end
-local i = 8
+local i = 10
 local given = false
 while ARGV[i] do
   local name, json, field, value = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]

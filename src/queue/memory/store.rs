@@ -364,6 +364,17 @@ impl QueueStore for MemoryStore {
         patch: &SettingsPatch,
     ) -> StoreResult<RoomSettings> {
         self.with_room(room, |room, now| {
+            if let Some((name, want)) = &patch.expect {
+                let held = room
+                    .settings
+                    .changes
+                    .0
+                    .get(name)
+                    .unwrap_or(&serde_json::Value::Null);
+                if held != want {
+                    return Err(StoreError::Conflict(name.clone()));
+                }
+            }
             let next = room.settings.patched(patch)?;
             // Credit the bucket at the old rate up to now, so a rate change applies only
             // from this moment on.

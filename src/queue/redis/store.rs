@@ -557,6 +557,14 @@ impl QueueStore for RedisStore {
                 .policy(&file)
         };
         let time = |t: Option<u64>| t.map(|t| t.to_string()).unwrap_or_default();
+        // A change as the store keeps it: its JSON, or '' for none (`null`).
+        let json = |value: &serde_json::Value| {
+            if value.is_null() {
+                String::new()
+            } else {
+                value.to_string()
+            }
+        };
         // The store's fields of each policy setting, with the values now in force.
         let policy_fields = |name: &str| -> Vec<(&'static str, String)> {
             match name {
@@ -594,15 +602,14 @@ impl QueueStore for RedisStore {
                         .paused
                         .map(|p| if p { "1" } else { "0" }.to_owned())))
                     .arg(opt(patch.mode.map(|m| m.as_str().to_owned())));
+                match &patch.expect {
+                    Some((name, value)) => inv.arg(name).arg(json(value)),
+                    None => inv.arg("").arg(""),
+                };
                 for (name, value) in &patch.changes.0 {
-                    let json = if value.is_null() {
-                        String::new()
-                    } else {
-                        value.to_string()
-                    };
                     let fields = policy_fields(name);
                     let (field, now) = fields.first().cloned().unwrap_or(("", String::new()));
-                    inv.arg(name).arg(json).arg(field).arg(now);
+                    inv.arg(name).arg(json(value)).arg(field).arg(now);
                     // A setting of several fields: the others follow with no name.
                     for (field, now) in fields.into_iter().skip(1) {
                         inv.arg("").arg("").arg(field).arg(now);
@@ -612,6 +619,12 @@ impl QueueStore for RedisStore {
             .await?;
         match ints("update_settings", reply)?.as_slice() {
             [1] => Ok(self.stats(room).await?.settings),
+            [-2] => Err(StoreError::Conflict(
+                patch
+                    .expect
+                    .as_ref()
+                    .map_or_else(String::new, |(name, _)| name.clone()),
+            )),
             other => Err(bad_reply("update_settings", other)),
         }
     }

@@ -1616,6 +1616,15 @@ export interface operations {
             404: components["responses"]["UnknownRoom"];
             405: components["responses"]["MethodNotAllowed"];
             408: components["responses"]["BodyTooSlow"];
+            /** @description Other writes of the room's events kept coming first (another operator, another replica) while this one was checked again; nothing was changed */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             413: components["responses"]["BodyTooLarge"];
             /** @description A value the event cannot have, or it overlaps another (`field` names it: queue_opens_at, admits_at, closes_at, rate, title, …); nothing was changed */
             422: {
@@ -1679,6 +1688,15 @@ export interface operations {
             };
             405: components["responses"]["MethodNotAllowed"];
             408: components["responses"]["BodyTooSlow"];
+            /** @description Other writes of the room's events kept coming first (another operator, another replica) while this one was checked again; nothing was changed */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             413: components["responses"]["BodyTooLarge"];
             /** @description A value the event cannot have, or it overlaps another (`field` names it); nothing was changed */
             422: {
@@ -1726,6 +1744,15 @@ export interface operations {
                 };
             };
             405: components["responses"]["MethodNotAllowed"];
+            /** @description Other writes of the room's events kept coming first (another operator, another replica) while this one was checked again; nothing was changed */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["StoreUnavailable"];
         };

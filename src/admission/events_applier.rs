@@ -4,7 +4,9 @@
 //! one in this process); when it differs from the one applied last, its times, its
 //! overrides and the new marker go to the store in one settings patch
 //! ([`crate::config::events::apply_patch`]), logged and audited with the actor `event`.
-//! Every replica runs this; two writing the same event at once write the same values.
+//! Every replica runs this; the write expects the marker it read (`SettingsPatch::expect`),
+//! so when several replicas see the same event become current, one writes it, and logs and
+//! audits it, and the others find it applied.
 //!
 //! The rule and the keys are the config layer's ([`crate::config::events`]); this file only
 //! decides when to write, and records it.
@@ -15,8 +17,8 @@ use serde_json::json;
 
 use super::Admission;
 use crate::audit::{AuditEntry, AuditLog};
-use crate::config::events::{applied_of, apply_patch, events_of, to_apply};
-use crate::queue::{RoomChanges, StoreResult};
+use crate::config::events::{APPLIED_KEY, applied_of, apply_patch, events_of, to_apply};
+use crate::queue::{RoomChanges, StoreError, StoreResult};
 
 /// Where the applier writes its audit lines: set once by the wiring.
 #[derive(Default)]
@@ -35,10 +37,18 @@ impl Admission {
         let applied = applied_of(changes);
         let now = self.now_ms();
         let event = to_apply(&events, applied.as_ref(), now);
-        let Some(patch) = apply_patch(event, applied.as_ref()) else {
+        let Some(mut patch) = apply_patch(event, applied.as_ref()) else {
             return Ok(false);
         };
-        self.update_settings(room, &patch).await?;
+        let marker = changes.get(APPLIED_KEY).cloned().unwrap_or_default();
+        patch.expect = Some((APPLIED_KEY.to_owned(), marker));
+        match self.update_settings(room, &patch).await {
+            Ok(_) => {}
+            // Another replica applied it first (or applied another since this read): this
+            // one has nothing to write, log or audit.
+            Err(StoreError::Conflict(_)) => return Ok(false),
+            Err(other) => return Err(other),
+        }
         let (action, new) = match event {
             Some(e) => ("event.apply", e.to_json()),
             None => ("event.clear", json!(null)),
@@ -177,5 +187,31 @@ mod tests {
         );
         assert_eq!(s.settings.changes.get("schedule"), None);
         assert!(!b.apply_events("main", &s.settings.changes).await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn replicas_that_read_the_same_marker_apply_an_event_once() {
+        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(T0)));
+        store
+            .open_room("main", &settings(1.0, 10), &RoomPolicy::default(), false)
+            .await
+            .unwrap();
+        let (a, b) = (
+            Admission::new(store.clone(), None, EventSink::disabled()),
+            Admission::new(store.clone(), None, EventSink::disabled()),
+        );
+        let one = event("ev-1", 10, 20, None, 5.0, None);
+        store
+            .update_settings("main", &patch(vec![(one.key(), one.to_json())]))
+            .await
+            .unwrap();
+        // Both read the room before either applied its event, as two replicas' refreshes
+        // in the same second do: one writes it, the other finds the marker moved.
+        let read = store.stats("main").await.unwrap().settings.changes;
+        assert!(a.apply_events("main", &read).await.unwrap());
+        assert!(!b.apply_events("main", &read).await.unwrap());
+        let s = store.stats("main").await.unwrap();
+        assert_eq!(applied_of(&s.settings.changes), Some(one));
+        assert_eq!(s.settings.rate, 5.0);
     }
 }

@@ -7,9 +7,10 @@
 //! reads them with the room's other changes each second. The change under [`APPLIED_KEY`]
 //! is the event last applied to the room (its JSON): a replica that finds the current
 //! event differs from it writes [`apply_patch`] (the event's times as the `schedule`
-//! setting, its overrides as an operator's change would be, and the new marker). Two
-//! replicas doing so at once write the same values, so the race is harmless. None of
-//! these keys is a setting: [`super::live::effective`] skips them.
+//! setting, its overrides as an operator's change would be, and the new marker), expecting
+//! the marker it read: of replicas doing so at once, one writes (and audits) it and the
+//! others find it applied. The events' writes keep a revision under [`REVISION_KEY`] (see
+//! there). None of these keys is a setting: [`super::live::effective`] skips them.
 //!
 //! **The current event** is the first, in time order, that has not closed by the store's
 //! clock; when every one has closed, the last (so the room stays closed after it). Events

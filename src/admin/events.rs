@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::config::events::{
     self as ev, APPLIED_KEY, Event as StoredEvent, REVISION_KEY, check_set, current, events_of,
-    new_id, parse_body,
+    new_id, new_revision, parse_body,
 };
 use crate::http::body::Body;
 use crate::queue::{RoomChanges, SettingsPatch, StoreError};
@@ -242,10 +242,10 @@ const COMMIT_ATTEMPTS: usize = 5;
 
 /// One write of the room's events, made over the set as read just before and only if no
 /// other write of them came between: the store compares the events' revision
-/// ([`REVISION_KEY`]) with the one read, in the same atomic step as the write, which raises
-/// it. `edit` changes the set as read and returns the change that makes it so (an event's
+/// ([`REVISION_KEY`]) with the one read, in the same atomic step as the write, which
+/// replaces it with a new one. `edit` changes the set as read and returns the change that makes it so (an event's
 /// key and its JSON, or `null` to remove it) and what the caller keeps of it; the whole set
-/// is then checked (no overlap, at most 100). When another write came first (another
+/// is then checked (no overlap, at most 100) unless the change is a removal. When another write came first (another
 /// operator, another replica), the set is read and `edit` runs again over it, so two
 /// overlapping events sent at the same instant never both land, and no write is lost.
 /// Returns the set as it stands after, the store's time at the read, and what `edit` kept;
@@ -258,13 +258,15 @@ async fn commit<T>(
     for _ in 0..COMMIT_ATTEMPTS {
         let (changes, mut events, now) = read(app, room).await?;
         let (key, value, kept) = edit(&mut events)?;
-        check_set(&events)
-            .map_err(|e| AdminError::Unprocessable(FieldError::new(&e.field, e.reason)))?;
+        // A removal cannot make an overlap, nor a set too large.
+        if !value.is_null() {
+            check_set(&events)
+                .map_err(|e| AdminError::Unprocessable(FieldError::new(&e.field, e.reason)))?;
+        }
         let revision = changes.get(REVISION_KEY).cloned().unwrap_or(Value::Null);
-        let next = revision.as_u64().unwrap_or(0).saturating_add(1);
         let patch = SettingsPatch {
             changes: RoomChanges(
-                [(key, value), (REVISION_KEY.to_owned(), Value::from(next))]
+                [(key, value), (REVISION_KEY.to_owned(), new_revision())]
                     .into_iter()
                     .collect(),
             ),

@@ -4,9 +4,10 @@
 //! one in this process); when it differs from the one applied last, its times, its
 //! overrides and the new marker go to the store in one settings patch
 //! ([`crate::config::events::apply_patch`]), logged and audited with the actor `event`.
-//! Every replica runs this; the write expects the marker it read (`SettingsPatch::expect`),
-//! so when several replicas see the same event become current, one writes it, and logs and
-//! audits it, and the others find it applied.
+//! Every replica runs this; the write expects the events' revision it read and writes a new
+//! one (`SettingsPatch::expect`, as an operator's write of the events does), so when
+//! several replicas see the same event become current, one writes it, and logs and audits
+//! it, and the others find it applied.
 //!
 //! The rule and the keys are the config layer's ([`crate::config::events`]); this file only
 //! decides when to write, and records it.
@@ -17,7 +18,9 @@ use serde_json::json;
 
 use super::Admission;
 use crate::audit::{AuditEntry, AuditLog};
-use crate::config::events::{APPLIED_KEY, applied_of, apply_patch, events_of, to_apply};
+use crate::config::events::{
+    REVISION_KEY, applied_of, apply_patch, events_of, new_revision, to_apply,
+};
 use crate::queue::{RoomChanges, StoreError, StoreResult};
 
 /// Where the applier writes its audit lines: set once by the wiring.
@@ -40,8 +43,13 @@ impl Admission {
         let Some(mut patch) = apply_patch(event, applied.as_ref()) else {
             return Ok(false);
         };
-        let marker = changes.get(APPLIED_KEY).cloned().unwrap_or_default();
-        patch.expect = Some((APPLIED_KEY.to_owned(), marker));
+        // Over the events as read: the revision this read saw, replaced by a new one.
+        let revision = changes.get(REVISION_KEY).cloned().unwrap_or_default();
+        patch
+            .changes
+            .0
+            .insert(REVISION_KEY.to_owned(), new_revision());
+        patch.expect = Some((REVISION_KEY.to_owned(), revision));
         match self.update_settings(room, &patch).await {
             Ok(_) => {}
             // Another replica applied it first (or applied another since this read): this
@@ -190,7 +198,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn replicas_that_read_the_same_marker_apply_an_event_once() {
+    async fn replicas_that_read_the_same_revision_apply_an_event_once() {
         let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(T0)));
         store
             .open_room("main", &settings(1.0, 10), &RoomPolicy::default(), false)

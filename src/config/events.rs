@@ -7,10 +7,9 @@
 //! reads them with the room's other changes each second. The change under [`APPLIED_KEY`]
 //! is the event last applied to the room (its JSON): a replica that finds the current
 //! event differs from it writes [`apply_patch`] (the event's times as the `schedule`
-//! setting, its overrides as an operator's change would be, and the new marker), expecting
-//! the marker it read: of replicas doing so at once, one writes (and audits) it and the
-//! others find it applied. The events' writes keep a revision under [`REVISION_KEY`] (see
-//! there). None of these keys is a setting: [`super::live::effective`] skips them.
+//! setting, its overrides as an operator's change would be, and the new marker), over the
+//! events' revision it read ([`REVISION_KEY`]): of replicas doing so at once, one writes
+//! (and audits) it and the others find it applied. None of these keys is a setting: [`super::live::effective`] skips them.
 //!
 //! **The current event** is the first, in time order, that has not closed by the store's
 //! clock; when every one has closed, the last (so the room stays closed after it). Events
@@ -32,11 +31,13 @@ use crate::queue::{MAX_MAX_ACTIVE, RoomChanges, Schedule, SettingsPatch, unix_ms
 pub const EVENT_PREFIX: &str = "event:";
 /// The key of the event last applied to the room (its JSON), among the room's changes.
 pub const APPLIED_KEY: &str = "event";
-/// The key of the events' revision among the room's changes: a number every write of an
-/// event raises by one, and expects unchanged from its read (`SettingsPatch::expect`), so
-/// a write checked against the events as read never lands over a set another write changed
-/// meanwhile.
-pub const REVISION_KEY: &str = "event_revision";
+/// The key of the events' revision among the room's changes: a token ([`new_revision`])
+/// every write of the events (an operator's, or an event applied) replaces, expecting the
+/// one it read (`SettingsPatch::expect`), so a write checked against the events as read
+/// never lands over a set another write changed meanwhile. Under [`EVENT_PREFIX`], so
+/// every replica, this version or an older one, skips it as one of the events' keys, and
+/// no event reads as it (an event's id is `ev-` and hex digits; the token is no event).
+pub const REVISION_KEY: &str = "event:#revision";
 /// Events one room may hold.
 pub const MAX_EVENTS: usize = 100;
 /// The longest `name`, in characters.
@@ -44,7 +45,14 @@ pub const MAX_NAME_CHARS: usize = 100;
 
 /// Whether `key` among a room's changes belongs to its events rather than its settings.
 pub fn is_event_key(key: &str) -> bool {
-    key == APPLIED_KEY || key == REVISION_KEY || key.starts_with(EVENT_PREFIX)
+    key == APPLIED_KEY || key.starts_with(EVENT_PREFIX)
+}
+
+/// A fresh revision for [`REVISION_KEY`]: random, so the store can tell a write sent again
+/// (after a broken connection) that already landed (it holds this very token) from another
+/// write that came first.
+pub fn new_revision() -> Value {
+    Value::from(format!("r-{:016x}", rand::random::<u64>()))
 }
 
 /// One scheduled event of a room: its times, which become the room's schedule while it is

@@ -139,8 +139,11 @@ pub struct SettingsPatch {
     pub changes: RoomChanges,
     /// Write only if the live change of this name holds this value (`null`: it is absent),
     /// checked in the same atomic step as the write; otherwise nothing is written and the
-    /// store answers [`StoreError::Conflict`]. A read-check-write of several changes
-    /// (a room's events) expects the revision it read, and writes the next one.
+    /// store answers [`StoreError::Conflict`], unless the change already holds the value
+    /// this patch gives it: that is this very patch, written already (a call sent again
+    /// after a broken connection), answered as written. So a read-check-write of several
+    /// changes (a room's events) expects the revision it read and writes a new one unique
+    /// to it.
     pub expect: Option<(String, serde_json::Value)>,
 }
 

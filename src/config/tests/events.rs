@@ -75,6 +75,8 @@ fn events_ride_in_the_changes_sorted_and_apart_from_settings() {
     changes.0.insert("title".into(), json!("Drop"));
     changes.0.insert("eventual".into(), json!(1));
     changes.0.insert(APPLIED_KEY.into(), a.to_json());
+    changes.0.insert(REVISION_KEY.into(), new_revision());
+    assert!(is_event_key(REVISION_KEY));
     assert_eq!(events_of(&changes), [a.clone(), b]);
     assert_eq!(applied_of(&changes), Some(a));
     // The room's effective config ignores them.

@@ -563,18 +563,20 @@ pub async fn invalid_settings_change_nothing<H: Harness>(h: &mut H) {
 }
 
 /// A patch that expects a change to hold a value is written only while it does, on every
-/// replica: the first of two writes expecting the same revision lands, the second is a
-/// [`super::StoreError::Conflict`] and changes nothing (not even the fields it also sets).
+/// replica: of two writes that read the same revision and each write a token of their own,
+/// the first lands and the second is a [`super::StoreError::Conflict`] that changes nothing
+/// (not even the fields it also sets); the same write sent again after it landed (a call
+/// repeated after a broken connection) finds its own token and is answered as written.
 pub async fn a_write_expecting_a_change_lands_only_over_it<H: Harness>(h: &mut H) {
     use serde_json::{Value, json};
     let a = open(h, settings(10.0, 100)).await;
     let b = h.replica().await.unwrap_or_else(|| a.clone());
-    let write = |expect: Value, next: u64, key: &str| SettingsPatch {
-        rate: Some(next as f64),
+    let write = |expect: Value, token: &str, rate: f64| SettingsPatch {
+        rate: Some(rate),
         changes: crate::queue::RoomChanges(
             [
-                ("rev".to_owned(), json!(next)),
-                (key.to_owned(), json!({ "by": key })),
+                ("rev".to_owned(), json!(token)),
+                (format!("by-{token}"), json!({ "token": token })),
             ]
             .into_iter()
             .collect(),
@@ -583,31 +585,34 @@ pub async fn a_write_expecting_a_change_lands_only_over_it<H: Harness>(h: &mut H
         ..Default::default()
     };
     // Absent is expected as null.
-    let first = a
-        .update_settings(ROOM, &write(Value::Null, 1, "a"))
+    let first = write(Value::Null, "a1", 1.0);
+    let landed = a.update_settings(ROOM, &first).await.unwrap();
+    assert_eq!(landed.changes.get("rev"), Some(&json!("a1")));
+    // Sent again, on another replica even: answered as written, nothing written twice.
+    assert_eq!(b.update_settings(ROOM, &first).await.unwrap(), landed);
+    // A second writer read the same (absent) revision: refused, nothing of it written.
+    match b
+        .update_settings(ROOM, &write(Value::Null, "b1", 2.0))
         .await
-        .unwrap();
-    assert_eq!(first.changes.get("rev"), Some(&json!(1)));
-    // A second write read the same (absent) revision: refused, nothing of it written.
-    match b.update_settings(ROOM, &write(Value::Null, 1, "b")).await {
+    {
         Err(super::StoreError::Conflict(name)) => assert_eq!(name, "rev"),
         other => panic!("a stale write should conflict, got {other:?}"),
     }
     let now = b.stats(ROOM).await.unwrap().settings;
-    assert_eq!(now.rate, 1.0);
-    assert_eq!(now.changes.get("b"), None);
-    assert_eq!(now.changes.get("a"), Some(&json!({ "by": "a" })));
+    assert_eq!(now, landed);
+    assert_eq!(now.changes.get("by-b1"), None);
     // Read again, it lands.
     let second = b
-        .update_settings(ROOM, &write(json!(1), 2, "b"))
+        .update_settings(ROOM, &write(json!("a1"), "b2", 2.0))
         .await
         .unwrap();
-    assert_eq!(second.changes.get("rev"), Some(&json!(2)));
-    assert_eq!(second.changes.get("b"), Some(&json!({ "by": "b" })));
+    assert_eq!(second.changes.get("rev"), Some(&json!("b2")));
+    assert_eq!(second.changes.get("by-b2"), Some(&json!({ "token": "b2" })));
     assert_eq!(second.rate, 2.0);
     // A value no longer held is stale too.
     assert!(matches!(
-        a.update_settings(ROOM, &write(json!(1), 2, "c")).await,
+        a.update_settings(ROOM, &write(json!("a1"), "a2", 3.0))
+            .await,
         Err(super::StoreError::Conflict(_))
     ));
 }

@@ -1,7 +1,8 @@
 -- update_settings: ARGV[2..7] = rate, max_active, session_ttl_ms, abandon_after_ms, paused,
 -- mode, each '' to leave alone (already validated by the caller); ARGV[8], ARGV[9] = the
 -- precondition: the name of a change ('' for none) and the JSON it must hold now ('' for
--- absent), else nothing is written; then fours of the
+-- absent), else nothing is written (unless it holds what this call writes there: the call
+-- landed already, and is sent again); then fours of the
 -- operator's changes of other settings: name, its value as JSON ('' gives the file's back),
 -- and, for a setting the store enforces, its policy field and the value now in force
 -- (else '' ''); a setting of several fields (the schedule) is followed by fours with an empty
@@ -14,8 +15,18 @@ local r = load_room()
 if not r then
   return {-1}
 end
-if ARGV[8] ~= '' and (redis.call('HGET', K_CONF, 'live:' .. ARGV[8]) or '') ~= ARGV[9] then
-  return {-2}
+if ARGV[8] ~= '' then
+  local held = redis.call('HGET', K_CONF, 'live:' .. ARGV[8]) or ''
+  if held ~= ARGV[9] then
+    local j = 10
+    while ARGV[j] do
+      if ARGV[j] == ARGV[8] and ARGV[j + 1] == held then
+        return {1}
+      end
+      j = j + 4
+    end
+    return {-2}
+  end
 end
 refill(r)
 local fields = {'rate', 'max_active', 'session_ttl_ms', 'abandon_after_ms', 'paused', 'mode'}

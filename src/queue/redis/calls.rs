@@ -20,7 +20,8 @@
 //!   clock), `stats`, `queue` and `draw` (reads, and the doors), `grant` (`SET NX` with the
 //!   visitor: a second run by the same visitor answers "spent by you", which admits as
 //!   "fresh" does), `session touch` (activity times), `update_settings` (absolute values;
-//!   a resume's empty bucket only on the first), `adaptive` (a replica's report replaces
+//!   a resume's empty bucket only on the first; a write with a precondition that landed
+//!   finds the unique value it wrote and answers as written), `adaptive` (a replica's report replaces
 //!   its own; a repeated exchange finds the claim taken, by itself, and skips one decision),
 //!   and `resolve`, made safe by telling the script it repeats (`ARGV[8]`): a visitor the
 //!   first attempt admitted or placed is in `active` or in line and is answered as such

@@ -570,6 +570,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_admission_ends_only_that_rooms_stream_of_the_visitor() {
+        let hub = LiveHub::new(StreamBudget::new(10, 10));
+        let visitor = VisitorId([5; 16]);
+        let client = ClientKey::from(ip(5));
+        let mut main = hub
+            .subscribe("main", visitor, ip(5), hub.budget.stream(client).unwrap())
+            .into_body();
+        let mut other = hub
+            .subscribe("other", visitor, ip(5), hub.budget.stream(client).unwrap())
+            .into_body();
+        for body in [&mut main, &mut other] {
+            assert_eq!(
+                body.frame().await.unwrap().unwrap().into_data().unwrap(),
+                PREAMBLE
+            );
+        }
+        // Admitted to `main`, and someone nobody streams for: one stream told.
+        let room: Arc<str> = "main".into();
+        assert_eq!(hub.admitted(&room, &[VisitorId([6; 16]), visitor]), 1);
+        assert_eq!(
+            main.frame().await.unwrap().unwrap().into_data().unwrap(),
+            LiveEvent::Admitted.encode()
+        );
+        assert!(main.frame().await.is_none());
+        // The other room's stream of the same visitor stays open, its share held.
+        assert_eq!(hub.open_streams(), 1);
+        assert_eq!(hub.budget.streams(), 1);
+        let pending = futures_util::FutureExt::now_or_never(other.frame());
+        assert!(pending.is_none(), "the other room's stream got {pending:?}");
+    }
+
+    #[tokio::test]
     async fn a_slow_reader_gets_the_latest_event() {
         let hub = LiveHub::new(StreamBudget::new(10, 10));
         let visitor = VisitorId([9; 16]);

@@ -126,17 +126,21 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn each_event_is_applied_once_when_it_becomes_current_by_any_replica() {
+    /// A room `main` at T0 in one store, and two replicas' admission layers over it.
+    async fn two_replicas() -> (Arc<MemoryStore>, Admission, Admission) {
         let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(T0)));
         store
             .open_room("main", &settings(1.0, 10), &RoomPolicy::default(), false)
             .await
             .unwrap();
-        let (a, b) = (
-            Admission::new(store.clone(), None, EventSink::disabled()),
-            Admission::new(store.clone(), None, EventSink::disabled()),
-        );
+        let replica = || Admission::new(store.clone(), None, EventSink::disabled());
+        let (a, b) = (replica(), replica());
+        (store, a, b)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_event_is_applied_once_when_it_becomes_current_by_any_replica() {
+        let (store, a, b) = two_replicas().await;
         let one = event("ev-1", 10, 20, Some(30), 5.0, Some("One"));
         let two = event("ev-2", 40, 50, None, 7.0, None);
         store
@@ -199,15 +203,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn replicas_that_read_the_same_revision_apply_an_event_once() {
-        let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(T0)));
-        store
-            .open_room("main", &settings(1.0, 10), &RoomPolicy::default(), false)
-            .await
-            .unwrap();
-        let (a, b) = (
-            Admission::new(store.clone(), None, EventSink::disabled()),
-            Admission::new(store.clone(), None, EventSink::disabled()),
-        );
+        let (store, a, b) = two_replicas().await;
         let one = event("ev-1", 10, 20, None, 5.0, None);
         store
             .update_settings("main", &patch(vec![(one.key(), one.to_json())]))

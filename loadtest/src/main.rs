@@ -42,7 +42,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Joins with `challenge: always` (solved beforehand) beside the same joins without it:
-    /// joins/s and anteroom's CPU per join, alternating rounds on fresh instances (embedded, or each with its own Redis).
+    /// joins/s and anteroom's CPU per join, alternating rounds on fresh instances
+    /// (embedded, or each with its own Redis).
     ChallengeJoin {
         #[arg(long, default_value_t = 6_000)]
         n: u64,

@@ -1,5 +1,6 @@
 //! The core scenarios (fill, depth, drain, replicas, hold; proxy and pass have modules of
-//! their own). Each starts what it needs, measures, stops everything (kill on drop) and returns table rows.
+//! their own). Each starts what it needs, measures, stops everything (kill on drop) and
+//! returns table rows.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;

@@ -10,8 +10,8 @@ use hyper::body::Incoming;
 use serde_json::Value;
 
 use crate::config::events::{
-    self as ev, APPLIED_KEY, Event as StoredEvent, REVISION_KEY, check_set, current, events_of,
-    new_id, new_revision, parse_body,
+    self as ev, APPLIED_KEY, Event as StoredEvent, check_set, current, events_of, new_id,
+    over_revision, parse_body,
 };
 use crate::http::body::Body;
 use crate::queue::{RoomChanges, SettingsPatch, StoreError};
@@ -241,13 +241,14 @@ fn checked(
 const COMMIT_ATTEMPTS: usize = 5;
 
 /// One write of the room's events, made over the set as read just before and only if no
-/// other write of them came between: the store compares the events' revision
-/// ([`REVISION_KEY`]) with the one read, in the same atomic step as the write, which
-/// replaces it with a new one. `edit` changes the set as read and returns the change that makes it so (an event's
-/// key and its JSON, or `null` to remove it) and what the caller keeps of it; the whole set
-/// is then checked (no overlap, at most 100) unless the change is a removal. When another write came first (another
-/// operator, another replica), the set is read and `edit` runs again over it, so two
-/// overlapping events sent at the same instant never both land, and no write is lost.
+/// other write of them came between: the store compares the events' revision with the one
+/// read, in the same atomic step as the write, which replaces it ([`over_revision`]).
+/// `edit` changes the set as read and returns the change that makes it so (an event's key
+/// and its JSON, or `null` to remove it) and what the caller keeps of it; the whole set is
+/// then checked (no overlap, at most 100) unless the change is a removal. When another
+/// write came first (another operator, another replica), the set is read and `edit` runs
+/// again over it, so two overlapping events sent at the same instant never both land, and
+/// no write is lost.
 /// Returns the set as it stands after, the store's time at the read, and what `edit` kept;
 /// the room's current event is applied at once.
 async fn commit<T>(
@@ -263,16 +264,11 @@ async fn commit<T>(
             check_set(&events)
                 .map_err(|e| AdminError::Unprocessable(FieldError::new(&e.field, e.reason)))?;
         }
-        let revision = changes.get(REVISION_KEY).cloned().unwrap_or(Value::Null);
-        let patch = SettingsPatch {
-            changes: RoomChanges(
-                [(key, value), (REVISION_KEY.to_owned(), new_revision())]
-                    .into_iter()
-                    .collect(),
-            ),
-            expect: Some((REVISION_KEY.to_owned(), revision)),
+        let mut patch = SettingsPatch {
+            changes: RoomChanges([(key, value)].into_iter().collect()),
             ..SettingsPatch::default()
         };
+        over_revision(&mut patch, &changes);
         match app.admission.update_settings(room, &patch).await {
             Ok(new) => {
                 apply_now(app, room, &new.changes).await;

@@ -30,7 +30,8 @@
 //!
 //! - this file — the entry point ([`handle`]: route, authorize, dispatch), the admin's
 //!   state ([`Admin`]) and the view of the instance it is given ([`AdminContext`]).
-//! - `routes` — the route table ([`routes`](mod@routes), [`Route`], [`Op`]) and the router (`matchit`).
+//! - `routes` — the route table ([`routes`](mod@routes), [`Route`], [`Op`]) and the
+//!   router (`matchit`).
 //! - `api` — the request and response bodies as types: what the handlers serialize and what
 //!   the OpenAPI document's schemas are generated from.
 //! - `openapi` — the OpenAPI document, generated with utoipa from the handlers'

@@ -4,8 +4,8 @@
 //! one in this process); when it differs from the one applied last, its times, its
 //! overrides and the new marker go to the store in one settings patch
 //! ([`crate::config::events::apply_patch`]), logged and audited with the actor `event`.
-//! Every replica runs this; the write expects the events' revision it read and writes a new
-//! one (`SettingsPatch::expect`, as an operator's write of the events does), so when
+//! Every replica runs this; the write is made over the events' revision it read
+//! ([`over_revision`], as an operator's write of the events is), so when
 //! several replicas see the same event become current, one writes it, and logs and audits
 //! it, and the others find it applied.
 //!
@@ -18,9 +18,7 @@ use serde_json::json;
 
 use super::Admission;
 use crate::audit::{AuditEntry, AuditLog};
-use crate::config::events::{
-    REVISION_KEY, applied_of, apply_patch, events_of, new_revision, to_apply,
-};
+use crate::config::events::{applied_of, apply_patch, events_of, over_revision, to_apply};
 use crate::queue::{RoomChanges, StoreError, StoreResult};
 
 /// Where the applier writes its audit lines: set once by the wiring.
@@ -43,13 +41,7 @@ impl Admission {
         let Some(mut patch) = apply_patch(event, applied.as_ref()) else {
             return Ok(false);
         };
-        // Over the events as read: the revision this read saw, replaced by a new one.
-        let revision = changes.get(REVISION_KEY).cloned().unwrap_or_default();
-        patch
-            .changes
-            .0
-            .insert(REVISION_KEY.to_owned(), new_revision());
-        patch.expect = Some((REVISION_KEY.to_owned(), revision));
+        over_revision(&mut patch, changes);
         match self.update_settings(room, &patch).await {
             Ok(_) => {}
             // Another replica applied it first (or applied another since this read): this
@@ -210,7 +202,7 @@ mod tests {
             .await
             .unwrap();
         // Both read the room before either applied its event, as two replicas' refreshes
-        // in the same second do: one writes it, the other finds the marker moved.
+        // in the same second do: one writes it, the other finds the revision moved.
         let read = store.stats("main").await.unwrap().settings.changes;
         assert!(a.apply_events("main", &read).await.unwrap());
         assert!(!b.apply_events("main", &read).await.unwrap());

@@ -594,8 +594,9 @@ impl Admission {
         &self.health
     }
 
-    /// An estimated wait for the visitor at `position`, from the room's [`crate::fairness::eta::Pace`]: the
-    /// admission rate it achieves, or "estimating" until it has seen enough of it.
+    /// An estimated wait for the visitor at `position`, from the room's
+    /// [`crate::fairness::eta::Pace`]: the admission rate it achieves, or "estimating"
+    /// until it has seen enough of it.
     pub fn eta(&self, room: &str, position: u64) -> Eta {
         self.stats
             .pace(room)

@@ -8,8 +8,9 @@
 //! is the event last applied to the room (its JSON): a replica that finds the current
 //! event differs from it writes [`apply_patch`] (the event's times as the `schedule`
 //! setting, its overrides as an operator's change would be, and the new marker), over the
-//! events' revision it read ([`REVISION_KEY`]): of replicas doing so at once, one writes
-//! (and audits) it and the others find it applied. None of these keys is a setting: [`super::live::effective`] skips them.
+//! events' revision it read ([`over_revision`]): of replicas doing so at once, one writes
+//! (and audits) it and the others find it applied. None of these keys is a setting:
+//! [`super::live::effective`] skips them.
 //!
 //! **The current event** is the first, in time order, that has not closed by the store's
 //! clock; when every one has closed, the last (so the room stays closed after it). Events
@@ -31,10 +32,10 @@ use crate::queue::{MAX_MAX_ACTIVE, RoomChanges, Schedule, SettingsPatch, unix_ms
 pub const EVENT_PREFIX: &str = "event:";
 /// The key of the event last applied to the room (its JSON), among the room's changes.
 pub const APPLIED_KEY: &str = "event";
-/// The key of the events' revision among the room's changes: a token ([`new_revision`])
-/// every write of the events (an operator's, or an event applied) replaces, expecting the
-/// one it read (`SettingsPatch::expect`), so a write checked against the events as read
-/// never lands over a set another write changed meanwhile. Under [`EVENT_PREFIX`], so
+/// The key of the events' revision among the room's changes: a token every write of the
+/// events (an operator's, or an event applied) replaces, expecting the one it read
+/// ([`over_revision`]), so a write checked against the events as read never lands over a
+/// set another write changed meanwhile. Under [`EVENT_PREFIX`], so
 /// every replica, this version or an older one, skips it as one of the events' keys, and
 /// no event reads as it (an event's id is `ev-` and hex digits; the token is no event).
 pub const REVISION_KEY: &str = "event:#revision";
@@ -48,11 +49,15 @@ pub fn is_event_key(key: &str) -> bool {
     key == APPLIED_KEY || key.starts_with(EVENT_PREFIX)
 }
 
-/// A fresh revision for [`REVISION_KEY`]: random, so the store can tell a write sent again
-/// (after a broken connection) that already landed (it holds this very token) from another
-/// write that came first.
-pub fn new_revision() -> Value {
-    Value::from(format!("r-{:016x}", rand::random::<u64>()))
+/// Makes `patch` a write of the events over `changes`, the room's changes as read: it
+/// expects the revision read there ([`REVISION_KEY`]; none is `null`) and writes a fresh
+/// one, random, so the store can tell this write sent again after a broken connection (it
+/// holds this very token) from another write that came first (`StoreError::Conflict`).
+pub fn over_revision(patch: &mut SettingsPatch, changes: &RoomChanges) {
+    let read = changes.get(REVISION_KEY).cloned().unwrap_or(Value::Null);
+    let fresh = Value::from(format!("r-{:016x}", rand::random::<u64>()));
+    patch.changes.0.insert(REVISION_KEY.to_owned(), fresh);
+    patch.expect = Some((REVISION_KEY.to_owned(), read));
 }
 
 /// One scheduled event of a room: its times, which become the room's schedule while it is

@@ -75,7 +75,10 @@ fn events_ride_in_the_changes_sorted_and_apart_from_settings() {
     changes.0.insert("title".into(), json!("Drop"));
     changes.0.insert("eventual".into(), json!(1));
     changes.0.insert(APPLIED_KEY.into(), a.to_json());
-    changes.0.insert(REVISION_KEY.into(), new_revision());
+    let mut revised = SettingsPatch::default();
+    over_revision(&mut revised, &changes);
+    assert_eq!(revised.expect, Some((REVISION_KEY.to_owned(), Value::Null)));
+    changes.0.extend(revised.changes.0);
     assert!(is_event_key(REVISION_KEY));
     assert_eq!(events_of(&changes), [a.clone(), b]);
     assert_eq!(applied_of(&changes), Some(a));

@@ -13,6 +13,9 @@
 --                          expiring with the window
 -- KEYS[8] repeat   STRING  (strike only) this client's automatic bans so far, forgotten
 --                          max_cooldown after the last one ends
+-- KEYS[9] struck   STREAM  (strike only) every counted strike's client and new total
+--                          (fields c, t, at), capped near ARGV[13] entries: how each
+--                          replica learns the totals of strikes other replicas recorded
 -- ARGV[1] op, ARGV[2] now (unix ms, the calling replica's clock), ARGV[3] log cap
 --
 -- JSON is assembled here with string.format('%d') for times, because cjson would print
@@ -100,9 +103,10 @@ end
 
 if op == 'strike' then
   -- ARGV[4] target, [5] weight, [6] window ms, [7] strikes, [8] cooldown ms,
-  -- [9] max_cooldown ms, [10] reason JSON, [11] nonce, [12] max bans.  -> {1} already
-  -- banned, {0, total} counted, {2, ban JSON, displaced JSON...} banned now, {3} no room.
-  local K_STRIKES, K_REPEAT = KEYS[7], KEYS[8]
+  -- [9] max_cooldown ms, [10] reason JSON, [11] nonce, [12] max bans, [13] the struck
+  -- stream's cap.  -> {1} already banned, {0, total} counted, {2, ban JSON, displaced
+  -- JSON...} banned now, {3} no room.
+  local K_STRIKES, K_REPEAT, K_STRUCK = KEYS[7], KEYS[8], KEYS[9]
   local target, weight, window = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
   local threshold, cooldown, maxc = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
   if active(target) then return {1} end
@@ -114,6 +118,8 @@ if op == 'strike' then
   end
   if total < threshold then
     redis.call('PEXPIRE', K_STRIKES, string.format('%d', window))
+    redis.call('XADD', K_STRUCK, 'MAXLEN', '~', ARGV[13], '*',
+      'c', target, 't', string.format('%d', total), 'at', string.format('%d', now))
     return {0, total}
   end
   redis.call('DEL', K_STRIKES)

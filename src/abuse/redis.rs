@@ -9,6 +9,7 @@
 //! not come of one call, and a strike or a sweep lost to an outage is only a strike or a
 //! tick).
 
+use std::net::IpAddr;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -29,6 +30,15 @@ const K_LOG: &str = "ar:{abuse}:log";
 const K_SEQ: &str = "ar:{abuse}:seq";
 const K_VER: &str = "ar:{abuse}:ver";
 const K_EVICT: &str = "ar:{abuse}:evict";
+/// The stream of counted strikes (client, new total, time) every replica reads each tick.
+const K_STRUCK: &str = "ar:{abuse}:struck";
+
+/// Entries the struck stream keeps (trimmed approximately): enough for a replica to catch
+/// up after a few seconds' outage under a heavy attack; a replica further behind only
+/// misses totals, which its own next strike of the client brings back.
+const STRUCK_CAP: usize = 100_000;
+/// Entries read per call of [`RedisAbuse::struck_after`].
+const STRUCK_PAGE: usize = 1_000;
 
 /// Short timeouts: a strike or a refresh must fail fast when Redis is away, and the
 /// request path never waits on either.
@@ -50,6 +60,29 @@ pub(super) enum StrikeReply {
     Banned(Ban, Vec<Ban>),
     /// `abuse.max_bans` operator bans leave no room.
     Full,
+}
+
+/// One counted strike as the struck stream tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Struck {
+    /// The client struck (its address: `client_ip`).
+    pub client: IpAddr,
+    /// The client's strike weight within the window, that strike included.
+    pub total: u64,
+    /// When (unix ms, the striking replica's clock).
+    pub at: u64,
+}
+
+/// One read of the struck stream.
+#[derive(Debug, Default)]
+pub(super) struct StruckPage {
+    /// The strikes read, oldest first.
+    pub strikes: Vec<Struck>,
+    /// The id of the last entry read (readable or not): where the next read starts
+    /// after. `None` when nothing was new.
+    pub last: Option<String>,
+    /// Whether the page was full, so more may wait.
+    pub more: bool,
 }
 
 /// What the ban script did.
@@ -141,6 +174,7 @@ impl RedisAbuse {
         let keys = [
             format!("ar:{{abuse}}:strikes:{t}"),
             format!("ar:{{abuse}}:repeat:{t}"),
+            K_STRUCK.to_owned(),
         ];
         let nonce = format!(
             "{:x}-{:x}",
@@ -157,6 +191,7 @@ impl RedisAbuse {
             json_string(reason),
             nonce,
             policy.max_bans.to_string(),
+            STRUCK_CAP.to_string(),
         ];
         let reply = self
             .call(Repeat::IfUnsent, "strike", now, &keys, &args)
@@ -248,6 +283,44 @@ impl RedisAbuse {
         list(&reply)?.iter().map(|j| parse("log", j)).collect()
     }
 
+    /// Up to [`STRUCK_PAGE`] counted strikes recorded after stream id `after` (any
+    /// replica's), oldest first. `after` may be `<unix ms>-0` for "since then". An entry
+    /// this version cannot read (a newer replica's) is passed over, not an error.
+    pub(super) async fn struck_after(&self, after: &str) -> Result<StruckPage, AbuseError> {
+        let mut conn = self.conn.clone();
+        let reply: Value = once_more!(Repeat::Safe, |_again| {
+            redis::cmd("XRANGE")
+                .arg(K_STRUCK)
+                .arg(format!("({after}"))
+                .arg("+")
+                .arg("COUNT")
+                .arg(STRUCK_PAGE)
+                .query_async(&mut conn)
+                .await
+        })
+        .map_err(redis_err)?;
+        let Value::Array(entries) = &reply else {
+            return Err(bad("XRANGE", reply));
+        };
+        let mut page = StruckPage {
+            more: entries.len() >= STRUCK_PAGE,
+            ..StruckPage::default()
+        };
+        for entry in entries {
+            let Value::Array(parts) = entry else {
+                return Err(bad("XRANGE", entry));
+            };
+            let [id, Value::Array(fields)] = parts.as_slice() else {
+                return Err(bad("XRANGE", entry));
+            };
+            page.last = Some(text(id)?);
+            if let Some(struck) = struck(fields) {
+                page.strikes.push(struck);
+            }
+        }
+        Ok(page)
+    }
+
     /// The shared ban set's version (0 before the first ban ever).
     pub(super) async fn version(&self) -> Result<u64, AbuseError> {
         let mut conn = self.conn.clone();
@@ -273,6 +346,26 @@ impl RedisAbuse {
             .filter_map(|(_, json)| serde_json::from_str(&json).ok())
             .collect())
     }
+}
+
+/// A struck entry's fields (`c`, `t`, `at`, in any order); `None` when one is missing or
+/// unreadable.
+fn struck(fields: &[Value]) -> Option<Struck> {
+    let (mut client, mut total, mut at) = (None, None, None);
+    for pair in fields.chunks_exact(2) {
+        let value = text(&pair[1]).ok()?;
+        match text(&pair[0]).ok()?.as_str() {
+            "c" => client = value.parse::<IpNet>().ok().map(|n| n.addr()),
+            "t" => total = value.parse().ok(),
+            "at" => at = value.parse().ok(),
+            _ => {}
+        }
+    }
+    Some(Struck {
+        client: client?,
+        total: total?,
+        at: at?,
+    })
 }
 
 fn source_str(source: BanSource) -> &'static str {

@@ -198,6 +198,46 @@ async fn repeat_bans_double_across_replicas_and_ban_paths_share() {
 }
 
 #[tokio::test]
+async fn a_strike_on_one_replica_counts_on_every_replica_by_the_next_tick() {
+    let server = RedisServer::start();
+    let (a, _ae) = replica(&[server.url()]).await;
+    let (b, _be) = replica(&[server.url()]).await;
+    let bot = ip("198.51.100.70");
+    let bot6 = ip("2001:db8:7:7::1");
+    a.strike(bot, StrikeReason::BadCookie).await;
+    a.strike(bot, StrikeReason::JoinLimit).await;
+    a.strike(bot6, StrikeReason::JoinLimit).await;
+    assert_eq!(a.strikes(bot), 6, "the striking replica knows at once");
+    assert_eq!(b.strikes(bot), 0, "the other one only from its tick");
+    b.tick().await.unwrap();
+    assert_eq!(b.strikes(bot), 6);
+    // An IPv6 client is its /64, on every replica.
+    assert_eq!(b.strikes(ip("2001:db8:7:7::2")), 1);
+    assert_eq!(b.strikes(ip("192.0.2.1")), 0, "nobody else");
+
+    // B's own later strike and A's stream entries agree on the newest total, whichever
+    // arrives last.
+    b.strike(bot, StrikeReason::JoinLimit).await;
+    a.tick().await.unwrap();
+    b.tick().await.unwrap();
+    assert_eq!((a.strikes(bot), b.strikes(bot)), (7, 7));
+
+    // A replica started later learns the strikes within the window at its first refresh.
+    let (c, _ce) = replica(&[server.url()]).await;
+    assert_eq!(c.strikes(bot), 7);
+    assert_eq!(c.strikes(bot6), 1);
+
+    // More strikes than one read's page reach the other replica over its ticks.
+    for i in 0..1_200u32 {
+        let client = IpAddr::from([203, 0, (i / 250) as u8, (i % 250) as u8]);
+        a.strike(client, StrikeReason::JoinLimit).await;
+    }
+    b.tick().await.unwrap();
+    assert_eq!(b.strikes(ip("203.0.0.0")), 1);
+    assert_eq!(b.strikes(ip("203.0.4.199")), 1, "the last of 1,200");
+}
+
+#[tokio::test]
 async fn expiry_is_reported_once_and_lifts_everywhere() {
     let server = RedisServer::start();
     let (a, mut ae) = replica(&[server.url()]).await;

@@ -47,6 +47,9 @@ enum Backend {
         version: AtomicU64,
         /// Serialises local updates of the snapshot against refreshes.
         update: Mutex<()>,
+        /// The struck stream's id read up to (`None`: not yet read, so the first read
+        /// starts a window ago).
+        struck_read: Mutex<Option<String>>,
     },
 }
 
@@ -119,8 +122,10 @@ pub struct AbuseRegistry {
     bans_refused: AtomicU64,
     /// At most one warning a minute about refused bans.
     full_warning: crate::log_limiter::LogLimiter,
-    /// With Redis: the last total the shared strike table reported for each client this
-    /// replica struck, and when, so [`AbuseRegistry::strikes`] needs no round trip.
+    /// With Redis: the latest total the shared strike table reported for each client
+    /// struck within the window (by this replica's strikes' answers, and by the struck
+    /// stream every tick for other replicas' strikes), and when, so
+    /// [`AbuseRegistry::strikes`] needs no round trip.
     reported: Mutex<HashMap<IpAddr, (u64, u64)>>,
 }
 
@@ -227,6 +232,7 @@ impl AbuseRegistry {
                 redis,
                 version: AtomicU64::new(u64::MAX),
                 update: Mutex::new(()),
+                struck_read: Mutex::new(None),
             },
         );
         registry.refresh().await?;
@@ -465,7 +471,7 @@ impl AbuseRegistry {
                     .await
                 {
                     Ok(StrikeReply::Counted(total)) => {
-                        self.remember_total(client_ip(ip), total, now);
+                        self.learn_total(client_ip(ip), total, now);
                         StrikeOutcome::Counted { total }
                     }
                     Ok(StrikeReply::AlreadyBanned) => StrikeOutcome::AlreadyBanned,
@@ -496,9 +502,9 @@ impl AbuseRegistry {
 
     /// The weight of `ip`'s strikes within `abuse.window`, without a round trip: what the
     /// proof of work at the door adds bits for and `shadow_after` compares with. Embedded,
-    /// the strike table itself; with Redis, the shared table's total as it last answered a
-    /// strike this replica recorded (strikes recorded only by other replicas show once
-    /// this one records one). Immune clients have none.
+    /// the strike table itself; with Redis, the shared table's total after the client's
+    /// latest strike, on any replica (another replica's strikes show here by the next
+    /// tick, within a second). Immune clients have none.
     pub fn strikes(&self, ip: IpAddr) -> u64 {
         if self.is_immune(ip) {
             return 0;
@@ -521,20 +527,30 @@ impl AbuseRegistry {
         }
     }
 
-    /// Keeps the shared table's `total` for `key` (bounded by `abuse.max_tracked`: at the
-    /// bound, those out of the window go, then an arbitrary one).
-    fn remember_total(&self, key: IpAddr, total: u64, now: u64) {
+    /// Keeps the shared table's `total` for `key` as of `at` (unix ms), unless a later one
+    /// is known. Bounded by `abuse.max_tracked`: at the bound, those out of the window go,
+    /// then an arbitrary one.
+    fn learn_total(&self, key: IpAddr, total: u64, at: u64) {
+        let now = self.clock.now_ms();
         let window = ms(self.policy.window);
-        let mut reported = lock(&self.reported);
-        if !reported.contains_key(&key) && reported.len() >= self.policy.max_tracked.max(1) {
-            reported.retain(|_, &mut (_, at)| at.saturating_add(window) > now);
-            if reported.len() >= self.policy.max_tracked.max(1)
-                && let Some(any) = reported.keys().next().copied()
-            {
-                reported.remove(&any);
-            }
+        if at.saturating_add(window) <= now {
+            return;
         }
-        reported.insert(key, (total, now));
+        let mut reported = lock(&self.reported);
+        match reported.get(&key) {
+            Some(&(_, known)) if known > at => return,
+            Some(_) => {}
+            None if reported.len() >= self.policy.max_tracked.max(1) => {
+                reported.retain(|_, &mut (_, at)| at.saturating_add(window) > now);
+                if reported.len() >= self.policy.max_tracked.max(1)
+                    && let Some(any) = reported.keys().next().copied()
+                {
+                    reported.remove(&any);
+                }
+            }
+            None => {}
+        }
+        reported.insert(key, (total, at));
     }
 
     /// Whether `ip` is banned now, without counting a banned request (the sweep that ends

@@ -672,6 +672,62 @@ async fn on_redis_the_shadow_line_adds_no_key() {
     ar.shutdown().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_strikes_through_one_replica_raise_the_door_and_shadow_on_the_other() {
+    let redis = RedisServer::start();
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = redis_config(
+        &origin.url(),
+        &redis.url(),
+        dir.path(),
+        "    rate: 100\n    shadow_after: 10\n    challenge: {mode: always}\n",
+    );
+    let a = start(&config).await;
+    let b = start(&config).await;
+    let struck = from("127.0.0.7");
+    let forge = async || {
+        struck
+            .get(url(&a, "/"))
+            .visitor(&forged_cookie())
+            .send()
+            .await
+            .unwrap();
+    };
+    let (_, bits) = challenged(&struck, &b).await;
+    assert_eq!(bits, anteroom::challenge::DEFAULT_BITS);
+    // One forged cookie through A (weight 5): B asks this client for 5 more bits once it
+    // has read the shared strikes (every second), without a strike of its own.
+    forge().await;
+    poll_until(
+        Duration::from_secs(5),
+        "B raises the client's difficulty",
+        async || {
+            let (_, bits) = challenged(&struck, &b).await;
+            (bits == anteroom::challenge::DEFAULT_BITS + 5).then_some(())
+        },
+    )
+    .await;
+    // A second one reaches shadow_after: B parks the client in the shadow line.
+    forge().await;
+    poll_until(Duration::from_secs(5), "B shadows the client", async || {
+        let r = struck
+            .get(url(&b, "/"))
+            .header("accept", "application/json")
+            .send()
+            .await
+            .unwrap();
+        (status_header(&r).as_deref() == Some("waiting") && visitor_cookie(&r).is_none())
+            .then_some(())
+    })
+    .await;
+    // Anyone else is asked the default.
+    let (_, bits) = challenged(&from("127.0.0.8"), &b).await;
+    assert_eq!(bits, anteroom::challenge::DEFAULT_BITS);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
 /// `PUT …/config` with `challenge` (one key of it; the others keep the file's).
 async fn put_challenge(ar: &Running, change: Value) -> Value {
     let r = reqwest::Client::new()

@@ -11,6 +11,10 @@ use crate::abuse::{AbuseError, AbuseEvent, LogAction, StrikeReason};
 
 use super::{AbuseRegistry, Backend, BanSet, lock};
 
+/// Pages of the struck stream read per tick at most (a thousand strikes each): a replica
+/// that falls further behind catches up over the next ticks.
+const STRUCK_PAGES_PER_TICK: usize = 20;
+
 impl AbuseRegistry {
     /// Expires ended bans (one `expired` log entry and event each, from exactly one
     /// replica) and, with Redis, reloads the shared ban set if it changed. Run at least
@@ -69,25 +73,59 @@ impl AbuseRegistry {
         }
     }
 
-    /// Reloads the Redis ban set if its version moved.
+    /// Reloads the Redis ban set if its version moved, and learns the strike totals other
+    /// replicas recorded since the last refresh.
     pub(super) async fn refresh(&self) -> Result<(), AbuseError> {
         let Backend::Redis {
             redis,
             version,
             update,
+            ..
         } = &self.backend
         else {
             return Ok(());
         };
         let current = redis.version().await?;
-        if current == version.load(Ordering::Acquire) {
-            return Ok(());
+        if current != version.load(Ordering::Acquire) {
+            let bans = redis.all_bans().await?;
+            let _guard = lock(update);
+            self.bans
+                .store(Arc::new(BanSet::from_bans(bans.into_iter().map(Arc::new))));
+            version.store(current, Ordering::Release);
         }
-        let bans = redis.all_bans().await?;
-        let _guard = lock(update);
-        self.bans
-            .store(Arc::new(BanSet::from_bans(bans.into_iter().map(Arc::new))));
-        version.store(current, Ordering::Release);
+        self.learn_strikes().await
+    }
+
+    /// Reads the struck stream from where the last read ended (at first, from a window
+    /// ago), at most [`STRUCK_PAGES_PER_TICK`] pages: each strike's total becomes this
+    /// replica's view of its client ([`AbuseRegistry::strikes`]).
+    async fn learn_strikes(&self) -> Result<(), AbuseError> {
+        let Backend::Redis {
+            redis, struck_read, ..
+        } = &self.backend
+        else {
+            return Ok(());
+        };
+        let mut after = lock(struck_read).clone().unwrap_or_else(|| {
+            let since = self
+                .clock
+                .now_ms()
+                .saturating_sub(crate::clock::ms(self.policy.window));
+            format!("{since}-0")
+        });
+        for _ in 0..STRUCK_PAGES_PER_TICK {
+            let page = redis.struck_after(&after).await?;
+            for struck in &page.strikes {
+                self.learn_total(struck.client, struck.total, struck.at);
+            }
+            if let Some(last) = page.last {
+                after = last;
+            }
+            *lock(struck_read) = Some(after.clone());
+            if !page.more {
+                break;
+            }
+        }
         Ok(())
     }
 

@@ -16,45 +16,21 @@
 //! - [`clients`]: what a room counts per client (places, sessions, join windows);
 //! - `tests`: the store's own tests (the conformance suite runs on it from there too).
 //!
-//! # The line's layout: a line that fits in cache
+//! # Why the line is an array
 //!
 //! A line of a million must stay small and must not make a pass slower than at a thousand.
-//! Ordered maps do both badly: every waiter was a hash map entry, a `BTreeMap` entry by
-//! ticket, a `BTreeSet` entry by last seen and a Fenwick slot (~220 bytes, and each
-//! admission walked three trees). Tickets only grow, so the line is an array instead
-//! (`line::WaitingLine`, in `memory/line.rs`):
-//!
-//! - **Slots by ticket.** Each lane (the line, and the front lane ahead of it) is its
-//!   consecutive tickets in chunks of 1024 fixed 40-byte slots: visitor id (16), last seen
-//!   and joined as 48-bit unix ms (6 + 6), the client as a 4-byte number (`ClientCounts`
-//!   numbers the clients that hold places) and two 4-byte links. A live bitmap per chunk
-//!   marks who is still there; leaving is a tombstone, a chunk whose tickets have all left
-//!   frees its slots, dead chunks at the head are dropped. Memory follows the live line
-//!   plus the holes in partly emptied chunks.
-//! - **Positions.** A Fenwick tree of live counts per *chunk* (a few KiB at a million) plus
-//!   a popcount inside the chunk: O(log n), with a tree that stays in L1.
-//! - **Visitor → place.** A `hashbrown::HashTable` of 4-byte handles (lane bit + ticket
-//!   bits), hashed by a keyed multiply of the random id; equality is checked against the
-//!   slot, so the id is not stored twice. About 5–10 bytes a waiter.
-//! - **Abandonment.** One doubly linked list in last-seen order threaded through the slots.
-//!   Joins and heartbeats happen at the store's now, which never goes back, so they append
-//!   at the newest end (a heartbeat unlinks and appends: O(1)); only the draw's entrants,
-//!   moving to the line when the doors open, are merged in by their own times, in one walk.
-//!   A pass pops the oldest end while it is due, bounded by [`REAP_BUDGET`]: exactly the
-//!   visitors the old by-seen index gave, with no tree.
-//! - **A pass** takes the heads in one batch (the head chunk is warm) and leaves their
-//!   index entries behind as stale ones, which a lookup tells from live ones by the slot;
-//!   joins sweep them out in one sequential walk over the table once they are an eighth of
-//!   it. Removing each from a table of millions was a cache miss per admitted visitor,
-//!   the one cost of a pass that grew with the line.
-//!
-//! About 50 bytes a waiter in all (40 slot, 5–10 index, under 1 of chunk bookkeeping).
-//! The snapshot is written straight from this state (no copy of the line) in the same
-//! layout as before; a restore numbers each lane's tickets afresh, which keeps every order.
-//! Sessions (`sessions::Sessions`) are built the same way: a slab, a table of 4-byte entry
-//! numbers under the same hash, and an activity list through the entries in place of a
-//! `BTreeSet` by last activity, whose insert was most of a pass. Draw entrants are fewer
-//! and keep plain maps.
+//! Ordered maps do both badly: a waiter in a hash map, a `BTreeMap` by ticket, a
+//! `BTreeSet` by last seen and a Fenwick slot costs about 220 bytes, and each admission
+//! walks three trees. Tickets only grow, so the line is an array of fixed 40-byte slots in
+//! chunks instead, with a Fenwick tree per chunk for positions, a table of 4-byte handles
+//! for visitor → place, and one linked list through the slots in last-seen order for
+//! abandonment: about 50 bytes a waiter, and a pass that takes its heads from one warm
+//! chunk. The layout itself is `line`'s module documentation. The snapshot is written
+//! straight from this state in the same format as ever; a restore numbers each lane's
+//! tickets afresh, which keeps every order. Sessions (`sessions::Sessions`) are built the
+//! same way: a slab, a table of 4-byte entry numbers under the same hash, and an activity
+//! list through the entries instead of a `BTreeSet` by last activity. Draw entrants are
+//! fewer and keep plain maps.
 
 use std::collections::{BTreeSet, HashMap};
 

@@ -126,6 +126,46 @@ async fn embedded(top: &str, room: &str) -> (Origin, tempfile::TempDir, Running,
     (origin, dir, ar, store)
 }
 
+/// What `N` replicas on one Redis stand on, kept for the test's length.
+struct OnRedis {
+    redis: RedisServer,
+    _origin: Origin,
+    _dir: tempfile::TempDir,
+}
+
+/// `N` anteroom replicas sharing one real Redis, with `room`'s settings.
+async fn on_redis<const N: usize>(room: &str) -> (OnRedis, [Running; N]) {
+    let redis = RedisServer::start();
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = redis_config(&origin.url(), &redis.url(), dir.path(), room);
+    let mut replicas = Vec::new();
+    for _ in 0..N {
+        replicas.push(start(&config).await);
+    }
+    let Ok(replicas) = replicas.try_into() else {
+        unreachable!("N replicas started")
+    };
+    let on = OnRedis {
+        redis,
+        _origin: origin,
+        _dir: dir,
+    };
+    (on, replicas)
+}
+
+/// Whether `client`'s JSON request for `/` on `ar` is answered from the shadow line: an
+/// ordinary waiting answer, but no cookie (nobody was stored).
+async fn shadowed(client: &reqwest::Client, ar: &Running) -> bool {
+    let r = client
+        .get(url(ar, "/"))
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    status_header(&r).as_deref() == Some("waiting") && visitor_cookie(&r).is_none()
+}
+
 #[tokio::test]
 async fn always_a_newcomer_solves_then_joins_and_an_unsolved_one_gets_no_place() {
     let (_origin, _dir, ar, store) = embedded(
@@ -551,17 +591,9 @@ async fn a_struck_client_waits_in_a_shadow_line_that_never_moves_and_costs_no_wr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_any_replica_verifies_and_a_replay_is_refused_on_the_other() {
-    let redis = RedisServer::start();
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = redis_config(
-        &origin.url(),
-        &redis.url(),
-        dir.path(),
-        "    rate: 0.001\n    max_active: 1\n    challenge: {mode: always}\n",
-    );
-    let a = start(&config).await;
-    let b = start(&config).await;
+    let (on, [a, b]) =
+        on_redis("    rate: 0.001\n    max_active: 1\n    challenge: {mode: always}\n").await;
+    let redis = &on.redis;
     let http = from("127.0.0.1");
     let stats = || async {
         crate::common::redis_store(&redis.url())
@@ -614,16 +646,8 @@ async fn on_redis_any_replica_verifies_and_a_replay_is_refused_on_the_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_the_shadow_line_adds_no_key() {
-    let redis = RedisServer::start();
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = redis_config(
-        &origin.url(),
-        &redis.url(),
-        dir.path(),
-        "    rate: 100\n    shadow_after: 5\n",
-    );
-    let ar = start(&config).await;
+    let (on, [ar]) = on_redis("    rate: 100\n    shadow_after: 5\n").await;
+    let redis = &on.redis;
     let struck = from("127.0.0.5");
     struck
         .get(url(&ar, "/"))
@@ -635,16 +659,7 @@ async fn on_redis_the_shadow_line_adds_no_key() {
     poll_until(
         Duration::from_secs(5),
         "the client is shadowed",
-        async || {
-            let r = struck
-                .get(url(&ar, "/"))
-                .header("accept", "application/json")
-                .send()
-                .await
-                .unwrap();
-            (status_header(&r).as_deref() == Some("waiting") && visitor_cookie(&r).is_none())
-                .then_some(())
-        },
+        async || shadowed(&struck, &ar).await.then_some(()),
     )
     .await;
     let keys = || {
@@ -674,17 +689,8 @@ async fn on_redis_the_shadow_line_adds_no_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_strikes_through_one_replica_raise_the_door_and_shadow_on_the_other() {
-    let redis = RedisServer::start();
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = redis_config(
-        &origin.url(),
-        &redis.url(),
-        dir.path(),
-        "    rate: 100\n    shadow_after: 10\n    challenge: {mode: always}\n",
-    );
-    let a = start(&config).await;
-    let b = start(&config).await;
+    let (_on, [a, b]) =
+        on_redis("    rate: 100\n    shadow_after: 10\n    challenge: {mode: always}\n").await;
     let struck = from("127.0.0.7");
     let forge = async || {
         struck
@@ -711,14 +717,7 @@ async fn on_redis_strikes_through_one_replica_raise_the_door_and_shadow_on_the_o
     // A second one reaches shadow_after: B parks the client in the shadow line.
     forge().await;
     poll_until(Duration::from_secs(5), "B shadows the client", async || {
-        let r = struck
-            .get(url(&b, "/"))
-            .header("accept", "application/json")
-            .send()
-            .await
-            .unwrap();
-        (status_header(&r).as_deref() == Some("waiting") && visitor_cookie(&r).is_none())
-            .then_some(())
+        shadowed(&struck, &b).await.then_some(())
     })
     .await;
     // Anyone else is asked the default.

@@ -447,9 +447,7 @@ impl App {
             Err(Replayed) => return self.answer_refused(room, Refusal::Replayed, identity),
         };
         if matches!(decision, Decision::Admitted { .. } | Decision::Waiting(_)) {
-            room.solved
-                .get_or_init(|| self.metrics.challenges.solved(name))
-                .record(solve_ms);
+            self.door_series(room).solved(solve_ms);
         }
         // The POST's identity wants JSON already; only the time lock's may need a copy.
         let json = &*wanting_json(identity, return_to.is_none() || identity.wants_json);
@@ -550,7 +548,7 @@ impl App {
             self.admission.now_ms(),
             challenge::random_nonce(),
         );
-        self.metrics.challenges.issued(name);
+        self.door_series(room).issued();
         let fresh = ChallengeView {
             challenge: &issued.text,
             bits,

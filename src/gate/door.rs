@@ -55,6 +55,12 @@ pub(super) enum AtTheDoor {
 }
 
 impl App {
+    /// `room`'s door series, looked up once per room.
+    pub(super) fn door_series<'r>(&self, room: &'r Room) -> &'r crate::metrics::DoorSeries {
+        room.door_series
+            .get_or_init(|| self.metrics.challenges.room(&room.name))
+    }
+
     /// The door's answer for `identity`'s request to `room` (see the module docs).
     pub(super) fn at_the_door(&self, room: &Room, identity: &Identity) -> AtTheDoor {
         let live = room.live();
@@ -154,7 +160,7 @@ impl App {
             self.admission.now_ms(),
             challenge::random_nonce(),
         );
-        self.metrics.challenges.issued(&config.name);
+        self.door_series(room).issued();
         let view = ChallengeView {
             challenge: &issued.text,
             bits,
@@ -177,7 +183,7 @@ impl App {
     /// The shadow line's page: the waiting page (or its JSON) of a line whose back this
     /// client never leaves, with no store call, no cookie and no place.
     fn shadow_page(&self, room: &Room, identity: &Identity) -> Response<Body> {
-        self.metrics.challenges.shadowed(&room.name);
+        self.door_series(room).shadowed();
         let waiting = self.cached_waiting(room);
         // Behind everyone, and a few more: always further back than the line is long.
         let position = waiting.saturating_add(1 + u64::from(identity.client.to_bytes()[15] % 16));

@@ -87,10 +87,11 @@ pub struct Room {
     gauge: prometheus_client::metrics::gauge::Gauge,
     /// The lottery's salt and final document, once read.
     draw: draw::RoomDraw,
-    /// The room's series of accepted answers (`anteroom_challenges_solved_total`, the
-    /// solve-time histogram), looked up at its first accepted answer: the door's hot path
-    /// then records with no label lookup, and a room whose door never opened exports none.
-    solved: std::sync::OnceLock<crate::metrics::Solved>,
+    /// The room's door series (challenges issued and solved, solve times, the shadow
+    /// line), looked up the first time the door or the shadow line is met
+    /// ([`App::door_series`]): the door's hot paths then count with no label lookup, and a
+    /// room whose door never opened exports none.
+    door_series: std::sync::OnceLock<crate::metrics::DoorSeries>,
 }
 
 impl Room {

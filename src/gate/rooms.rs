@@ -60,7 +60,7 @@ impl Room {
             file: file.clone(),
             gauge,
             draw: draw::RoomDraw::default(),
-            solved: std::sync::OnceLock::new(),
+            door_series: std::sync::OnceLock::new(),
         })
     }
 }

@@ -85,17 +85,14 @@ impl ChallengeMetrics {
         m
     }
 
-    /// A challenge handed out in `room`.
-    pub fn issued(&self, room: &str) {
-        self.issued.get_or_create(&label(room)).inc();
-    }
-
-    /// The series of accepted answers in `room`, for a caller that keeps them: counting
-    /// through them ([`Solved::record`]) then costs no label lookup.
-    pub fn solved(&self, room: &str) -> Solved {
+    /// The door's series of `room`, for a caller that keeps them: counting through them
+    /// then costs no label lookup. Every series exists (at 0) from then on.
+    pub fn room(&self, room: &str) -> DoorSeries {
         let room = label(room);
-        Solved {
-            count: self.solved.get_or_create(&room).clone(),
+        DoorSeries {
+            issued: self.issued.get_or_create(&room).clone(),
+            shadowed: self.shadowed.get_or_create(&room).clone(),
+            solved: self.solved.get_or_create(&room).clone(),
             seconds: self.solve_seconds.get_or_create(&room).clone(),
         }
     }
@@ -112,24 +109,31 @@ impl ChallengeMetrics {
             self.replayed.get_or_create(&label(room)).inc();
         }
     }
-
-    /// A request answered from the shadow line in `room`.
-    pub fn shadowed(&self, room: &str) {
-        self.shadowed.get_or_create(&label(room)).inc();
-    }
 }
 
-/// One room's series of accepted answers (from [`ChallengeMetrics::solved`]).
+/// One room's door series (from [`ChallengeMetrics::room`]).
 #[derive(Clone, Debug)]
-pub struct Solved {
-    count: Counter,
+pub struct DoorSeries {
+    issued: Counter,
+    shadowed: Counter,
+    solved: Counter,
     seconds: Histogram,
 }
 
-impl Solved {
+impl DoorSeries {
+    /// A challenge handed out.
+    pub fn issued(&self) {
+        self.issued.inc();
+    }
+
+    /// A request answered from the shadow line.
+    pub fn shadowed(&self) {
+        self.shadowed.inc();
+    }
+
     /// An accepted answer, with the solve time the page reported (if any).
-    pub fn record(&self, solve_ms: Option<u64>) {
-        self.count.inc();
+    pub fn solved(&self, solve_ms: Option<u64>) {
+        self.solved.inc();
         if let Some(ms) = solve_ms {
             self.seconds.observe(ms.min(MAX_SOLVE_MS) as f64 / 1000.0);
         }

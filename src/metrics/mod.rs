@@ -40,7 +40,7 @@ mod replica;
 #[cfg(test)]
 mod tests;
 
-pub use challenge::{ChallengeMetrics, MAX_SOLVE_MS, Solved};
+pub use challenge::{ChallengeMetrics, DoorSeries, MAX_SOLVE_MS};
 pub use replica::Listener;
 
 /// The `Content-Type` of the `/metrics` exposition (Prometheus text format).

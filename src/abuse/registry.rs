@@ -129,6 +129,37 @@ pub struct AbuseRegistry {
     reported: Mutex<HashMap<IpAddr, (u64, u64)>>,
 }
 
+/// Makes room in `reported` (client → (total, at)) for one more client within `cap`: at
+/// the bound, the totals out of the `window` go, and if that leaves less than an eighth of
+/// `cap` free, the least recently struck go until it does. So the walk over the map is
+/// paid once per `cap / 8` new clients, not once per client, when an attack keeps more
+/// clients struck than `cap`.
+fn make_room(reported: &mut HashMap<IpAddr, (u64, u64)>, cap: usize, now: u64, window: u64) {
+    if reported.len() < cap {
+        return;
+    }
+    reported.retain(|_, &mut (_, at)| at.saturating_add(window) > now);
+    let keep = cap - cap.div_ceil(8);
+    if reported.len() <= keep {
+        return;
+    }
+    let mut times: Vec<u64> = reported.values().map(|&(_, at)| at).collect();
+    let excess = reported.len() - keep;
+    let (_, &mut cutoff, _) = times.select_nth_unstable(excess - 1);
+    // Everything struck before the cutoff goes, then as many at it as still must.
+    let mut at_cutoff = excess - reported.values().filter(|&&(_, at)| at < cutoff).count();
+    reported.retain(|_, &mut (_, at)| {
+        if at < cutoff {
+            return false;
+        }
+        if at == cutoff && at_cutoff > 0 {
+            at_cutoff -= 1;
+            return false;
+        }
+        true
+    });
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere while holding the lock must not take the ban check down with it:
     // the state is still consistent at every await-free step.
@@ -528,8 +559,7 @@ impl AbuseRegistry {
     }
 
     /// Keeps the shared table's `total` for `key` as of `at` (unix ms), unless a later one
-    /// is known. Bounded by `abuse.max_tracked`: at the bound, those out of the window go,
-    /// then an arbitrary one.
+    /// is known. Bounded by `abuse.max_tracked` ([`make_room`]).
     fn learn_total(&self, key: IpAddr, total: u64, at: u64) {
         let now = self.clock.now_ms();
         let window = ms(self.policy.window);
@@ -540,15 +570,7 @@ impl AbuseRegistry {
         match reported.get(&key) {
             Some(&(_, known)) if known > at => return,
             Some(_) => {}
-            None if reported.len() >= self.policy.max_tracked.max(1) => {
-                reported.retain(|_, &mut (_, at)| at.saturating_add(window) > now);
-                if reported.len() >= self.policy.max_tracked.max(1)
-                    && let Some(any) = reported.keys().next().copied()
-                {
-                    reported.remove(&any);
-                }
-            }
-            None => {}
+            None => make_room(&mut reported, self.policy.max_tracked.max(1), now, window),
         }
         reported.insert(key, (total, at));
     }
@@ -707,5 +729,41 @@ impl AbuseRegistry {
             Backend::Redis { update, .. } => Some(lock(update)),
             Backend::Local { .. } => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::*;
+
+    #[test]
+    fn the_reported_totals_stay_within_the_cap_and_forget_the_least_recent_first() {
+        let mut reported = HashMap::new();
+        let cap = 64;
+        let window = 60_000;
+        let mut walks = 0;
+        for i in 0u32..1_000 {
+            let before = reported.len();
+            make_room(&mut reported, cap, 1_000_000 + u64::from(i), window);
+            if reported.len() < before {
+                walks += 1;
+            }
+            reported.insert(IpAddr::from(i.to_be_bytes()), (1, 1_000_000 + u64::from(i)));
+            assert!(reported.len() <= cap);
+        }
+        // Each walk frees an eighth: one walk per eight new clients, not one per client.
+        assert!(walks <= 1_000 / 8 + 1, "{walks} walks");
+        // The most recent clients are the ones kept.
+        assert!(reported.contains_key(&IpAddr::from(999u32.to_be_bytes())));
+        let oldest_kept = reported.values().map(|&(_, at)| at).min().unwrap();
+        assert!(oldest_kept >= 1_000_000 + 1_000 - cap as u64);
+        // Totals out of the window go first, whatever their number.
+        let mut reported = HashMap::from([
+            (IpAddr::from([192, 0, 2, 1]), (9, 0)),
+            (IpAddr::from([192, 0, 2, 2]), (1, 100_000)),
+        ]);
+        make_room(&mut reported, 2, 100_000, window);
+        assert_eq!(reported.len(), 1);
+        assert!(reported.contains_key(&IpAddr::from([192, 0, 2, 2])));
     }
 }

@@ -14,8 +14,9 @@
 -- KEYS[8] repeat   STRING  (strike only) this client's automatic bans so far, forgotten
 --                          max_cooldown after the last one ends
 -- KEYS[9] struck   STREAM  (strike only) every counted strike's client and new total
---                          (fields c, t, at), capped near ARGV[13] entries: how each
---                          replica learns the totals of strikes other replicas recorded
+--                          (fields c, t, at; t is 0 when the strike ended in a ban),
+--                          capped near ARGV[13] entries: how each replica learns the
+--                          totals of strikes other replicas recorded
 -- ARGV[1] op, ARGV[2] now (unix ms, the calling replica's clock), ARGV[3] log cap
 --
 -- JSON is assembled here with string.format('%d') for times, because cjson would print
@@ -116,13 +117,19 @@ if op == 'strike' then
   for _, m in ipairs(redis.call('ZRANGE', K_STRIKES, 0, -1)) do
     total = total + (tonumber(string.match(m, ':(%d+)$')) or 0)
   end
+  -- Every replica learns the client's new total from the stream (0 once its strikes are
+  -- spent on a ban).
+  local function tell(t)
+    redis.call('XADD', K_STRUCK, 'MAXLEN', '~', ARGV[13], '*',
+      'c', target, 't', string.format('%d', t), 'at', string.format('%d', now))
+  end
   if total < threshold then
     redis.call('PEXPIRE', K_STRIKES, string.format('%d', window))
-    redis.call('XADD', K_STRUCK, 'MAXLEN', '~', ARGV[13], '*',
-      'c', target, 't', string.format('%d', total), 'at', string.format('%d', now))
+    tell(total)
     return {0, total}
   end
   redis.call('DEL', K_STRIKES)
+  tell(0)
   local displaced = make_room(target, tonumber(ARGV[12]))
   if not displaced then return {3} end
   local earlier = tonumber(redis.call('GET', K_REPEAT) or '0') or 0

@@ -24,8 +24,10 @@
 //! bans lives in its entry, so it is forgotten with it and is not kept across restarts.
 //! In Redis a client's strikes expire with the window and its repeat count
 //! `max_cooldown` after its last automatic ban ends, so Redis memory is bounded by the
-//! strike rate, not by how many addresses ever attacked. The ban log keeps [`LOG_CAP`]
-//! entries in both.
+//! strike rate, not by how many addresses ever attacked. Each counted strike's new total
+//! also goes on a stream capped at about 100,000 entries, which every replica reads each
+//! tick into a map of at most `max_tracked` clients (what the door's difficulty and
+//! `shadow_after` read). The ban log keeps [`LOG_CAP`] entries in both.
 //!
 //! Outages: with Redis down, `check` keeps enforcing the last known bans, strikes are
 //! not counted ([`StrikeOutcome::StoreDown`]), admin changes fail with

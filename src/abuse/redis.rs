@@ -17,7 +17,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use redis::{Script, Value};
 
-use super::{AbuseError, AbusePolicy, Ban, BanSource, LOG_CAP, LogEntry};
+use super::{AbuseError, AbusePolicy, Ban, BanSource, LOG_CAP, LogEntry, client_ip};
 use crate::clock::ms;
 use crate::queue::redis_client::{self, KeepAlive, RedisConn, Repeat, Timeouts, once_more};
 use crate::tls::CaFile;
@@ -307,14 +307,16 @@ impl RedisAbuse {
             ..StruckPage::default()
         };
         for entry in entries {
-            let Value::Array(parts) = entry else {
-                return Err(bad("XRANGE", entry));
+            // An entry of another shape is passed over (it still moves the cursor when it
+            // has an id), so one odd entry cannot stop every later read.
+            let Value::Array(parts) = entry else { continue };
+            let Some(id) = parts.first().and_then(|id| text(id).ok()) else {
+                continue;
             };
-            let [id, Value::Array(fields)] = parts.as_slice() else {
-                return Err(bad("XRANGE", entry));
-            };
-            page.last = Some(text(id)?);
-            if let Some(struck) = struck(fields) {
+            page.last = Some(id);
+            if let Some(Value::Array(fields)) = parts.get(1)
+                && let Some(struck) = struck(fields)
+            {
                 page.strikes.push(struck);
             }
         }
@@ -355,7 +357,7 @@ fn struck(fields: &[Value]) -> Option<Struck> {
     for pair in fields.chunks_exact(2) {
         let value = text(&pair[1]).ok()?;
         match text(&pair[0]).ok()?.as_str() {
-            "c" => client = value.parse::<IpNet>().ok().map(|n| n.addr()),
+            "c" => client = value.parse::<IpNet>().ok().map(|n| client_ip(n.addr())),
             "t" => total = value.parse().ok(),
             "at" => at = value.parse().ok(),
             _ => {}

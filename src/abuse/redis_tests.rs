@@ -24,6 +24,14 @@ async fn replica_with(
     urls: &[String],
     max_bans: usize,
 ) -> (Arc<AbuseRegistry>, mpsc::Receiver<AbuseEvent>) {
+    replica_clocked(urls, max_bans, Clock::system()).await
+}
+
+async fn replica_clocked(
+    urls: &[String],
+    max_bans: usize,
+    clock: Clock,
+) -> (Arc<AbuseRegistry>, mpsc::Receiver<AbuseEvent>) {
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
     let redis = RedisAbuse::connect(&nodes, None).await.unwrap();
     let r = AbuseRegistry::with_redis(
@@ -38,7 +46,7 @@ async fn replica_with(
         .validate()
         .unwrap(),
         vec![],
-        Clock::system(),
+        clock,
         redis,
     )
     .await
@@ -235,6 +243,45 @@ async fn a_strike_on_one_replica_counts_on_every_replica_by_the_next_tick() {
     b.tick().await.unwrap();
     assert_eq!(b.strikes(ip("203.0.0.0")), 1);
     assert_eq!(b.strikes(ip("203.0.4.199")), 1, "the last of 1,200");
+}
+
+#[tokio::test]
+async fn the_newest_total_wins_whatever_the_replicas_clocks_say_and_a_ban_spends_it() {
+    let server = RedisServer::start();
+    let max_bans = AbuseConfig::default().max_bans;
+    // A's clock runs 50 s ahead of the others'.
+    let ahead = Clock::starting_at(Clock::system().now_ms() + 50_000);
+    let (a, _ae) = replica_clocked(&[server.url()], max_bans, ahead).await;
+    let (b, _be) = replica(&[server.url()]).await;
+    let (c, _ce) = replica(&[server.url()]).await;
+    let bot = ip("198.51.100.71");
+    a.strike(bot, StrikeReason::BadCookie).await;
+    b.strike(bot, StrikeReason::JoinLimit).await;
+    a.tick().await.unwrap();
+    c.tick().await.unwrap();
+    assert_eq!(
+        (a.strikes(bot), b.strikes(bot), c.strikes(bot)),
+        (6, 6, 6),
+        "B's strike came after A's, whatever A's clock said"
+    );
+    // Reaching abuse.strikes (20) spends the strikes on a ban, on every replica's view.
+    for _ in 0..2 {
+        b.strike(bot, StrikeReason::BadCookie).await;
+    }
+    for _ in 0..3 {
+        b.strike(bot, StrikeReason::JoinLimit).await;
+    }
+    c.tick().await.unwrap();
+    assert_eq!(c.strikes(bot), 19);
+    assert!(matches!(
+        b.strike(bot, StrikeReason::JoinLimit).await,
+        StrikeOutcome::Banned(_)
+    ));
+    assert_eq!(b.strikes(bot), 0);
+    a.tick().await.unwrap();
+    c.tick().await.unwrap();
+    assert_eq!((a.strikes(bot), c.strikes(bot)), (0, 0));
+    assert!(c.check(bot).is_some());
 }
 
 #[tokio::test]

@@ -114,6 +114,8 @@ pub struct AbuseRegistry {
     events_rx: Mutex<Option<mpsc::Receiver<AbuseEvent>>>,
     /// Whether the last Redis refresh failed (to log transitions, not every tick).
     refresh_failing: AtomicBool,
+    /// Whether the last read of the struck stream failed (the same, for strikes).
+    struck_failing: AtomicBool,
     /// Failed checks per client, taken with the check ([`AbuseRegistry::judge`]).
     tally: Mutex<Tally>,
     /// Bans displaced to keep within `abuse.max_bans`.
@@ -125,7 +127,7 @@ pub struct AbuseRegistry {
     /// With Redis: the latest total the shared strike table reported for each client
     /// struck within the window (by this replica's strikes' answers, and by the struck
     /// stream every tick for other replicas' strikes), and when, so
-    /// [`AbuseRegistry::strikes`] needs no round trip.
+    /// [`AbuseRegistry::strikes`] needs no round trip. At most `abuse.max_tracked`.
     reported: Mutex<HashMap<IpAddr, (u64, u64)>>,
 }
 
@@ -181,6 +183,7 @@ impl AbuseRegistry {
             events_tx,
             events_rx: Mutex::new(Some(events_rx)),
             refresh_failing: AtomicBool::new(false),
+            struck_failing: AtomicBool::new(false),
             tally: Mutex::new(Tally::default()),
             bans_displaced: AtomicU64::new(0),
             bans_refused: AtomicU64::new(0),
@@ -246,8 +249,8 @@ impl AbuseRegistry {
         Ok(registry)
     }
 
-    /// Shared through Redis; loads the current bans once before returning, so a replica
-    /// starts enforcing at once (an unreachable Redis is an error here; later outages keep
+    /// Shared through Redis; loads the current bans (and the strikes of the last window)
+    /// once before returning, so a replica starts enforcing at once (an unreachable Redis is an error here; later outages keep
     /// the last known bans).
     pub async fn with_redis(
         policy: AbusePolicy,
@@ -267,6 +270,7 @@ impl AbuseRegistry {
             },
         );
         registry.refresh().await?;
+        registry.learn_strikes_logged().await;
         Ok(registry)
     }
 
@@ -502,14 +506,17 @@ impl AbuseRegistry {
                     .await
                 {
                     Ok(StrikeReply::Counted(total)) => {
-                        self.learn_total(client_ip(ip), total, now);
+                        self.learn_totals([(client_ip(ip), total, now)]);
                         StrikeOutcome::Counted { total }
                     }
                     Ok(StrikeReply::AlreadyBanned) => StrikeOutcome::AlreadyBanned,
                     Ok(StrikeReply::Banned(ban, displaced)) => {
+                        // The strikes were spent on the ban, as embedded.
+                        self.learn_totals([(client_ip(ip), 0, now)]);
                         StrikeOutcome::Banned(self.shared_stored(ban, displaced))
                     }
                     Ok(StrikeReply::Full) => {
+                        self.learn_totals([(client_ip(ip), 0, now)]);
                         self.refuse();
                         StrikeOutcome::Full
                     }
@@ -558,21 +565,25 @@ impl AbuseRegistry {
         }
     }
 
-    /// Keeps the shared table's `total` for `key` as of `at` (unix ms), unless a later one
-    /// is known. Bounded by `abuse.max_tracked` ([`make_room`]).
-    fn learn_total(&self, key: IpAddr, total: u64, at: u64) {
+    /// Keeps the shared table's totals, each `(client, total, at)` with `at` the unix ms
+    /// of the strike, in the order the table made them: a later one replaces an earlier
+    /// one whatever the striking replicas' clocks said (`at` only ages it out, and never
+    /// counts as later than now). Bounded by `abuse.max_tracked` ([`make_room`]).
+    fn learn_totals(&self, totals: impl IntoIterator<Item = (IpAddr, u64, u64)>) {
         let now = self.clock.now_ms();
         let window = ms(self.policy.window);
-        if at.saturating_add(window) <= now {
-            return;
-        }
+        let cap = self.policy.max_tracked.max(1);
         let mut reported = lock(&self.reported);
-        match reported.get(&key) {
-            Some(&(_, known)) if known > at => return,
-            Some(_) => {}
-            None => make_room(&mut reported, self.policy.max_tracked.max(1), now, window),
+        for (client, total, at) in totals {
+            let at = at.min(now);
+            if at.saturating_add(window) <= now {
+                continue;
+            }
+            if !reported.contains_key(&client) {
+                make_room(&mut reported, cap, now, window);
+            }
+            reported.insert(client, (total, at));
         }
-        reported.insert(key, (total, at));
     }
 
     /// Whether `ip` is banned now, without counting a banned request (the sweep that ends
@@ -757,6 +768,16 @@ mod bound_tests {
         assert!(reported.contains_key(&IpAddr::from(999u32.to_be_bytes())));
         let oldest_kept = reported.values().map(|&(_, at)| at).min().unwrap();
         assert!(oldest_kept >= 1_000_000 + 1_000 - cap as u64);
+        // Any cap, however small, holds, and keeps the newest.
+        for cap in 1..=9 {
+            let mut reported = HashMap::new();
+            for i in 0u32..50 {
+                make_room(&mut reported, cap, 1_000 + u64::from(i), window);
+                reported.insert(IpAddr::from(i.to_be_bytes()), (1, 1_000 + u64::from(i)));
+                assert!(reported.len() <= cap, "cap {cap}");
+            }
+            assert!(reported.contains_key(&IpAddr::from(49u32.to_be_bytes())));
+        }
         // Totals out of the window go first, whatever their number.
         let mut reported = HashMap::from([
             (IpAddr::from([192, 0, 2, 1]), (9, 0)),

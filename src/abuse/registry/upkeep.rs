@@ -1,6 +1,6 @@
 //! The registry's upkeep: the once-a-second tick that expires ended bans and, with Redis,
-//! reloads the shared set; persistence of the embedded state to `data_dir`; and the counts
-//! the metrics read.
+//! reloads the shared set and reads the strikes other replicas recorded; persistence of
+//! the embedded state to `data_dir`; and the counts the metrics read.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,14 +11,17 @@ use crate::abuse::{AbuseError, AbuseEvent, LogAction, StrikeReason};
 
 use super::{AbuseRegistry, Backend, BanSet, lock};
 
-/// Pages of the struck stream read per tick at most (a thousand strikes each): a replica
-/// that falls further behind catches up over the next ticks.
-const STRUCK_PAGES_PER_TICK: usize = 20;
+/// How long one tick may spend reading the struck stream (a page of a thousand strikes
+/// is a millisecond or two), so a replica far behind never holds up the next refresh of
+/// the bans.
+const STRUCK_READ_BUDGET: Duration = Duration::from_millis(200);
 
 impl AbuseRegistry {
     /// Expires ended bans (one `expired` log entry and event each, from exactly one
-    /// replica) and, with Redis, reloads the shared ban set if it changed. Run at least
-    /// once a second. On a Redis error the last known bans stay enforced.
+    /// replica) and, with Redis, reloads the shared ban set if it changed, then reads the
+    /// struck stream (within [`STRUCK_READ_BUDGET`]). Run at least once a second. On a
+    /// Redis error the last known bans stay enforced; the error returned is the bans'
+    /// (one reading the strikes is logged, and the read resumes where it stopped).
     pub async fn tick(&self) -> Result<(), AbuseError> {
         let now = self.clock.now_ms();
         match &self.backend {
@@ -68,37 +71,58 @@ impl AbuseRegistry {
                     (Ok(()), true) => tracing::info!("shared bans refreshed again"),
                     _ => {}
                 }
+                self.learn_strikes_logged().await;
                 result
             }
         }
     }
 
-    /// Reloads the Redis ban set if its version moved, and learns the strike totals other
-    /// replicas recorded since the last refresh.
+    /// Reloads the Redis ban set if its version moved. A version gone back (Redis flushed,
+    /// or another Redis) also starts the struck stream's read afresh.
     pub(super) async fn refresh(&self) -> Result<(), AbuseError> {
         let Backend::Redis {
             redis,
             version,
             update,
-            ..
+            struck_read,
         } = &self.backend
         else {
             return Ok(());
         };
         let current = redis.version().await?;
-        if current != version.load(Ordering::Acquire) {
-            let bans = redis.all_bans().await?;
-            let _guard = lock(update);
-            self.bans
-                .store(Arc::new(BanSet::from_bans(bans.into_iter().map(Arc::new))));
-            version.store(current, Ordering::Release);
+        let loaded = version.load(Ordering::Acquire);
+        if current == loaded {
+            return Ok(());
         }
-        self.learn_strikes().await
+        if current < loaded && loaded != u64::MAX {
+            *lock(struck_read) = None;
+        }
+        let bans = redis.all_bans().await?;
+        let _guard = lock(update);
+        self.bans
+            .store(Arc::new(BanSet::from_bans(bans.into_iter().map(Arc::new))));
+        version.store(current, Ordering::Release);
+        Ok(())
+    }
+
+    /// [`AbuseRegistry::learn_strikes`], logging when reading starts or stops failing.
+    pub(super) async fn learn_strikes_logged(&self) {
+        let result = self.learn_strikes().await;
+        let was_failing = self.struck_failing.swap(result.is_err(), Ordering::Relaxed);
+        match (&result, was_failing) {
+            (Err(e), false) => tracing::warn!(
+                error = %e,
+                "cannot read the strikes other replicas recorded; this replica's own still count"
+            ),
+            (Ok(()), true) => tracing::info!("strikes from other replicas read again"),
+            _ => {}
+        }
     }
 
     /// Reads the struck stream from where the last read ended (at first, from a window
-    /// ago), at most [`STRUCK_PAGES_PER_TICK`] pages: each strike's total becomes this
-    /// replica's view of its client ([`AbuseRegistry::strikes`]).
+    /// ago), page by page for at most [`STRUCK_READ_BUDGET`]: each strike's total becomes
+    /// this replica's view of its client ([`AbuseRegistry::strikes`]). A replica further
+    /// behind catches up over the next ticks.
     async fn learn_strikes(&self) -> Result<(), AbuseError> {
         let Backend::Redis {
             redis, struck_read, ..
@@ -113,20 +137,18 @@ impl AbuseRegistry {
                 .saturating_sub(crate::clock::ms(self.policy.window));
             format!("{since}-0")
         });
-        for _ in 0..STRUCK_PAGES_PER_TICK {
+        let until = tokio::time::Instant::now() + STRUCK_READ_BUDGET;
+        loop {
             let page = redis.struck_after(&after).await?;
-            for struck in &page.strikes {
-                self.learn_total(struck.client, struck.total, struck.at);
-            }
+            self.learn_totals(page.strikes.iter().map(|s| (s.client, s.total, s.at)));
             if let Some(last) = page.last {
                 after = last;
+                *lock(struck_read) = Some(after.clone());
             }
-            *lock(struck_read) = Some(after.clone());
-            if !page.more {
-                break;
+            if !page.more || tokio::time::Instant::now() >= until {
+                return Ok(());
             }
         }
-        Ok(())
     }
 
     /// Runs [`AbuseRegistry::tick`] every `every` (≤ 1 s keeps a ban's propagation to the

@@ -6,9 +6,10 @@
 //! ten tabs or an impatient reconnect loop still costs at most one store read per tick.
 //! The tick is also the waiting visitor's heartbeat: a closed tab stops it, and the
 //! visitor is abandoned after `abandon_after`. Admissions are not left to the tick: each
-//! admission pass of this replica tells its visitors' streams at once (a visitor's stream
-//! on another replica hears at that replica's next tick), so the wait a visitor sees is
-//! the one the ETA ledger counts.
+//! admission pass of this replica tells its visitors' streams at once, and a stream opened
+//! within a tick after (the page was still loading) as it opens (a visitor's stream on
+//! another replica hears at that replica's next tick), so the wait a visitor sees is the
+//! one the ETA ledger counts.
 //!
 //! Streams are budgeted by [`StreamBudget`]: at most `server.max_streams`
 //! open at once (below `max_connections`, so open waiting pages never take the connections
@@ -83,6 +84,14 @@ type Listeners = Arc<Mutex<HashMap<ListenerKey, Listener>>>;
 
 fn lock(listeners: &Listeners) -> std::sync::MutexGuard<'_, HashMap<ListenerKey, Listener>> {
     listeners.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+type Recent = Mutex<HashMap<ListenerKey, tokio::time::Instant>>;
+
+fn recent_lock(
+    recent: &Recent,
+) -> std::sync::MutexGuard<'_, HashMap<ListenerKey, tokio::time::Instant>> {
+    recent.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The stream's end of a [`Listener`]: the next event to send, until the hub drops the
@@ -234,6 +243,10 @@ impl Drop for StreamTicket {
 #[derive(Default)]
 pub struct LiveHub {
     listeners: Listeners,
+    /// Visitors this replica's passes admitted within the last [`TICK`] while they had no
+    /// stream open (their page was loading, or reconnecting): a stream they open now is
+    /// told at once instead of at the next tick.
+    recent: Recent,
     next_id: AtomicU64,
     /// Closed at shutdown: every stream ends and the page reloads on its jittered timer.
     closing: CancellationToken,
@@ -252,7 +265,8 @@ impl LiveHub {
 
     /// Opens a stream for `visitor` in `room` from `client_ip`, held by `ticket` (from
     /// [`StreamBudget`]). The visitor's previous stream, if any, is ended: one live stream
-    /// per visitor. The first update arrives on the next tick.
+    /// per visitor. The first update arrives on the next tick, unless this replica's pass
+    /// admitted the visitor within the last tick: then `admitted` comes at once.
     ///
     /// The response is [`LongLived`]: on HTTP/1.1 the server writes it from a small task of
     /// its own rather than keeping a hyper connection for it.
@@ -266,16 +280,24 @@ impl LiveHub {
         let (events, receiver) = watch::channel(Bytes::new());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let key: ListenerKey = (room.into(), visitor);
-        // Replacing the visitor's old listener ends the old stream and returns its ticket.
-        lock(&self.listeners).insert(
-            key.clone(),
-            Listener {
-                id,
-                client_ip,
-                events,
-                _ticket: ticket,
-            },
-        );
+        let listener = Listener {
+            id,
+            client_ip,
+            events,
+            _ticket: ticket,
+        };
+        let admitted = recent_lock(&self.recent)
+            .remove(&key)
+            .is_some_and(|at| at.elapsed() < TICK);
+        if admitted {
+            // Admitted just before the stream opened: told now, and the listener dropped
+            // so the stream ends once it has the event.
+            let _ = listener.events.send(LiveEvent::Admitted.encode());
+        } else {
+            // Replacing the visitor's old listener ends the old stream and returns its
+            // ticket.
+            lock(&self.listeners).insert(key.clone(), listener);
+        }
         let subscription = Subscription {
             events: receiver,
             closing: Box::pin(self.closing.clone().cancelled_owned()),
@@ -427,12 +449,19 @@ impl LiveHub {
     /// wait, after the ETA ledger had already counted it over. Returns how many were told.
     pub fn admitted(&self, room: &Arc<str>, visitors: &[VisitorId]) -> usize {
         let event = LiveEvent::Admitted.encode();
+        let now = tokio::time::Instant::now();
         let mut listeners = lock(&self.listeners);
+        let mut recent = recent_lock(&self.recent);
+        recent.retain(|_, at| now.duration_since(*at) < TICK);
         let mut told = 0;
         for &visitor in visitors {
+            let key = (room.clone(), visitor);
             // Dropping the listener after the send ends the stream once it has the event.
-            if let Some(l) = listeners.remove(&(room.clone(), visitor)) {
-                told += usize::from(l.events.send(event.clone()).is_ok());
+            match listeners.remove(&key) {
+                Some(l) => told += usize::from(l.events.send(event.clone()).is_ok()),
+                None => {
+                    recent.insert(key, now);
+                }
             }
         }
         told
@@ -599,6 +628,45 @@ mod tests {
         assert_eq!(hub.budget.streams(), 1);
         let pending = futures_util::FutureExt::now_or_never(other.frame());
         assert!(pending.is_none(), "the other room's stream got {pending:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_opened_within_a_tick_of_its_admission_is_told_at_once() {
+        let hub = LiveHub::new(StreamBudget::new(10, 10));
+        let client = ClientKey::from(ip(4));
+        let room: Arc<str> = "main".into();
+        let (visitor, late) = (VisitorId([4; 16]), VisitorId([8; 16]));
+        let open = |room: &str, visitor| {
+            hub.subscribe(room, visitor, ip(4), hub.budget.stream(client).unwrap())
+                .into_body()
+        };
+        let data = |f: Option<Result<Frame<Bytes>, BoxError>>| {
+            f.expect("a frame").unwrap().into_data().unwrap()
+        };
+        // Admitted by a pass while their pages were loading: no stream to tell yet.
+        assert_eq!(hub.admitted(&room, &[visitor, late]), 0);
+        tokio::time::advance(Duration::from_millis(300)).await;
+        // Another room's stream of the visitor hears nothing of it.
+        let mut other = open("other", visitor);
+        assert_eq!(data(other.frame().await), PREAMBLE);
+        assert!(futures_util::FutureExt::now_or_never(other.frame()).is_none());
+        let mut body = open("main", visitor);
+        assert_eq!(data(body.frame().await), PREAMBLE);
+        let told = tokio::time::timeout(Duration::from_millis(100), body.frame())
+            .await
+            .expect("told as it opens");
+        assert_eq!(data(told), LiveEvent::Admitted.encode());
+        assert!(body.frame().await.is_none());
+        assert_eq!(hub.open_streams(), 1, "only the other room's");
+        // Told once: a later stream of the visitor waits for the tick like any other.
+        let mut again = open("main", visitor);
+        assert_eq!(data(again.frame().await), PREAMBLE);
+        assert!(futures_util::FutureExt::now_or_never(again.frame()).is_none());
+        // A tick later the tick itself tells: the stream is not told from memory.
+        tokio::time::advance(TICK).await;
+        let mut late = open("main", late);
+        assert_eq!(data(late.frame().await), PREAMBLE);
+        assert!(futures_util::FutureExt::now_or_never(late.frame()).is_none());
     }
 
     #[tokio::test]

@@ -3,13 +3,29 @@
 //! the embedded state to `data_dir`; and the counts the metrics read.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::abuse::persist::{self};
 use crate::abuse::{AbuseError, AbuseEvent, LogAction, StrikeReason};
 
 use super::{AbuseRegistry, Backend, BanSet, lock};
+
+/// Logs when a recurring Redis read starts failing (`failed`, a warning with the error) or
+/// answers again (`recovered`), once per change rather than every tick; `failing` keeps
+/// which it was last time.
+fn log_change(
+    failing: &AtomicBool,
+    result: &Result<(), AbuseError>,
+    failed: &str,
+    recovered: &str,
+) {
+    match (result, failing.swap(result.is_err(), Ordering::Relaxed)) {
+        (Err(e), false) => tracing::warn!(error = %e, "{failed}"),
+        (Ok(()), true) => tracing::info!("{recovered}"),
+        _ => {}
+    }
+}
 
 /// How long one tick may spend reading the struck stream (a page of a thousand strikes
 /// is a millisecond or two), so a replica far behind never holds up the next refresh of
@@ -60,17 +76,12 @@ impl AbuseRegistry {
                     self.refresh().await
                 }
                 .await;
-                let was_failing = self
-                    .refresh_failing
-                    .swap(result.is_err(), Ordering::Relaxed);
-                match (&result, was_failing) {
-                    (Err(e), false) => tracing::warn!(
-                        error = %e,
-                        "cannot refresh the shared bans; the last known bans stay enforced"
-                    ),
-                    (Ok(()), true) => tracing::info!("shared bans refreshed again"),
-                    _ => {}
-                }
+                log_change(
+                    &self.refresh_failing,
+                    &result,
+                    "cannot refresh the shared bans; the last known bans stay enforced",
+                    "shared bans refreshed again",
+                );
                 self.learn_strikes_logged().await;
                 result
             }
@@ -107,16 +118,12 @@ impl AbuseRegistry {
 
     /// [`AbuseRegistry::learn_strikes`], logging when reading starts or stops failing.
     pub(super) async fn learn_strikes_logged(&self) {
-        let result = self.learn_strikes().await;
-        let was_failing = self.struck_failing.swap(result.is_err(), Ordering::Relaxed);
-        match (&result, was_failing) {
-            (Err(e), false) => tracing::warn!(
-                error = %e,
-                "cannot read the strikes other replicas recorded; this replica's own still count"
-            ),
-            (Ok(()), true) => tracing::info!("strikes from other replicas read again"),
-            _ => {}
-        }
+        log_change(
+            &self.struck_failing,
+            &self.learn_strikes().await,
+            "cannot read the strikes other replicas recorded; this replica's own still count",
+            "strikes from other replicas read again",
+        );
     }
 
     /// Reads the struck stream from where the last read ended (at first, from a window

@@ -286,17 +286,22 @@ impl LiveHub {
             events,
             _ticket: ticket,
         };
+        // The listeners' lock first, as `admitted` takes them: a pass admitting the
+        // visitor meanwhile either finds the listener or has put them in `recent`.
+        let mut listeners = lock(&self.listeners);
         let admitted = recent_lock(&self.recent)
             .remove(&key)
             .is_some_and(|at| at.elapsed() < TICK);
         if admitted {
+            drop(listeners);
             // Admitted just before the stream opened: told now, and the listener dropped
             // so the stream ends once it has the event.
             let _ = listener.events.send(LiveEvent::Admitted.encode());
         } else {
             // Replacing the visitor's old listener ends the old stream and returns its
             // ticket.
-            lock(&self.listeners).insert(key.clone(), listener);
+            listeners.insert(key.clone(), listener);
+            drop(listeners);
         }
         let subscription = Subscription {
             events: receiver,
@@ -362,6 +367,8 @@ impl LiveHub {
 
     /// One tick: a batched read per room, fanned out to every stream.
     pub async fn tick(&self, admission: &Admission) {
+        // Admissions older than a tick are the tick's to tell from now on.
+        recent_lock(&self.recent).retain(|_, at| at.elapsed() < TICK);
         let mut by_room: HashMap<Arc<str>, Vec<VisitorId>> = HashMap::new();
         // A stream that ended has already removed itself (its `Registered`).
         for (room, visitor) in lock(&self.listeners).keys() {
@@ -658,11 +665,12 @@ mod tests {
         assert_eq!(data(told), LiveEvent::Admitted.encode());
         assert!(body.frame().await.is_none());
         assert_eq!(hub.open_streams(), 1, "only the other room's");
+        assert_eq!(hub.budget.streams(), 1, "the told stream's share is back");
         // Told once: a later stream of the visitor waits for the tick like any other.
         let mut again = open("main", visitor);
         assert_eq!(data(again.frame().await), PREAMBLE);
         assert!(futures_util::FutureExt::now_or_never(again.frame()).is_none());
-        // A tick later the tick itself tells: the stream is not told from memory.
+        // A visitor admitted a tick ago or more is left to the tick: not told from memory.
         tokio::time::advance(TICK).await;
         let mut late = open("main", late);
         assert_eq!(data(late.frame().await), PREAMBLE);

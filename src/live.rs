@@ -243,9 +243,9 @@ impl Drop for StreamTicket {
 #[derive(Default)]
 pub struct LiveHub {
     listeners: Listeners,
-    /// Visitors this replica's passes admitted within the last [`TICK`] while they had no
-    /// stream open (their page was loading, or reconnecting): a stream they open now is
-    /// told at once instead of at the next tick.
+    /// Visitors this replica's passes admitted while they had no stream open (their page
+    /// was loading, or reconnecting), and when: a stream they open within a [`TICK`] of it
+    /// is told at once instead of at the next tick. Older ones go at each tick.
     recent: Recent,
     next_id: AtomicU64,
     /// Closed at shutdown: every stream ends and the page reloads on its jittered timer.
@@ -458,8 +458,8 @@ impl LiveHub {
         let event = LiveEvent::Admitted.encode();
         let now = tokio::time::Instant::now();
         let mut listeners = lock(&self.listeners);
+        // Pruned by the tick; a stream checks the age of what it finds.
         let mut recent = recent_lock(&self.recent);
-        recent.retain(|_, at| now.duration_since(*at) < TICK);
         let mut told = 0;
         for &visitor in visitors {
             let key = (room.clone(), visitor);

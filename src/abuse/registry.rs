@@ -145,21 +145,12 @@ fn make_room(reported: &mut HashMap<IpAddr, (u64, u64)>, cap: usize, now: u64, w
     if reported.len() <= keep {
         return;
     }
-    let mut times: Vec<u64> = reported.values().map(|&(_, at)| at).collect();
     let excess = reported.len() - keep;
-    let (_, &mut cutoff, _) = times.select_nth_unstable(excess - 1);
-    // Everything struck before the cutoff goes, then as many at it as still must.
-    let mut at_cutoff = excess - reported.values().filter(|&&(_, at)| at < cutoff).count();
-    reported.retain(|_, &mut (_, at)| {
-        if at < cutoff {
-            return false;
-        }
-        if at == cutoff && at_cutoff > 0 {
-            at_cutoff -= 1;
-            return false;
-        }
-        true
-    });
+    let mut by_age: Vec<(u64, IpAddr)> = reported.iter().map(|(&c, &(_, at))| (at, c)).collect();
+    by_age.select_nth_unstable(excess - 1);
+    for (_, client) in &by_age[..excess] {
+        reported.remove(client);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -250,8 +241,8 @@ impl AbuseRegistry {
     }
 
     /// Shared through Redis; loads the current bans (and the strikes of the last window)
-    /// once before returning, so a replica starts enforcing at once (an unreachable Redis is an error here; later outages keep
-    /// the last known bans).
+    /// once before returning, so a replica starts enforcing at once (an unreachable Redis
+    /// is an error here; later outages keep the last known bans).
     pub async fn with_redis(
         policy: AbusePolicy,
         trusted: Vec<IpNet>,

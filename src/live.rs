@@ -7,9 +7,10 @@
 //! The tick is also the waiting visitor's heartbeat: a closed tab stops it, and the
 //! visitor is abandoned after `abandon_after`. Admissions are not left to the tick: each
 //! admission pass of this replica tells its visitors' streams at once, and a stream opened
-//! within a tick after (the page was still loading) as it opens (a visitor's stream on
-//! another replica hears at that replica's next tick), so the wait a visitor sees is the
-//! one the ETA ledger counts.
+//! within a tick after (the page was still loading) as it opens. A visitor whose stream is
+//! held by another replica hears at that replica's next pass, which reads what the other
+//! replicas' passes admitted since its last (with Redis, `admit_pass.lua`), so the wait a
+//! visitor sees is the one the ETA ledger counts.
 //!
 //! Streams are budgeted by [`StreamBudget`]: at most `server.max_streams`
 //! open at once (below `max_connections`, so open waiting pages never take the connections
@@ -451,9 +452,10 @@ impl LiveHub {
         }
     }
 
-    /// Tells the streams of `visitors`, just admitted to `room` by this replica's pass, at
-    /// once, and ends them: waiting for the next tick would add up to [`TICK`] to every
-    /// wait, after the ETA ledger had already counted it over. Returns how many were told.
+    /// Tells the streams of `visitors`, just admitted to `room` (by this replica's pass, or
+    /// by another's that this replica's pass has just heard of), at once, and ends them:
+    /// waiting for the next tick would add up to [`TICK`] to every wait, after the ETA
+    /// ledger had already counted it over. Returns how many were told.
     pub fn admitted(&self, room: &Arc<str>, visitors: &[VisitorId]) -> usize {
         let event = LiveEvent::Admitted.encode();
         let now = tokio::time::Instant::now();

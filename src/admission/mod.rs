@@ -86,12 +86,13 @@ pub struct Admission {
     passes: tokio::sync::broadcast::Sender<PassAdmitted>,
 }
 
-/// Visitors one admission pass of this replica let in.
+/// Visitors one admission pass of this replica let in, and those other replicas' passes
+/// let in since its previous one (with Redis: [`PassReport::admitted_elsewhere`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PassAdmitted {
     /// The room they were admitted to.
     pub room: Arc<str>,
-    /// Who, in admission order.
+    /// Who: this pass's admissions in admission order, then the other replicas'.
     pub visitors: Arc<[VisitorId]>,
 }
 
@@ -637,11 +638,20 @@ impl Admission {
             self.eta.admitted(room, visitor, now);
             self.lengths.started(room, visitor, now);
         }
-        if !report.admitted.is_empty() && self.passes.receiver_count() > 0 {
+        // Another replica's pass let these in within this pass's interval: a range this
+        // replica showed them is settled now, not at their stream's next heartbeat.
+        for &visitor in &report.admitted_elsewhere {
+            self.eta.admitted(room, visitor, now);
+        }
+        let told = report.admitted.len() + report.admitted_elsewhere.len();
+        if told > 0 && self.passes.receiver_count() > 0 {
+            let mut visitors = Vec::with_capacity(told);
+            visitors.extend_from_slice(&report.admitted);
+            visitors.extend_from_slice(&report.admitted_elsewhere);
             // Nobody listening (no live hub yet) is not an error.
             let _ = self.passes.send(PassAdmitted {
                 room: room.into(),
-                visitors: report.admitted.as_slice().into(),
+                visitors: visitors.into(),
             });
         }
         if report.joined_ms.iter().any(Option::is_some) {

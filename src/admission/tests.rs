@@ -584,3 +584,66 @@ async fn fail_open_only_after_the_configured_outage() {
     tokio::time::advance(Duration::from_secs(3_600)).await;
     assert!(!closed.failing_open(), "fail_open off: never");
 }
+
+/// With Redis, a replica's pass hears what another replica's pass admitted: its live streams
+/// are told (the pass's broadcast carries them) and a range it showed them is settled then,
+/// not at their stream's next heartbeat.
+#[tokio::test]
+async fn another_replicas_admissions_reach_this_replicas_streams_and_ledger_at_its_pass() {
+    use crate::queue::{RedisStore, SettingsPatch};
+    let server = anteroom_fixtures::RedisServer::start();
+    let store = || async {
+        let store = RedisStore::connect(&[&server.url()]).await.unwrap();
+        store.freeze_clock_for_tests(crate::queue::conformance::START_MS);
+        Arc::new(store)
+    };
+    let (a, b) = (store().await, store().await);
+    a.open_room(
+        "main",
+        &settings(1_000.0, 100),
+        &RoomPolicy::default(),
+        false,
+    )
+    .await
+    .unwrap();
+    let on_a = Admission::new(a.clone(), None, EventSink::disabled());
+    let on_b = Admission::new(b.clone(), None, EventSink::disabled());
+    // B's first pass, before anyone is admitted (where its hearing starts).
+    on_b.admit_pass("main").await.unwrap();
+    a.update_settings("main", &SettingsPatch::pause())
+        .await
+        .unwrap();
+    let v = VisitorId::random();
+    a.resolve("main", v, anyone()).await.unwrap();
+    a.update_settings("main", &SettingsPatch::resume())
+        .await
+        .unwrap();
+    // B showed v a range (v's page is on B).
+    let range = Eta {
+        min: 1,
+        max: 2,
+        estimating: false,
+    };
+    on_b.eta
+        .shown("main", v, range, crate::queue::conformance::START_MS, 0);
+    let mut told = on_b.passes();
+    for store in [&a, &b] {
+        store.advance_clock_for_tests(Duration::from_millis(250));
+    }
+    assert_eq!(on_a.admit_pass("main").await.unwrap().admitted, vec![v]);
+    assert!(told.try_recv().is_err(), "nothing yet: A's pass is A's");
+    let report = on_b.admit_pass("main").await.unwrap();
+    assert_eq!(report.admitted_elsewhere, vec![v]);
+    assert_eq!(
+        told.try_recv().unwrap(),
+        PassAdmitted {
+            room: "main".into(),
+            visitors: vec![v].into(),
+        },
+        "B's streams are told at B's pass"
+    );
+    assert!(
+        !on_b.eta.admitted("main", v, 0),
+        "B's ledger settled v's range at B's pass (nothing left to settle)"
+    );
+}

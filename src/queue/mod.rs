@@ -253,6 +253,12 @@ pub struct PassReport {
     pub abandoned: Vec<VisitorId>,
     /// Admitted sessions reaped for idling past `session_ttl`.
     pub expired: Vec<VisitorId>,
+    /// Visitors other replicas' passes admitted since this replica's previous pass of the
+    /// room, oldest first, so this replica's live streams and ETA ledger hear of them now
+    /// rather than at the streams' next heartbeat. A bounded hint: one missed here is seen
+    /// at that heartbeat. Always empty in the embedded store, where every pass is this
+    /// replica's.
+    pub admitted_elsewhere: Vec<VisitorId>,
 }
 
 /// A room's counters and live settings, as the control room and metrics show them.

@@ -438,3 +438,84 @@ async fn measure_joins_admissions_and_memory() {
         admitted as f64 / busy.as_secs_f64()
     );
 }
+
+/// A waiting page's stream held by one replica hears of its visitor's admission by another
+/// replica's pass at its own replica's next pass, not at its next heartbeat (2 s later):
+/// the page moves on when the ETA ledger counts the wait as over. A's passes run every
+/// 20 ms and B's every 250 ms, so A's admits; the room is resumed just after B's heartbeat
+/// has run, so B's next heartbeat is two seconds off and cannot be what tells.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_on_one_replica_hears_another_replicas_admission_at_its_next_pass() {
+    let redis = RedisServer::start();
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = redis_config(
+        &origin.url(),
+        &redis.url(),
+        dir.path(),
+        "    rate: 1000\n    max_active: 1000",
+    );
+    let seeder = redis_store(&redis.url()).await;
+    seeder
+        .open_room(
+            "main",
+            &anteroom::queue::RoomSettings::seed(&config.rooms[0]),
+            &RoomPolicy::default(),
+            false,
+        )
+        .await
+        .unwrap();
+    seeder
+        .update_settings("main", &SettingsPatch::pause())
+        .await
+        .unwrap();
+    config.admit_interval = Duration::from_millis(20);
+    let a = instance(&config, &redis.url()).await;
+    config.admit_interval = Duration::from_millis(250);
+    let b = instance(&config, &redis.url()).await;
+
+    let http = client();
+    let mut streams = Vec::new();
+    for _ in 0..5 {
+        let page = http
+            .get(format!("http://{}/", b.addr))
+            .send()
+            .await
+            .unwrap();
+        let cookie = visitor_cookie(&page).expect("a place in line");
+        let stream = http
+            .get(format!("http://{}/__anteroom/events", b.addr))
+            .visitor(&cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stream.status(), 200);
+        streams.push(Events::new(stream));
+    }
+    // The last stream's first event is B's heartbeat, which told every stream.
+    let (first, _) = streams[4].next(Duration::from_secs(5)).await;
+    assert_eq!(first, "position");
+    let resumed = Instant::now();
+    seeder
+        .update_settings("main", &SettingsPatch::resume())
+        .await
+        .unwrap();
+    for stream in &mut streams {
+        loop {
+            let (event, _) = stream.next(Duration::from_secs(5)).await;
+            if event == "admitted" {
+                break;
+            }
+            assert_eq!(event, "position");
+        }
+        let heard = resumed.elapsed();
+        assert!(
+            heard < Duration::from_millis(1_200),
+            "heard of the admission {heard:?} after the resume: at B's heartbeat, not its pass"
+        );
+    }
+    assert_eq!(seeder.stats("main").await.unwrap().total_admitted, 5);
+    for replica in [a, b] {
+        replica.shutdown().await.unwrap();
+    }
+}

@@ -1,7 +1,9 @@
 -- admit_pass: ARGV[2] = reap budget, ARGV[3] = 1 when this replica has just seen the store
--- fail (forgive the time since the last pass as downtime).
+-- fail (forgive the time since the last pass as downtime), ARGV[4] = this replica's cursor
+-- in the room's admissions (KEYS[13], '' at its first pass).
 -- Returns {-1} unknown room, else {admitted ids, abandoned ids, expired ids, join times of
--- the admitted (unix ms, 0 when unknown)}.
+-- the admitted (unix ms, 0 when unknown), the other replicas' admissions since the cursor
+-- (packed ids, oldest first), the new cursor}.
 local r = load_room()
 if not r then
   return {-1}
@@ -88,4 +90,48 @@ if ph == QUEUEING and (r.passthrough or (not r.paused and r.tokens >= 1)) then
   end
 end
 save_bucket(r)
-return {admitted, abandoned, expired, joined}
+
+-- The room's admissions, one entry per admitting pass (its ids packed, 16 bytes each), so
+-- a replica hears what the others' passes admitted at its own next pass instead of at its
+-- live streams' next heartbeat. The cursor is the last entry this replica has seen, and its
+-- own entry moves it past itself: whatever follows the cursor is another replica's. At
+-- most ADMITTED_READ ids are read a pass, the newest; older ones are heard at the
+-- heartbeat, as before. The last ADMITTED_KEPT entries are kept.
+local ADMITTED_KEPT, ADMITTED_READ = 64, 20000
+local K_ADMITTED = KEYS[13]
+local cursor = ARGV[4]
+local elsewhere = {}
+if cursor == '' then
+  local last = redis.call('XREVRANGE', K_ADMITTED, '+', '-', 'COUNT', 1)
+  cursor = last[1] and last[1][1] or '0-0'
+else
+  -- Newest first, a few entries a step (an entry of a passthrough pass is up to 160 KB),
+  -- until the budget is spent or the cursor reached.
+  local taken, bytes, hi, newest, full = {}, 0, '+', nil, false
+  repeat
+    local page = redis.call('XREVRANGE', K_ADMITTED, hi, '(' .. cursor, 'COUNT', 8)
+    newest = newest or (page[1] and page[1][1])
+    for _, entry in ipairs(page) do
+      local f = entry[2]
+      if f[1] == 'v' and f[2] and #f[2] % 16 == 0 then
+        if bytes + #f[2] > ADMITTED_READ * 16 then
+          full = true
+          break
+        end
+        bytes = bytes + #f[2]
+        taken[#taken + 1] = f[2]
+      end
+    end
+    if #page > 0 then
+      hi = '(' .. page[#page][1]
+    end
+  until full or #page < 8
+  for i = #taken, 1, -1 do
+    elsewhere[#elsewhere + 1] = taken[i]
+  end
+  cursor = newest or cursor
+end
+if #admitted > 0 then
+  cursor = redis.call('XADD', K_ADMITTED, 'MAXLEN', ADMITTED_KEPT, '*', 'v', table.concat(admitted))
+end
+return {admitted, abandoned, expired, joined, elsewhere, cursor}

@@ -54,6 +54,8 @@
 -- KEYS[12] fen    HASH  Fenwick tree over chunk numbers: how many wait in each chunk
 -- KEYS[13] joins  HASH  (resolve only) this client's join-limit window: s start, n count
 -- KEYS[13] origin HASH  (adaptive only) replica id -> '<store ms> <its report, JSON>'
+-- KEYS[13] admitted STREAM (admit_pass only) one entry per admitting pass: v = its ids,
+--                       packed; the last 64 kept
 --
 -- The line (the memory goal: <= 120 B of used_memory per waiting visitor; one big ZSET of
 -- 16-byte ids alone costs ~130 B a member, in hashtable + skiplist encoding). Each waiter

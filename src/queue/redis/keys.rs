@@ -11,7 +11,9 @@
 //! cap is set, `ar:{main}:joins:<client>` (one client's join-limit window, expiring with
 //! it), `ar:{main}:grant:<nonce>` and `ar:{main}:chal:<id>` (a spent priority grant's nonce
 //! and a spent challenge's id, each holding the visitor who spent it and expiring with it), `ar:{main}:origin` (closed-loop admission: each replica's latest report of the
-//! origin's latency and errors, expiring with its last writer). Members are the raw 16-byte
+//! origin's latency and errors, expiring with its last writer), `ar:{main}:admitted` (a
+//! stream of the last 64 admitting passes' ids, which every replica's pass reads from its
+//! own cursor: see `src/queue/lua/admit_pass.lua`). Members are the raw 16-byte
 //! visitor ids; clients are [`ClientKey::to_bytes`].
 //!
 //! The line, and why: the goal is ≤ 120 B of Redis memory per waiting visitor. The first
@@ -85,6 +87,12 @@ impl RedisStore {
     /// safe in a key.
     pub(super) fn challenge_key(room: &str, id: &str) -> String {
         format!("ar:{{{room}}}:chal:{id}")
+    }
+
+    /// The key of `room`'s admissions stream (same slot as the room): one entry per
+    /// admitting pass, read by the other replicas' passes.
+    pub(super) fn admitted_key(room: &str) -> String {
+        format!("ar:{{{room}}}:admitted")
     }
 
     /// The key of the origin reports of `room`'s replicas (same slot as the room).

@@ -84,6 +84,10 @@ pub struct RedisStore {
     /// Each room's policy as this replica's file gave it at open: what a policy setting
     /// the operator gives back to the file returns to.
     file_policies: std::sync::Mutex<std::collections::HashMap<String, crate::queue::RoomPolicy>>,
+    /// Each room's cursor in its admissions stream (`ar:{room}:admitted`): the last entry
+    /// this replica's passes have read or written, so the next pass reads only what other
+    /// replicas' passes admitted since. Absent before this replica's first pass of the room.
+    admitted_cursors: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 /// A serving worker's own connection (see [`RedisStore::conn`]).
@@ -138,6 +142,7 @@ impl RedisStore {
             describe,
             salts: std::sync::Mutex::default(),
             file_policies: std::sync::Mutex::default(),
+            admitted_cursors: std::sync::Mutex::default(),
         })
     }
 

@@ -35,6 +35,28 @@ pub(super) fn ids(what: &str, value: Value) -> StoreResult<Vec<VisitorId>> {
         .collect()
 }
 
+/// Visitor ids packed 16 bytes apiece, in strings of a list (the other replicas'
+/// admissions an `admit_pass` reads, oldest first). A hint, never an error: anything of
+/// another shape is passed over (those visitors hear at their streams' next heartbeat).
+pub(super) fn packed_ids(value: Value) -> Vec<VisitorId> {
+    let Value::Array(packs) = value else {
+        return Vec::new();
+    };
+    packs
+        .iter()
+        .filter_map(|pack| match pack {
+            Value::BulkString(bytes) if bytes.len() % 16 == 0 => Some(bytes),
+            _ => None,
+        })
+        .flat_map(|bytes| bytes.chunks_exact(16))
+        .map(|id| {
+            let mut bytes = [0; 16];
+            bytes.copy_from_slice(id);
+            VisitorId(bytes)
+        })
+        .collect()
+}
+
 /// A place from a script's reply; position 0 is none (a lottery draw before the doors).
 pub(super) fn place(position: i64, waiting: i64, paused: i64, phase: i64) -> StoreResult<Place> {
     let phase = match phase {

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use redis::Value;
 
 use super::RedisStore;
-use super::reply::{bad_reply, ids, ints, parse, place, unavailable, waiting_entry};
+use super::reply::{bad_reply, ids, ints, packed_ids, parse, place, unavailable, waiting_entry};
 use super::scripts::{
     ADAPTIVE, ADMIT_PASS, DRAW, FLUSH, FRONT, GRANT, HEARTBEAT, OPEN_ROOM, QUEUE, RESOLVE, SESSION,
     STATS, UPDATE_SETTINGS,
@@ -33,6 +33,29 @@ const DRAW_SCAN_STEP: usize = 1_000;
 const FIND_STEP: usize = 20_000;
 
 impl RedisStore {
+    /// This replica's cursor in `room`'s admissions stream; empty before its first pass.
+    fn admitted_cursor(&self, room: &str) -> String {
+        let cursors = self
+            .admitted_cursors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        cursors.get(room).cloned().unwrap_or_default()
+    }
+
+    /// Keeps `cursor` for `room`'s next pass (empty: read from the stream's end again).
+    fn set_admitted_cursor(&self, room: &str, cursor: String) {
+        let mut cursors = self
+            .admitted_cursors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match cursors.get_mut(room) {
+            Some(kept) => *kept = cursor,
+            None => {
+                cursors.insert(room.to_owned(), cursor);
+            }
+        }
+    }
+
     /// The room's lottery salt: cached, else read from the store (and cached once there).
     /// Empty when the room was never opened.
     async fn salt(&self, room: &str) -> StoreResult<Vec<u8>> {
@@ -406,9 +429,12 @@ impl QueueStore for RedisStore {
 
     async fn admit_pass(&self, room: &str) -> StoreResult<PassReport> {
         let forgive = self.recovering.swap(false, Ordering::SeqCst);
+        let cursor = self.admitted_cursor(room);
         let result = self
-            .call(&ADMIT_PASS, room, |inv| {
-                inv.arg(REAP_BUDGET).arg(if forgive { "1" } else { "0" });
+            .call_with(&ADMIT_PASS, room, &[Self::admitted_key(room)], |inv| {
+                inv.arg(REAP_BUDGET)
+                    .arg(if forgive { "1" } else { "0" })
+                    .arg(cursor.as_str());
             })
             .await;
         let reply = match result {
@@ -423,8 +449,10 @@ impl QueueStore for RedisStore {
         let Value::Array(parts) = reply else {
             return Err(bad_reply("admit_pass", reply));
         };
-        let Ok::<[Value; 4], _>([admitted, abandoned, expired, joined]) = parts.try_into() else {
-            return Err(bad_reply("admit_pass", "not four lists"));
+        let Ok::<[Value; 6], _>([admitted, abandoned, expired, joined, elsewhere, cursor]) =
+            parts.try_into()
+        else {
+            return Err(bad_reply("admit_pass", "not six parts"));
         };
         let joined_ms = match joined {
             Value::Array(times) => times
@@ -437,12 +465,22 @@ impl QueueStore for RedisStore {
                 .collect::<StoreResult<Vec<_>>>()?,
             other => return Err(bad_reply("the admitted's join times", other)),
         };
-        Ok(PassReport {
+        let report = PassReport {
             admitted: ids("the admitted list", admitted)?,
             joined_ms,
             abandoned: ids("the abandoned list", abandoned)?,
             expired: ids("the expired list", expired)?,
-        })
+            admitted_elsewhere: packed_ids(elsewhere),
+        };
+        // The pass itself has happened: a cursor of another shape only costs the next
+        // pass's hearing (it reads from the stream's end again).
+        let cursor = match cursor {
+            Value::BulkString(id) => String::from_utf8(id).unwrap_or_default(),
+            Value::SimpleString(id) => id,
+            _ => String::new(),
+        };
+        self.set_admitted_cursor(room, cursor);
+        Ok(report)
     }
 
     async fn stats(&self, room: &str) -> StoreResult<RoomStats> {

@@ -19,6 +19,8 @@ use crate::tls::CaFile;
 use anteroom_fixtures::{RedisCluster, RedisServer, TestCa};
 use std::sync::Arc;
 
+mod replicas;
+
 /// A Redis (single node or cluster, plain or TLS) started for one test, and a store on
 /// it.
 struct RedisHarness {

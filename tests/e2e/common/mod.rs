@@ -529,3 +529,41 @@ pub async fn visit_json(
     }
     request.send().await.unwrap()
 }
+
+/// Server-sent events as they arrive: `(event name, data)` pairs.
+pub struct Events {
+    stream:
+        std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: String,
+}
+
+impl Events {
+    pub fn new(response: reqwest::Response) -> Self {
+        Events {
+            stream: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event, within `limit`.
+    pub async fn next(&mut self, limit: std::time::Duration) -> (String, serde_json::Value) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            while let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let name = block.lines().find_map(|l| l.strip_prefix("event: "));
+                let data = block.lines().find_map(|l| l.strip_prefix("data: "));
+                if let (Some(name), Some(data)) = (name, data) {
+                    return (name.to_owned(), serde_json::from_str(data).unwrap());
+                }
+            }
+            let chunk =
+                tokio::time::timeout_at(deadline, futures_util::StreamExt::next(&mut self.stream))
+                    .await
+                    .expect("events arrive in time")
+                    .expect("stream stays open")
+                    .unwrap();
+            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+}

@@ -40,6 +40,10 @@ use crate::server::LongLived;
 /// At most one store read per waiting visitor this often.
 pub const TICK: Duration = Duration::from_secs(2);
 
+/// Admitted visitors without a stream here remembered at once (see `LiveHub::recent`):
+/// about 8 MB, and more than two seconds of admissions at the largest rates.
+const RECENT_CAP: usize = 100_000;
+
 /// `retry:` asks a reconnecting EventSource to wait, and a comment opens the stream at once
 /// so proxies and browsers see it is alive.
 const PREAMBLE: &[u8] = b"retry: 5000\n: anteroom\n\n";
@@ -244,9 +248,11 @@ impl Drop for StreamTicket {
 #[derive(Default)]
 pub struct LiveHub {
     listeners: Listeners,
-    /// Visitors this replica's passes admitted while they had no stream open (their page
-    /// was loading, or reconnecting), and when: a stream they open within a [`TICK`] of it
-    /// is told at once instead of at the next tick. Older ones go at each tick.
+    /// Visitors admitted (by this replica's pass, or by another's it has heard of) while
+    /// they had no stream open here (their page was loading, or reconnecting, or is held by
+    /// another replica), and when: a stream they open within a [`TICK`] of it is told at
+    /// once instead of at the next tick. Older ones go at each tick; at most
+    /// [`RECENT_CAP`] are kept (past it, a stream hears at the tick, as before).
     recent: Recent,
     next_id: AtomicU64,
     /// Closed at shutdown: every stream ends and the page reloads on its jittered timer.
@@ -266,8 +272,9 @@ impl LiveHub {
 
     /// Opens a stream for `visitor` in `room` from `client_ip`, held by `ticket` (from
     /// [`StreamBudget`]). The visitor's previous stream, if any, is ended: one live stream
-    /// per visitor. The first update arrives on the next tick, unless this replica's pass
-    /// admitted the visitor within the last tick: then `admitted` comes at once.
+    /// per visitor. The first update arrives on the next tick, unless the visitor was
+    /// admitted within the last tick (by this replica's pass, or by another's this
+    /// replica's pass has heard of): then `admitted` comes at once.
     ///
     /// The response is [`LongLived`]: on HTTP/1.1 the server writes it from a small task of
     /// its own rather than keeping a hyper connection for it.
@@ -468,9 +475,10 @@ impl LiveHub {
             // Dropping the listener after the send ends the stream once it has the event.
             match listeners.remove(&key) {
                 Some(l) => told += usize::from(l.events.send(event.clone()).is_ok()),
-                None => {
+                None if recent.len() < RECENT_CAP => {
                     recent.insert(key, now);
                 }
+                None => {}
             }
         }
         told
@@ -545,6 +553,17 @@ mod tests {
             second.frame().await.is_none(),
             "a banned client's stream ends"
         );
+    }
+
+    #[tokio::test]
+    async fn admissions_without_a_stream_here_are_remembered_up_to_the_cap() {
+        let hub = LiveHub::new(StreamBudget::new(10, 2));
+        let room: Arc<str> = "main".into();
+        let many: Vec<VisitorId> = (0..RECENT_CAP + 10)
+            .map(|i| VisitorId((i as u128).to_le_bytes()))
+            .collect();
+        assert_eq!(hub.admitted(&room, &many), 0, "nobody has a stream");
+        assert_eq!(recent_lock(&hub.recent).len(), RECENT_CAP);
     }
 
     #[tokio::test(start_paused = true)]

@@ -190,7 +190,8 @@ impl Admission {
         }
     }
 
-    /// The admissions of this replica's passes from now on, as they happen. A waiting
+    /// The admissions of this replica's passes from now on, as they happen (and those of
+    /// other replicas' passes, as each pass hears of them: [`PassAdmitted`]). A waiting
     /// visitor's stream hears of its admission from here at once rather than at its next
     /// tick, so the wait the visitor sees is the one the ETA ledger records (docs/fairness.md,
     /// "Honest ETA").
@@ -268,8 +269,9 @@ impl Admission {
         visitors: &[VisitorId],
     ) -> StoreResult<Vec<VisitorState>> {
         let states = self.observe(self.store.heartbeat(room, visitors).await)?;
-        // A visitor another replica's pass let in is first seen admitted here (or by their
-        // next request); one no longer in line leaves the ledger.
+        // A visitor another replica's pass let in that this replica's passes have not heard
+        // of (an older replica's pass, or past what a pass reads) is first seen admitted
+        // here (or by their next request); one no longer in line leaves the ledger.
         let now = self.clock.now_ms();
         for (&visitor, state) in visitors.iter().zip(&states) {
             match state {

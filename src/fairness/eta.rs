@@ -422,8 +422,8 @@ pub const LEDGER_MAX_AGE: Duration = Duration::from_secs(12 * 3600);
 ///
 /// A visitor is entered the first time this replica shows them a range (the waiting page,
 /// its JSON, or a live-stream event) and leaves on the first of: this replica seeing them
-/// admitted (a pass it ran, or a request or stream tick that finds them admitted: removal
-/// makes that exactly once), them leaving the line (abandoned, unknown, rejoined, moved to
+/// admitted (a pass it ran, another replica's pass that its own pass heard of, or a
+/// request or stream tick that finds them admitted: removal makes that exactly once), them leaving the line (abandoned, unknown, rejoined, moved to
 /// the front), or being forgotten (the cap, [`LEDGER_MAX_AGE`]). Times are unix ms of the
 /// store's clock where the embedded store has one, so tests drive them.
 pub struct EtaLedger {

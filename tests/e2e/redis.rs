@@ -442,8 +442,10 @@ async fn measure_joins_admissions_and_memory() {
 /// A waiting page's stream held by one replica hears of its visitor's admission by another
 /// replica's pass at its own replica's next pass, not at its next heartbeat (2 s later):
 /// the page moves on when the ETA ledger counts the wait as over. A's passes run every
-/// 20 ms and B's every 250 ms, so A's admits; the room is resumed just after B's heartbeat
-/// has run, so B's next heartbeat is two seconds off and cannot be what tells.
+/// 20 ms and B's every 250 ms, so A's pass nearly always admits; a round where B's own
+/// pass admitted any of them proves nothing and is run again (A's time-in-line histogram
+/// counts A's own admissions). The room is resumed just after B's heartbeat has run, so
+/// B's next heartbeat is two seconds off and cannot be what tells.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_on_one_replica_hears_another_replicas_admission_at_its_next_pass() {
     let redis = RedisServer::start();
@@ -453,7 +455,7 @@ async fn a_stream_on_one_replica_hears_another_replicas_admission_at_its_next_pa
         &origin.url(),
         &redis.url(),
         dir.path(),
-        "    rate: 1000\n    max_active: 1000",
+        "    rate: 10000\n    max_active: 1000",
     );
     let seeder = redis_store(&redis.url()).await;
     seeder
@@ -465,56 +467,77 @@ async fn a_stream_on_one_replica_hears_another_replicas_admission_at_its_next_pa
         )
         .await
         .unwrap();
-    seeder
-        .update_settings("main", &SettingsPatch::pause())
-        .await
-        .unwrap();
     config.admit_interval = Duration::from_millis(20);
     let a = instance(&config, &redis.url()).await;
     config.admit_interval = Duration::from_millis(250);
     let b = instance(&config, &redis.url()).await;
-
     let http = client();
-    let mut streams = Vec::new();
-    for _ in 0..5 {
-        let page = http
-            .get(format!("http://{}/", b.addr))
-            .send()
+    let admitted_by_a = || async {
+        let metrics = admin_metrics(&http, a.addr).await;
+        let series = "anteroom_time_in_line_seconds_count{room=\"main\"} ";
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+
+    let mut proved = false;
+    for _round in 0..3 {
+        seeder
+            .update_settings("main", &SettingsPatch::pause())
             .await
             .unwrap();
-        let cookie = visitor_cookie(&page).expect("a place in line");
-        let stream = http
-            .get(format!("http://{}/__anteroom/events", b.addr))
-            .visitor(&cookie)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(stream.status(), 200);
-        streams.push(Events::new(stream));
-    }
-    // The last stream's first event is B's heartbeat, which told every stream.
-    let (first, _) = streams[4].next(Duration::from_secs(5)).await;
-    assert_eq!(first, "position");
-    let resumed = Instant::now();
-    seeder
-        .update_settings("main", &SettingsPatch::resume())
-        .await
-        .unwrap();
-    for stream in &mut streams {
-        loop {
-            let (event, _) = stream.next(Duration::from_secs(5)).await;
-            if event == "admitted" {
-                break;
-            }
-            assert_eq!(event, "position");
+        let before = admitted_by_a().await;
+        let mut streams = Vec::new();
+        for _ in 0..5 {
+            let page = http
+                .get(format!("http://{}/", b.addr))
+                .send()
+                .await
+                .unwrap();
+            let cookie = visitor_cookie(&page).expect("a place in line");
+            let stream = http
+                .get(format!("http://{}/__anteroom/events", b.addr))
+                .visitor(&cookie)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(stream.status(), 200);
+            streams.push(Events::new(stream));
         }
-        let heard = resumed.elapsed();
+        // The last stream's first event is B's heartbeat, which told every stream.
+        let (first, _) = streams[4].next(Duration::from_secs(5)).await;
+        assert_eq!(first, "position");
+        let resumed = Instant::now();
+        seeder
+            .update_settings("main", &SettingsPatch::resume())
+            .await
+            .unwrap();
+        let mut slowest = Duration::ZERO;
+        for stream in &mut streams {
+            loop {
+                let (event, _) = stream.next(Duration::from_secs(5)).await;
+                if event == "admitted" {
+                    break;
+                }
+                assert_eq!(event, "position");
+            }
+            slowest = slowest.max(resumed.elapsed());
+        }
+        if admitted_by_a().await - before < 5 {
+            continue;
+        }
         assert!(
-            heard < Duration::from_millis(1_200),
-            "heard of the admission {heard:?} after the resume: at B's heartbeat, not its pass"
+            slowest < Duration::from_millis(1_200),
+            "heard of A's admission {slowest:?} after the resume: at B's heartbeat, not its pass"
         );
+        proved = true;
+        break;
     }
-    assert_eq!(seeder.stats("main").await.unwrap().total_admitted, 5);
+    assert!(
+        proved,
+        "in three rounds, B's own pass admitted some every time"
+    );
     for replica in [a, b] {
         replica.shutdown().await.unwrap();
     }

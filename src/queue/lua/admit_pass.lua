@@ -96,42 +96,82 @@ save_bucket(r)
 -- live streams' next heartbeat. The cursor is the last entry this replica has seen, and its
 -- own entry moves it past itself: whatever follows the cursor is another replica's. At
 -- most ADMITTED_READ ids are read a pass, the newest; older ones are heard at the
--- heartbeat, as before. The last ADMITTED_KEPT entries are kept.
+-- heartbeat, as before. The last ADMITTED_KEPT entries are kept. All of it is a hint: an
+-- error here (a cursor or key of another shape) answers nothing heard and no cursor, never
+-- a failed pass, whose own writes above have happened.
 local ADMITTED_KEPT, ADMITTED_READ = 64, 20000
 local K_ADMITTED = KEYS[13]
-local cursor = ARGV[4]
-local elsewhere = {}
-if cursor == '' then
-  local last = redis.call('XREVRANGE', K_ADMITTED, '+', '-', 'COUNT', 1)
-  cursor = last[1] and last[1][1] or '0-0'
-else
-  -- Newest first, a few entries a step (an entry of a passthrough pass is up to 160 KB),
-  -- until the budget is spent or the cursor reached.
-  local taken, bytes, hi, newest, full = {}, 0, '+', nil, false
-  repeat
-    local page = redis.call('XREVRANGE', K_ADMITTED, hi, '(' .. cursor, 'COUNT', 8)
-    newest = newest or (page[1] and page[1][1])
-    for _, entry in ipairs(page) do
-      local f = entry[2]
-      if f[1] == 'v' and f[2] and #f[2] % 16 == 0 then
-        if bytes + #f[2] > ADMITTED_READ * 16 then
-          full = true
-          break
+
+-- Whether stream id a ('ms-seq') comes before b.
+local function stream_id_before(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  if not (am and bm) then
+    return false
+  end
+  if tonumber(am) ~= tonumber(bm) then
+    return tonumber(am) < tonumber(bm)
+  end
+  return tonumber(as) < tonumber(bs)
+end
+
+-- The stream's last entry's id, or nil when it is empty or absent.
+local function last_admitted()
+  local last = redis.call('XREVRANGE', K_ADMITTED, '+', '-', 'COUNT', 1)[1]
+  return last and last[1]
+end
+
+local function hear(cursor)
+  local elsewhere = {}
+  if cursor == '' then
+    cursor = last_admitted() or '0-0'
+  else
+    -- Newest first, a few entries a step (an entry of a passthrough pass is up to 160 KB),
+    -- until the budget is spent or the cursor reached.
+    local taken, bytes, hi, newest, full = {}, 0, '+', nil, false
+    repeat
+      local page = redis.call('XREVRANGE', K_ADMITTED, hi, '(' .. cursor, 'COUNT', 8)
+      newest = newest or (page[1] and page[1][1])
+      for _, entry in ipairs(page) do
+        local f = entry[2]
+        if f[1] == 'v' and f[2] and #f[2] % 16 == 0 then
+          if bytes + #f[2] > ADMITTED_READ * 16 then
+            full = true
+            break
+          end
+          bytes = bytes + #f[2]
+          taken[#taken + 1] = f[2]
         end
-        bytes = bytes + #f[2]
-        taken[#taken + 1] = f[2]
+      end
+      if #page > 0 then
+        hi = '(' .. page[#page][1]
+      end
+    until full or #page < 8
+    for i = #taken, 1, -1 do
+      elsewhere[#elsewhere + 1] = taken[i]
+    end
+    if newest then
+      cursor = newest
+    else
+      -- Nothing after the cursor. A stream lost and begun again (a flush, a Redis restarted
+      -- without its data, whose clock may be behind the cursor) is heard from its start,
+      -- not once its ids have passed the cursor.
+      local last = last_admitted()
+      if not last then
+        cursor = '0-0'
+      elseif stream_id_before(last, cursor) then
+        return hear('0-0')
       end
     end
-    if #page > 0 then
-      hi = '(' .. page[#page][1]
-    end
-  until full or #page < 8
-  for i = #taken, 1, -1 do
-    elsewhere[#elsewhere + 1] = taken[i]
   end
-  cursor = newest or cursor
+  if #admitted > 0 then
+    cursor = redis.call('XADD', K_ADMITTED, 'MAXLEN', ADMITTED_KEPT, '*', 'v', table.concat(admitted))
+  end
+  return elsewhere, cursor
 end
-if #admitted > 0 then
-  cursor = redis.call('XADD', K_ADMITTED, 'MAXLEN', ADMITTED_KEPT, '*', 'v', table.concat(admitted))
+
+local heard, elsewhere, cursor = pcall(hear, ARGV[4])
+if not heard then
+  elsewhere, cursor = {}, ''
 end
 return {admitted, abandoned, expired, joined, elsewhere, cursor}

@@ -30,8 +30,10 @@
 //!   repeat counts no refusal, in the join-limit window or in `total_refused` (at worst one
 //!   goes uncounted);
 //! - repeated only when nothing was sent ([`Repeat::IfUnsent`]): `admit_pass` (a second pass
-//!   would report only its own admissions, and the first's would never be published; the
-//!   admission loop comes back within a tick anyway), `flush` (would also flush who joined
+//!   would report only its own admissions: the first's would reach this replica's streams
+//!   and ETA ledger only through the next pass, which reads them back from the room's
+//!   admissions stream as if another replica's, and never its events or time-in-line
+//!   histogram; the admission loop comes back within a tick anyway), `flush` (would also flush who joined
 //!   in between), `front` (an admin's move, answered to the admin), `session end` (a second
 //!   run answers "there was none"), `open_room` (at start, which retries itself).
 //!

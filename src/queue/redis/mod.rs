@@ -86,8 +86,10 @@ pub struct RedisStore {
     file_policies: std::sync::Mutex<std::collections::HashMap<String, crate::queue::RoomPolicy>>,
     /// Each room's cursor in its admissions stream (`ar:{room}:admitted`): the last entry
     /// this replica's passes have read or written, so the next pass reads only what other
-    /// replicas' passes admitted since. Absent before this replica's first pass of the room.
-    admitted_cursors: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// replicas' passes admitted since, and when that pass was. Absent before this
+    /// replica's first pass of the room.
+    admitted_cursors:
+        std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
 }
 
 /// A serving worker's own connection (see [`RedisStore::conn`]).

@@ -28,18 +28,29 @@ use crate::queue::{
 /// read in steps of well under a millisecond of Redis time each.
 const DRAW_SCAN_STEP: usize = 1_000;
 
+/// How old this replica's last pass of a room may be for the next to read the other
+/// replicas' admissions since (see [`RedisStore::admitted_cursor`]): a few heartbeats.
+const ADMITTED_HORIZON: Duration = Duration::from_secs(10);
+
 /// How many of the line one step of a search by reference reads: a few milliseconds of
 /// Redis time, so an admin's search never blocks the room's admissions for long.
 const FIND_STEP: usize = 20_000;
 
 impl RedisStore {
-    /// This replica's cursor in `room`'s admissions stream; empty before its first pass.
+    /// This replica's cursor in `room`'s admissions stream; empty before its first pass,
+    /// and when its last pass is older than [`ADMITTED_HORIZON`] (a room removed and added
+    /// back, a replica cut off for a while): what was admitted before that has been heard
+    /// at the streams' heartbeat, and telling it now could tell a visitor who has since
+    /// come back to the line that they were admitted.
     fn admitted_cursor(&self, room: &str) -> String {
         let cursors = self
             .admitted_cursors
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        cursors.get(room).cloned().unwrap_or_default()
+        match cursors.get(room) {
+            Some((cursor, at)) if at.elapsed() < ADMITTED_HORIZON => cursor.clone(),
+            _ => String::new(),
+        }
     }
 
     /// Keeps `cursor` for `room`'s next pass (empty: read from the stream's end again).
@@ -48,11 +59,26 @@ impl RedisStore {
             .admitted_cursors
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
         match cursors.get_mut(room) {
-            Some(kept) => *kept = cursor,
+            Some(kept) => *kept = (cursor, now),
             None => {
-                cursors.insert(room.to_owned(), cursor);
+                cursors.insert(room.to_owned(), (cursor, now));
             }
+        }
+    }
+
+    /// Makes every cursor's last pass `by` older (tests only: the horizon is real time).
+    #[cfg(test)]
+    pub(super) fn age_admitted_cursors_for_tests(&self, by: Duration) {
+        let mut cursors = self
+            .admitted_cursors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for (_, at) in cursors.values_mut() {
+            *at = at
+                .checked_sub(by)
+                .expect("a machine up longer than the test's age");
         }
     }
 

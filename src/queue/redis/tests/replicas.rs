@@ -183,3 +183,115 @@ async fn a_foreign_entry_is_passed_over_and_a_pass_reads_at_most_20_000_ids() {
     assert_eq!(heard.len(), 16_000);
     assert!(heard[..8_000] == big[1] && heard[8_000..] == big[2]);
 }
+
+/// The stream lost and begun again behind a replica's cursor (a flush, a Redis restarted
+/// without its data and with its clock behind) is heard from its start; a key of another
+/// type where the stream should be fails no pass.
+#[tokio::test]
+async fn a_stream_begun_again_is_heard_and_a_broken_one_fails_no_pass() {
+    let server = RedisServer::start();
+    let urls = [server.url()];
+    let (a, b) = (frozen(&urls, None).await, frozen(&urls, None).await);
+    a.open_room(
+        "main",
+        &conformance::settings(1_000.0, 10_000),
+        &RoomPolicy::default(),
+        false,
+    )
+    .await
+    .unwrap();
+    b.admit_pass("main").await.unwrap();
+    let first = VisitorId::random();
+    line_up(&[&a, &b], &[first]).await;
+    assert_eq!(a.admit_pass("main").await.unwrap().admitted, vec![first]);
+    assert_eq!(
+        b.admit_pass("main").await.unwrap().admitted_elsewhere,
+        vec![first]
+    );
+
+    // Begun again with ids far behind B's cursor.
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let again = VisitorId::random();
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg("ar:{main}:admitted")
+        .ignore()
+        .cmd("XADD")
+        .arg("ar:{main}:admitted")
+        .arg("1-1")
+        .arg("v")
+        .arg(&again.0[..])
+        .ignore()
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.admit_pass("main").await.unwrap().admitted_elsewhere,
+        vec![again]
+    );
+
+    // A string where the stream should be: every pass still admits, hearing nothing.
+    server.cli(&["SET", "ar:{main}:admitted", "not a stream"]);
+    let (second, third) = (VisitorId::random(), VisitorId::random());
+    line_up(&[&a, &b], &[second]).await;
+    assert_eq!(a.admit_pass("main").await.unwrap().admitted, vec![second]);
+    assert!(
+        b.admit_pass("main")
+            .await
+            .unwrap()
+            .admitted_elsewhere
+            .is_empty()
+    );
+    // Gone again: the stream starts anew and is heard.
+    server.cli(&["DEL", "ar:{main}:admitted"]);
+    b.admit_pass("main").await.unwrap();
+    line_up(&[&a, &b], &[third]).await;
+    assert_eq!(a.admit_pass("main").await.unwrap().admitted, vec![third]);
+    assert_eq!(
+        b.admit_pass("main").await.unwrap().admitted_elsewhere,
+        vec![third]
+    );
+}
+
+/// A replica whose last pass is more than ten seconds old (cut off from Redis, or the room
+/// removed and added back) reads from the stream's end, not what was admitted meanwhile:
+/// by then the heartbeat has told those visitors, and some may be waiting again.
+#[tokio::test]
+async fn an_old_cursor_reads_from_the_end() {
+    let server = RedisServer::start();
+    let urls = [server.url()];
+    let (a, b) = (frozen(&urls, None).await, frozen(&urls, None).await);
+    a.open_room(
+        "main",
+        &conformance::settings(1_000.0, 10_000),
+        &RoomPolicy::default(),
+        false,
+    )
+    .await
+    .unwrap();
+    b.admit_pass("main").await.unwrap();
+    let (meanwhile, after) = (VisitorId::random(), VisitorId::random());
+    line_up(&[&a, &b], &[meanwhile]).await;
+    assert_eq!(
+        a.admit_pass("main").await.unwrap().admitted,
+        vec![meanwhile]
+    );
+    b.age_admitted_cursors_for_tests(Duration::from_secs(11));
+    assert!(
+        b.admit_pass("main")
+            .await
+            .unwrap()
+            .admitted_elsewhere
+            .is_empty()
+    );
+    line_up(&[&a, &b], &[after]).await;
+    assert_eq!(a.admit_pass("main").await.unwrap().admitted, vec![after]);
+    assert_eq!(
+        b.admit_pass("main").await.unwrap().admitted_elsewhere,
+        vec![after]
+    );
+}

@@ -237,6 +237,10 @@ enum Cmd {
         /// About a third of the visitors in each case.
         #[arg(long)]
         smoke: bool,
+        /// anteroom replicas sharing one Redis, each visitor's stream held by another
+        /// replica than its pages (1: one on the embedded store).
+        #[arg(long, default_value_t = 1)]
+        replicas: usize,
     },
     /// Closed-loop admission in front of a real slow site (PHP-FPM, 4 children,
     /// 200 ms pages, behind nginx) whose `max_inflight` door is saturated, then cleared →
@@ -450,9 +454,10 @@ async fn main() -> anyhow::Result<()> {
             visitors,
             json,
             smoke,
+            replicas,
         } => {
             let load = infra::load_average();
-            let results = sitebound::site_bound(smoke, &case, visitors).await?;
+            let results = sitebound::site_bound(smoke, &case, visitors, replicas).await?;
             println!("{}", sitebound::table(&results));
             println!(
                 "load average (1, 5, 15 min) {load} → {}",

@@ -25,8 +25,9 @@ pub(super) struct LedgerView {
 pub struct CachedStats {
     /// The counters and settings as the store gave them.
     pub stats: RoomStats,
-    /// Admissions per second over the last minute since the room's limits last moved,
-    /// counting only the stretches when somebody was waiting (an idle room's quiet is not
+    /// Admissions per second over the last minute since the room's limits last moved (and
+    /// since the first admission after the site first filled up in that time), counting
+    /// only the stretches when somebody was waiting (an idle room's quiet is not
     /// slowness); `None` until such a stretch has been seen or while nothing was admitted
     /// in it.
     pub observed: Option<Observed>,
@@ -128,6 +129,8 @@ struct RoomSamples {
     /// The limits at the last change of epoch (see [`CachedStats::epoch`]).
     basis: Option<Basis>,
     epoch: u64,
+    /// The site has been full (`max_active` sessions) since the epoch began.
+    filled: bool,
 }
 
 impl StatsCache {
@@ -171,8 +174,19 @@ impl StatsCache {
                 samples.admitted.clear();
                 samples.epoch += 1;
                 samples.basis = Some(basis);
+                samples.filled = false;
             }
             None => samples.basis = Some(basis),
+        }
+        let full = stats.settings.max_active > 0 && stats.active >= stats.settings.max_active;
+        if full && !samples.filled {
+            // The site has filled up for the first time: from now on the line moves as
+            // sessions end, not at the rate places were filled, and first it stands still
+            // until the first sessions end, which says how long they last, not how fast the
+            // line moves. So the observation starts again with the next admission, as at
+            // the start (below): the admissions that filled it are not counted either.
+            samples.filled = true;
+            samples.admitted.clear();
         }
         samples
             .admitted

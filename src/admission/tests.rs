@@ -647,3 +647,56 @@ async fn another_replicas_admissions_reach_this_replicas_streams_and_ledger_at_i
         "B's ledger settled v's range at B's pass (nothing left to settle)"
     );
 }
+
+/// The site fills up, then the line stands still until the first sessions end: that wait
+/// says how long sessions last, not how fast the line moves, and is not observed as its
+/// pace (nor are the admissions that filled the site). Here 200 arrive at once at a room
+/// admitting 4 a second into 10 places of 10 s sessions: a few are let in at once, a line
+/// forms, the passes fill the site, and nobody leaves for about 9 s; after that a place
+/// frees up about once a second.
+#[tokio::test(start_paused = true)]
+async fn the_wait_for_the_first_sessions_to_end_is_not_the_lines_pace() {
+    let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
+    let mut seed = settings(4.0, 10);
+    seed.session_ttl = Duration::from_secs(10);
+    store
+        .open_room("main", &seed, &RoomPolicy::default(), false)
+        .await
+        .unwrap();
+    let admission = Admission::new(store.clone(), None, EventSink::disabled());
+    let rooms = vec!["main".to_owned()];
+    admission.refresh_stats(&rooms).await;
+    for _ in 0..200 {
+        store
+            .resolve("main", VisitorId::random(), anyone())
+            .await
+            .unwrap();
+    }
+    // Passes every 250 ms and the statistics every second, to just before the third
+    // wave of sessions ends.
+    for tick in 1..=118 {
+        tokio::time::advance(Duration::from_millis(250)).await;
+        admission.admit_pass("main").await.unwrap();
+        if tick % 4 != 0 {
+            continue;
+        }
+        admission.refresh_stats(&rooms).await;
+        let stats = admission.cached_stats("main").unwrap();
+        if tick == 8 {
+            assert_eq!((stats.stats.active, stats.stats.total_admitted), (10, 10));
+        }
+        if (8..40).contains(&tick) {
+            // Full, nobody has left yet: no pace to promise (it would be 2 admissions
+            // over the seconds of waiting so far, a fraction of the real one).
+            assert_eq!(stats.observed, None, "at {} s", tick / 4);
+            assert!(admission.eta("main", 100).estimating);
+        }
+    }
+    let stats = admission.cached_stats("main").unwrap();
+    assert_eq!(stats.stats.total_admitted, 30);
+    let rate = stats.observed_rate().unwrap();
+    assert!(
+        (rate - 1.0).abs() < 0.1,
+        "observed {rate}, not about 1 a second"
+    );
+}

@@ -4,8 +4,10 @@
 //! The site is PHP-FPM (Debian's) with `pm = static`, four children and a page that sleeps
 //! 200 ms, behind nginx (Debian's) over FastCGI: at most 20 pages a second, a request beyond
 //! the four children waiting in the pool's listen backlog. anteroom (the release binary,
-//! embedded store) is in front of nginx. Everything is on 127.0.0.1 and is stopped when its
-//! case ends.
+//! embedded store) is in front of nginx; with `--replicas N`, N of them share one Redis
+//! (`redis-server`, Debian's), and each visitor holds its live stream on another replica
+//! than the one serving its pages, as behind a load balancer that spreads requests.
+//! Everything is on 127.0.0.1 and is stopped when its case ends.
 //!
 //! Each visitor behaves like a person whose waiting page speaks JSON ([`visitor`](mod@visitor)).
 //!
@@ -70,6 +72,8 @@ pub struct Case {
     pub think: Duration,
     /// The case fails if the crowd has not been through within this long.
     pub limit: Duration,
+    /// anteroom replicas: 1 on the embedded store, more on one Redis.
+    pub replicas: usize,
 }
 
 impl Case {
@@ -90,6 +94,7 @@ impl Case {
             pages: 4,
             think: Duration::from_millis(500),
             limit: Duration::from_secs(180),
+            replicas: 1,
         };
         vec![
             Case {
@@ -167,6 +172,12 @@ impl Case {
                 at * 100.0
             ));
         }
+        if self.replicas > 1 {
+            s.push_str(&format!(
+                "; {} replicas on Redis, each visitor's stream on another than its pages",
+                self.replicas
+            ));
+        }
         s.push_str(&format!(
             "; {} visitors over {} s, {} pages each, {} ms think time",
             self.visitors,
@@ -205,7 +216,8 @@ pub struct CaseResult {
     pub origin_pages_per_sec: f64,
     /// Pages the site served.
     pub origin_pages: usize,
-    /// The product's own `eta` from room stats at the end.
+    /// The product's own `eta` from room stats at the end (the first replica's ledger,
+    /// with several: each replica counts the visitors it showed a range to).
     pub product: serde_json::Value,
     /// How long the crowd took, from the first arrival to the last visitor leaving.
     pub took: Duration,
@@ -231,7 +243,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
     let php = PhpFpm::start(PHP_WORKERS, PAGE_MS)?;
     let nginx = Nginx::fastcgi(&php, 1)?;
-    let mut spec = AnteroomSpec::new(None);
+    let redis = (case.replicas > 1).then(anteroom_fixtures::RedisServer::start);
+    let mut spec = AnteroomSpec::new(redis.as_ref().map(anteroom_fixtures::RedisServer::url));
+    // Replicas accept each other's cookies.
+    spec.cookie_secret = Some(crate::infra::random_secret());
     spec.origin = format!("http://{}", nginx.addr);
     spec.rate = case.rate;
     spec.max_active = case.max_active;
@@ -239,7 +254,11 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
     spec.server_extra =
         "  max_connections_per_client: 8192\n  max_streams_per_client: 8192\n".into();
     spec.room_extra = case.room_extra();
-    let ant = Anteroom::start(&spec)?;
+    let replicas = (0..case.replicas.max(1))
+        .map(|_| Anteroom::start(&spec))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let addrs: Vec<SocketAddr> = replicas.iter().map(|r| r.addr).collect();
+    let ant = &replicas[0];
     say(format!(
         "site-bound case {}: {} ({})",
         case.number,
@@ -256,7 +275,7 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
     for i in 0..case.visitors {
         let arrive = start + Duration::from_secs_f64(i as f64 * gap);
         tasks.push(tokio::spawn(visitor(
-            ant.addr,
+            (addrs[i % addrs.len()], addrs[(i + 1) % addrs.len()]),
             shared.clone(),
             arrive,
             i as u64,
@@ -474,6 +493,7 @@ pub fn to_json(results: &[CaseResult]) -> serde_json::Value {
             .map(|r| {
                 serde_json::json!({
                     "case": r.case.number,
+                    "replicas": r.case.replicas,
                     "name": r.case.name,
                     "config": r.case.config_text(),
                     "visitors": r.case.visitors,
@@ -546,11 +566,13 @@ pub fn rows(results: &[CaseResult]) -> Vec<Row> {
         .collect()
 }
 
-/// Every case asked for (`only`: their numbers; empty: all five), one after another.
+/// Every case asked for (`only`: their numbers; empty: all five), one after another, each
+/// with `replicas` anteroom replicas (more than one: on Redis).
 pub async fn site_bound(
     small: bool,
     only: &[u8],
     visitors: Option<usize>,
+    replicas: usize,
 ) -> anyhow::Result<Vec<CaseResult>> {
     let mut results = Vec::new();
     for mut case in Case::all(small) {
@@ -560,6 +582,7 @@ pub async fn site_bound(
         if let Some(n) = visitors {
             case.visitors = n;
         }
+        case.replicas = replicas.max(1);
         let r = run_case(&case).await?;
         say(format!(
             "site-bound case {}: within {:.2} of {}, median error {:.1} s, 5xx {}, product {}",

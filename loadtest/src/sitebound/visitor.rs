@@ -213,9 +213,10 @@ async fn fetch(
 const JSON: (&str, &str) = ("accept", "application/json");
 const HTML: (&str, &str) = ("accept", "text/html,application/xhtml+xml");
 
-/// One visitor, from arrival to leaving (`seed`: their own reading pace).
+/// One visitor, from arrival to leaving (`seed`: their own reading pace): its pages from
+/// `addr`, its live stream from `stream_addr` (another replica, or the same one).
 pub(super) async fn visitor(
-    addr: SocketAddr,
+    (addr, stream_addr): (SocketAddr, SocketAddr),
     case: Arc<Case>,
     arrive: Instant,
     seed: u64,
@@ -263,7 +264,7 @@ pub(super) async fn visitor(
     let cookie = cookie.context("no ar_visitor cookie on the waiting answer")?;
     // Wait, on the live stream; ask again (after retry_after_secs, at most 2 s) if it ends.
     while out.admitted.is_none() {
-        match watch(addr, &cookie, &mut out.shown, &tally).await {
+        match watch(stream_addr, &cookie, &mut out.shown, &tally).await {
             Ok(StreamEnd::Admitted) => out.admitted = Some(Instant::now()),
             Ok(StreamEnd::Closed) | Err(_) => {
                 tally.stream_drops.fetch_add(1, Ordering::Relaxed);

@@ -72,16 +72,7 @@ async fn three_replicas_admit_at_the_configured_rate_not_three_times_it() {
         dir.path(),
         "    rate: 1000\n    max_active: 1000000",
     );
-    let seeder = redis_store(&redis.url()).await;
-    seeder
-        .open_room(
-            "main",
-            &anteroom::queue::RoomSettings::seed(&config.rooms[0]),
-            &RoomPolicy::default(),
-            false,
-        )
-        .await
-        .unwrap();
+    let seeder = seeded_redis_store(&redis.url(), &config).await;
     seeder
         .update_settings("main", &SettingsPatch::pause())
         .await
@@ -457,16 +448,7 @@ async fn a_stream_on_one_replica_hears_another_replicas_admission_at_its_next_pa
         dir.path(),
         "    rate: 10000\n    max_active: 1000",
     );
-    let seeder = redis_store(&redis.url()).await;
-    seeder
-        .open_room(
-            "main",
-            &anteroom::queue::RoomSettings::seed(&config.rooms[0]),
-            &RoomPolicy::default(),
-            false,
-        )
-        .await
-        .unwrap();
+    let seeder = seeded_redis_store(&redis.url(), &config).await;
     config.admit_interval = Duration::from_millis(20);
     let a = instance(&config, &redis.url()).await;
     config.admit_interval = Duration::from_millis(250);

@@ -576,16 +576,7 @@ async fn a_replica_sigkilled_while_passes_run_leaves_the_rate_and_every_place() 
     let rate = 20.0;
     let room = "    rate: 20\n    max_active: 100000";
     let config = redis_config(&origin.url(), &redis.url(), dir.path(), room);
-    let direct = redis_store(&redis.url()).await;
-    direct
-        .open_room(
-            "main",
-            &RoomSettings::seed(&config.rooms[0]),
-            &RoomPolicy::default(),
-            false,
-        )
-        .await
-        .unwrap();
+    let direct = seeded_redis_store(&redis.url(), &config).await;
     direct
         .update_settings("main", &SettingsPatch::pause())
         .await

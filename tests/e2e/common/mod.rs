@@ -265,6 +265,23 @@ pub async fn redis_store(url: &str) -> Arc<anteroom::queue::RedisStore> {
     Arc::new(anteroom::queue::RedisStore::connect(&[url]).await.unwrap())
 }
 
+/// [`redis_store`] with `config`'s first room opened on it as a replica opens it, so a test
+/// can set the room up (pause it, fill its line) before any replica starts.
+pub async fn seeded_redis_store(url: &str, config: &Config) -> Arc<anteroom::queue::RedisStore> {
+    use anteroom::queue::{QueueStore, RoomPolicy, RoomSettings};
+    let store = redis_store(url).await;
+    store
+        .open_room(
+            &config.rooms[0].name,
+            &RoomSettings::seed(&config.rooms[0]),
+            &RoomPolicy::default(),
+            false,
+        )
+        .await
+        .unwrap();
+    store
+}
+
 /// A real `anteroom` binary on a Redis store, as a replica a test can SIGKILL.
 pub struct BinaryReplica {
     child: std::process::Child,

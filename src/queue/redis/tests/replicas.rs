@@ -36,16 +36,42 @@ async fn line_up(stores: &[&RedisStore], who: &[VisitorId]) {
     }
 }
 
+/// Opens room `main` on `store` with no limit in the way of a test's admissions.
+async fn open_main(store: &RedisStore) {
+    store
+        .open_room(
+            "main",
+            &conformance::settings(1_000.0, 10_000),
+            &RoomPolicy::default(),
+            false,
+        )
+        .await
+        .unwrap();
+}
+
+/// A Redis of its own with two replicas on it, room `main` open (no limit in the way) and
+/// B's first pass made, so B hears whatever A's passes admit from now on.
+async fn two_replicas() -> (RedisServer, RedisStore, RedisStore) {
+    let server = RedisServer::start();
+    let urls = [server.url()];
+    let (a, b) = (frozen(&urls, None).await, frozen(&urls, None).await);
+    open_main(&a).await;
+    b.admit_pass("main").await.unwrap();
+    (server, a, b)
+}
+
+/// A plain connection to `server`, to write the stream as nothing of ours would.
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
 async fn a_pass_hears_the_others_admissions(h: RedisHarness) {
     let [a, b] = replicas::<2>(&h).await;
-    a.open_room(
-        "main",
-        &conformance::settings(1_000.0, 10_000),
-        &RoomPolicy::default(),
-        false,
-    )
-    .await
-    .unwrap();
+    open_main(&a).await;
     let ids = |n: usize| (0..n).map(|_| VisitorId::random()).collect::<Vec<_>>();
 
     let before = ids(2);
@@ -131,18 +157,7 @@ async fn a_pass_hears_what_other_replicas_passes_admitted_on_a_cluster() {
 /// pass reads at most 20,000 ids of it, the newest.
 #[tokio::test]
 async fn a_foreign_entry_is_passed_over_and_a_pass_reads_at_most_20_000_ids() {
-    let server = RedisServer::start();
-    let urls = [server.url()];
-    let (a, b) = (frozen(&urls, None).await, frozen(&urls, None).await);
-    a.open_room(
-        "main",
-        &conformance::settings(1_000.0, 10_000),
-        &RoomPolicy::default(),
-        false,
-    )
-    .await
-    .unwrap();
-    b.admit_pass("main").await.unwrap();
+    let (server, a, b) = two_replicas().await;
     let (first, second) = (VisitorId::random(), VisitorId::random());
     line_up(&[&a, &b], &[first]).await;
     assert_eq!(a.admit_pass("main").await.unwrap().admitted, vec![first]);
@@ -160,11 +175,7 @@ async fn a_foreign_entry_is_passed_over_and_a_pass_reads_at_most_20_000_ids() {
 
     // Three passes of 8,000 each (as in passthrough) while B was away: B reads the newest
     // that fit in 20,000 ids, the last two, oldest first.
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = raw(&server).await;
     let big: Vec<Vec<VisitorId>> = (0..3)
         .map(|_| (0..8_000).map(|_| VisitorId::random()).collect())
         .collect();
@@ -189,18 +200,7 @@ async fn a_foreign_entry_is_passed_over_and_a_pass_reads_at_most_20_000_ids() {
 /// type where the stream should be fails no pass.
 #[tokio::test]
 async fn a_stream_begun_again_is_heard_and_a_broken_one_fails_no_pass() {
-    let server = RedisServer::start();
-    let urls = [server.url()];
-    let (a, b) = (frozen(&urls, None).await, frozen(&urls, None).await);
-    a.open_room(
-        "main",
-        &conformance::settings(1_000.0, 10_000),
-        &RoomPolicy::default(),
-        false,
-    )
-    .await
-    .unwrap();
-    b.admit_pass("main").await.unwrap();
+    let (server, a, b) = two_replicas().await;
     let first = VisitorId::random();
     line_up(&[&a, &b], &[first]).await;
     assert_eq!(a.admit_pass("main").await.unwrap().admitted, vec![first]);
@@ -210,11 +210,7 @@ async fn a_stream_begun_again_is_heard_and_a_broken_one_fails_no_pass() {
     );
 
     // Begun again with ids far behind B's cursor.
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = raw(&server).await;
     let again = VisitorId::random();
     let _: () = redis::pipe()
         .cmd("DEL")
@@ -262,18 +258,7 @@ async fn a_stream_begun_again_is_heard_and_a_broken_one_fails_no_pass() {
 /// by then the heartbeat has told those visitors, and some may be waiting again.
 #[tokio::test]
 async fn an_old_cursor_reads_from_the_end() {
-    let server = RedisServer::start();
-    let urls = [server.url()];
-    let (a, b) = (frozen(&urls, None).await, frozen(&urls, None).await);
-    a.open_room(
-        "main",
-        &conformance::settings(1_000.0, 10_000),
-        &RoomPolicy::default(),
-        false,
-    )
-    .await
-    .unwrap();
-    b.admit_pass("main").await.unwrap();
+    let (_server, a, b) = two_replicas().await;
     let (meanwhile, after) = (VisitorId::random(), VisitorId::random());
     line_up(&[&a, &b], &[meanwhile]).await;
     assert_eq!(

@@ -28,7 +28,7 @@ test: test-tools web test-web
 ## nginx), with target/debug/anteroom in front (built first: the tests refuse a binary older
 ## than src/; the site, not the build, is the limit here): the honest ETA (case 4 of
 ## `anteroom-loadtest site-bound` with 200 visitors: ≥ 85 % within the range shown over two runs, no 5xx, on
-## the embedded store and on two replicas sharing one Redis; the full-size case holds ≥ 90 %)
+## the embedded store and on two replicas sharing one Redis; the full-size embedded case holds ≥ 90 %)
 ## and closed-loop admission at a saturated door (`anteroom-loadtest adaptive-door`: the
 ## rate falls within 5 s of the slot wait passing the target, and rises once it clears).
 test-site-bound: test-tools

@@ -26,7 +26,8 @@ pub struct CachedStats {
     /// The counters and settings as the store gave them.
     pub stats: RoomStats,
     /// Admissions per second over the last minute since the room's limits last moved (and
-    /// since the first admission after the site first filled up in that time), counting
+    /// since the first admission after the site filled up for a crowd: the first time since
+    /// then, or since the line was last empty for a minute), counting
     /// only the stretches when somebody was waiting (an idle room's quiet is not
     /// slowness); `None` until such a stretch has been seen or while nothing was admitted
     /// in it.
@@ -129,7 +130,8 @@ struct RoomSamples {
     /// The limits at the last change of epoch (see [`CachedStats::epoch`]).
     basis: Option<Basis>,
     epoch: u64,
-    /// The site has been full (`max_active` sessions) since the epoch began.
+    /// The site has been full (`max_active` sessions) since the epoch began, or since the
+    /// line was last empty for a whole observation window.
     filled: bool,
 }
 
@@ -180,7 +182,7 @@ impl StatsCache {
         }
         let full = stats.settings.max_active > 0 && stats.active >= stats.settings.max_active;
         if full && !samples.filled {
-            // The site has filled up for the first time: from now on the line moves as
+            // The site has filled up for this crowd: from now on the line moves as
             // sessions end, not at the rate places were filled, and first it stands still
             // until the first sessions end, which says how long they last, not how fast the
             // line moves. So the observation starts again with the next admission, as at
@@ -203,6 +205,10 @@ impl StatsCache {
             // Nothing has left a waiting line yet: the wait before the first admission says
             // how long the first sessions last, not how fast the line moves, so the
             // observation starts with the interval of the first admission.
+            if stats.waiting == 0 {
+                // Nobody has waited for a minute: the next crowd fills the site anew.
+                samples.filled = false;
+            }
             let last = samples.admitted.pop_back();
             samples.admitted.clear();
             samples.admitted.extend(last);

@@ -652,8 +652,9 @@ async fn another_replicas_admissions_reach_this_replicas_streams_and_ledger_at_i
 /// says how long sessions last, not how fast the line moves, and is not observed as its
 /// pace (nor are the admissions that filled the site). Here 200 arrive at once at a room
 /// admitting 4 a second into 10 places of 10 s sessions: a few are let in at once, a line
-/// forms, the passes fill the site, and nobody leaves for about 9 s; after that a place
-/// frees up about once a second.
+/// forms, the passes fill the site, and nobody leaves for about 9 s; after that places
+/// free up 10 every 10 s. Again for a second crowd, once the line has been empty for a
+/// minute.
 #[tokio::test(start_paused = true)]
 async fn the_wait_for_the_first_sessions_to_end_is_not_the_lines_pace() {
     let store = Arc::new(MemoryStore::in_memory(Clock::starting_at(0)));
@@ -666,37 +667,61 @@ async fn the_wait_for_the_first_sessions_to_end_is_not_the_lines_pace() {
     let admission = Admission::new(store.clone(), None, EventSink::disabled());
     let rooms = vec!["main".to_owned()];
     admission.refresh_stats(&rooms).await;
-    for _ in 0..200 {
-        store
-            .resolve("main", VisitorId::random(), anyone())
-            .await
-            .unwrap();
-    }
-    // Passes every 250 ms and the statistics every second, to just before the third
-    // wave of sessions ends.
-    for tick in 1..=118 {
-        tokio::time::advance(Duration::from_millis(250)).await;
-        admission.admit_pass("main").await.unwrap();
-        if tick % 4 != 0 {
-            continue;
+    // Passes every 250 ms and the statistics every second.
+    let run = |seconds: u32| {
+        let (admission, rooms) = (&admission, &rooms);
+        async move {
+            for tick in 1..=seconds * 4 {
+                tokio::time::advance(Duration::from_millis(250)).await;
+                admission.admit_pass("main").await.unwrap();
+                if tick % 4 == 0 {
+                    admission.refresh_stats(rooms).await;
+                }
+            }
         }
-        admission.refresh_stats(&rooms).await;
+    };
+    for crowd in 1..=2u64 {
+        let before = admission.cached_stats("main").unwrap().stats.total_admitted;
+        for _ in 0..200 {
+            store
+                .resolve("main", VisitorId::random(), anyone())
+                .await
+                .unwrap();
+        }
+        run(2).await;
         let stats = admission.cached_stats("main").unwrap();
-        if tick == 8 {
-            assert_eq!((stats.stats.active, stats.stats.total_admitted), (10, 10));
+        assert_eq!(stats.stats.active, 10, "crowd {crowd}: the site is full");
+        for second in 2..10 {
+            // Full, nobody has left yet: no pace to promise (it would be the few
+            // admissions that filled the site over the seconds of waiting so far, a
+            // fraction of the real one).
+            let stats = admission.cached_stats("main").unwrap();
+            assert_eq!(stats.observed, None, "crowd {crowd}, at {second} s");
+            let eta = admission.eta("main", 100);
+            if crowd == 1 {
+                assert!(eta.estimating, "at {second} s: {eta:?}");
+            } else {
+                // The first crowd's sessions gave the site's turnover (10 per 10 s): the
+                // 100th in line is about 100 s away.
+                assert!(
+                    !eta.estimating && eta.min <= 100 && 100 <= eta.max,
+                    "{eta:?}"
+                );
+            }
+            run(1).await;
         }
-        if (8..40).contains(&tick) {
-            // Full, nobody has left yet: no pace to promise (it would be 2 admissions
-            // over the seconds of waiting so far, a fraction of the real one).
-            assert_eq!(stats.observed, None, "at {} s", tick / 4);
-            assert!(admission.eta("main", 100).estimating);
-        }
+        // To just before the third wave of sessions ends.
+        run(19).await;
+        let stats = admission.cached_stats("main").unwrap();
+        assert_eq!(stats.stats.total_admitted - before, 30, "crowd {crowd}");
+        let rate = stats.observed_rate().unwrap();
+        assert!(
+            (rate - 1.0).abs() < 0.1,
+            "crowd {crowd}: observed {rate}, not 1 a second"
+        );
+        assert!(!admission.eta("main", 100).estimating);
+        // The rest of the crowd is let go, and the line stays empty for over a minute.
+        store.flush("main").await.unwrap();
+        run(75).await;
     }
-    let stats = admission.cached_stats("main").unwrap();
-    assert_eq!(stats.stats.total_admitted, 30);
-    let rate = stats.observed_rate().unwrap();
-    assert!(
-        (rate - 1.0).abs() < 0.1,
-        "observed {rate}, not about 1 a second"
-    );
 }

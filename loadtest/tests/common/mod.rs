@@ -53,10 +53,13 @@ pub fn anteroom_binary() -> PathBuf {
 pub fn run_loadtest(args: &[&str], limit: Duration) -> serde_json::Value {
     let bin = anteroom_binary();
     assert!(bin.exists(), "{} is missing", bin.display());
+    // One directory per call: two tests of one binary may run at once.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
-        "anteroom-loadtest-{}-{}",
+        "anteroom-loadtest-{}-{}-{}",
         args[0],
-        std::process::id()
+        std::process::id(),
+        CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("result.json");

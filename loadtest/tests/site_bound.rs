@@ -30,6 +30,12 @@ const LIMIT: Duration = Duration::from_secs(150);
 /// ratio over about 270 waits against one floor ([`FLOOR`]).
 const RUNS: usize = 2;
 
+/// Runs pooled on two replicas: their small runs swing further (0.73 to 0.98 measured, a
+/// few points between the visitors' share and the ledgers not yet explained), and three
+/// hold a pair of such runs above the floor while one collapsed run (about 0.5, the fault
+/// this guards against) still takes the pool below it.
+const RUNS_ON_REPLICAS: usize = 3;
+
 /// The pooled share the small case must reach. Single small runs measured 0.88, 0.91,
 /// 0.91, 0.95, 0.98 and 1.00, each within 0.02 of the product's own ledger: at 90 % the
 /// guard could fail on noise alone, at 85 % it still fails on any regression toward the old
@@ -39,7 +45,7 @@ const FLOOR: f64 = 0.85;
 
 #[test]
 fn bound_by_max_inflight_most_visitors_get_in_within_the_range_shown() {
-    pooled_share_holds(&[]);
+    pooled_share_holds(RUNS, &[]);
 }
 
 /// The same on two replicas sharing one real `redis-server`, each visitor's live stream
@@ -50,17 +56,17 @@ fn bound_by_max_inflight_most_visitors_get_in_within_the_range_shown() {
 /// 0.54–0.75; with only the first fix, four of nine measured 0.48–0.51 (BENCHMARKS.md).
 #[test]
 fn on_two_replicas_on_redis_most_visitors_get_in_within_the_range_shown() {
-    pooled_share_holds(&["--replicas", "2"]);
+    pooled_share_holds(RUNS_ON_REPLICAS, &["--replicas", "2"]);
 }
 
-/// Runs the small case [`RUNS`] times with `extra` arguments and holds the pooled share to
+/// Runs the small case `runs` times with `extra` arguments and holds the pooled share to
 /// [`FLOOR`], with no 5xx.
-fn pooled_share_holds(extra: &[&str]) {
+fn pooled_share_holds(runs_wanted: usize, extra: &[&str]) {
     let (mut waited, mut within) = (0u64, 0.0f64);
-    let mut runs = Vec::new();
+    let mut seen = Vec::new();
     let mut args = vec!["site-bound", "--case", "4", "--visitors", "200"];
     args.extend_from_slice(extra);
-    for _ in 0..RUNS {
+    for _ in 0..runs_wanted {
         let results = run_loadtest(&args, LIMIT);
         let r = results[0].clone();
         eprintln!("site-bound case 4, small: {r:#}");
@@ -69,20 +75,20 @@ fn pooled_share_holds(extra: &[&str]) {
         assert_eq!(r["status_5xx"], 0, "5xx answers: {r}");
         waited += w;
         within += r["within_range"].as_f64().unwrap() * w as f64;
-        runs.push(format!(
-            "{:.2} of {w} (median error {:.1} s; the product's ledger says {})",
+        seen.push(format!(
+            "{:.2} of {w} (median error {:.1} s; the product's ledgers say {})",
             r["within_range"].as_f64().unwrap(),
             r["median_error_secs"].as_f64().unwrap_or(f64::NAN),
-            r["product_eta"],
+            r["product_eta_by_replica"],
         ));
     }
     let share = within / waited as f64;
     assert!(
         share >= FLOOR,
-        "{:.0} % of {waited} visitors over {RUNS} runs were admitted within the first range \
+        "{:.0} % of {waited} visitors over {runs_wanted} runs were admitted within the first range \
          shown ({}), the floor is {:.0} %",
         share * 100.0,
-        runs.join("; "),
+        seen.join("; "),
         FLOOR * 100.0,
     );
 }

@@ -219,6 +219,8 @@ pub struct CaseResult {
     /// The product's own `eta` from room stats at the end (the first replica's ledger,
     /// with several: each replica counts the visitors it showed a range to).
     pub product: serde_json::Value,
+    /// Every replica's `eta`, in order (one with the embedded store).
+    pub product_by_replica: Vec<serde_json::Value>,
     /// How long the crowd took, from the first arrival to the last visitor leaving.
     pub took: Duration,
     /// The lowest `effective_rate` of room stats during the run, every `rate_reason` seen
@@ -413,6 +415,10 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
     // the first one's is read as it stands.
     let counted = if case.replicas > 1 { 0 } else { waited };
     let product = product_eta(ant.addr, counted).await?;
+    let mut product_by_replica = vec![product.clone()];
+    for r in &replicas[1..] {
+        product_by_replica.push(product_eta(r.addr, 0).await?);
+    }
     Ok(CaseResult {
         case: case.clone(),
         waited,
@@ -431,6 +437,7 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
         origin_pages_per_sec,
         origin_pages,
         product,
+        product_by_replica,
         took,
         effective_rate,
     })
@@ -511,6 +518,7 @@ pub fn to_json(results: &[CaseResult]) -> serde_json::Value {
                     "origin_pages": r.origin_pages,
                     "origin_pages_per_sec": r.origin_pages_per_sec,
                     "product_eta": r.product,
+                    "product_eta_by_replica": r.product_by_replica,
                     "took_secs": r.took.as_secs_f64(),
                     "effective_rate": r.effective_rate,
                 })
@@ -589,7 +597,12 @@ pub async fn site_bound(
         let r = run_case(&case).await?;
         say(format!(
             "site-bound case {}: within {:.2} of {}, median error {:.1} s, 5xx {}, product {}",
-            case.number, r.within_range, r.waited, r.median_error_secs, r.status_5xx, r.product
+            case.number,
+            r.within_range,
+            r.waited,
+            r.median_error_secs,
+            r.status_5xx,
+            serde_json::Value::from(r.product_by_replica.clone())
         ));
         results.push(r);
     }

@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::events::{Event, EventKind, EventSink};
 pub use crate::fairness::eta::Eta;
-use crate::fairness::eta::{EtaLedger, SessionLengths};
+use crate::fairness::eta::EtaLedger;
 use crate::queue::{
     ChallengeSpend, ClientKey, GrantUse, Join, PassReport, Phase, Place, QueueQuery, QueueStore,
     RefusedReason, Resolution, Spent, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState,
@@ -62,8 +62,6 @@ pub struct Admission {
     /// The ranges this replica showed waiting visitors first, and what came of them (the
     /// honest ETA).
     eta: EtaLedger,
-    /// How long sessions last, for the rooms' turnover (see [`crate::fairness::eta::Pace`]).
-    lengths: SessionLengths,
     /// The store's clock when it has one in this process, else the system's: waits are
     /// timed on it.
     clock: Clock,
@@ -178,7 +176,6 @@ impl Admission {
             stats: StatsCache::default(),
             health: StoreHealth::new(fail_open_after),
             eta: EtaLedger::default(),
-            lengths: SessionLengths::default(),
             clock,
             adaptive: AdaptiveRooms::new(),
             time_in_line: Family::new_with_constructor(time_in_line_histogram),
@@ -430,7 +427,7 @@ impl Admission {
 
     /// The decision for `visitor` from the store's answer to a resolve with `join` (its
     /// health already observed), and what it tells this replica (the session cache, the
-    /// ETA ledger, session lengths, events).
+    /// ETA ledger, events).
     fn decision(
         &self,
         room: &str,
@@ -449,7 +446,6 @@ impl Admission {
                     self.eta.admitted(room, visitor, self.clock.now_ms());
                 }
                 if newly {
-                    self.lengths.started(room, visitor, self.clock.now_ms());
                     self.events
                         .publish(Event::visitor(EventKind::VisitorAdmitted, room, visitor));
                 }
@@ -505,7 +501,6 @@ impl Admission {
         self.sessions.forget(room, visitor);
         let ended = self.observe(self.store.end_session(room, visitor).await)?;
         if ended {
-            self.lengths.ended(room, visitor, self.clock.now_ms());
             self.events
                 .publish(Event::visitor(EventKind::SessionExpired, room, visitor));
         }
@@ -638,7 +633,6 @@ impl Admission {
         let now = self.clock.now_ms();
         for &visitor in &report.admitted {
             self.eta.admitted(room, visitor, now);
-            self.lengths.started(room, visitor, now);
         }
         // Another replica's pass let these in within this pass's interval: a range this
         // replica showed them is settled now, not at their stream's next heartbeat.
@@ -663,9 +657,6 @@ impl Admission {
             for &joined in report.joined_ms.iter().flatten() {
                 waits.observe(now.saturating_sub(joined) as f64 / 1000.0);
             }
-        }
-        for &visitor in &report.expired {
-            self.lengths.ended(room, visitor, now);
         }
         for &visitor in &report.abandoned {
             self.eta.forget(room, visitor);
@@ -700,8 +691,7 @@ impl Admission {
                         forgotten: self.eta.forgotten(room),
                         revised: self.eta.revised(room),
                     };
-                    let lengths = self.lengths.mean(room);
-                    self.stats.record(room, stats, ledger, lengths, adaptive)
+                    self.stats.record(room, stats, ledger, adaptive)
                 }
                 Err(StoreError::Unavailable(_)) => {}
                 Err(other) => tracing::error!(room, error = %other, "cannot read room stats"),

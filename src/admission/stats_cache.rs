@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::RATE_WINDOW;
 use super::adaptive::RateView;
-use crate::fairness::eta::{Eta, EtaReport, MIN_SPREAD, Observed, Pace};
+use crate::fairness::eta::{Eta, EtaReport, MIN_SESSIONS, MIN_SPREAD, Observed, Pace};
 use crate::queue::{Place, RoomStats};
 
 /// What the ETA ledger says of a room, as the statistics cache keeps it.
@@ -47,9 +47,6 @@ pub struct CachedStats {
     pub eta_forgotten: u64,
     /// Promises replaced by a later range because the room's limits moved, since start.
     pub eta_revised: u64,
-    /// The mean length of the room's latest sessions seen by this replica and how many
-    /// it rests on (`None` until enough have ended).
-    pub session_length: Option<(Duration, usize)>,
     /// Closed-loop admission's effective rate and why; `None` without
     /// `adaptive:`.
     pub adaptive: Option<RateView>,
@@ -73,10 +70,15 @@ impl CachedStats {
     pub fn pace(&self) -> Pace {
         let s = &self.stats;
         let full = s.settings.max_active > 0 && s.active >= s.settings.max_active;
-        let turnover = self
-            .session_length
-            .filter(|(length, _)| full && !length.is_zero())
-            .map(|(length, n)| (s.settings.max_active as f64 / length.as_secs_f64(), n));
+        // The store's latest ended sessions, once there are enough to go by.
+        let ended = s.ended_sessions;
+        let turnover = ended
+            .mean()
+            .filter(|length| full && ended.count >= MIN_SESSIONS && !length.is_zero())
+            .map(|length| {
+                let rate = s.settings.max_active as f64 / length.as_secs_f64();
+                (rate, ended.count as usize)
+            });
         Pace {
             admitting: self.admitting(),
             observed: self.observed,
@@ -154,7 +156,6 @@ impl StatsCache {
         room: &str,
         stats: RoomStats,
         ledger: LedgerView,
-        session_length: Option<(Duration, usize)>,
         adaptive: Option<RateView>,
     ) {
         let now = Instant::now();
@@ -222,7 +223,6 @@ impl StatsCache {
             eta: ledger.report,
             eta_forgotten: ledger.forgotten,
             eta_revised: ledger.revised,
-            session_length,
             adaptive,
         });
     }

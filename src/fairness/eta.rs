@@ -92,72 +92,12 @@ impl Eta {
     }
 }
 
-/// Session lengths a room must have seen before `max_active` over their mean is a known
-/// limit (see [`Pace`]).
-pub const MIN_SESSIONS: usize = 8;
-/// The lengths kept per room: the mean of the latest.
-const SESSIONS_KEPT: usize = 128;
-/// Sessions whose start one room tracks at most (admitted by this replica and not ended).
-const SESSIONS_TRACKED: usize = 200_000;
-
-/// How long sessions last, per room: from when this replica saw a visitor admitted to when
-/// it saw their session end (idle past `session_ttl`, or ended by the origin). With a full
-/// `max_active`, one leaves the site (and one is admitted) every `mean length / max_active`
-/// on average, which is known as soon as the first sessions end, long before a line moving
-/// in bursts (a whole generation of sessions ending together) has shown its average pace.
-#[derive(Default)]
-pub struct SessionLengths {
-    rooms: Mutex<HashMap<String, RoomSessions>>,
-}
-
-#[derive(Default)]
-struct RoomSessions {
-    /// Visitor → admitted at (unix ms).
-    started: HashMap<VisitorId, u64>,
-    /// The latest lengths, in ms.
-    lengths: std::collections::VecDeque<u64>,
-}
-
-impl SessionLengths {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, RoomSessions>> {
-        self.rooms.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// `visitor` was admitted to `room` at `now_ms`.
-    pub fn started(&self, room: &str, visitor: VisitorId, now_ms: u64) {
-        let mut rooms = self.lock();
-        let r = rooms.entry(room.to_owned()).or_default();
-        if r.started.len() < SESSIONS_TRACKED {
-            r.started.entry(visitor).or_insert(now_ms);
-        }
-    }
-
-    /// `visitor`'s session in `room` ended at `now_ms`.
-    pub fn ended(&self, room: &str, visitor: VisitorId, now_ms: u64) {
-        let mut rooms = self.lock();
-        let Some(r) = rooms.get_mut(room) else {
-            return;
-        };
-        if let Some(at) = r.started.remove(&visitor) {
-            if r.lengths.len() == SESSIONS_KEPT {
-                r.lengths.pop_front();
-            }
-            r.lengths.push_back(now_ms.saturating_sub(at));
-        }
-    }
-
-    /// The mean length of `room`'s latest sessions and how many it rests on, once there
-    /// are [`MIN_SESSIONS`].
-    pub fn mean(&self, room: &str) -> Option<(Duration, usize)> {
-        let rooms = self.lock();
-        let r = rooms.get(room)?;
-        let n = r.lengths.len();
-        (n >= MIN_SESSIONS).then(|| {
-            let total: u64 = r.lengths.iter().sum();
-            (Duration::from_millis(total / n as u64), n)
-        })
-    }
-}
+/// Session lengths a room's store must have kept before `max_active` over their mean is a
+/// known limit (see [`Pace`]). With a full `max_active`, one leaves the site (and one is
+/// admitted) every `mean length / max_active` on average, which is known as soon as the
+/// first sessions end, long before a line moving in bursts (a whole generation of sessions
+/// ending together) has shown its average pace.
+pub const MIN_SESSIONS: u64 = 8;
 
 /// How fast a room's line has been seen to move: admissions per second over the stretches
 /// when somebody waited (an idle room's quiet is not slowness), and how much that rests on.
@@ -176,7 +116,7 @@ pub struct Observed {
 ///
 /// The line moves at the rate the room actually achieves, never faster than the rate it
 /// admits at (`rate`, or closed-loop admission's lower one), nor, while `max_active` is
-/// full, than places on the site free up (its turnover, from [`SessionLengths`]), whatever
+/// full, than places on the site free up (its turnover, from the store's [`crate::queue::EndedSessions`]), whatever
 /// holds it back (a full `max_active`, a saturated `max_inflight`, a slow origin). So: until
 /// [`MIN_OBSERVED`] admissions over [`MIN_BUSY`] have been seen, the turnover when it is
 /// known, else "estimating" with the wait at the admitting rate as a floor; then the lowest

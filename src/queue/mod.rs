@@ -284,6 +284,34 @@ pub struct RoomStats {
     pub schedule: Phase,
     /// The room's live runtime settings.
     pub settings: RoomSettings,
+    /// The lengths of the room's latest sessions to end, kept by the store whichever
+    /// replica started or ended them: an input of the ETA (the site's turnover), not part
+    /// of the admin API.
+    #[serde(skip)]
+    pub ended_sessions: EndedSessions,
+}
+
+/// The sessions a store keeps the length of, per room: the latest to end.
+pub const SESSIONS_KEPT: u64 = 128;
+
+/// The lengths of a room's latest [`SESSIONS_KEPT`] sessions to end, each from its
+/// admission to its end (reaped after `session_ttl` idle, or ended by the origin), in the
+/// store's liveness time (an outage of the store is not counted). A session whose start the
+/// store does not know (restored from a snapshot, or begun before the store kept starts)
+/// is not counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndedSessions {
+    /// The sum of their lengths, in ms.
+    pub total_ms: u64,
+    /// How many there are (at most [`SESSIONS_KEPT`]).
+    pub count: u64,
+}
+
+impl EndedSessions {
+    /// Their mean length; `None` before any.
+    pub fn mean(&self) -> Option<Duration> {
+        (self.count > 0).then(|| Duration::from_millis(self.total_ms / self.count))
+    }
 }
 
 /// A room's lottery as the public draw document needs it (docs/fairness.md, "Auditable

@@ -157,6 +157,7 @@ mod tests {
             total_passed_through: 0,
             schedule,
             settings,
+            ended_sessions: Default::default(),
         }
     }
 

@@ -1,4 +1,4 @@
-//! The ETA range, the tracker, the ledger, the session lengths and the pace, each alone.
+//! The ETA range, the tracker, the ledger and the pace, each alone.
 
 use super::*;
 
@@ -194,26 +194,6 @@ fn a_pace_estimates_until_it_has_seen_enough_then_trusts_the_slower_rate() {
         burst.eta(100),
         Eta::within(100, 1.5, 1.0 + 2.0 / 30f64.sqrt())
     );
-}
-
-#[test]
-fn session_lengths_are_known_once_enough_have_ended() {
-    let lengths = SessionLengths::default();
-    for n in 0..MIN_SESSIONS as u8 {
-        lengths.started("main", v(n), 1_000);
-    }
-    lengths.ended("main", v(200), 5_000); // never seen admitted here
-    for n in 0..MIN_SESSIONS as u8 - 1 {
-        lengths.ended("main", v(n), 11_000 + u64::from(n) * 2_000);
-    }
-    assert_eq!(lengths.mean("main"), None, "one short");
-    lengths.ended("main", v(MIN_SESSIONS as u8 - 1), 25_000);
-    // 10, 12, …, 24 s: a mean of 17 s.
-    assert_eq!(
-        lengths.mean("main"),
-        Some((Duration::from_secs(17), MIN_SESSIONS))
-    );
-    assert_eq!(lengths.mean("other"), None);
 }
 
 #[tokio::test(start_paused = true)]

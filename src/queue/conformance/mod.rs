@@ -104,6 +104,7 @@ macro_rules! suite {
             a_known_only_resolve_joins_nobody_new,
             end_session_frees_the_slot_at_once,
             touch_sessions_keeps_sessions_alive,
+            session_lengths_are_kept_by_the_store,
             effective_rate_caps_the_bucket_exactly,
             origin_reports_are_shared_and_one_replica_decides,
         );

@@ -25,7 +25,7 @@ local expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', r.live - r.ttl, 'L
 if #expired > 0 then
   redis.call('ZREMRANGEBYRANK', K_ACTIVE, 0, #expired - 1)
   redis.call('HINCRBY', K_STATE, 'total_expired', #expired)
-  drop_sessions(expired)
+  drop_sessions(expired, r.live)
 end
 
 -- Abandoned waiters, bounded: in line (by chunk, see line_reap), then in a draw (least
@@ -85,6 +85,7 @@ if ph == QUEUEING and (r.passthrough or (not r.paused and r.tokens >= 1)) then
     if #admitted > 0 then
       r.tokens = math.max(r.tokens - #admitted, 0)
       chunked('ZADD', K_ACTIVE, admitted, r.live)
+      sessions_started(admitted, r.live)
       count_admitted(r, #admitted)
     end
   end

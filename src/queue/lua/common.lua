@@ -56,6 +56,10 @@
 -- KEYS[13] origin HASH  (adaptive only) replica id -> '<store ms> <its report, JSON>'
 -- KEYS[13] admitted STREAM (admit_pass only) one entry per admitting pass: v = its ids,
 --                       packed; the last 64 kept
+-- Named from the prefix, in every script that starts or ends a session:
+--   ar:{room}:since    HASH  visitor id -> when their session began (liveness ms)
+--   ar:{room}:lengths  LIST  the latest SESSIONS_KEPT ended sessions' lengths (ms), newest
+--                            first
 --
 -- The line (the memory goal: <= 120 B of used_memory per waiting visitor; one big ZSET of
 -- 16-byte ids alone costs ~130 B a member, in hashtable + skiplist encoding). Each waiter
@@ -864,28 +868,66 @@ local function charge_session(id, client)
   redis.call('HINCRBY', K_SCOUNT, client, 1)
 end
 
--- Forgets sessions that left the site (already out of `active`), freeing their clients'
--- shares.
-local function drop_sessions(ids)
-  if #ids == 0 or redis.call('EXISTS', K_SESS) == 0 then
+-- When each session on the site started (liveness time), and the lengths of the latest
+-- SESSIONS_KEPT to end, newest first (SESSIONS_KEPT in src/queue/mod.rs): kept here rather
+-- than by the replica that saw them, so every replica's ETA reads the same turnover
+-- whichever replica's pass or request started, reaped or ended a session.
+local SESSIONS_KEPT = 128
+
+-- Notes that the sessions of `ids` started at `at`.
+local function sessions_started(ids, at)
+  local v = string.format('%d', at)
+  local CHUNK = 500
+  for i = 1, #ids, CHUNK do
+    local args = {}
+    for j = i, math.min(i + CHUNK - 1, #ids) do
+      args[#args + 1] = ids[j]
+      args[#args + 1] = v
+    end
+    redis.call('HSET', PREFIX .. 'since', unpack(args))
+  end
+end
+
+-- Forgets sessions that left the site at `at` (already out of `active`): their lengths are
+-- kept (where their start is known), their clients' shares freed.
+local function drop_sessions(ids, at)
+  if #ids == 0 then
     return
   end
+  local k_since, k_lengths = PREFIX .. 'since', PREFIX .. 'lengths'
+  local shares = redis.call('EXISTS', K_SESS) == 1
+  local lengths = {}
   local CHUNK = 1000
   for i = 1, #ids, CHUNK do
     local chunk = {}
     for j = i, math.min(i + CHUNK - 1, #ids) do
       chunk[#chunk + 1] = ids[j]
     end
-    local clients = redis.call('HMGET', K_SESS, unpack(chunk))
-    for _, c in ipairs(clients) do
-      if c then
-        local first = string.sub(c, 1, 16)
-        if redis.call('HINCRBY', K_SCOUNT, first, -1) <= 0 then
-          redis.call('HDEL', K_SCOUNT, first)
-        end
+    -- A missing start (a session begun before starts were kept) is false here: skipped.
+    for _, since in ipairs(redis.call('HMGET', k_since, unpack(chunk))) do
+      local t = tonumber(since)
+      if t then
+        lengths[#lengths + 1] = string.format('%d', math.max(at - t, 0))
       end
     end
-    redis.call('HDEL', K_SESS, unpack(chunk))
+    redis.call('HDEL', k_since, unpack(chunk))
+    if shares then
+      local clients = redis.call('HMGET', K_SESS, unpack(chunk))
+      for _, c in ipairs(clients) do
+        if c then
+          local first = string.sub(c, 1, 16)
+          if redis.call('HINCRBY', K_SCOUNT, first, -1) <= 0 then
+            redis.call('HDEL', K_SCOUNT, first)
+          end
+        end
+      end
+      redis.call('HDEL', K_SESS, unpack(chunk))
+    end
+  end
+  if #lengths > 0 then
+    -- Only the newest SESSIONS_KEPT can stay.
+    redis.call('LPUSH', k_lengths, unpack(lengths, math.max(1, #lengths - SESSIONS_KEPT + 1), #lengths))
+    redis.call('LTRIM', k_lengths, 0, SESSIONS_KEPT - 1)
   end
 end
 

@@ -10,7 +10,7 @@ if ARGV[2] == 'end' then
   if redis.call('ZREM', K_ACTIVE, ARGV[3]) == 0 then
     return {0}
   end
-  drop_sessions({ARGV[3]})
+  drop_sessions({ARGV[3]}, r.live)
   return {1}
 end
 local out = {}

@@ -46,7 +46,7 @@ use crate::clock::ms;
 use crate::fairness::draw::DrawHash;
 use clients::{ClientCounts, ClientRef, JoinWindows};
 use line::{LaneKind, NewPlace, WaitingLine};
-use sessions::Sessions;
+use sessions::{Lengths, Sessions};
 use store::{IdKey, SpentGrants};
 
 /// Heartbeats and session activity closer together than this do not move the visitor in
@@ -140,6 +140,9 @@ struct Room {
     drawn: Vec<DrawHash>,
     /// Admitted sessions, with their order of last activity for reclaim.
     sessions: Sessions,
+    /// The lengths of the latest sessions to end. Not snapshotted: a restored session's
+    /// start is unknown, and the ETA waits for new ones.
+    lengths: Lengths,
     /// Places in line (the draw included) per client they joined from.
     places: ClientCounts,
     /// Sessions per client they are charged to.
@@ -176,6 +179,7 @@ impl Room {
             draw_by_seen: BTreeSet::new(),
             drawn: Vec::new(),
             sessions: Sessions::new(),
+            lengths: Lengths::default(),
             places: ClientCounts::default(),
             session_counts: ClientCounts::default(),
             joins: JoinWindows::default(),
@@ -592,11 +596,12 @@ impl Room {
     }
 
     /// Removes a session from every index, freeing its client's share.
-    fn drop_session(&mut self, visitor: VisitorId) -> bool {
+    fn drop_session(&mut self, visitor: VisitorId, now: u64) -> bool {
         let Some(session) = self.sessions.remove(&visitor) else {
             return false;
         };
         self.session_counts.remove(session.clients.first().copied());
+        self.lengths.ended(&session, now);
         true
     }
 
@@ -614,6 +619,7 @@ impl Room {
                 break;
             };
             self.session_counts.remove(session.clients.first().copied());
+            self.lengths.ended(&session, now);
             report.expired.push(visitor);
         }
         self.counters.total_expired += report.expired.len() as u64;
@@ -734,6 +740,7 @@ impl Room {
             total_passed_through: c.total_passed_through,
             schedule: self.policy.phase_at(now),
             settings: self.settings.clone(),
+            ended_sessions: self.lengths.summary(),
         }
     }
 

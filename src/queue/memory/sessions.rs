@@ -1,5 +1,5 @@
 //! The admitted sessions of one embedded room: visitor → session, and the order of last
-//! activity that reclaim takes the oldest from.
+//! activity that reclaim takes the oldest from; and the lengths of the latest to end.
 //!
 //! Every admission starts a session, so this is on the pass's path a hundred times a
 //! pass. It was a SipHash `HashMap` plus a `BTreeSet` of (last activity, visitor): the set
@@ -13,22 +13,26 @@
 //!   end in O(1) (an older time walks back to its place, so the order holds regardless);
 //!   reclaim pops from the oldest end. Equal times keep the order they came in.
 
+use std::collections::VecDeque;
+
 use hashbrown::HashTable;
 
 use super::IdHash;
-use crate::queue::{ClientKey, VisitorId};
+use crate::queue::{ClientKey, EndedSessions, SESSIONS_KEPT, VisitorId};
 
 /// No neighbour in the activity list.
 const NIL: u32 = u32::MAX;
 /// `prev` of a free entry.
 const FREE: u32 = u32::MAX - 1;
 
-/// An admitted session: last activity and the distinct clients it has been used from, the
-/// first of which its session share is charged to (empty until its first request when
-/// admitted from the line, or after a restore).
+/// An admitted session: when it started and was last active, and the distinct clients it
+/// has been used from, the first of which its session share is charged to (empty until its
+/// first request when admitted from the line, or after a restore).
 #[derive(Debug, Default)]
 pub struct Session {
     last_ms: u64,
+    /// When it started; `None` after a restore (a snapshot keeps no starts).
+    pub started_ms: Option<u64>,
     pub clients: Vec<ClientKey>,
 }
 
@@ -38,6 +42,38 @@ struct Entry {
     /// Neighbours in activity order (`NIL` at the ends); `prev` is `FREE` on a free entry.
     prev: u32,
     next: u32,
+}
+
+/// The lengths of a room's latest [`SESSIONS_KEPT`] sessions to end, and their sum.
+#[derive(Debug, Default)]
+pub struct Lengths {
+    latest: VecDeque<u64>,
+    total_ms: u64,
+}
+
+impl Lengths {
+    /// `session` ended at `now`: its length is kept unless its start is unknown.
+    pub fn ended(&mut self, session: &Session, now: u64) {
+        let Some(started) = session.started_ms else {
+            return;
+        };
+        if self.latest.len() as u64 >= SESSIONS_KEPT
+            && let Some(oldest) = self.latest.pop_front()
+        {
+            self.total_ms -= oldest;
+        }
+        let length = now.saturating_sub(started);
+        self.latest.push_back(length);
+        self.total_ms += length;
+    }
+
+    /// What room stats report of them.
+    pub fn summary(&self) -> EndedSessions {
+        EndedSessions {
+            total_ms: self.total_ms,
+            count: self.latest.len() as u64,
+        }
+    }
 }
 
 pub struct Sessions {
@@ -85,8 +121,7 @@ impl Sessions {
         Some(&mut self.entries[i as usize].session)
     }
 
-    /// Starts a session last active at `now`; `false` (and nothing changes) if `visitor`
-    /// has one.
+    /// Starts a session at `now`; `false` (and nothing changes) if `visitor` has one.
     pub fn insert(&mut self, visitor: VisitorId, now: u64, clients: Vec<ClientKey>) -> bool {
         // The entry it will take: the last freed, else a new one at the end.
         let i = match self.free.last() {
@@ -113,6 +148,7 @@ impl Sessions {
             visitor,
             session: Session {
                 last_ms: now,
+                started_ms: Some(now),
                 clients,
             },
             prev: NIL,

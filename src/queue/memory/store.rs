@@ -295,7 +295,7 @@ impl QueueStore for MemoryStore {
     }
 
     async fn end_session(&self, room: &str, visitor: VisitorId) -> StoreResult<bool> {
-        self.with_room(room, |room, _| room.drop_session(visitor))
+        self.with_room(room, |room, now| room.drop_session(visitor, now))
     }
 
     async fn spend_grant(

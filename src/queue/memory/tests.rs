@@ -355,3 +355,32 @@ fn challenge_id_keys_tell_ids_apart() {
         }
     }
 }
+
+/// A session restored from the snapshot has no known start: its end adds no length (the
+/// snapshot keeps none), while a session started after the restart is timed as ever.
+#[tokio::test(start_paused = true)]
+async fn a_restored_session_adds_no_length() {
+    let mut h = MemoryHarness::new();
+    let store = h.store();
+    store
+        .open_room(
+            "main",
+            &conformance::settings(10.0, 10),
+            &crate::queue::RoomPolicy::default(),
+            false,
+        )
+        .await
+        .unwrap();
+    let client = conformance::anyone();
+    let (restored, fresh) = (VisitorId::random(), VisitorId::random());
+    store.resolve("main", restored, client).await.unwrap();
+    h.advance(Duration::from_secs(5)).await;
+    h.reopen(Duration::from_secs(1)).await;
+    let store = h.store();
+    store.resolve("main", fresh, client).await.unwrap();
+    h.advance(Duration::from_secs(2)).await;
+    assert!(store.end_session("main", restored).await.unwrap());
+    assert!(store.end_session("main", fresh).await.unwrap());
+    let ended = store.stats("main").await.unwrap().ended_sessions;
+    assert_eq!((ended.count, ended.total_ms), (1, 2_000));
+}

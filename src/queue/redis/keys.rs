@@ -13,7 +13,9 @@
 //! and a spent challenge's id, each holding the visitor who spent it and expiring with it), `ar:{main}:origin` (closed-loop admission: each replica's latest report of the
 //! origin's latency and errors, expiring with its last writer), `ar:{main}:admitted` (a
 //! stream of the last 64 admitting passes' ids, which every replica's pass reads from its
-//! own cursor: see `src/queue/lua/admit_pass.lua`). Members are the raw 16-byte
+//! own cursor: see `src/queue/lua/admit_pass.lua`), `ar:{main}:since` (HASH id → when its
+//! session began) and `ar:{main}:lengths` (LIST, the latest 128 ended sessions' lengths;
+//! both in `src/queue/lua/common.lua`, by `drop_sessions`). Members are the raw 16-byte
 //! visitor ids; clients are [`ClientKey::to_bytes`].
 //!
 //! The line, and why: the goal is ≤ 120 B of Redis memory per waiting visitor. The first

@@ -513,7 +513,7 @@ impl QueueStore for RedisStore {
         let reply = self.call(&STATS, room, |_| {}).await?;
         let mut fields: Vec<String> =
             redis::from_redis_value(reply.clone()).map_err(|_| bad_reply("stats", &reply))?;
-        let live = fields.split_off(fields.len().min(15));
+        let live = fields.split_off(fields.len().min(17));
         let mut changes = crate::queue::RoomChanges::default();
         for pair in live.chunks(2) {
             let [name, json] = pair else {
@@ -538,6 +538,8 @@ impl QueueStore for RedisStore {
             mode,
             passed,
             schedule,
+            lengths_ms,
+            lengths,
         ] = fields.as_slice()
         else {
             return Err(bad_reply("stats", &fields));
@@ -561,6 +563,10 @@ impl QueueStore for RedisStore {
                 // A room opened before modes existed has none: the queue.
                 mode: crate::queue::Mode::parse(mode).unwrap_or_default(),
                 changes,
+            },
+            ended_sessions: crate::queue::EndedSessions {
+                total_ms: parse("lengths_ms", lengths_ms)?,
+                count: parse("lengths", lengths)?,
             },
         })
     }

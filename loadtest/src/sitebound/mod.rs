@@ -32,7 +32,7 @@ use crate::scenarios::say;
 
 mod visitor;
 
-use visitor::{Tally, visitor};
+use visitor::{Shown, Tally, visitor};
 
 /// PHP-FPM children (`pm.max_children`, `pm = static`).
 pub const PHP_WORKERS: usize = 4;
@@ -221,6 +221,13 @@ pub struct CaseResult {
     pub product: serde_json::Value,
     /// Every replica's `eta`, in order (one with the embedded store).
     pub product_by_replica: Vec<serde_json::Value>,
+    /// The within-range share split by where the first range came from (`page`: the join's
+    /// answer; `stream`: the live stream, the page having shown none), and (`stream_first`)
+    /// as the stream's replica would count it: against the first range the stream showed,
+    /// for everyone it showed one. Each is `[visitors, share]`. With several replicas each
+    /// ledger counts the first range it showed, which for the stream's replica is the
+    /// latter.
+    pub by_source: serde_json::Value,
     /// How long the crowd took, from the first arrival to the last visitor leaving.
     pub took: Duration,
     /// The lowest `effective_rate` of room stats during the run, every `rate_reason` seen
@@ -401,6 +408,34 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
         maxs.push(shown.max as f64);
     }
     let waited = errors.len();
+    let by_source = {
+        let within = |shown: &Shown, admitted: Instant| {
+            let waited = admitted.saturating_duration_since(shown.at).as_secs_f64();
+            (shown.min..=shown.max).contains(&(waited.round() as u64))
+        };
+        let share = |pairs: Vec<(Shown, Instant)>| {
+            let n = pairs.len();
+            let hit = pairs.iter().filter(|(s, a)| within(s, *a)).count();
+            serde_json::json!([n, if n == 0 { 0.0 } else { hit as f64 / n as f64 }])
+        };
+        let waiting = || outcomes.iter().filter(|o| !o.fast_path);
+        let first = |from_stream: bool| {
+            waiting()
+                .filter_map(|o| Some((o.shown?, o.admitted?, o.shown == o.stream_shown)))
+                .filter(|&(_, _, s)| s == from_stream)
+                .map(|(s, a, _)| (s, a))
+                .collect::<Vec<_>>()
+        };
+        serde_json::json!({
+            "page": share(first(false)),
+            "stream": share(first(true)),
+            "stream_first": share(
+                waiting()
+                    .filter_map(|o| Some((o.stream_shown?, o.admitted?)))
+                    .collect()
+            ),
+        })
+    };
     let mut times: Vec<Instant> = outcomes
         .iter()
         .flat_map(|o| o.page_times.iter().copied())
@@ -438,6 +473,7 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
         origin_pages,
         product,
         product_by_replica,
+        by_source,
         took,
         effective_rate,
     })
@@ -519,6 +555,7 @@ pub fn to_json(results: &[CaseResult]) -> serde_json::Value {
                     "origin_pages_per_sec": r.origin_pages_per_sec,
                     "product_eta": r.product,
                     "product_eta_by_replica": r.product_by_replica,
+                    "within_range_by_source": r.by_source,
                     "took_secs": r.took.as_secs_f64(),
                     "effective_rate": r.effective_rate,
                 })

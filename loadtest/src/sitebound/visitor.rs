@@ -70,6 +70,9 @@ fn shown_in(v: &serde_json::Value, at: Instant) -> Option<Shown> {
 #[derive(Clone, Debug, Default)]
 pub(super) struct Outcome {
     pub(super) shown: Option<Shown>,
+    /// The first range the live stream showed (its replica's first promise to them, which
+    /// is `shown` only when the page showed none before it).
+    pub(super) stream_shown: Option<Shown>,
     pub(super) admitted: Option<Instant>,
     /// Let in on arrival (nobody waiting): never shown a range.
     pub(super) fast_path: bool,
@@ -129,11 +132,11 @@ enum StreamEnd {
 }
 
 /// Holds `GET /__anteroom/events` with `cookie` until `admitted` or the stream ends, noting
-/// the first range shown.
+/// the first range shown, and the first the stream showed.
 async fn watch(
     addr: SocketAddr,
     cookie: &str,
-    shown: &mut Option<Shown>,
+    out: &mut Outcome,
     tally: &Tally,
 ) -> anyhow::Result<StreamEnd> {
     let stream = crate::client::tcp(addr, None).await?;
@@ -180,7 +183,11 @@ async fn watch(
                     "admitted" => return Ok(StreamEnd::Admitted),
                     "position" => {
                         if let Ok(v) = serde_json::from_str::<serde_json::Value>(data.trim()) {
-                            note(shown, &v, Instant::now(), tally.moved.get().copied());
+                            let now = Instant::now();
+                            note(&mut out.shown, &v, now, tally.moved.get().copied());
+                            if out.stream_shown.is_none() {
+                                out.stream_shown = shown_in(&v, now);
+                            }
                         }
                     }
                     _ => {}
@@ -264,7 +271,7 @@ pub(super) async fn visitor(
     let cookie = cookie.context("no ar_visitor cookie on the waiting answer")?;
     // Wait, on the live stream; ask again (after retry_after_secs, at most 2 s) if it ends.
     while out.admitted.is_none() {
-        match watch(stream_addr, &cookie, &mut out.shown, &tally).await {
+        match watch(stream_addr, &cookie, &mut out, &tally).await {
             Ok(StreamEnd::Admitted) => out.admitted = Some(Instant::now()),
             Ok(StreamEnd::Closed) | Err(_) => {
                 tally.stream_drops.fetch_add(1, Ordering::Relaxed);

@@ -60,6 +60,7 @@ impl RedisStore {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let now = std::time::Instant::now();
+        // Not an insert: the room's name is copied at its first pass only.
         match cursors.get_mut(room) {
             Some(kept) => *kept = (cursor, now),
             None => {

@@ -345,9 +345,9 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
     let deadline = start + case.limit;
     let mut outcomes = Vec::with_capacity(case.visitors);
     let mut failures = Vec::new();
-    for task in tasks.iter_mut() {
+    for (i, task) in tasks.iter_mut().enumerate() {
         match tokio::time::timeout_at(deadline, task).await {
-            Ok(Ok(Ok(o))) => outcomes.push(o),
+            Ok(Ok(Ok(o))) => outcomes.push((o, (i + 1) % addrs.len())),
             Ok(Ok(Err(e))) => failures.push(format!("{e:#}")),
             Ok(Err(e)) => failures.push(format!("{e}")),
             Err(_) => break,
@@ -389,7 +389,7 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
     let mut waits = Vec::new();
     let (mut mins, mut maxs) = (Vec::new(), Vec::new());
     let mut fast_path = 0;
-    for o in &outcomes {
+    for (o, _) in &outcomes {
         if o.fast_path {
             fast_path += 1;
             continue;
@@ -418,7 +418,7 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
             let hit = pairs.iter().filter(|(s, a)| within(s, *a)).count();
             serde_json::json!([n, if n == 0 { 0.0 } else { hit as f64 / n as f64 }])
         };
-        let waiting = || outcomes.iter().filter(|o| !o.fast_path);
+        let waiting = || outcomes.iter().map(|(o, _)| o).filter(|o| !o.fast_path);
         let first = |from_stream: bool| {
             waiting()
                 .filter_map(|o| Some((o.shown?, o.admitted?, o.shown == o.stream_shown)))
@@ -434,11 +434,29 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
                     .filter_map(|o| Some((o.stream_shown?, o.admitted?)))
                     .collect()
             ),
+            // Per replica holding the stream: [visitors, share, median of waited − the
+            // middle of their first range, seconds (negative: sooner than promised)].
+            "by_stream_replica": (0..addrs.len()).map(|r| {
+                let mut n = 0;
+                let mut hit = 0;
+                let mut bias = Vec::new();
+                for (o, _) in outcomes.iter().filter(|(o, at)| *at == r && !o.fast_path) {
+                    let (Some(shown), Some(admitted)) = (o.shown, o.admitted) else {
+                        continue;
+                    };
+                    n += 1;
+                    hit += usize::from(within(&shown, admitted));
+                    let waited = admitted.saturating_duration_since(shown.at).as_secs_f64();
+                    bias.push(waited - (shown.min + shown.max) as f64 / 2.0);
+                }
+                let share = if n == 0 { 0.0 } else { hit as f64 / n as f64 };
+                serde_json::json!([n, share, median(bias)])
+            }).collect::<Vec<_>>(),
         })
     };
     let mut times: Vec<Instant> = outcomes
         .iter()
-        .flat_map(|o| o.page_times.iter().copied())
+        .flat_map(|(o, _)| o.page_times.iter().copied())
         .collect();
     times.sort();
     let origin_pages = times.len();

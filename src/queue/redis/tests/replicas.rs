@@ -62,7 +62,7 @@ async fn two_replicas() -> (RedisServer, RedisStore, RedisStore) {
 
 /// What a pass of `store` hears of the other replicas' admissions.
 async fn heard(store: &RedisStore) -> Vec<VisitorId> {
-    storheard(&e).await
+    store.admit_pass("main").await.unwrap().admitted_elsewhere
 }
 
 /// A plain connection to `server`, to write the stream as nothing of ours would.

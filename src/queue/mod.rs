@@ -297,8 +297,8 @@ pub const SESSIONS_KEPT: u64 = 128;
 /// The lengths of a room's latest [`SESSIONS_KEPT`] sessions to end, each from its
 /// admission to its end (reaped after `session_ttl` idle, or ended by the origin), in the
 /// store's liveness time (an outage of the store is not counted). A session whose start the
-/// store does not know (restored from a snapshot, or begun before the store kept starts)
-/// is not counted.
+/// store does not know (restored from a snapshot, let in by the passthrough mode, or begun
+/// before the store kept starts) is not counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EndedSessions {
     /// The sum of their lengths, in ms.

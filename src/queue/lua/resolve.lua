@@ -137,7 +137,9 @@ if ph == QUEUEING then
     r.tokens = math.max(r.tokens - 1, 0)
     save_bucket(r)
     redis.call('ZADD', K_ACTIVE, r.live, id)
-    sessions_started({id}, r.live)
+    if not r.passthrough then
+      sessions_started({id}, r.live)
+    end
     if tracks_sessions(r) then
       charge_session(id, client)
     end

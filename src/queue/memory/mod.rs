@@ -577,9 +577,11 @@ impl Room {
     fn start_session(&mut self, visitor: VisitorId, now: u64, client: Option<ClientKey>) {
         // Callers start sessions only for visitors without one; were one there, its
         // client's share must not be counted twice.
+        // Passthrough has no line to estimate for: its sessions go untimed.
+        let timed = !self.passthrough();
         if self
             .sessions
-            .insert(visitor, now, client.into_iter().collect())
+            .insert(visitor, now, client.into_iter().collect(), timed)
         {
             self.session_counts.add(client);
         }

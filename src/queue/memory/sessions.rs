@@ -31,7 +31,8 @@ const FREE: u32 = u32::MAX - 1;
 #[derive(Debug, Default)]
 pub struct Session {
     last_ms: u64,
-    /// When it started; `None` after a restore (a snapshot keeps no starts).
+    /// When it started; `None` after a restore (a snapshot keeps no starts) or when let in
+    /// by the passthrough mode (no line to estimate for).
     pub started_ms: Option<u64>,
     pub clients: Vec<ClientKey>,
 }
@@ -121,8 +122,15 @@ impl Sessions {
         Some(&mut self.entries[i as usize].session)
     }
 
-    /// Starts a session at `now`; `false` (and nothing changes) if `visitor` has one.
-    pub fn insert(&mut self, visitor: VisitorId, now: u64, clients: Vec<ClientKey>) -> bool {
+    /// Starts a session at `now`, its start kept if `timed`; `false` (and nothing
+    /// changes) if `visitor` has one.
+    pub fn insert(
+        &mut self,
+        visitor: VisitorId,
+        now: u64,
+        clients: Vec<ClientKey>,
+        timed: bool,
+    ) -> bool {
         // The entry it will take: the last freed, else a new one at the end.
         let i = match self.free.last() {
             Some(&i) => i,
@@ -148,7 +156,7 @@ impl Sessions {
             visitor,
             session: Session {
                 last_ms: now,
-                started_ms: Some(now),
+                started_ms: timed.then_some(now),
                 clients,
             },
             prev: NIL,
@@ -340,7 +348,7 @@ mod tests {
                         VisitorId::random()
                     };
                     let fresh = !model.contains_key(&v);
-                    assert_eq!(sessions.insert(v, now, Vec::new()), fresh);
+                    assert_eq!(sessions.insert(v, now, Vec::new(), true), fresh);
                     model.entry(v).or_insert(now);
                     known.push(v);
                 }
@@ -388,9 +396,9 @@ mod tests {
             VisitorId::random(),
             VisitorId::random(),
         );
-        sessions.insert(a, 10, Vec::new());
-        sessions.insert(b, 30, Vec::new());
-        sessions.insert(c, 20, Vec::new());
+        sessions.insert(a, 10, Vec::new(), true);
+        sessions.insert(b, 30, Vec::new(), true);
+        sessions.insert(c, 20, Vec::new(), true);
         sessions.check();
         let order: Vec<VisitorId> = std::iter::from_fn(|| sessions.pop_due(0, 100))
             .map(|(v, _)| v)

@@ -202,11 +202,8 @@ impl Room {
             }
         }
         for visitor in snapshot.sessions {
-            room.sessions.insert(visitor, now, Vec::new());
-            if let Some(session) = room.sessions.get_mut(&visitor) {
-                // The snapshot keeps no starts: this one's length is unknown.
-                session.started_ms = None;
-            }
+            // The snapshot keeps no starts: this one's length is unknown.
+            room.sessions.insert(visitor, now, Vec::new(), false);
         }
         for visitor in snapshot.draw {
             room.draw.insert(

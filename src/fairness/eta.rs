@@ -116,8 +116,9 @@ pub struct Observed {
 ///
 /// The line moves at the rate the room actually achieves, never faster than the rate it
 /// admits at (`rate`, or closed-loop admission's lower one), nor, while `max_active` is
-/// full, than places on the site free up (its turnover, from the store's [`crate::queue::EndedSessions`]), whatever
-/// holds it back (a full `max_active`, a saturated `max_inflight`, a slow origin). So: until
+/// full, than places on the site free up (its turnover, from the session lengths the store
+/// keeps), whatever holds it back (a full `max_active`, a saturated `max_inflight`, a slow
+/// origin). So: until
 /// [`MIN_OBSERVED`] admissions over [`MIN_BUSY`] have been seen, the turnover when it is
 /// known, else "estimating" with the wait at the admitting rate as a floor; then the lowest
 /// of the observed rate and those limits, with a margin of

@@ -199,11 +199,16 @@ fn place(resolution: Resolution) -> Place {
 
 async fn open<H: Harness>(h: &H, seed: RoomSettings) -> Arc<H::Store> {
     let store = h.store();
+    open_main(&*store, seed).await;
+    store
+}
+
+/// Opens room `main` on `store` with `seed` and no policy (for the stores' own tests too).
+pub async fn open_main<S: QueueStore + ?Sized>(store: &S, seed: RoomSettings) {
     store
         .open_room(ROOM, &seed, &RoomPolicy::default(), false)
         .await
         .unwrap();
-    store
 }
 
 async fn pause<S: QueueStore>(store: &S) {

@@ -59,14 +59,6 @@ impl Harness for MemoryHarness {
 
 conformance::suite!(MemoryHarness::new());
 
-/// Opens room `main` on `store` with `seed` and no policy.
-async fn open_main(store: &MemoryStore, seed: crate::queue::RoomSettings) {
-    store
-        .open_room("main", &seed, &crate::queue::RoomPolicy::default(), false)
-        .await
-        .unwrap();
-}
-
 /// Spent grant nonces are bounded and forgotten at their expiry; when full, new grants
 /// are refused rather than an unexpired nonce forgotten (which would make it replayable).
 #[test]
@@ -115,7 +107,7 @@ async fn spent_challenges_are_bounded_and_reaped() {
     assert_eq!(spent.by_nonce.len(), 1, "the expired three were reaped");
     let h = MemoryHarness::new();
     let store = h.store();
-    open_main(&store, conformance::settings(1.0, 1)).await;
+    conformance::open_main(&*store, conformance::settings(1.0, 1)).await;
     let now = h.store.clock.now_ms();
     let spend = |id: &'static str, expires_at_ms: u64| {
         let store = store.clone();
@@ -362,7 +354,7 @@ fn challenge_id_keys_tell_ids_apart() {
 async fn a_restored_session_adds_no_length() {
     let mut h = MemoryHarness::new();
     let store = h.store();
-    open_main(&store, conformance::settings(10.0, 10)).await;
+    conformance::open_main(&*store, conformance::settings(10.0, 10)).await;
     let client = conformance::anyone();
     let (restored, fresh) = (VisitorId::random(), VisitorId::random());
     store.resolve("main", restored, client).await.unwrap();

@@ -660,15 +660,7 @@ async fn rediss_to_a_plain_server_fails_fast() {
 async fn a_dead_redis_is_unavailable_quickly() {
     let server = RedisServer::start();
     let store = connect(&[server.url()]).await;
-    store
-        .open_room(
-            "main",
-            &conformance::settings(1.0, 1),
-            &RoomPolicy::default(),
-            false,
-        )
-        .await
-        .unwrap();
+    conformance::open_main(&store, conformance::settings(1.0, 1)).await;
     drop(server);
     let started = std::time::Instant::now();
     let err = store
@@ -757,15 +749,7 @@ async fn the_first_layout_is_upgraded_on_open() {
 async fn bad_data_is_an_error_not_a_panic() {
     let server = RedisServer::start();
     let store = connect(&[server.url()]).await;
-    store
-        .open_room(
-            "main",
-            &conformance::settings(1.0, 1),
-            &RoomPolicy::default(),
-            false,
-        )
-        .await
-        .unwrap();
+    conformance::open_main(&store, conformance::settings(1.0, 1)).await;
     server.cli(&["HSET", "ar:{main}:conf", "max_active", "lots"]);
     assert!(matches!(
         store.stats("main").await,

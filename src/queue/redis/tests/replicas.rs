@@ -38,15 +38,7 @@ async fn line_up(stores: &[&RedisStore], who: &[VisitorId]) {
 
 /// Opens room `main` on `store` with no limit in the way of a test's admissions.
 async fn open_main(store: &RedisStore) {
-    store
-        .open_room(
-            "main",
-            &conformance::settings(1_000.0, 10_000),
-            &RoomPolicy::default(),
-            false,
-        )
-        .await
-        .unwrap();
+    conformance::open_main(store, conformance::settings(1_000.0, 10_000)).await;
 }
 
 /// A Redis of its own with two replicas on it, room `main` open (no limit in the way) and

@@ -397,25 +397,17 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
         let (Some(shown), Some(admitted)) = (o.shown, o.admitted) else {
             continue;
         };
-        let waited = admitted.saturating_duration_since(shown.at).as_secs_f64();
-        let rounded = waited.round() as u64;
-        if (shown.min..=shown.max).contains(&rounded) {
-            within += 1;
-        }
-        errors.push((waited - (shown.min + shown.max) as f64 / 2.0).abs());
-        waits.push(waited);
+        within += usize::from(shown.held(admitted));
+        errors.push(shown.off_middle(admitted).abs());
+        waits.push(shown.waited(admitted));
         mins.push(shown.min as f64);
         maxs.push(shown.max as f64);
     }
     let waited = errors.len();
     let by_source = {
-        let within = |shown: &Shown, admitted: Instant| {
-            let waited = admitted.saturating_duration_since(shown.at).as_secs_f64();
-            (shown.min..=shown.max).contains(&(waited.round() as u64))
-        };
         let share = |pairs: Vec<(Shown, Instant)>| {
             let n = pairs.len();
-            let hit = pairs.iter().filter(|(s, a)| within(s, *a)).count();
+            let hit = pairs.iter().filter(|(s, a)| s.held(*a)).count();
             serde_json::json!([n, if n == 0 { 0.0 } else { hit as f64 / n as f64 }])
         };
         let waiting = || outcomes.iter().map(|(o, _)| o).filter(|o| !o.fast_path);
@@ -445,9 +437,8 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
                         continue;
                     };
                     n += 1;
-                    hit += usize::from(within(&shown, admitted));
-                    let waited = admitted.saturating_duration_since(shown.at).as_secs_f64();
-                    bias.push(waited - (shown.min + shown.max) as f64 / 2.0);
+                    hit += usize::from(shown.held(admitted));
+                    bias.push(shown.off_middle(admitted));
                 }
                 let share = if n == 0 { 0.0 } else { hit as f64 / n as f64 };
                 serde_json::json!([n, share, median(bias)])

@@ -37,6 +37,23 @@ pub struct Shown {
     pub at: Instant,
 }
 
+impl Shown {
+    /// Seconds from being shown this range to `admitted`.
+    pub fn waited(&self, admitted: Instant) -> f64 {
+        admitted.saturating_duration_since(self.at).as_secs_f64()
+    }
+
+    /// Whether a visitor admitted at `admitted` got in within it (whole seconds).
+    pub fn held(&self, admitted: Instant) -> bool {
+        (self.min..=self.max).contains(&(self.waited(admitted).round() as u64))
+    }
+
+    /// The wait minus the range's middle, seconds (negative: sooner than promised).
+    pub fn off_middle(&self, admitted: Instant) -> f64 {
+        self.waited(admitted) - (self.min + self.max) as f64 / 2.0
+    }
+}
+
 /// The range in a waiting answer or a `position` event, unless it is still estimating.
 /// Notes the range `v` shows at `at` as the visitor's promise: the first one with a number
 /// (an "estimating" answer promises nothing), or, once the operator has moved the room's

@@ -877,15 +877,13 @@ local SESSIONS_KEPT = 128
 -- Notes that the sessions of `ids` started at `at`.
 local function sessions_started(ids, at)
   local v = string.format('%d', at)
-  local CHUNK = 500
-  for i = 1, #ids, CHUNK do
-    local args = {}
-    for j = i, math.min(i + CHUNK - 1, #ids) do
-      args[#args + 1] = ids[j]
-      args[#args + 1] = v
-    end
-    redis.call('HSET', PREFIX .. 'since', unpack(args))
+  local fields = {}
+  for _, id in ipairs(ids) do
+    fields[#fields + 1] = id
+    fields[#fields + 1] = v
   end
+  -- chunked's chunks are of an even size: a field is never split from its value.
+  chunked('HSET', PREFIX .. 'since', fields)
 end
 
 -- Forgets sessions that left the site at `at` (already out of `active`): their lengths are

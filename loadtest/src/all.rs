@@ -163,7 +163,7 @@ pub(crate) async fn all(smoke: bool, out: PathBuf) -> anyhow::Result<()> {
     );
     let load = infra::load_average();
     let mut site_bound = String::new();
-    match sitebound::site_bound(smoke, &[], None, 1).await {
+    match sitebound::site_bound(smoke, &[], None, 1, &Default::default()).await {
         Ok(results) => {
             rows.extend(sitebound::rows(&results));
             site_bound = format!(

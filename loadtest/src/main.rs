@@ -241,6 +241,14 @@ enum Cmd {
         /// replica than its pages (1: one on the embedded store).
         #[arg(long, default_value_t = 1)]
         replicas: usize,
+        /// Print the room's counters once a second, and each waiting visitor's first range
+        /// and wait, on standard error.
+        #[arg(long)]
+        trace: bool,
+        /// Start each replica after the first this many milliseconds later, setting the
+        /// phase of its timers (admission passes, counters, live ticks) against the first's.
+        #[arg(long, default_value_t = 0)]
+        stagger_ms: u64,
     },
     /// Closed-loop admission in front of a real slow site (PHP-FPM, 4 children,
     /// 200 ms pages, behind nginx) whose `max_inflight` door is saturated, then cleared →
@@ -455,9 +463,16 @@ async fn main() -> anyhow::Result<()> {
             json,
             smoke,
             replicas,
+            trace,
+            stagger_ms,
         } => {
             let load = infra::load_average();
-            let results = sitebound::site_bound(smoke, &case, visitors, replicas).await?;
+            let diagnostics = sitebound::Diagnostics {
+                trace,
+                stagger: std::time::Duration::from_millis(stagger_ms),
+            };
+            let results =
+                sitebound::site_bound(smoke, &case, visitors, replicas, &diagnostics).await?;
             println!("{}", sitebound::table(&results));
             println!(
                 "load average (1, 5, 15 min) {load} → {}",

@@ -74,6 +74,20 @@ pub struct Case {
     pub limit: Duration,
     /// anteroom replicas: 1 on the embedded store, more on one Redis.
     pub replicas: usize,
+    /// What the run prints beside its results, and how its replicas start.
+    pub diagnostics: Diagnostics,
+}
+
+/// How a run can be looked into: a trace of the room, and the second replica's timers
+/// moved against the first's.
+#[derive(Clone, Debug, Default)]
+pub struct Diagnostics {
+    /// Print the room's counters once a second, then every waiting visitor's first range
+    /// and wait, on standard error.
+    pub trace: bool,
+    /// Start each replica after the first this much later: its admission passes, counters
+    /// and live ticks keep that phase against the first's.
+    pub stagger: Duration,
 }
 
 impl Case {
@@ -95,6 +109,7 @@ impl Case {
             think: Duration::from_millis(500),
             limit: Duration::from_secs(180),
             replicas: 1,
+            diagnostics: Diagnostics::default(),
         };
         vec![
             Case {
@@ -264,7 +279,13 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
         "  max_connections_per_client: 8192\n  max_streams_per_client: 8192\n".into();
     spec.room_extra = case.room_extra();
     let replicas = (0..case.replicas.max(1))
-        .map(|_| Anteroom::start(&spec))
+        .map(|i| {
+            if i > 0 {
+                // Sets the phase of this replica's timers against the first one's.
+                std::thread::sleep(case.diagnostics.stagger);
+            }
+            Anteroom::start(&spec)
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let addrs: Vec<SocketAddr> = replicas.iter().map(|r| r.addr).collect();
     let ant = &replicas[0];
@@ -311,6 +332,7 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
     // The rate the room actually used (adaptive lowers it), sampled once a second.
     let sampler = {
         let addr = ant.addr;
+        let trace = case.diagnostics.trace;
         let rates = rates.clone();
         tokio::spawn(async move {
             let Ok(mut admin) = Admin::connect(addr).await else {
@@ -321,6 +343,17 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
             let mut reasons: Vec<String> = Vec::new();
             loop {
                 if let Ok(stats) = admin.stats_json().await {
+                    if trace {
+                        eprintln!(
+                            "trace {:6.2} active {} waiting {} admitted {} observed {} estimating {}",
+                            start.elapsed().as_secs_f64(),
+                            stats["active"],
+                            stats["waiting"],
+                            stats["total_admitted"],
+                            stats["observed_rate"],
+                            stats["estimating"]
+                        );
+                    }
                     if let Some(rate) = stats["effective_rate"].as_f64() {
                         lowest = lowest.min(rate);
                     }
@@ -389,6 +422,21 @@ pub async fn run_case(case: &Case) -> anyhow::Result<CaseResult> {
     let mut waits = Vec::new();
     let (mut mins, mut maxs) = (Vec::new(), Vec::new());
     let mut fast_path = 0;
+    if case.diagnostics.trace {
+        for (o, replica) in &outcomes {
+            if let (Some(sh), Some(adm)) = (&o.shown, o.admitted) {
+                eprintln!(
+                    "visitor replica {replica} shown {:6.2} range {}-{} admitted {:6.2} waited {:5.1} held {}",
+                    sh.at.saturating_duration_since(start).as_secs_f64(),
+                    sh.min,
+                    sh.max,
+                    adm.saturating_duration_since(start).as_secs_f64(),
+                    sh.waited(adm),
+                    sh.held(adm)
+                );
+            }
+        }
+    }
     for (o, _) in &outcomes {
         if o.fast_path {
             fast_path += 1;
@@ -630,6 +678,7 @@ pub async fn site_bound(
     only: &[u8],
     visitors: Option<usize>,
     replicas: usize,
+    diagnostics: &Diagnostics,
 ) -> anyhow::Result<Vec<CaseResult>> {
     let mut results = Vec::new();
     for mut case in Case::all(small) {
@@ -640,6 +689,7 @@ pub async fn site_bound(
             case.visitors = n;
         }
         case.replicas = replicas.max(1);
+        case.diagnostics = diagnostics.clone();
         let r = run_case(&case).await?;
         say(format!(
             "site-bound case {}: within {:.2} of {}, median error {:.1} s, 5xx {}, product {}",

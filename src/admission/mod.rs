@@ -745,3 +745,6 @@ mod tests;
 
 #[cfg(test)]
 mod eta_simulation;
+
+#[cfg(test)]
+mod eta_drop_simulation;

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::RATE_WINDOW;
 use super::adaptive::RateView;
-use crate::fairness::eta::{Eta, EtaReport, MIN_SESSIONS, MIN_SPREAD, Observed, Pace};
+use crate::fairness::eta::{Eta, EtaReport, MIN_SESSIONS, MIN_SPREAD, Observed, Pace, Turnover};
 use crate::queue::{Place, RoomStats};
 
 /// What the ETA ledger says of a room, as the statistics cache keeps it.
@@ -36,6 +36,10 @@ pub struct CachedStats {
     /// by more than a range's margin since this replica started: each restarts the
     /// observation and lets the waiting visitors' promises be made again.
     pub epoch: u64,
+    /// The site has filled up (`max_active` sessions) for the crowd now waiting: its line
+    /// moves in generations of sessions from then on, even while a lower rate (closed-loop
+    /// admission's) keeps it below full.
+    pub filled: bool,
     /// How long the last admission pass took.
     pub last_pass: Option<Duration>,
     /// When these counters were read.
@@ -70,18 +74,24 @@ impl CachedStats {
     pub fn pace(&self) -> Pace {
         let s = &self.stats;
         let full = s.settings.max_active > 0 && s.active >= s.settings.max_active;
-        // The store's latest ended sessions, once there are enough to go by.
+        // The store's latest ended sessions, once there are enough to go by and a whole
+        // generation has ended (every session admitted and no longer active has ended):
+        // before that, those that ended are the shortest of the first, not the site's.
         let ended = s.ended_sessions;
+        let generation_ended = s.total_admitted.saturating_sub(s.active) >= s.settings.max_active;
         let turnover = ended
             .mean()
-            .filter(|length| full && ended.count >= MIN_SESSIONS && !length.is_zero())
-            .map(|length| {
-                let rate = s.settings.max_active as f64 / length.as_secs_f64();
-                (rate, ended.count as usize)
+            .filter(|length| {
+                full && generation_ended && ended.count >= MIN_SESSIONS && !length.is_zero()
+            })
+            .map(|mean| Turnover {
+                rate: s.settings.max_active as f64 / mean.as_secs_f64(),
+                sessions: ended.count,
             });
         Pace {
             admitting: self.admitting(),
             observed: self.observed,
+            generation: (full || self.filled).then_some(s.settings.max_active),
             turnover,
         }
     }
@@ -217,6 +227,7 @@ impl StatsCache {
         samples.latest = Some(CachedStats {
             stats,
             observed,
+            filled: samples.filled,
             epoch: samples.epoch,
             last_pass: samples.last_pass,
             read_at: now,

@@ -93,10 +93,9 @@ impl Eta {
 }
 
 /// Session lengths a room's store must have kept before `max_active` over their mean is a
-/// known limit (see [`Pace`]). With a full `max_active`, one leaves the site (and one is
-/// admitted) every `mean length / max_active` on average, which is known as soon as the
-/// first sessions end, long before a line moving in bursts (a whole generation of sessions
-/// ending together) has shown its average pace.
+/// known limit (see [`Pace`]), besides a whole generation of sessions having ended. With a
+/// full `max_active`, one leaves the site (and one is admitted) every
+/// `mean length / max_active` on average.
 pub const MIN_SESSIONS: u64 = 8;
 
 /// How fast a room's line has been seen to move: admissions per second over the stretches
@@ -111,29 +110,57 @@ pub struct Observed {
     pub busy: Duration,
 }
 
+/// The longest a full site's observation waits for a whole generation of sessions to end
+/// (see [`Pace`]): half the observed-rate window, so a site whose sessions last minutes
+/// still gets promises from what half a minute showed.
+pub const MAX_GENERATION: Duration = Duration::from_secs(30);
+
+/// What a full site's ended sessions say of its pace (the store keeps their lengths).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Turnover {
+    /// `max_active` over the sessions' mean length: the rate at which places on the site
+    /// free up.
+    pub rate: f64,
+    /// How many session lengths that mean rests on.
+    pub sessions: u64,
+}
+
 /// What a room knows of its line's speed, from which every waiting visitor's range is
 /// computed (docs/fairness.md, "Honest ETA").
 ///
 /// The line moves at the rate the room actually achieves, never faster than the rate it
 /// admits at (`rate`, or closed-loop admission's lower one), nor, while `max_active` is
-/// full, than places on the site free up (its turnover, from the session lengths the store
-/// keeps), whatever holds it back (a full `max_active`, a saturated `max_inflight`, a slow
-/// origin). So: until
-/// [`MIN_OBSERVED`] admissions over [`MIN_BUSY`] have been seen, the turnover when it is
-/// known, else "estimating" with the wait at the admitting rate as a floor; then the lowest
-/// of the observed rate and those limits, with a margin of
-/// the larger of [`MIN_SPREAD`] and `1 + 2/√n`, where `n` is the fewer of the admissions
-/// observed and the visitors ahead: a rate measured over few admissions is uncertain, and
-/// the last few places ahead are admitted one at a time, at the pace of single sessions.
+/// full, than places on the site free up (its [`Turnover`]), whatever holds it back (a
+/// full `max_active`, a saturated `max_inflight`, a slow origin).
+///
+/// Once the site has filled up for a crowd its line moves in generations: the sessions let
+/// in together end together, shortest first, and the line then stands still until the next
+/// ones end. What part of one generation shows, a burst or a stand-still, is not the pace,
+/// nor is the mean length of the sessions that ended first. So a filled site's observation
+/// is a promise only once it has counted a whole generation (`max_active` admissions, each
+/// a session ended; or [`MAX_GENERATION`] of watching, for sessions of minutes), and the
+/// caller gives a turnover only once as many sessions have ended as the site holds.
+/// Otherwise an
+/// observation is a promise once it rests on [`MIN_OBSERVED`] admissions over
+/// [`MIN_BUSY`]. Before that, the turnover when it is known, else "estimating" with the
+/// wait at the admitting rate as a floor. A promise takes the lowest of the observed rate
+/// and those limits, with a margin of the larger of [`MIN_SPREAD`] and `1 + 2/√n`, where
+/// `n` is the fewer of the admissions observed and the visitors ahead: a rate measured
+/// over few admissions is uncertain, and the last few places ahead are admitted one at a
+/// time, at the pace of single sessions. A filled site's first generation counts as
+/// [`MIN_OBSERVED`] admissions, whatever its size: its admissions came in one burst.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Pace {
     /// The rate the room admits at (configured, or closed-loop admission's).
     pub admitting: f64,
     /// What has been observed since the room's limits last moved, if anything.
     pub observed: Option<Observed>,
-    /// While `max_active` is full: `max_active` over the sessions' mean length (the rate at
-    /// which places on the site free up), and how many sessions that mean rests on.
-    pub turnover: Option<(f64, usize)>,
+    /// Once `max_active` has filled up for the crowd waiting: `max_active`, the sessions of
+    /// one generation.
+    pub generation: Option<u64>,
+    /// While `max_active` is full, once a generation of sessions has ended: how fast they
+    /// turn over.
+    pub turnover: Option<Turnover>,
 }
 
 impl Pace {
@@ -150,23 +177,34 @@ impl Pace {
         // The tightest limit known without watching the line: the admitting rate and, with
         // the site full, its turnover.
         let limit = match self.turnover {
-            Some((turnover, _)) if self.admitting > 0.0 => turnover.min(self.admitting),
-            Some((turnover, _)) => turnover,
+            Some(t) if self.admitting > 0.0 => t.rate.min(self.admitting),
+            Some(t) => t.rate,
             None => self.admitting,
         };
+        let seen = |o: &Observed| {
+            let enough = o.admitted >= MIN_OBSERVED && o.busy >= MIN_BUSY && o.rate > 0.0;
+            let whole = self
+                .generation
+                .is_none_or(|g| o.admitted >= g || o.busy >= MAX_GENERATION);
+            enough && whole
+        };
         match self.observed {
-            Some(o) if o.admitted >= MIN_OBSERVED && o.busy >= MIN_BUSY && o.rate > 0.0 => {
+            Some(o) if seen(&o) => {
                 let rate = if limit > 0.0 {
                     o.rate.min(limit)
                 } else {
                     o.rate
                 };
-                Eta::within(position, rate, margin(o.admitted))
+                // A generation's admissions came in one burst, timed by sessions that began
+                // together: together they are one measurement, worth the fewest a promise
+                // rests on, and only the admissions after it add to what is known.
+                let n = self.generation.map_or(o.admitted, |g| {
+                    o.admitted.saturating_sub(g).max(MIN_OBSERVED)
+                });
+                Eta::within(position, rate, margin(n))
             }
             _ => match self.turnover {
-                Some((_, sessions)) if limit > 0.0 => {
-                    Eta::within(position, limit, margin(sessions as u64))
-                }
+                Some(t) if limit > 0.0 => Eta::within(position, limit, margin(t.sessions)),
                 _ => Eta::estimating(floor(self.admitting)),
             },
         }

@@ -141,6 +141,7 @@ fn a_pace_estimates_until_it_has_seen_enough_then_trusts_the_slower_rate() {
     let nothing = Pace {
         admitting: 10.0,
         observed: None,
+        generation: None,
         turnover: None,
     };
     // Nothing seen: "estimating", at least the wait at the admitting rate.
@@ -161,7 +162,7 @@ fn a_pace_estimates_until_it_has_seen_enough_then_trusts_the_slower_rate() {
     let rate_bound = Pace {
         admitting: 5.0,
         observed: Some(observed(10.0, 400, 40)),
-        turnover: None,
+        ..nothing
     };
     assert_eq!(rate_bound.eta(100), Eta::for_position(100, 5.0));
     // Few admissions behind the rate, or few places ahead: a wider range.
@@ -179,21 +180,56 @@ fn a_pace_estimates_until_it_has_seen_enough_then_trusts_the_slower_rate() {
             estimating: false
         }
     );
-    // A full site whose sessions are known: its turnover is a limit before the line has
-    // been watched, and after (a burst of a whole generation leaving is not the pace).
+    // A full site of 15 sessions: what less than a generation showed is no promise (a
+    // burst of sessions leaving together, or the stand-still after it)...
     let full = Pace {
-        turnover: Some((1.5, 16)),
+        generation: Some(15),
         ..nothing
     };
-    assert_eq!(full.eta(100), Eta::within(100, 1.5, 1.5));
-    let burst = Pace {
-        observed: Some(observed(6.0, 30, 5)),
+    for part in [observed(6.0, 14, 5), observed(0.5, 10, 20)] {
+        let pace = Pace {
+            observed: Some(part),
+            ..full
+        };
+        assert!(pace.eta(100).estimating, "{part:?}");
+    }
+    // ... nor is it over the ended sessions' turnover, once a generation has ended...
+    let known = Pace {
+        turnover: Some(Turnover {
+            rate: 1.5,
+            sessions: 16,
+        }),
         ..full
     };
-    assert_eq!(
-        burst.eta(100),
-        Eta::within(100, 1.5, 1.0 + 2.0 / 30f64.sqrt())
-    );
+    assert_eq!(known.eta(100), Eta::within(100, 1.5, 1.5));
+    let burst = Pace {
+        observed: Some(observed(6.0, 14, 5)),
+        ..known
+    };
+    assert_eq!(burst.eta(100), Eta::within(100, 1.5, 1.5));
+    // ... but a whole generation watched is, bounded by the turnover; its admissions count
+    // as the fewest a promise rests on, and those after it add to that. Half a minute of
+    // a generation that lasts longer is as good.
+    for (whole, rate, n) in [
+        (observed(1.2, 15, 20), 1.2, MIN_OBSERVED),
+        (observed(1.2, 55, 40), 1.2, 40),
+        (observed(6.0, 30, 5), 1.5, 15),
+        (
+            observed(1.2, 12, MAX_GENERATION.as_secs()),
+            1.2,
+            MIN_OBSERVED,
+        ),
+    ] {
+        let pace = Pace {
+            observed: Some(whole),
+            ..known
+        };
+        assert_eq!(
+            pace.eta(100),
+            Eta::within(100, rate, 1.0 + 2.0 / (n as f64).sqrt()),
+            "{whole:?}"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::eta_simulation::Rng;
 use crate::admission::{Admission, Decision};
 use crate::clock::Clock;
 use crate::events::EventSink;
@@ -49,18 +50,6 @@ struct Drop {
     /// first's.
     offset_steps: u64,
     seed: u64,
-}
-
-/// A tiny deterministic generator (xorshift), so a run is reproducible.
-struct Rng(u64);
-impl Rng {
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 /// An admitted visitor reading pages.

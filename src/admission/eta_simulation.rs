@@ -31,8 +31,9 @@ struct Scenario {
     site_bound: Option<(u64, Duration)>,
 }
 
-/// A tiny deterministic generator (xorshift), so a run is reproducible.
-struct Rng(u64);
+/// A tiny deterministic generator (xorshift), so a run is reproducible (the drop
+/// simulation's too).
+pub(super) struct Rng(pub(super) u64);
 impl Rng {
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
@@ -41,7 +42,7 @@ impl Rng {
         self.0
     }
     /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
+    pub(super) fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 }

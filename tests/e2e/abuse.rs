@@ -468,9 +468,10 @@ impl Nginx {
             .local_addr()
             .unwrap();
         let d = dir.path().display();
-        // The server block is docs/operations.md's, on plain HTTP and one upstream.
+        // The server block is docs/operations.md's, on plain HTTP and one upstream. One
+        // process, no master: killing it at the end leaves no orphaned worker listening.
         let conf = format!(
-            "daemon off;\nuser root;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+            "daemon off;\nmaster_process off;\nuser root;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
              events {{ worker_connections 256; }}\n\
              http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
              fastcgi_temp_path {d}/fcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\

@@ -140,8 +140,7 @@ pub struct Turnover {
 /// is a promise only once it has counted a whole generation (`max_active` admissions, each
 /// a session ended; or [`MAX_GENERATION`] of watching, for sessions of minutes), and the
 /// caller gives a turnover only once as many sessions have ended as the site holds.
-/// Otherwise an
-/// observation is a promise once it rests on [`MIN_OBSERVED`] admissions over
+/// Otherwise an observation is a promise once it rests on [`MIN_OBSERVED`] admissions over
 /// [`MIN_BUSY`]. Before that, the turnover when it is known, else "estimating" with the
 /// wait at the admitting rate as a floor. A promise takes the lowest of the observed rate
 /// and those limits, with a margin of the larger of [`MIN_SPREAD`] and `1 + 2/√n`, where

@@ -21,7 +21,7 @@ pub enum PathError {
 /// (`%2e`), a backslash is a separator (several servers treat it so), and `..` at the top
 /// stays at the top. A segment that still holds an encoded `/` or `\` next to dots is
 /// refused. Returns `None` when nothing needed changing, so the common path allocates
-/// nothing.
+/// nothing and a resolved path resolves to `None` again.
 pub fn resolve_dot_segments(path: &str) -> Result<Option<String>, PathError> {
     if !path.starts_with('/') {
         return Err(PathError::NotAbsolute);
@@ -61,7 +61,9 @@ pub fn resolve_dot_segments(path: &str) -> Result<Option<String>, PathError> {
     if resolved.is_empty() {
         resolved.push('/');
     }
-    Ok(Some(resolved))
+    // The pre-check is coarse (`/.well-known`, `a%2Fb`): a path it flags may need nothing,
+    // and `None` is what says a path is final (the proxy's last check relies on it).
+    Ok((resolved != path).then_some(resolved))
 }
 
 /// Cheap pre-check: only a path with a dot-ish segment, a backslash or a `%2e`/`%2f`/`%5c`

@@ -552,6 +552,16 @@ fn paths() {
     assert_eq!(path("/files/a%2Fb").unwrap(), "/files/a%2Fb");
     assert_eq!(path("/x/%2e%2e%2Fadmin"), Err(PathError::EncodedSeparator));
     assert_eq!(path("*"), Err(PathError::NotAbsolute));
+    // A path that needs no change says so, even when the quick check flagged it: the
+    // proxy refuses anything the second pass would still change.
+    for p in ["/.well-known/acme-challenge/t", "/x/.hidden", "/a%2Eb", "/files/a%2Fb", "/..."] {
+        assert_eq!(resolve_dot_segments(p), Ok(None), "{p}");
+    }
+    // Resolving is idempotent: what the gate resolved, the proxy takes as final.
+    for p in ["/../a", "/a\\b", "/%2E./x/.", "/a/./b/../c", "/.well-known/../x"] {
+        let once = path(p).unwrap();
+        assert_eq!(resolve_dot_segments(&once), Ok(None), "{p} -> {once}");
+    }
     // Never climbs out: every result starts with '/' and has no dot segment.
     for p in ["/../../..", "/a/../../b", "/%2e%2e/%2e%2e/x", "/.\\..\\x"] {
         let r = path(p).unwrap();

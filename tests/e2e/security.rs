@@ -200,6 +200,14 @@ async fn paths_never_climb_out_of_the_origin_prefix() {
         ("/a/b/../../../admin/secret.txt", "/public/admin/secret.txt"),
         ("/a/./b/../c?q=/../x", "/public/a/c?q=/../x"),
         ("/shop/item.css", "/public/shop/item.css"),
+        // Dots and escapes that need no change reach the origin as they came.
+        (
+            "/.well-known/acme-challenge/t0k",
+            "/public/.well-known/acme-challenge/t0k",
+        ),
+        ("/x/.hidden", "/public/x/.hidden"),
+        ("/files/a%2Fb", "/public/files/a%2Fb"),
+        ("/a%2Eb", "/public/a%2Eb"),
     ] {
         let answer = raw(ar.addr, &get_with_host(path, "shop.example")).await;
         assert_eq!(status_of(&answer), 200, "{path}: {answer}");

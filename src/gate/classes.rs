@@ -257,6 +257,21 @@ impl App {
         }
     }
 
+    /// Another site's page embedding the shop ([`super::classify::Class::Embedded`]): for
+    /// visitors on the site only, as the small 503 of an asset otherwise, whether or not
+    /// anybody waits.
+    pub(super) async fn embedded(
+        &self,
+        room: &Room,
+        req: Request<Incoming>,
+        identity: &Identity,
+    ) -> Response<Body> {
+        match self.standing(room, identity).await {
+            Standing::OnSite(admitted) => self.to_origin(room, req, identity, admitted).await,
+            Standing::Nobody | Standing::InLine => not_admitted(),
+        }
+    }
+
     /// WebSocket upgrades and event streams: admitted sessions only, at most `stream_cap`
     /// at once; while open, the visitor's session is kept alive ([`App::touch_streams`]).
     /// A stream does not hold an in-flight slot for its lifetime (it would starve every
@@ -415,8 +430,17 @@ impl App {
         }
     }
 
-    /// Nobody waits (as last read) and the room is open and admitting.
+    /// Nobody waits (as last read), the room is open and admitting, and in its queue or
+    /// passthrough mode. While the store does not answer, the last read says nothing of
+    /// now: free only once failing open lets everybody through anyway.
     fn room_is_free(&self, room: &Room) -> bool {
+        let health = self.admission.health();
+        if !health.is_up() {
+            return health.failing_open();
+        }
+        if self.admission.mode(&room.name) == crate::queue::Mode::SoldOut {
+            return false;
+        }
         let Some(cached) = self.admission.cached_stats(&room.name) else {
             return false;
         };

@@ -11,7 +11,8 @@
 //!    `OPTIONS *` ([`Class::OptionsAny`]), which is about the server, not a page;
 //! 3. [`Class::BanPath`] (`abuse.ban_paths`, on the [`normalized_path`]);
 //! 4. [`Class::Bypass`] (`bypass_paths`) and [`Class::Preflight`] (CORS preflights);
-//! 5. [`Class::Asset`] (`asset_paths`); 6. [`Class::Stream`] (WebSocket upgrade or
+//! 5. [`Class::Embedded`] (another site's page embedding the shop) and [`Class::Asset`]
+//!    (`asset_paths`); 6. [`Class::Stream`] (WebSocket upgrade or
 //!    `Accept: text/event-stream`); 7. a priority grant: [`Class::Grant`] (verified and
 //!    spent in `decide`);
 //! 8. the page: [`Class::Site`], decided by the queue.
@@ -69,6 +70,12 @@ pub enum Class {
     Preflight,
     /// Under the room's `asset_paths`: never joins the line, never gets the page.
     Asset,
+    /// Another site's page embedding the shop (`Sec-Fetch-Site: cross-site`, not a
+    /// top-level navigation), outside `asset_paths`: not the visitor's act, so it never
+    /// joins the line or takes a slot, and it reaches the origin only for a visitor already
+    /// on the site. Unlike an asset it is not let through while nobody waits: the header
+    /// is a browser's promise, and a script can send it to any path.
+    Embedded,
     /// A WebSocket upgrade or an event stream to the origin: admitted sessions only.
     Stream,
     /// The site with a priority grant (`ar_grant` or `X-Anteroom-Grant`, step 7): the
@@ -83,7 +90,7 @@ pub enum Class {
 pub const INVALID_LABEL: &str = "invalid";
 
 impl Class {
-    /// The access log's `class`: `page`, `grant`, `asset`, `bypass`,
+    /// The access log's `class`: `page`, `grant`, `asset`, `embedded`, `bypass`,
     /// `preflight`, `stream`, `events`, `admin`, `health`, `static`, `admission_key`,
     /// `draw`, `challenge`, `reserved`, `options`, `ban_path`, `banned` (a banned client's request is not
     /// classified further) or `invalid`.
@@ -104,6 +111,7 @@ impl Class {
             Class::Bypass => "bypass",
             Class::Preflight => "preflight",
             Class::Asset => "asset",
+            Class::Embedded => "embedded",
             Class::Stream => "stream",
             Class::Grant => "grant",
             Class::Site => "page",
@@ -282,10 +290,13 @@ fn site_class<B>(
     {
         return Class::Preflight;
     }
+    if paths.is_some_and(|p| p.assets.is_match(path)) {
+        return Class::Asset;
+    }
     // Another site's page embedding the shop (an image, a script, a frame) is not the
     // visitor's act: it never joins the line or takes a slot.
-    if fetch.embedded_cross_site() || paths.is_some_and(|p| p.assets.is_match(path)) {
-        return Class::Asset;
+    if fetch.embedded_cross_site() {
+        return Class::Embedded;
     }
     if crate::proxy::is_upgrade(req) || crate::proxy::is_event_stream(req) {
         return Class::Stream;
@@ -412,7 +423,7 @@ mod tests {
         for dest in ["image", "script", "iframe", "empty", "style"] {
             assert_eq!(
                 fetch(Some("cross-site"), Some(dest)),
-                Class::Asset,
+                Class::Embedded,
                 "{dest}"
             );
             // The visitor's own page loading the same: a grant is not for it.
@@ -429,7 +440,7 @@ mod tests {
         assert_eq!(fetch(Some("same-origin"), Some("document")), Class::Grant);
         assert_eq!(fetch(None, None), Class::Grant);
         // Case does not hide a cross-site request.
-        assert_eq!(fetch(Some("Cross-Site"), Some("IMAGE")), Class::Asset);
+        assert_eq!(fetch(Some("Cross-Site"), Some("IMAGE")), Class::Embedded);
     }
 
     #[test]

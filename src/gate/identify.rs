@@ -167,8 +167,8 @@ impl FetchSite {
         }
     }
 
-    /// A request another site's page embedded (an image, a script, a frame, a fetch):
-    /// answered like an asset, so it never joins the line or takes a slot.
+    /// A request another site's page embedded (an image, a script, a frame, a fetch): it
+    /// never joins the line or takes a slot ([`super::classify::Class::Embedded`]).
     pub fn embedded_cross_site(self) -> bool {
         self.cross_site && !self.document
     }

@@ -342,6 +342,10 @@ impl App {
                 Some(room) => Box::pin(self.asset(room, req, &identity)).await,
                 None => self.error(Kind::UnknownSite, &identity),
             },
+            Class::Embedded => match room {
+                Some(room) => Box::pin(self.embedded(room, req, &identity)).await,
+                None => self.error(Kind::UnknownSite, &identity),
+            },
             Class::Stream => match room {
                 Some(room) => Box::pin(self.stream(room, req, &identity)).await,
                 None => self.error(Kind::UnknownSite, &identity),

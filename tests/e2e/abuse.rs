@@ -649,6 +649,61 @@ async fn another_sites_page_cannot_get_a_visitor_banned() {
     assert_eq!(r.status(), 429);
 }
 
+/// `Sec-Fetch-Site` is a browser's promise, and a script can send it to any path: a
+/// request claiming to be another site's embed earns no strike, and no pass to the origin
+/// either, even while nobody waits (when an asset would pass). A visitor on the site still
+/// gets what another site's page embeds.
+#[tokio::test]
+async fn a_claimed_cross_site_embed_never_reaches_the_origin_without_a_session() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let room = "    asset_paths: [\"/static/**\"]\n";
+    let ar = common::start(&abuse_config(&origin.url(), dir.path(), None, room)).await;
+    let anyone = from("127.0.0.41");
+    // Nobody waits: an asset passes without a session, once the room's statistics say so.
+    until_status(
+        &anyone,
+        &url(&ar, "/static/app.css"),
+        200,
+        Duration::from_secs(10),
+    )
+    .await;
+    let hits = origin.hits();
+    let bot = from("127.0.0.42");
+    for path in ["/checkout", "/", "/api/cart"] {
+        for dest in ["empty", "image", "iframe"] {
+            let r = cross_site(bot.post(url(&ar, path)), dest)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 503, "{path} as {dest}");
+            assert!(
+                visitor_cookie(&r).is_none(),
+                "an embed never joins the line"
+            );
+        }
+    }
+    assert_eq!(origin.hits(), hits, "no claimed embed reached the origin");
+    // The asset still passes, and a visitor on the site gets another site's embeds.
+    let r = cross_site(anyone.get(url(&ar, "/static/app.css")), "style")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let visitor = from("127.0.0.43");
+    let first = visitor.get(url(&ar, "/")).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let cookie = visitor_cookie(&first).unwrap();
+    let hits = origin.hits();
+    let r = cross_site(visitor.get(url(&ar, "/pic.png")), "image")
+        .visitor(&cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(origin.hits(), hits + 1);
+}
+
 #[tokio::test]
 async fn bans_hold_on_every_listener_and_probes_answer_everyone() {
     let origin = Origin::start().await;

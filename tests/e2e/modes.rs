@@ -175,6 +175,39 @@ async fn sold_out_turns_the_line_and_newcomers_away_while_the_site_goes_on() {
     ar.shutdown().await.unwrap();
 }
 
+/// Sold out, the site's assets are for the visitors on it: a newcomer gets the small 503
+/// even with nobody in line, when in the queue mode an asset passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sold_out_serves_assets_only_to_visitors_on_the_site() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let room = format!("{ROOM}    asset_paths: [\"/static/**\"]\n");
+    let ar = start(&config(&origin.url(), dir.path(), &room)).await;
+    let http = client();
+    let asset = format!("http://{}/static/app.css", ar.addr);
+    let first = visit_json(&http, &format!("http://{}/page", ar.addr), None).await;
+    assert_eq!(status_header(&first), None, "the first visitor is proxied");
+    let admitted = visitor_cookie(&first).unwrap();
+    poll_until(
+        WITHIN * 3,
+        "an asset passing while nobody waits",
+        async || {
+            let r = http.get(&asset).send().await.unwrap();
+            (r.status() == 200).then_some(())
+        },
+    )
+    .await;
+
+    set_mode(&http, ar.addr, "sold_out").await;
+    let s = phase_is(&http, ar.addr, "sold_out").await;
+    assert_eq!(s["waiting"], 0);
+    let newcomer = http.get(&asset).send().await.unwrap();
+    assert_eq!(newcomer.status(), 503);
+    let on_site = http.get(&asset).visitor(&admitted).send().await.unwrap();
+    assert_eq!(on_site.status(), 200);
+    ar.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_mode_is_422_naming_the_field_and_changes_nothing() {
     let (_origin, _dir, ar) = front(ROOM).await;

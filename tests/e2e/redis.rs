@@ -261,6 +261,52 @@ async fn redis_down_admits_nobody_and_recovery_needs_no_restart() {
     ar.shutdown().await.unwrap();
 }
 
+/// While Redis does not answer, the last statistics read say nothing of the line now: an
+/// asset that passed while nobody waited is the small 503 until the store is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_assets_pass_nobody_without_a_session() {
+    let mut redis = RedisServer::start_durable();
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = redis_config(
+        &origin.url(),
+        &redis.url(),
+        dir.path(),
+        "    rate: 5\n    asset_paths: [\"/static/**\"]",
+    );
+    let ar = instance(&config, &redis.url()).await;
+    let http = client();
+    let asset = format!("http://{}/static/app.css", ar.addr);
+    let ready = format!("http://{}/__anteroom/readyz", ar.addr);
+    let status = async |url: &str| http.get(url).send().await.unwrap().status();
+    poll_until(
+        Duration::from_secs(10),
+        "an asset passing while nobody waits",
+        async || (status(&asset).await == 200).then_some(()),
+    )
+    .await;
+    let hits = origin.hits();
+
+    redis.kill();
+    poll_until(Duration::from_secs(10), "the outage noticed", async || {
+        (status(&ready).await == 503).then_some(())
+    })
+    .await;
+    for _ in 0..3 {
+        assert_eq!(status(&asset).await, 503);
+    }
+    assert_eq!(origin.hits(), hits, "nothing reached the origin");
+
+    redis.restart();
+    poll_until(
+        Duration::from_secs(15),
+        "assets passing again",
+        async || (status(&asset).await == 200).then_some(()),
+    )
+    .await;
+    ar.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_killed_with_sigkill_loses_nobodys_place() {
     let redis = RedisServer::start();

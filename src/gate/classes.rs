@@ -17,12 +17,13 @@ use std::net::IpAddr;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use super::door::AtTheDoor;
 use super::identify::Identity;
 use super::{App, Kind, Room};
 use crate::admission::Decision;
 use crate::http::body::{Body, BoxError, Watch, Watched, full};
 use crate::http::pages::{STATUS_HEADER, VisitorStatus};
-use crate::queue::{Phase, RoomPolicy, VisitorId, VisitorState};
+use crate::queue::{Join, Phase, RoomPolicy, VisitorId, VisitorState};
 
 /// `Retry-After` of an asset or stream refused to someone not on the site.
 const NOT_ADMITTED_RETRY_SECS: u64 = 5;
@@ -283,15 +284,20 @@ impl App {
         identity: &Identity,
     ) -> Response<Body> {
         // On the site already, or (while nobody waits and the room is open) let in now by
-        // the fast path like a page would be; never put in line by a stream.
+        // the fast path like a page would be; never put in line by a stream (`Join::Now`:
+        // the statistics read may be a second old), and never past the door: its proof of
+        // work and shadow line are a page's to answer.
         let (visitor, admitted, new_cookie) =
             match (self.standing(room, identity).await, identity.visitor) {
                 (Standing::OnSite(admitted), Some(v)) => (v, admitted, false),
-                (Standing::Nobody, known) if self.room_is_free(room) => {
+                (Standing::Nobody, known)
+                    if self.room_is_free(room)
+                        && matches!(self.at_the_door(room, identity), AtTheDoor::Enter) =>
+                {
                     let visitor = known.unwrap_or_else(VisitorId::random);
                     match self
                         .admission
-                        .decide(&room.name, visitor, identity.client)
+                        .decide_with(&room.name, visitor, identity.client, Join::Now)
                         .await
                     {
                         Decision::Admitted { since } => {

@@ -91,8 +91,9 @@ pub enum Resolution {
     NotOpen,
     /// After `closes_at`: nobody else is admitted; only sessions already on the site go on.
     Closed,
-    /// Asked with [`Join::Known`]: neither waiting nor on the site, so a newcomer, who
-    /// was not joined (nothing was stored).
+    /// Asked with [`Join::Known`], or with [`Join::Now`] when the fast path could not let
+    /// them in: neither waiting nor on the site, so a newcomer, who was not joined (nothing
+    /// was stored).
     Newcomer,
 }
 
@@ -139,6 +140,12 @@ pub enum Join {
     /// anyone else is [`Resolution::Newcomer`] and is not joined (a request the door must
     /// see first). The schedule still answers first (not open, closed).
     Known,
+    /// Now or not at all: a visitor waiting or on the site is resolved as with
+    /// [`Join::Back`]; a newcomer is admitted on the spot when the fast path allows it
+    /// (nobody waits, the limits allow; the join limit and the shares apply as to any
+    /// newcomer), and otherwise is [`Resolution::Newcomer`] and is not joined (a stream's
+    /// first request, which can be let in but never put in line).
+    Now,
 }
 
 /// A solved challenge's one-time id, spent by the newcomer's join in the same atomic

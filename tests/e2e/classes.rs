@@ -733,3 +733,60 @@ async fn an_event_stream_to_the_origin_counts_against_the_client_share() {
     assert_eq!(events.status(), 429);
     ar.shutdown().await.unwrap();
 }
+
+/// A stream's first request is let in by the fast path or not at all: it never puts anybody
+/// in line (not even while the statistics read, a second old, still says nobody waits), and
+/// it never walks past the door's proof of work.
+#[tokio::test]
+async fn a_stream_never_joins_the_line_nor_passes_the_door() {
+    for door in ["", "\n    challenge: {mode: always}"] {
+        let origin = Origin::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let room =
+            format!("    rate: 100\n    max_active: 2\n    asset_paths: [\"/static/**\"]{door}");
+        let config = config(&origin.url(), dir.path(), &room);
+        let store = anteroom::run::open_store(&config).await.unwrap();
+        let ar = start_with_store(&config, store.clone()).await;
+        let http = client();
+        let url = format!("http://{}/", ar.addr);
+        let stream = || {
+            http.get(format!("{url}feed"))
+                .header("accept", "text/event-stream")
+                .send()
+        };
+        // The room's statistics say nobody waits: an asset passes without a session.
+        poll_until(Duration::from_secs(5), "an asset passing", async || {
+            let r = http
+                .get(format!("{url}static/app.css"))
+                .send()
+                .await
+                .unwrap();
+            (r.status() == 200).then_some(())
+        })
+        .await;
+        let hits = origin.hits();
+        if door.is_empty() {
+            // Fill the site; within the second, the statistics still say nobody waits.
+            for _ in 0..2 {
+                let page = http.get(&url).send().await.unwrap();
+                assert_eq!(status_header(&page), None, "let in");
+            }
+        } else {
+            let page = http.get(&url).send().await.unwrap();
+            assert_eq!(status_header(&page).as_deref(), Some("challenge"));
+        }
+        let let_in = origin.hits() - hits;
+        for _ in 0..10 {
+            let r = stream().await.unwrap();
+            assert_eq!(r.status(), 503, "{door}");
+            assert!(visitor_cookie(&r).is_none(), "{door}");
+        }
+        assert_eq!(origin.hits(), hits + let_in, "no stream reached the origin");
+        // The store's own counts, not the statistics read.
+        let stats = store.stats("main").await.unwrap();
+        let on_site = if door.is_empty() { 2 } else { 0 };
+        assert_eq!(stats.active, on_site, "{door}");
+        assert_eq!((stats.waiting, stats.total_joined), (0, 0), "{door}");
+        ar.shutdown().await.unwrap();
+    }
+}

@@ -102,6 +102,7 @@ macro_rules! suite {
             grant_nonces_are_spent_once,
             challenge_ids_are_spent_once,
             a_known_only_resolve_joins_nobody_new,
+            a_now_only_resolve_admits_on_the_spot_or_joins_nobody,
             end_session_frees_the_slot_at_once,
             touch_sessions_keeps_sessions_alive,
             session_lengths_are_kept_by_the_store,

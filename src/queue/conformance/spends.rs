@@ -1,5 +1,5 @@
 //! One-time ids: priority grants' nonces and challenges' ids, spent once across replicas;
-//! and a known-only resolve.
+//! and the resolves that join nobody new (known-only, now-or-never).
 
 use super::*;
 
@@ -233,4 +233,42 @@ pub async fn a_known_only_resolve_joins_nobody_new<H: Harness>(h: &mut H) {
         .unwrap();
     h.advance(Duration::from_secs(11)).await;
     assert_eq!(known(stranger).await, Resolution::Closed);
+}
+
+/// [`Join::Now`] lets a newcomer in on the spot when the fast path allows it and otherwise
+/// stores nothing (no place, no join counted); a visitor the store has is resolved as
+/// usual.
+pub async fn a_now_only_resolve_admits_on_the_spot_or_joins_nobody<H: Harness>(h: &mut H) {
+    let store = open(h, settings(1.0, 10)).await;
+    let [first, second, waiting] = [(); 3].map(|_| VisitorId::random());
+    let now = |who: VisitorId| {
+        let store = store.clone();
+        async move {
+            store
+                .resolve_with(ROOM, who, anyone(), Join::Now)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(now(first).await, Resolution::Admitted { newly: true });
+    // The bucket is empty: not now, so not at all.
+    assert_eq!(now(second).await, Resolution::Newcomer);
+    assert_eq!(
+        store.heartbeat(ROOM, &[second]).await.unwrap(),
+        vec![VisitorState::Unknown]
+    );
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.waiting, stats.total_joined), (0, 0));
+    // With a line, never ahead of it, even once the bucket has refilled.
+    assert_eq!(
+        place(store.resolve(ROOM, waiting, anyone()).await.unwrap()).position,
+        Some(1)
+    );
+    h.advance(Duration::from_secs(3)).await;
+    assert_eq!(now(second).await, Resolution::Newcomer);
+    // Those the store has are resolved as usual.
+    assert_eq!(now(first).await, Resolution::Admitted { newly: false });
+    assert_eq!(place(now(waiting).await).position, Some(1));
+    let stats = store.stats(ROOM).await.unwrap();
+    assert_eq!((stats.waiting, stats.total_joined), (1, 1));
 }

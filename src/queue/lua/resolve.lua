@@ -1,6 +1,7 @@
 -- resolve(id, client, join): ARGV[2] = visitor id, ARGV[3] = client (16 bytes), ARGV[4] =
 -- '0' for the back of the line, '1' for a priority join (position 1), '2' for nobody new (a
--- newcomer is answered {7} and not joined), ARGV[5] = the visitor's lottery score and
+-- newcomer is answered {7} and not joined), '3' for now or not at all (a newcomer the fast
+-- path does not admit is answered {7} and not joined), ARGV[5] = the visitor's lottery score and
 -- ARGV[6] their 32-byte draw hash (see KEYS[6] and KEYS[10]), used only to enter a draw.
 -- KEYS[13] = this client's join-limit window. KEYS[14], when given, = a solved challenge's
 -- key (ar:{room}:chal:<id>, same slot), spent for a newcomer before they join (a visitor
@@ -17,12 +18,13 @@
 -- them; position 0 = none yet, in a lottery draw), {3, retry_after_ms, reason} refused
 -- (reason 0 join limit, 1 places per client, 2 sessions per client, 3 session clients),
 -- {4} not open yet, {5} closed, {6} full (the queue breaker), {7} a newcomer not joined
--- (ARGV[4] = '2'), {8} the challenge spent by someone else or expired (nothing done).
+-- (ARGV[4] = '2', or '3' past the fast path), {8} the challenge spent by someone else or expired (nothing done).
 local r = load_room()
 if not r then
   return {-1}
 end
 local id, client, front, known_only = ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[4] == '2'
+local now_only = ARGV[4] == '3'
 local K_CHAL = KEYS[14]
 local again = ARGV[8] == '1'
 -- A refusal: counted in total_refused, except on a repeat.
@@ -146,6 +148,9 @@ if ph == QUEUEING then
     count_admitted(r, 1)
     return {1, 1}
   end
+end
+if now_only then
+  return {7}
 end
 
 -- The breaker; the fast path above only runs with nobody waiting, so it is never affected.

@@ -454,6 +454,9 @@ impl Room {
                 return Resolution::Admitted { newly: true };
             }
         }
+        if join == Join::Now {
+            return Resolution::Newcomer;
+        }
         // The breaker; the fast path above only runs with nobody waiting, so it is never
         // affected.
         if join == Join::Back

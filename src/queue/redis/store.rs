@@ -190,6 +190,7 @@ impl RedisStore {
                         Join::Back => "0",
                         Join::Front => "1",
                         Join::Known => "2",
+                        Join::Now => "3",
                     })
                     .arg(score.to_string())
                     .arg(&hash.0[..])

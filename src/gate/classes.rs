@@ -393,8 +393,15 @@ impl App {
         let response = self.proxy(room, req, identity, admitted, None).await;
         self.metrics
             .observe_proxy(name, response.status(), started.elapsed());
-        self.admission
-            .observe_origin(name, arrived.elapsed(), response.status().as_u16());
+        // A body the visitor cut short or garbled says nothing of the origin.
+        if response
+            .extensions()
+            .get::<super::respond::ClientFault>()
+            .is_none()
+        {
+            self.admission
+                .observe_origin(name, arrived.elapsed(), response.status().as_u16());
+        }
         match slot {
             Some(slot) => hold(response, slot),
             None => response,

@@ -247,7 +247,7 @@ impl From<ProxyError> for GateError {
         let kind = match &e {
             ProxyError::Timeout => Kind::OriginTimeout,
             ProxyError::Connect(_) | ProxyError::Upstream(_) => Kind::OriginFailed,
-            ProxyError::BadRequest(_) => Kind::Unforwardable,
+            ProxyError::BadRequest(_) | ProxyError::ClientBody => Kind::Unforwardable,
             ProxyError::InvalidOrigin(_) => Kind::Internal,
             ProxyError::BodyTimeout => Kind::BodyTimeout,
         };
@@ -271,6 +271,8 @@ mod tests {
             (ProxyError::Upstream("reset".into()), 502, "Bad gateway"),
             (ProxyError::BadRequest("no path".into()), 400, "Bad request"),
             (ProxyError::InvalidOrigin("x".into()), 500, "Internal error"),
+            (ProxyError::ClientBody, 400, "Bad request"),
+            (ProxyError::BodyTimeout, 408, "Request timeout"),
         ];
         for (e, status, title) in cases {
             let g = GateError::from(e);

@@ -24,6 +24,12 @@ use crate::token;
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Proxied;
 
+/// Marks our answer to a request whose exchange with the origin failed through the
+/// visitor's fault (a body cut short, garbled or too slow): not the origin's failure, so
+/// closed-loop admission does not count it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ClientFault;
+
 impl App {
     /// Any request-path error, through [`GateError::respond`].
     pub(super) fn error(&self, error: impl Into<GateError>, identity: &Identity) -> Response<Body> {
@@ -106,6 +112,11 @@ impl App {
                         tracing::warn!(room = %name, error = %e, "could not end the session the origin asked to end");
                     }
                 }
+                response
+            }
+            Err(e) if e.is_client_fault() => {
+                let mut response = self.error(e, identity);
+                response.extensions_mut().insert(ClientFault);
                 response
             }
             Err(e) => {

@@ -38,6 +38,10 @@ pub trait Watch: Send + Sync + Unpin + 'static {
     /// Called with the length of every data frame passed on. By default, nothing.
     fn data(&mut self, _len: usize) {}
 
+    /// Called when the inner body yields an error (it was cut short or malformed). By
+    /// default, nothing.
+    fn failed(&mut self) {}
+
     /// Called once, when the body is known to be complete: its end was read, or after a
     /// frame the inner body says nothing follows (hyper then stops polling, so waiting for
     /// the end would miss it). A body dropped before that (the client went away) never
@@ -101,7 +105,7 @@ where
                     }
                     None => this.end(),
                     // An error is not an end: the body was cut short.
-                    Some(Err(_)) => {}
+                    Some(Err(_)) => this.watch.failed(),
                 }
                 this.watch.polled(true, cx);
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))

@@ -29,6 +29,19 @@ pub enum ProxyError {
     /// The visitor's request body did not arrive within `body_timeout`.
     #[error("request body not received in time")]
     BodyTimeout,
+    /// The visitor's request body broke off or was malformed (a bad chunk, fewer bytes
+    /// than its `Content-Length`), so the exchange with the origin failed: the client's
+    /// fault, not the origin's.
+    #[error("the request body broke off")]
+    ClientBody,
+}
+
+impl ProxyError {
+    /// Whether the visitor, not the origin, caused it: never counted against the origin
+    /// (closed-loop admission, the origin-failure log).
+    pub fn is_client_fault(&self) -> bool {
+        matches!(self, ProxyError::BodyTimeout | ProxyError::ClientBody)
+    }
 }
 
 /// `error: cause: cause…`, for a log line that says what really went wrong.

@@ -246,7 +246,14 @@ impl OriginClient {
         if progress.late.load(Ordering::Acquire) {
             return Err(ProxyError::BodyTimeout);
         }
-        let mut response = sent?;
+        // The exchange failed because the visitor's body did (hyper's "error from user's
+        // body stream"): a 400, never counted as the origin's failure.
+        let mut response = match sent {
+            Err(_) if progress.broken.load(Ordering::Acquire) => {
+                return Err(ProxyError::ClientBody);
+            }
+            sent => sent?,
+        };
 
         if response.status() == StatusCode::SWITCHING_PROTOCOLS {
             let Some(visitor_upgrade) = visitor_upgrade else {

@@ -107,6 +107,7 @@ async fn front(origin: &str, preserve_host: bool) -> (SocketAddr, oneshot::Sende
                         ProxyError::BadRequest(_) => ("bad-request", 400),
                         ProxyError::InvalidOrigin(_) => ("invalid-origin", 500),
                         ProxyError::BodyTimeout => ("body-timeout", 408),
+                        ProxyError::ClientBody => ("client-body", 400),
                     };
                     Response::builder()
                         .status(status)

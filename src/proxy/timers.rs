@@ -59,6 +59,9 @@ pub(super) struct BodyProgress {
     pub(super) last: Mutex<Instant>,
     /// Set when the deadline cut the body, so the caller answers 408 rather than 502.
     pub(super) late: AtomicBool,
+    /// Set when the visitor's body broke (cut short, a malformed chunk), so the caller
+    /// answers 400 rather than 502: the client's fault, not the origin's.
+    pub(super) broken: AtomicBool,
 }
 
 impl Activity {
@@ -69,6 +72,7 @@ impl Activity {
             progress: Arc::new(BodyProgress {
                 last: Mutex::new(now),
                 late: AtomicBool::new(false),
+                broken: AtomicBool::new(false),
             }),
             deadline: LazySleep::until(now + body_timeout),
         }
@@ -76,6 +80,10 @@ impl Activity {
 }
 
 impl Watch for Activity {
+    fn failed(&mut self) {
+        self.progress.broken.store(true, Ordering::Release);
+    }
+
     fn polled(&mut self, ready: bool, cx: &mut Context<'_>) -> Option<BoxError> {
         if ready {
             *lock(&self.progress.last) = Instant::now();

@@ -431,3 +431,74 @@ async fn a_saturated_inflight_cap_lowers_the_rate_and_clearing_it_raises_it() {
         b.await.unwrap();
     }
 }
+
+/// One bad upload: a body cut short (fewer bytes than its `Content-Length`, then the
+/// client's end of the connection closed) or a chunk line ended by a bare LF. Returns our
+/// answer's status line.
+async fn bad_upload(addr: std::net::SocketAddr, cookie: &str, garbled: bool) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head =
+        format!("POST /upload HTTP/1.1\r\nHost: shop.example\r\nCookie: ar_visitor={cookie}\r\n");
+    let request = if garbled {
+        format!("{head}Transfer-Encoding: chunked\r\n\r\n5\nhello\n0\n\n")
+    } else {
+        format!("{head}Content-Length: 1000\r\n\r\n0123456789")
+    };
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    answer.lines().next().unwrap_or("").to_owned()
+}
+
+/// A visitor's body cut short or garbled fails the exchange with the origin through the
+/// visitor's fault: a 400, and closed-loop admission never counts it as the origin's 5xx
+/// (it used to be a 502 that lowered everyone's rate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_broken_by_visitors_are_not_the_origins_errors() {
+    let origin = SlowOrigin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let room = format!(
+        "    rate: {RATE}\n    max_active: 1000\n    adaptive:\n      target_latency: 800ms\n      max_error_ratio: 0.05\n      min_rate: {MIN_RATE}"
+    );
+    let ar = start(&config(
+        &format!("http://{}", origin.addr),
+        dir.path(),
+        &room,
+    ))
+    .await;
+    ar.app.admission.set_adaptive_tuning_for_tests(Tuning {
+        window_secs: 3,
+        min_samples: 10,
+        increase_steps: 4.0,
+        decrease_every_ms: 1_000,
+    });
+    let http = client();
+    let url = format!("http://{}/", ar.addr);
+    let cookie = visitor_cookie(&http.get(&url).send().await.unwrap()).unwrap();
+    // The origin answers only after the body has broken.
+    origin.set_delay(Duration::from_millis(300));
+    for i in 0..20 {
+        let status = bad_upload(ar.addr, &cookie, i % 2 == 1).await;
+        assert!(status.starts_with("HTTP/1.1 400"), "upload {i}: {status:?}");
+    }
+    origin.set_delay(Duration::from_millis(10));
+    for _ in 0..12 {
+        let page = http.get(&url).visitor(&cookie).send().await.unwrap();
+        assert_eq!(page.status(), 200);
+    }
+    let stats = poll_until(
+        Duration::from_secs(10),
+        "a decision over the good requests",
+        async || {
+            let (_, _, _, stats) = rates(&http, &ar).await;
+            (stats["adaptive"]["origin_samples"].as_u64()? >= 12).then_some(stats)
+        },
+    )
+    .await;
+    assert_eq!(stats["adaptive"]["origin_error_ratio"], 0.0, "{stats}");
+    assert_eq!(stats["effective_rate"], RATE, "{stats}");
+    ar.shutdown().await.unwrap();
+}

@@ -27,7 +27,8 @@ pub struct AbuseConfig {
     pub max_cooldown: Duration,
     /// CIDRs (or single addresses) never struck or banned.
     pub allow: Vec<String>,
-    /// Globs (see [`crate::glob`]); the first request to one bans for `cooldown`.
+    /// Globs (see [`crate::glob`]); the first request to one bans for `cooldown`. Matched
+    /// without regard to ASCII case, on the normalised path.
     pub ban_paths: Vec<String>,
     /// Clients whose strikes are remembered; the least recently struck are forgotten first.
     pub max_tracked: usize,
@@ -90,7 +91,8 @@ pub struct AbusePolicy {
     pub max_cooldown: Duration,
     /// Networks never struck or banned (parsed from `abuse.allow`).
     pub allow: Vec<IpNet>,
-    /// Paths whose first request bans the client for `cooldown`.
+    /// Paths whose first request bans the client for `cooldown`, lower-cased (matched
+    /// against `gate::classify::normalized_path`).
     pub ban_paths: GlobSet,
     /// Clients whose strikes are remembered; the least recently struck are forgotten first.
     pub max_tracked: usize,
@@ -168,7 +170,13 @@ impl AbuseConfig {
                 },
             }
         }
-        let ban_paths = match GlobSet::new(&self.ban_paths) {
+        // Matched against the lower-cased path (`gate::classify::normalized_path`).
+        let lowered: Vec<String> = self
+            .ban_paths
+            .iter()
+            .map(|p| p.to_ascii_lowercase())
+            .collect();
+        let ban_paths = match GlobSet::new(&lowered) {
             Ok(set) => set,
             Err(e) => {
                 errors.push(err(

@@ -218,11 +218,18 @@ fn draw_room(reserved: &str) -> Option<&str> {
 }
 
 /// The path as ban paths see it: percent-encoded unreserved characters decoded (so
-/// `%2e` is `.`, RFC 3986 §6.2.2.2) and dot segments removed (§5.2.4), so `/%2eenv`,
-/// `/x/../.env` and `/./.env` all match `/.env`. Other escapes stay as they are.
+/// `%2e` is `.`, RFC 3986 §6.2.2.2), dot segments removed (§5.2.4), repeated slashes
+/// merged (as nginx and most servers do) and ASCII letters lower-cased (the ban paths are
+/// too: a probe for `/.ENV` finds the same file on a case-insensitive disk), so
+/// `/%2eenv`, `/x/../.env`, `//.env` and `/.ENV` all match `/.env`. Other escapes stay as
+/// they are.
 pub fn normalized_path(path: &str) -> std::borrow::Cow<'_, str> {
     use std::borrow::Cow;
-    if !path.contains('%') && !path.split('/').any(|s| s == "." || s == "..") {
+    if !path.contains('%')
+        && !path.contains("//")
+        && !path.bytes().any(|b| b.is_ascii_uppercase())
+        && !path.split('/').any(|s| s == "." || s == "..")
+    {
         return Cow::Borrowed(path);
     }
     let bytes = path.as_bytes();
@@ -245,7 +252,7 @@ pub fn normalized_path(path: &str) -> std::borrow::Cow<'_, str> {
         }
         // Copy one whole character (the path may hold UTF-8).
         let ch = path[i..].chars().next().unwrap_or('/');
-        decoded.push(ch);
+        decoded.push(ch.to_ascii_lowercase());
         i += ch.len_utf8();
     }
     let mut out: Vec<&str> = Vec::new();
@@ -264,6 +271,8 @@ pub fn normalized_path(path: &str) -> std::borrow::Cow<'_, str> {
                     out.push("");
                 }
             }
+            // An empty segment is a repeated slash, but for the last (a trailing one).
+            "" if n != last => {}
             s => out.push(s),
         }
     }
@@ -489,10 +498,16 @@ mod tests {
             ("/../../.env", "/.env"),
             ("/a/./b/.", "/a/b/"),
             ("/a/%2e%2e/.git/config", "/.git/config"),
-            ("/a%2Fb", "/a%2Fb"),
-            ("/caf%C3%A9", "/caf%C3%A9"),
+            ("/a%2Fb", "/a%2fb"),
+            ("/caf%C3%A9", "/caf%c3%a9"),
             ("/%", "/%"),
             ("/%2", "/%2"),
+            ("//.env", "/.env"),
+            ("/a///b//", "/a/b/"),
+            ("/.ENV", "/.env"),
+            ("/X.PhP", "/x.php"),
+            ("/caf%C3%A9/CAFÉ", "/caf%c3%a9/cafÉ"),
+            ("/", "/"),
         ] {
             assert_eq!(normalized_path(raw), norm, "{raw}");
         }

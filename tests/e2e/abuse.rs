@@ -159,6 +159,12 @@ async fn bot_storm_ban_paths_wrong_tokens_admin_bans_and_allow() {
             .status(),
         429
     );
+    // Repeated slashes and another case find the same file on many servers: banned too.
+    for (n, probe) in ["//.env", "/.ENV", "//.Git/HEAD"].into_iter().enumerate() {
+        let prober = from(&format!("127.0.0.{}", 50 + n));
+        let r = prober.get(url(&ar, probe)).send().await.unwrap();
+        assert_eq!(r.status(), 429, "{probe}");
+    }
     assert_eq!(origin.hits(), hits);
 
     // abuse.allow is never banned: a ban path is a 404 without the origin, then served.
@@ -257,7 +263,7 @@ async fn bot_storm_ban_paths_wrong_tokens_admin_bans_and_allow() {
         .text()
         .await
         .unwrap();
-    assert!(metrics.contains("anteroom_bans_active 4"), "{metrics}");
+    assert!(metrics.contains("anteroom_bans_active 7"), "{metrics}");
     assert!(
         metrics.contains("anteroom_strikes_total{reason=\"bad_cookie\"} 4"),
         "{metrics}"

@@ -82,7 +82,13 @@ pub struct Admission {
     /// Each pass's admissions, for this replica's live streams to tell at once (see
     /// [`Admission::passes`]).
     passes: tokio::sync::broadcast::Sender<PassAdmitted>,
+    /// The readiness probe's last ping of the store: when, and what it said (see
+    /// [`Admission::ping`]).
+    last_ping: tokio::sync::Mutex<Option<(tokio::time::Instant, Result<(), String>)>>,
 }
+
+/// How long one readiness ping of the store answers for every probe that follows.
+pub const PING_REUSE: Duration = Duration::from_millis(500);
 
 /// Visitors one admission pass of this replica let in, and those other replicas' passes
 /// let in since its previous one (with Redis: [`PassReport::admitted_elsewhere`]).
@@ -184,6 +190,7 @@ impl Admission {
             rooms: arc_swap::ArcSwap::default(),
             event_audit: Default::default(),
             passes: tokio::sync::broadcast::channel(PASSES_BUFFERED).0,
+            last_ping: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -248,9 +255,24 @@ impl Admission {
         result
     }
 
-    /// Whether the store answers (`/__anteroom/readyz`).
+    /// Whether the store answers (`/__anteroom/readyz`). The probe answers everyone,
+    /// banned clients included, so a flood of probes must not be a flood of store calls:
+    /// one ping at a time, and its answer stands for [`PING_REUSE`].
     pub async fn ping(&self) -> StoreResult<()> {
-        self.observe(self.store.ping().await)
+        let mut last = self.last_ping.lock().await;
+        if let Some((at, said)) = &*last
+            && at.elapsed() < PING_REUSE
+        {
+            return said.clone().map_err(StoreError::Unavailable);
+        }
+        let result = self.observe(self.store.ping().await);
+        let said = match &result {
+            Ok(()) => Ok(()),
+            Err(StoreError::Unavailable(reason)) => Err(reason.clone()),
+            Err(e) => Err(e.to_string()),
+        };
+        *last = Some((tokio::time::Instant::now(), said));
+        result
     }
 
     /// The room's lottery record, for `GET /__anteroom/rooms/{room}/draw` and

@@ -307,6 +307,43 @@ async fn with_redis_down_assets_pass_nobody_without_a_session() {
     ar.shutdown().await.unwrap();
 }
 
+/// The readiness probe answers everyone (banned clients too), so 400 probes at once must
+/// not be 400 pings of Redis: one at a time, each answering for half a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_readiness_probes_costs_redis_a_few_pings() {
+    let redis = RedisServer::start();
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = redis_config(&origin.url(), &redis.url(), dir.path(), "    rate: 5");
+    let ar = instance(&config, &redis.url()).await;
+    let http = client();
+    let ready = format!("http://{}/__anteroom/readyz", ar.addr);
+    assert_eq!(http.get(&ready).send().await.unwrap().status(), 200);
+    let pings = || {
+        let info = redis.cli(&["INFO", "commandstats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_ping:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    let before = pings();
+    let started = Instant::now();
+    let probes = (0..400).map(|_| {
+        let (http, ready) = (http.clone(), ready.clone());
+        async move { http.get(&ready).send().await.unwrap().status() }
+    });
+    let statuses = futures_util::future::join_all(probes).await;
+    let took = started.elapsed();
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    // The connections' own keep-alive pings go on meanwhile (one each per 500 ms).
+    let during = pings() - before;
+    assert!(
+        during < 60,
+        "{during} pings of Redis for 400 probes in {took:?}"
+    );
+    ar.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_killed_with_sigkill_loses_nobodys_place() {
     let redis = RedisServer::start();

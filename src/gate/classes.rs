@@ -241,35 +241,23 @@ impl App {
         response
     }
 
-    /// `asset_paths`: for admitted visitors, and anyone while nobody waits and the room is
-    /// open; otherwise a small 503, never the waiting page.
+    /// `asset_paths` and another site's embeds ([`super::classify::Class::Embedded`]): for
+    /// admitted visitors; with `while_free` (an asset) also for anyone while nobody waits
+    /// and the room is open; otherwise a small 503, never the waiting page. An embed gets
+    /// no such pass: its header is a browser's promise, and a script can send it anywhere.
     pub(super) async fn asset(
         &self,
         room: &Room,
         req: Request<Incoming>,
         identity: &Identity,
+        while_free: bool,
     ) -> Response<Body> {
         match self.standing(room, identity).await {
             Standing::OnSite(admitted) => self.to_origin(room, req, identity, admitted).await,
-            Standing::Nobody if self.room_is_free(room) => {
+            Standing::Nobody if while_free && self.room_is_free(room) => {
                 self.to_origin(room, req, identity, None).await
             }
             _ => not_admitted(),
-        }
-    }
-
-    /// Another site's page embedding the shop ([`super::classify::Class::Embedded`]): for
-    /// visitors on the site only, as the small 503 of an asset otherwise, whether or not
-    /// anybody waits.
-    pub(super) async fn embedded(
-        &self,
-        room: &Room,
-        req: Request<Incoming>,
-        identity: &Identity,
-    ) -> Response<Body> {
-        match self.standing(room, identity).await {
-            Standing::OnSite(admitted) => self.to_origin(room, req, identity, admitted).await,
-            Standing::Nobody | Standing::InLine => not_admitted(),
         }
     }
 

@@ -338,12 +338,11 @@ impl App {
                 Some(room) => Box::pin(self.bypass(room, req, &identity)).await,
                 None => self.error(Kind::UnknownSite, &identity),
             },
-            Class::Asset => match room {
-                Some(room) => Box::pin(self.asset(room, req, &identity)).await,
-                None => self.error(Kind::UnknownSite, &identity),
-            },
-            Class::Embedded => match room {
-                Some(room) => Box::pin(self.embedded(room, req, &identity)).await,
+            Class::Asset | Class::Embedded => match room {
+                Some(room) => {
+                    let while_free = class == Class::Asset;
+                    Box::pin(self.asset(room, req, &identity, while_free)).await
+                }
                 None => self.error(Kind::UnknownSite, &identity),
             },
             Class::Stream => match room {

@@ -143,19 +143,21 @@ async fn three_replicas_admit_at_the_configured_rate_not_three_times_it() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_down_admits_nobody_and_recovery_needs_no_restart() {
-    let mut redis = RedisServer::start_durable();
+/// A durable `redis-server`, an origin, and one replica serving a room of `room`'s
+/// settings on them.
+async fn one_replica(room: &str) -> (RedisServer, Origin, tempfile::TempDir, Running) {
+    let redis = RedisServer::start_durable();
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = redis_config(
-        &origin.url(),
-        &redis.url(),
-        dir.path(),
-        "    rate: 5\n    max_active: 100000",
-    );
-    let direct = redis_store(&redis.url()).await;
+    let config = redis_config(&origin.url(), &redis.url(), dir.path(), room);
     let ar = instance(&config, &redis.url()).await;
+    (redis, origin, dir, ar)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_admits_nobody_and_recovery_needs_no_restart() {
+    let (mut redis, origin, _dir, ar) = one_replica("    rate: 5\n    max_active: 100000").await;
+    let direct = redis_store(&redis.url()).await;
     direct
         .update_settings("main", &SettingsPatch::pause())
         .await
@@ -265,16 +267,8 @@ async fn redis_down_admits_nobody_and_recovery_needs_no_restart() {
 /// asset that passed while nobody waited is the small 503 until the store is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_down_assets_pass_nobody_without_a_session() {
-    let mut redis = RedisServer::start_durable();
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = redis_config(
-        &origin.url(),
-        &redis.url(),
-        dir.path(),
-        "    rate: 5\n    asset_paths: [\"/static/**\"]",
-    );
-    let ar = instance(&config, &redis.url()).await;
+    let (mut redis, origin, _dir, ar) =
+        one_replica("    rate: 5\n    asset_paths: [\"/static/**\"]").await;
     let http = client();
     let asset = format!("http://{}/static/app.css", ar.addr);
     let ready = format!("http://{}/__anteroom/readyz", ar.addr);
@@ -311,11 +305,7 @@ async fn with_redis_down_assets_pass_nobody_without_a_session() {
 /// not be 400 pings of Redis: one at a time, each answering for half a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_readiness_probes_costs_redis_a_few_pings() {
-    let redis = RedisServer::start();
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = redis_config(&origin.url(), &redis.url(), dir.path(), "    rate: 5");
-    let ar = instance(&config, &redis.url()).await;
+    let (redis, _origin, _dir, ar) = one_replica("    rate: 5").await;
     let http = client();
     let ready = format!("http://{}/__anteroom/readyz", ar.addr);
     assert_eq!(http.get(&ready).send().await.unwrap().status(), 200);

@@ -255,15 +255,29 @@ impl Harness {
             .status()
             .as_u16()
     }
+
+    /// Polls readiness until it answers `status`, within a second and a half: one ping of
+    /// the store answers for `PING_REUSE`.
+    async fn readyz_becomes(&self, status: u16) {
+        let what = format!("readyz {status}");
+        poll_until(Duration::from_millis(1500), &what, async || {
+            (self.readyz().await == status).then_some(())
+        })
+        .await;
+    }
 }
 
-/// An anteroom on a [`Switchable`] store, failing open after 600 ms when `fail_open`.
+/// How long the [`Switchable`] store's outage lasts before failing open, when it does.
+const FAIL_OPEN_AFTER: Duration = Duration::from_secs(2);
+
+/// An anteroom on a [`Switchable`] store, failing open after [`FAIL_OPEN_AFTER`] when
+/// `fail_open`.
 async fn on_switchable(fail_open: bool) -> (Harness, std::sync::Arc<Switchable>) {
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(&origin.url(), dir.path(), ONE_THEN_QUEUE);
     cfg.fail_open = fail_open;
-    cfg.fail_open_after = Duration::from_millis(600);
+    cfg.fail_open_after = FAIL_OPEN_AFTER;
     let store = std::sync::Arc::new(Switchable {
         inner: anteroom::queue::MemoryStore::in_memory(anteroom::clock::Clock::system()),
         down: false.into(),
@@ -287,8 +301,13 @@ async fn readyz_through_an_outage_with_fail_open_is_503_only_until_failing_open(
     assert_eq!(h.readyz().await, 200);
     let down_at = Instant::now();
     store.down.store(true, std::sync::atomic::Ordering::SeqCst);
-    // Down but not yet failing open: take this replica out of rotation.
-    assert_eq!(h.readyz().await, 503);
+    // Down but not yet failing open: out of rotation as soon as a ping tells (one answers
+    // for `PING_REUSE`).
+    h.readyz_becomes(503).await;
+    assert!(
+        down_at.elapsed() < FAIL_OPEN_AFTER,
+        "503 before failing open"
+    );
     // Failing open on purpose: every replica sees the same outage, so all stay in.
     let deadline = Instant::now() + Duration::from_secs(5);
     while h.readyz().await != 200 {
@@ -298,13 +317,13 @@ async fn readyz_through_an_outage_with_fail_open_is_503_only_until_failing_open(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(down_at.elapsed() >= Duration::from_millis(600));
+    assert!(down_at.elapsed() >= FAIL_OPEN_AFTER);
     assert_eq!(h.get("/status").await["fail_open"]["active"], true);
     // Visitors are proxied meanwhile.
     let response = h.http.get(h.url("/")).send().await.unwrap();
     assert_eq!(response.status(), 200);
     store.down.store(false, std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(h.readyz().await, 200);
+    h.readyz_becomes(200).await;
     h.ar.shutdown().await.unwrap();
 }
 
@@ -312,15 +331,17 @@ async fn readyz_through_an_outage_with_fail_open_is_503_only_until_failing_open(
 async fn readyz_through_an_outage_without_fail_open_stays_503() {
     let (h, store) = on_switchable(false).await;
     assert_eq!(h.readyz().await, 200);
+    let down_at = Instant::now();
     store.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    h.readyz_becomes(503).await;
     // Well past what fail_open_after would be: still 503, since nobody is let through.
-    for _ in 0..10 {
+    while down_at.elapsed() < FAIL_OPEN_AFTER + Duration::from_millis(500) {
         assert_eq!(h.readyz().await, 503);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(h.http.get(h.url("/")).send().await.unwrap().status(), 503);
     store.down.store(false, std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(h.readyz().await, 200);
+    h.readyz_becomes(200).await;
     h.ar.shutdown().await.unwrap();
 }
 

@@ -192,6 +192,18 @@ impl ChallengeKey {
         }
     }
 
+    /// The id the shadow line shows `client` (its page's reference): the same on every
+    /// request and every replica, as a real visitor's is across reloads, never stored, and
+    /// not the client's address.
+    pub fn shadow_id(&self, client: &[u8; 16]) -> [u8; 16] {
+        let mut mac = self.mac.clone();
+        mac.update(b"anteroom shadow visitor\0");
+        mac.update(client);
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&mac.finalize().into_bytes()[..16]);
+        id
+    }
+
     fn client_tag(&self, client: &[u8; 16]) -> [u8; TAG_LEN] {
         let mut mac = self.mac.clone();
         mac.update(b"anteroom challenge client\0");

@@ -251,3 +251,18 @@ async fn the_time_lock_opens_after_the_wait_and_checks_all_but_the_work() {
         Err(ChallengeError::Expired)
     );
 }
+
+#[test]
+fn a_shadow_id_is_the_clients_own_under_the_secret_and_not_its_address() {
+    let key = ChallengeKey::new(SECRET);
+    let id = key.shadow_id(&CLIENT);
+    assert_eq!(
+        id,
+        ChallengeKey::new(SECRET).shadow_id(&CLIENT),
+        "every replica's"
+    );
+    assert_ne!(id, key.shadow_id(&OTHER));
+    assert_ne!(id, CLIENT);
+    let other_secret = ChallengeKey::new(b"another secret of at least 32 bytes......");
+    assert_ne!(id, other_secret.shadow_id(&CLIENT));
+}

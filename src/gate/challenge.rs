@@ -6,7 +6,8 @@
 //!
 //! A request that already carries the cookie of a visitor in line or on the site (a
 //! second tab that solved after the first joined) spends nothing and gets that visitor's
-//! status: no second place, no loop. A refused answer gets its reason and a fresh
+//! status: no second place, no loop. A client in the shadow line (`shadow_after`) gets its
+//! shadow page here as at the site, whatever it sends: the door has no side entrance. A refused answer gets its reason and a fresh
 //! challenge to start again with. Answers from another site's page are refused before
 //! anything is read.
 
@@ -252,6 +253,13 @@ impl App {
             self.metrics.challenges.failed(&room.name, "cross_site");
             return self.error(Kind::CrossSite, identity);
         }
+        if self.shadowed(room, identity) {
+            // Right or wrong, an answer leads the shadow line back to its page: no
+            // challenge, no place.
+            return self
+                .unless_in(room, identity, None, || self.shadow_page(room, identity))
+                .await;
+        }
         let (head, body) = req.into_parts();
         let body = match read_whole(&head.headers, body, MAX_ANSWER_BYTES, self.body_timeout).await
         {
@@ -332,6 +340,14 @@ impl App {
         let query = req.uri().query().unwrap_or("");
         let return_to = form::field(query, "r").unwrap_or_else(|| "/".to_owned());
         let return_to = same_site(&return_to).to_owned();
+        if self.shadowed(room, identity) {
+            // Waiting out the lock leads the shadow line back to its page too.
+            return self
+                .unless_in(room, identity, Some(&return_to), || {
+                    self.shadow_page(room, identity)
+                })
+                .await;
+        }
         let Some(text) = form::field(query, "c") else {
             return self
                 .unless_in(room, identity, Some(&return_to), || {

@@ -65,15 +65,14 @@ impl App {
     pub(super) fn at_the_door(&self, room: &Room, identity: &Identity) -> AtTheDoor {
         let live = room.live();
         let config = &live.config;
-        let shadow_after = u64::from(config.shadow_after);
-        if shadow_after == 0 && config.challenge.mode == ChallengeMode::Off {
+        if config.shadow_after == 0 && config.challenge.mode == ChallengeMode::Off {
             return AtTheDoor::Enter;
         }
         if !self.would_join(room) {
             return AtTheDoor::Enter;
         }
         let strikes = self.abuse.strikes(identity.client_ip);
-        let shadowed = shadow_after > 0 && strikes >= shadow_after;
+        let shadowed = shadowed_at(config.shadow_after, strikes);
         let challenged = match config.challenge.mode {
             ChallengeMode::Off => false,
             ChallengeMode::Always => true,
@@ -107,6 +106,14 @@ impl App {
             Door::Shadow => self.shadow_page(room, identity),
             Door::Challenge { strikes } => self.challenge_page(room, identity, strikes, return_to),
         }
+    }
+
+    /// Whether `identity`'s client is in `room`'s shadow line (its strikes reach
+    /// `shadow_after`): the door's other routes (an answer to a challenge, the time lock)
+    /// lead it there too, so the shadow line has no way out but its strikes' expiry.
+    pub(super) fn shadowed(&self, room: &Room, identity: &Identity) -> bool {
+        let shadow_after = room.live().config.shadow_after;
+        shadow_after > 0 && shadowed_at(shadow_after, self.abuse.strikes(identity.client_ip))
     }
 
     /// Whether a newcomer to `room` would join now: the queue mode, the line open (or the
@@ -182,26 +189,35 @@ impl App {
 
     /// The shadow line's page: the waiting page (or its JSON) of a line whose back this
     /// client never leaves, with no store call, no cookie and no place.
-    fn shadow_page(&self, room: &Room, identity: &Identity) -> Response<Body> {
+    pub(super) fn shadow_page(&self, room: &Room, identity: &Identity) -> Response<Body> {
         self.door_series(room).shadowed();
         let waiting = self.cached_waiting(room);
+        let client = identity.client.to_bytes();
         // Behind everyone, and a few more: always further back than the line is long.
-        let position = waiting.saturating_add(1 + u64::from(identity.client.to_bytes()[15] % 16));
+        let position = waiting.saturating_add(1 + u64::from(client[15] % 16));
+        // What a real visitor there would be shown: the same reference on every reload, and
+        // the room's range for the place (shown, never promised: nothing is recorded).
+        let shadow = VisitorId(self.challenge_key.shadow_id(&client));
         let view = WaitingView {
             status: VisitorStatus::Waiting,
             room: room.name.clone(),
             position: Some(position),
             waiting: position,
-            eta_secs: crate::admission::Eta::estimating(0),
+            eta_secs: self.admission.eta(&room.name, position),
             retry_after_secs: 5,
             phase: Phase::Queueing,
             paused: false,
-            reference: Some(VisitorId::random().reference().as_str().to_owned()),
+            reference: Some(shadow.reference().as_str().to_owned()),
             phase_ends_at: None,
             receipt: None,
         };
         self.render_waiting(room, view, identity)
     }
+}
+
+/// Whether `strikes` reach a room's `shadow_after` (0: no shadow line).
+fn shadowed_at(shadow_after: u32, strikes: u64) -> bool {
+    shadow_after > 0 && strikes >= u64::from(shadow_after)
 }
 
 /// Where a newcomer goes once joined: the path and query they asked for, which is the

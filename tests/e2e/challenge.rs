@@ -536,6 +536,9 @@ async fn a_struck_client_waits_in_a_shadow_line_that_never_moves_and_costs_no_wr
     )
     .await;
     let struck = from("127.0.0.5");
+    // A challenge issued before the strike, solved: kept for the side doors below.
+    let (early, _) = challenged(&struck, &ar).await;
+    let early_solution = solve(&early);
     // A forged cookie: one strike of weight 5.
     struck
         .get(url(&ar, "/"))
@@ -585,6 +588,43 @@ async fn a_struck_client_waits_in_a_shadow_line_that_never_moves_and_costs_no_wr
     assert_eq!(
         metric(&text, r#"anteroom_shadowed_total{room="main"}"#),
         11.0
+    );
+    // The door has no side entrance: a solved challenge, garbage, or the time lock each
+    // lead back to the shadow page (no challenge, no place, no cookie), whose reference
+    // holds still as a real visitor's does.
+    let mut references = Vec::new();
+    let garbage = struck
+        .post(url(&ar, "/__anteroom/challenge"))
+        .header("sec-fetch-site", "same-origin")
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    for r in [answer(&struck, &ar, &early, early_solution).await, garbage] {
+        assert_eq!(r.status(), 200);
+        assert_eq!(status_header(&r).as_deref(), Some("waiting"));
+        assert!(visitor_cookie(&r).is_none());
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["status"], "waiting", "{body}");
+        assert!(body.get("challenge").is_none(), "{body}");
+        references.push(body["ref"].clone());
+    }
+    let wait = struck
+        .get(url(
+            &ar,
+            &format!("/__anteroom/challenge/wait?c={early}&r=/"),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status_header(&wait).as_deref(), Some("waiting"));
+    assert!(visitor_cookie(&wait).is_none());
+    assert!(references[0].is_string(), "{references:?}");
+    assert_eq!(references[0], references[1]);
+    assert_eq!(
+        store.stats("main").await.unwrap().total_joined,
+        after.total_joined,
+        "nothing written"
     );
     ar.shutdown().await.unwrap();
 }

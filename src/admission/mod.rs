@@ -368,6 +368,17 @@ impl Admission {
         )
     }
 
+    /// Gives back a grant `visitor` spent that gave them no priority (see
+    /// [`QueueStore::release_grant`]).
+    pub async fn release_grant(
+        &self,
+        room: &str,
+        nonce: &str,
+        visitor: VisitorId,
+    ) -> StoreResult<()> {
+        self.observe(self.store.release_grant(room, nonce, visitor).await)
+    }
+
     /// Unix milliseconds by the store's clock when it has one in this process (the
     /// embedded store, which tests drive), else the system's: what challenges are issued
     /// and checked at.

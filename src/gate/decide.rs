@@ -30,6 +30,23 @@ use crate::priority::{self, GrantError};
 use crate::queue::{GrantUse, Join, VisitorId};
 use crate::token;
 
+/// How a request's visitor may join the line.
+#[derive(Clone, Copy)]
+enum Joining<'a> {
+    /// At the back; with `door`, a visitor the store does not have is not joined but
+    /// stopped there (`Join::Known`, in the same store call as the decision).
+    Back {
+        /// The door's answer for a newcomer, when it has one.
+        door: Option<Door>,
+    },
+    /// At position 1, by a priority grant this request spent: given back unless the
+    /// visitor was placed (admitted or waiting).
+    Front {
+        /// The spent grant's nonce.
+        spent: &'a str,
+    },
+}
+
 /// The visitor the cookie names, or a new one (and so a new cookie).
 fn visitor_of(identity: &Identity) -> (VisitorId, bool) {
     match identity.visitor {
@@ -54,7 +71,8 @@ impl App {
             AtTheDoor::IfNewcomer(door) => Some(door),
         };
         let (visitor, new_cookie) = visitor_of(identity);
-        self.site_as(room, req, identity, (visitor, new_cookie), Join::Back, door)
+        let join = Joining::Back { door };
+        self.site_as(room, req, identity, (visitor, new_cookie), join)
             .await
     }
 
@@ -94,8 +112,10 @@ impl App {
             .await;
         match spent {
             Ok(GrantUse::Fresh) => {
-                self.site_as(room, req, identity, who, Join::Front, None)
-                    .await
+                let join = Joining::Front {
+                    spent: &grant.nonce,
+                };
+                self.site_as(room, req, identity, who, join).await
             }
             // Anything but a fresh grant is an ordinary request, door included.
             Ok(GrantUse::Again) => self.site(room, req, identity).await,
@@ -131,23 +151,38 @@ impl App {
         )
     }
 
-    /// Decides `visitor` (and whether their cookie is new) in `room` with `join`, responds,
-    /// and keeps the cookie current. With `door`, a visitor the store does not have is not
-    /// joined but stopped there (`Join::Known`, in the same store call as the decision).
+    /// Decides `visitor` (and whether their cookie is new) in `room` as `joining` says,
+    /// responds, and keeps the cookie current.
     async fn site_as(
         &self,
         room: &Room,
         req: Request<Incoming>,
         identity: &Identity,
         (visitor, new_cookie): (VisitorId, bool),
-        join: Join,
-        door: Option<Door>,
+        joining: Joining<'_>,
     ) -> Response<Body> {
-        let join = if door.is_some() { Join::Known } else { join };
+        let (join, door) = match joining {
+            Joining::Back { door: Some(door) } => (Join::Known, Some(door)),
+            Joining::Back { door: None } => (Join::Back, None),
+            Joining::Front { .. } => (Join::Front, None),
+        };
         let decision = self
             .admission
             .decide_with(&room.name, visitor, identity.client, join)
             .await;
+        if let Joining::Front { spent } = joining
+            && !matches!(decision, Decision::Admitted { .. } | Decision::Waiting(_))
+        {
+            // The grant gave no priority (the line not open yet, closed or sold out, the
+            // client over its shares, the store away): its holder may use it again.
+            if let Err(e) = self
+                .admission
+                .release_grant(&room.name, spent, visitor)
+                .await
+            {
+                tracing::debug!(room = %room.name, error = %e, "a priority grant could not be given back");
+            }
+        }
 
         let mut response = match decision {
             Decision::Admitted { since } => {

@@ -460,6 +460,12 @@ pub trait QueueStore: Send + Sync + 'static {
         expires_at_ms: u64,
     ) -> StoreResult<GrantUse>;
 
+    /// Gives back a priority grant's `nonce` that `visitor` spent in `room` but that gave
+    /// them no priority (the line not open yet, the client over its shares): the next use
+    /// is [`GrantUse::Fresh`] again, by them or by anyone. A nonce spent by someone else,
+    /// or not spent, is left as it is.
+    async fn release_grant(&self, room: &str, nonce: &str, visitor: VisitorId) -> StoreResult<()>;
+
     /// [`QueueStore::resolve`] for the answer to a challenge, with the spend of its
     /// one-time id (see `crate::challenge`) in the same atomic step, so one call does both
     /// and no join happens without its spend. A visitor the store has waiting or on the

@@ -284,6 +284,58 @@ async fn a_grant_puts_the_visitor_at_position_one_in_a_line() {
     h.ar.shutdown().await.unwrap();
 }
 
+/// A grant is spent only when it gives its holder priority: one presented before the line
+/// opens, or by a client over its share of places, is given back, and works once the line
+/// is open (or from another device).
+#[tokio::test]
+async fn a_grant_that_gave_no_priority_is_not_spent() {
+    let opens = SystemTime::now() + std::time::Duration::from_secs(2);
+    let opens = humantime::format_rfc3339_millis(opens);
+    let h = Harness::start(&format!(
+        "{ONE_THEN_QUEUE}\n    max_places_per_client: 1\n    schedule:\n      queue_opens_at: \"{opens}\"\n"
+    ))
+    .await;
+    let (holder, someone, in_line, phone) = (
+        from("127.0.0.3"),
+        from("127.0.0.4"),
+        from("127.0.0.5"),
+        from("127.0.0.6"),
+    );
+    // Before the line opens: the page says so, and the grant stays usable.
+    let early = grant("main", 600);
+    let link = format!("/?ar_grant={early}");
+    let (_, cookie, _, body) = h.visit_with(&holder, &link, None, &[]).await;
+    assert_eq!(body["phase"], "before_open", "{body}");
+    let cookie = cookie.expect("the not-open page remembers the visitor");
+    // Opened: somebody is let in (the one token), the next waits.
+    let opened = async || {
+        let (_, _, _, body) = h.visit_with(&someone, "/", None, &[]).await;
+        (body["phase"] != "before_open").then_some(())
+    };
+    poll_until(std::time::Duration::from_secs(5), "the line open", opened).await;
+    let (_, _, _, body) = h.visit_with(&in_line, "/", None, &[]).await;
+    assert_eq!(body["position"], 1, "{body}");
+    // The early holder's reload of the link: position 1, ahead of the line.
+    let (status, _, _, body) = h.visit_with(&holder, &link, Some(&cookie), &[]).await;
+    assert_eq!(
+        (status.as_u16(), body["position"].clone()),
+        (200, 1.into()),
+        "{body}"
+    );
+    // A client holding its one place: its grant is refused by the share, and given back
+    // for the holder's other device.
+    let shared = format!("/?ar_grant={}", grant("main", 600));
+    let (status, _, _, _) = h.visit_with(&in_line, &shared, None, &[]).await;
+    assert_eq!(status.as_u16(), 429);
+    let (status, _, _, body) = h.visit_with(&phone, &shared, None, &[]).await;
+    assert_eq!(
+        (status.as_u16(), body["position"].clone()),
+        (200, 1.into()),
+        "{body}"
+    );
+    h.ar.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_replayed_expired_forged_or_other_room_grant_is_403() {
     let h = Harness::start("").await;

@@ -100,6 +100,7 @@ macro_rules! suite {
             move_to_front_during_a_lottery_draw,
             priority_join_takes_position_one,
             grant_nonces_are_spent_once,
+            a_grant_given_back_is_fresh_again,
             challenge_ids_are_spent_once,
             a_known_only_resolve_joins_nobody_new,
             a_now_only_resolve_admits_on_the_spot_or_joins_nobody,

@@ -272,3 +272,34 @@ pub async fn a_now_only_resolve_admits_on_the_spot_or_joins_nobody<H: Harness>(h
     let stats = store.stats(ROOM).await.unwrap();
     assert_eq!((stats.waiting, stats.total_joined), (1, 1));
 }
+
+/// A grant given back by the visitor who spent it is fresh again, for anyone, on every
+/// replica; given back by anyone else, or never spent, nothing changes.
+pub async fn a_grant_given_back_is_fresh_again<H: Harness>(h: &mut H) {
+    let store = open(h, settings(1.0, 10)).await;
+    let (a, b) = (VisitorId::random(), VisitorId::random());
+    let expiry = START_MS + 60_000;
+    let nonce = "nonce-given-back-01";
+    let spend = |who: VisitorId| {
+        let store = store.clone();
+        async move { store.spend_grant(ROOM, nonce, who, expiry).await.unwrap() }
+    };
+    assert_eq!(spend(a).await, GrantUse::Fresh);
+    store.release_grant(ROOM, nonce, b).await.unwrap();
+    assert_eq!(spend(b).await, GrantUse::Taken, "not b's to give back");
+    store.release_grant(ROOM, nonce, a).await.unwrap();
+    assert_eq!(spend(b).await, GrantUse::Fresh);
+    assert_eq!(spend(a).await, GrantUse::Taken);
+    store
+        .release_grant(ROOM, "never-spent-nonce-0", a)
+        .await
+        .unwrap();
+    if let Some(replica) = h.replica().await {
+        replica.release_grant(ROOM, nonce, b).await.unwrap();
+        assert_eq!(
+            spend(a).await,
+            GrantUse::Fresh,
+            "given back on the other replica"
+        );
+    }
+}

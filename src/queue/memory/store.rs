@@ -133,6 +133,21 @@ impl<K: SpentKey> SpentGrants<K> {
         self.spend_within(nonce, visitor, expires_at_ms, now, MAX_SPENT_GRANTS)
     }
 
+    /// Forgets `nonce` if `visitor` spent it (see `QueueStore::release_grant`). Its entry
+    /// in `by_expiry` stays until the grant's expiry, when removing it is a no-op (or, if
+    /// spent again meanwhile, the end of an entry with that same expiry: a nonce is one
+    /// grant's, and its expiry is signed with it).
+    pub(super) fn release(&mut self, nonce: &str, visitor: VisitorId) {
+        let key = K::of(nonce);
+        if self
+            .by_nonce
+            .get(&key)
+            .is_some_and(|spent| spent.1 == visitor)
+        {
+            self.by_nonce.remove(&key);
+        }
+    }
+
     /// [`SpentGrants::spend`] with at most `max` remembered.
     pub(super) fn spend_within(
         &mut self,
@@ -313,6 +328,15 @@ impl QueueStore for MemoryStore {
             .entry(room.to_owned())
             .or_default()
             .spend(nonce, visitor, expires_at_ms, now))
+    }
+
+    async fn release_grant(&self, room: &str, nonce: &str, visitor: VisitorId) -> StoreResult<()> {
+        self.room(room)?;
+        let mut grants = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(spent) = grants.get_mut(room) {
+            spent.release(nonce, visitor);
+        }
+        Ok(())
     }
 
     async fn resolve_spending(

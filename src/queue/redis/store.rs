@@ -378,13 +378,25 @@ impl QueueStore for RedisStore {
     ) -> StoreResult<GrantUse> {
         let reply = self
             .call_with(&GRANT, room, &[Self::grant_key(room, nonce)], |inv| {
-                inv.arg(&visitor.0[..]).arg(expires_at_ms);
+                inv.arg(&visitor.0[..]).arg(expires_at_ms).arg("spend");
             })
             .await?;
         match ints("grant", reply)?.as_slice() {
             [1] => Ok(GrantUse::Fresh),
             [2] => Ok(GrantUse::Again),
             [0] => Ok(GrantUse::Taken),
+            other => Err(bad_reply("grant", other)),
+        }
+    }
+
+    async fn release_grant(&self, room: &str, nonce: &str, visitor: VisitorId) -> StoreResult<()> {
+        let reply = self
+            .call_with(&GRANT, room, &[Self::grant_key(room, nonce)], |inv| {
+                inv.arg(&visitor.0[..]).arg(0).arg("release");
+            })
+            .await?;
+        match ints("grant", reply)?.as_slice() {
+            [3] => Ok(()),
             other => Err(bad_reply("grant", other)),
         }
     }

@@ -78,6 +78,15 @@ impl anteroom::queue::QueueStore for Switchable {
             .spend_grant(room, nonce, visitor, expires_at_ms)
             .await
     }
+    async fn release_grant(
+        &self,
+        room: &str,
+        nonce: &str,
+        visitor: anteroom::queue::VisitorId,
+    ) -> anteroom::queue::StoreResult<()> {
+        self.check()?;
+        self.inner.release_grant(room, nonce, visitor).await
+    }
     async fn resolve_spending(
         &self,
         room: &str,

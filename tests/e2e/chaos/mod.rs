@@ -140,6 +140,9 @@ impl QueueStore for Ledger {
             .spend_grant(room, nonce, visitor, expires_at_ms)
             .await
     }
+    async fn release_grant(&self, room: &str, nonce: &str, visitor: VisitorId) -> StoreResult<()> {
+        self.inner.release_grant(room, nonce, visitor).await
+    }
     async fn resolve_spending(
         &self,
         room: &str,

@@ -24,6 +24,18 @@ fn eta_is_a_range_and_never_negative() {
     assert_eq!(Eta::for_position(5, 0.0), Eta::estimating(0));
     let e = Eta::for_position(1, 0.5);
     assert!(e.min <= e.max);
+    // A rate too low to mean anything says a year, not a number no page can hold.
+    let year = crate::fairness::eta::MAX_SECS;
+    assert_eq!(Eta::for_position(1_000, 1e-300), range(year, year));
+    assert_eq!(Eta::for_position(3, 1e-9), range(year, year));
+    assert_eq!(Eta::estimating(u64::MAX), Eta::estimating(year));
+    let pace = crate::fairness::eta::Pace {
+        admitting: 1e-300,
+        observed: None,
+        generation: None,
+        turnover: None,
+    };
+    assert_eq!(pace.eta(27), Eta::estimating(year));
 }
 
 #[tokio::test(start_paused = true)]

@@ -48,6 +48,11 @@ pub struct Eta {
 /// The narrowest range: ×0.8 … ×1.25 of the central estimate.
 pub const MIN_SPREAD: f64 = 1.25;
 
+/// The longest wait a range says, in seconds (a year): a rate so low that the line would
+/// take longer says "a year or more", never a number past what a page's script can hold
+/// exactly (2^53) or a reader can use.
+pub const MAX_SECS: u64 = 365 * 24 * 3600;
+
 /// Admissions, and busy time (somebody waiting), a room must have observed before its
 /// ranges are promises rather than "estimating".
 pub const MIN_OBSERVED: u64 = 10;
@@ -72,9 +77,10 @@ impl Eta {
         } else {
             MIN_SPREAD
         };
+        let cap = MAX_SECS as f64;
         let central = position as f64 / rate;
-        let min = (central / spread).floor().max(0.0) as u64;
-        let max = (central * spread).ceil().max(min as f64) as u64;
+        let min = (central / spread).floor().clamp(0.0, cap) as u64;
+        let max = (central * spread).ceil().clamp(min as f64, cap) as u64;
         Eta {
             min,
             max,
@@ -82,8 +88,9 @@ impl Eta {
         }
     }
 
-    /// No promise yet: at least `floor_secs`.
+    /// No promise yet: at least `floor_secs` (at most [`MAX_SECS`]).
     pub fn estimating(floor_secs: u64) -> Eta {
+        let floor_secs = floor_secs.min(MAX_SECS);
         Eta {
             min: floor_secs,
             max: floor_secs,

@@ -64,13 +64,13 @@ pub struct Event {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub max_active: Option<u64>,
-    /// The title override; absent: none.
+    /// The title override (at most 200 characters); absent: none.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
+    #[schema(nullable = false, max_length = 200)]
     pub title: Option<String>,
-    /// The message override; absent: none.
+    /// The message override (at most 2000 characters); absent: none.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
+    #[schema(nullable = false, max_length = 2000)]
     pub message: Option<String>,
     /// The lottery override; absent: none.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -487,6 +487,8 @@ mod tests {
             (json!({"bypass_paths": ["/ok", "/a?b"]}), "bypass_paths[1]"),
             (json!({"max_waiting": -1}), "max_waiting"),
             (json!({"title": 5}), "title"),
+            (json!({"title": "x".repeat(201)}), "title"),
+            (json!({"message": "é".repeat(2001)}), "message"),
             (json!({"lottery": "maybe"}), "lottery"),
             (
                 json!({"adaptive": {"target_latency": "1s", "min_rate": -1}}),

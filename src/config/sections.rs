@@ -214,8 +214,18 @@ pub(super) fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, Con
         &r.session_clients,
         RoomPolicy::DEFAULT_SESSION_CLIENTS,
     )?;
-    let title = or_default(&r.title, "You're in line").text;
-    let message = or_default(&r.message, "").text;
+    let title = page_text(
+        cx,
+        &k("title"),
+        or_default(&r.title, "You're in line"),
+        MAX_TITLE_CHARS,
+    )?;
+    let message = page_text(
+        cx,
+        &k("message"),
+        or_default(&r.message, ""),
+        MAX_MESSAGE_CHARS,
+    )?;
     let preserve_host = boolean(
         cx,
         &k("preserve_host"),
@@ -518,4 +528,23 @@ pub(super) fn validate_adaptive(
         }
     })?;
     Ok(config)
+}
+
+/// The longest room `title`, in characters: a heading, on every waiting page.
+pub const MAX_TITLE_CHARS: usize = 200;
+/// The longest room `message`, in characters: a paragraph or two, on every waiting page
+/// (which every waiting visitor reloads).
+pub const MAX_MESSAGE_CHARS: usize = 2000;
+
+/// A text every waiting page shows, at most `max` characters.
+fn page_text(cx: &Ctx<'_>, key: &str, v: V, max: usize) -> Result<String, ConfigError> {
+    let n = v.text.chars().count();
+    if n > max {
+        return Err(cx.fail(
+            key,
+            &v,
+            format!("must be at most {max} characters (got {n})"),
+        ));
+    }
+    Ok(v.text)
 }

@@ -374,9 +374,11 @@ pub struct ConfigPatch {
     #[schema(nullable = false)]
     pub abandon_after: Option<String>,
     /// The waiting page's heading. Each setting from here on may be `null`: the file's
-    /// value holds again.
+    /// value holds again. At most 200 characters.
+    #[schema(max_length = 200)]
     pub title: Option<String>,
-    /// The operator's note on the pages.
+    /// The operator's note on the pages, at most 2000 characters.
+    #[schema(max_length = 2000)]
     pub message: Option<String>,
     /// The status of the waiting page and JSON: 200, 202, 429 or 503.
     #[schema(schema_with = status_code_change)]

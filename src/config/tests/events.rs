@@ -156,6 +156,8 @@ fn a_bad_body_names_its_field() {
         (with("rate", json!(0)), "rate"),
         (with("max_active", json!(0)), "max_active"),
         (with("title", json!(5)), "title"),
+        (with("title", json!("x".repeat(201))), "title"),
+        (with("message", json!("x".repeat(2001))), "message"),
         (with("lottery", json!("yes")), "lottery"),
         (with("name", json!("x".repeat(101))), "name"),
         (with("colour", json!("red")), "colour"),

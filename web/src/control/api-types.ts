@@ -555,7 +555,7 @@ export interface components {
              * @description The queue breaker: at most this many in line; 0: no limit.
              */
             max_waiting?: number | null;
-            /** @description The operator's note on the pages. */
+            /** @description The operator's note on the pages, at most 2000 characters. */
             message?: string | null;
             /**
              * @description The room's mode: queue (the waiting room as usual), passthrough (everyone straight through, counted) or sold_out (the line and newcomers see the sold-out page).
@@ -595,7 +595,7 @@ export interface components {
              * @description Streams to the origin open at once in the room; 0: no cap.
              */
             stream_cap?: number | null;
-            /** @description The waiting page's heading. Each setting from here on may be `null`: the file's value holds again. */
+            /** @description The waiting page's heading. Each setting from here on may be `null`: the file's value holds again. At most 200 characters. */
             title?: string | null;
         };
         /** @description `PUT …/config`'s answer. */
@@ -642,7 +642,7 @@ export interface components {
              * @description The `max_active` override; absent: none.
              */
             max_active?: number;
-            /** @description The message override; absent: none. */
+            /** @description The message override (at most 2000 characters); absent: none. */
             message?: string;
             /** @description The operator's label. */
             name: string;
@@ -655,7 +655,7 @@ export interface components {
             rate?: number;
             /** @enum {string} */
             state: "upcoming" | "current" | "over";
-            /** @description The title override; absent: none. */
+            /** @description The title override (at most 200 characters); absent: none. */
             title?: string;
         };
         /** @description A scheduled event as written: its times and its overrides. Rules: `admits_at` not before `queue_opens_at`, `closes_at` after both; a room's events do not overlap, and only the last may leave `closes_at` out; at most 100 per room; the overrides by the file's rules. */

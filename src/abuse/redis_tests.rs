@@ -356,6 +356,26 @@ async fn a_redis_outage_keeps_the_last_known_bans_enforced() {
     assert!(ok, "the refresh recovers once Redis answers");
 }
 
+/// With Redis away every strike waits out its timeout: a flood of them keeps at most
+/// `MAX_PENDING_STRIKES` in flight, and they drain once answered.
+#[tokio::test]
+async fn strikes_waiting_for_an_absent_redis_are_bounded() {
+    let mut server = RedisServer::start();
+    let (a, _events) = replica(&[server.url()]).await;
+    server.kill();
+    for i in 0..(3 * registry::MAX_PENDING_STRIKES as u32) {
+        let ip = IpAddr::from((0x0a00_0000u32 + i).to_be_bytes());
+        a.strike_soon(ip, StrikeReason::BadCookie);
+        assert!(a.pending_strikes() <= registry::MAX_PENDING_STRIKES);
+    }
+    assert!(a.pending_strikes() > 0, "the strikes are in flight");
+    assert!(
+        eventually(Duration::from_secs(30), || a.pending_strikes() == 0).await,
+        "{} strikes still waiting",
+        a.pending_strikes()
+    );
+}
+
 #[tokio::test]
 async fn max_bans_is_shared_and_displaces_automatic_bans_first() {
     let server = RedisServer::start();

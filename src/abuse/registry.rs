@@ -1,12 +1,13 @@
 //! The registry: the hot-path ban check against a snapshot of the bans, strikes and the
 //! bans they earn, embedded or shared between replicas through Redis. Its parts: the
 //! snapshot's structure (`ban_set`), the embedded state (`local`), what the admin API
-//! asks of it (`operator`) and its timers, persistence and counts (`upkeep`).
+//! asks of it (`operator`), its timers, persistence and counts (`upkeep`), and with Redis
+//! the bounds on strikes in flight (`pending`) and on the totals remembered (`reported`).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -26,10 +27,15 @@ use crate::clock::{Clock, ms};
 mod ban_set;
 mod local;
 mod operator;
+mod pending;
+mod reported;
 mod upkeep;
 
 use ban_set::{BanSet, lasts_longer};
 use local::{Full, Local};
+pub use pending::MAX_PENDING_STRIKES;
+use pending::Pending;
+use reported::make_room;
 
 /// Events waiting for the forwarder; beyond this they are dropped and counted, because
 /// the audit log and Kafka are side channels that must never slow a ban down.
@@ -124,33 +130,16 @@ pub struct AbuseRegistry {
     bans_refused: AtomicU64,
     /// At most one warning a minute about refused bans.
     full_warning: crate::log_limiter::LogLimiter,
+    /// With Redis: strikes recorded in the background and not yet answered (see
+    /// [`MAX_PENDING_STRIKES`]).
+    pending_strikes: Arc<AtomicUsize>,
+    /// At most one warning a minute about strikes dropped at that bound.
+    dropped_warning: crate::log_limiter::LogLimiter,
     /// With Redis: the latest total the shared strike table reported for each client
     /// struck within the window (by this replica's strikes' answers, and by the struck
     /// stream every tick for other replicas' strikes), and when, so
     /// [`AbuseRegistry::strikes`] needs no round trip. At most `abuse.max_tracked`.
     reported: Mutex<HashMap<IpAddr, (u64, u64)>>,
-}
-
-/// Makes room in `reported` (client → (total, at)) for one more client within `cap`: at
-/// the bound, the totals out of the `window` go, and if that leaves less than an eighth of
-/// `cap` free, the least recently struck go until it does. So the walk over the map is
-/// paid once per `cap / 8` new clients, not once per client, when an attack keeps more
-/// clients struck than `cap`.
-fn make_room(reported: &mut HashMap<IpAddr, (u64, u64)>, cap: usize, now: u64, window: u64) {
-    if reported.len() < cap {
-        return;
-    }
-    reported.retain(|_, &mut (_, at)| at.saturating_add(window) > now);
-    let keep = cap - cap.div_ceil(8);
-    if reported.len() <= keep {
-        return;
-    }
-    let excess = reported.len() - keep;
-    let mut by_age: Vec<(u64, IpAddr)> = reported.iter().map(|(&c, &(_, at))| (at, c)).collect();
-    by_age.select_nth_unstable(excess - 1);
-    for (_, client) in &by_age[..excess] {
-        reported.remove(client);
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -179,6 +168,8 @@ impl AbuseRegistry {
             bans_displaced: AtomicU64::new(0),
             bans_refused: AtomicU64::new(0),
             full_warning: crate::log_limiter::LogLimiter::new(Duration::from_secs(60)),
+            pending_strikes: Arc::default(),
+            dropped_warning: crate::log_limiter::LogLimiter::new(Duration::from_secs(60)),
             reported: Mutex::default(),
         }
     }
@@ -434,12 +425,31 @@ impl AbuseRegistry {
         }
     }
 
-    /// [`AbuseRegistry::strike`] in the background (with Redis, a round trip).
+    /// [`AbuseRegistry::strike`] in the background (with Redis, a round trip), at most
+    /// [`MAX_PENDING_STRIKES`] at once: with Redis away each waits out its timeout, and a
+    /// flood of bad requests would otherwise pile up tasks that cannot count anyway.
     fn strike_later(self: &Arc<Self>, ip: IpAddr, reason: StrikeReason) {
+        let Some(pending) = Pending::take(&self.pending_strikes) else {
+            if let Some(more) = self.dropped_warning.allow_counted() {
+                tracing::warn!(
+                    pending = MAX_PENDING_STRIKES,
+                    more_dropped = more,
+                    "strikes dropped: too many are waiting for Redis"
+                );
+            }
+            return;
+        };
         let me = self.clone();
         tokio::spawn(async move {
             me.strike(ip, reason).await;
+            drop(pending);
         });
+    }
+
+    /// Background strikes not yet answered (for tests).
+    #[cfg(test)]
+    pub(super) fn pending_strikes(&self) -> usize {
+        self.pending_strikes.load(Ordering::Acquire)
     }
 
     /// The embedded strike, synchronously; `None` with Redis (the caller spawns
@@ -731,51 +741,5 @@ impl AbuseRegistry {
             Backend::Redis { update, .. } => Some(lock(update)),
             Backend::Local { .. } => None,
         }
-    }
-}
-
-#[cfg(test)]
-mod bound_tests {
-    use super::*;
-
-    #[test]
-    fn the_reported_totals_stay_within_the_cap_and_forget_the_least_recent_first() {
-        let mut reported = HashMap::new();
-        let cap = 64;
-        let window = 60_000;
-        let mut walks = 0;
-        for i in 0u32..1_000 {
-            let before = reported.len();
-            make_room(&mut reported, cap, 1_000_000 + u64::from(i), window);
-            if reported.len() < before {
-                walks += 1;
-            }
-            reported.insert(IpAddr::from(i.to_be_bytes()), (1, 1_000_000 + u64::from(i)));
-            assert!(reported.len() <= cap);
-        }
-        // Each walk frees an eighth: one walk per eight new clients, not one per client.
-        assert!(walks <= 1_000 / 8 + 1, "{walks} walks");
-        // The most recent clients are the ones kept.
-        assert!(reported.contains_key(&IpAddr::from(999u32.to_be_bytes())));
-        let oldest_kept = reported.values().map(|&(_, at)| at).min().unwrap();
-        assert!(oldest_kept >= 1_000_000 + 1_000 - cap as u64);
-        // Any cap, however small, holds, and keeps the newest.
-        for cap in 1..=9 {
-            let mut reported = HashMap::new();
-            for i in 0u32..50 {
-                make_room(&mut reported, cap, 1_000 + u64::from(i), window);
-                reported.insert(IpAddr::from(i.to_be_bytes()), (1, 1_000 + u64::from(i)));
-                assert!(reported.len() <= cap, "cap {cap}");
-            }
-            assert!(reported.contains_key(&IpAddr::from(49u32.to_be_bytes())));
-        }
-        // Totals out of the window go first, whatever their number.
-        let mut reported = HashMap::from([
-            (IpAddr::from([192, 0, 2, 1]), (9, 0)),
-            (IpAddr::from([192, 0, 2, 2]), (1, 100_000)),
-        ]);
-        make_room(&mut reported, 2, 100_000, window);
-        assert_eq!(reported.len(), 1);
-        assert!(reported.contains_key(&IpAddr::from([192, 0, 2, 2])));
     }
 }

@@ -14,8 +14,8 @@
 #     compose.yaml: parses, has anteroom + Redis with AOF + an origin, mounts files that
 #     exist, takes secrets from the environment; its anteroom.yaml passes `anteroom check`.
 # 3a. Kubernetes: `kubectl kustomize deploy/kubernetes` renders, `kubernetes-validate
-#     --strict` accepts every object; readiness on readyz and liveness on healthz at the
-#     config's listen port, terminationGracePeriodSeconds above drain_delay +
+#     --strict` accepts every object; readiness on readyz at the config's listen port,
+#     liveness on healthz there or at its admin_listen port, terminationGracePeriodSeconds above drain_delay +
 #     shutdown_grace + the snapshot of its ConfigMap's config, every container non-root
 #     with a read-only root, no escalation, no capabilities, RuntimeDefault seccomp;
 #     secrets mounted as files; the Service, PDB and HPA aim at the Deployment.
@@ -306,9 +306,10 @@ if len(c) != 1:
 c = c[0]
 cm = yaml.safe_load([d for d in of("ConfigMap") if d["metadata"]["name"].startswith("anteroom-config")][0]["data"]["anteroom.yaml"])
 listen_port = int(str(cm.get("listen", ":8080")).rsplit(":", 1)[1])
+admin_port = int(str(cm["admin_listen"]).rsplit(":", 1)[1]) if cm.get("admin_listen") else None
 ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
 
-def probe(name, path):
+def probe(name, path, allowed):
     p = c.get(name)
     if not p or "httpGet" not in p:
         fail(f"the anteroom container has no HTTP {name}")
@@ -316,13 +317,17 @@ def probe(name, path):
     if g.get("path") != path:
         fail(f"{name} asks {g.get('path')}, not {path}")
     port = ports.get(g["port"], g["port"])
-    if port != listen_port:
-        fail(f"{name} probes port {port}, but anteroom listens on {listen_port} (listen in the ConfigMap)")
-probe("readinessProbe", "/__anteroom/readyz")
-probe("livenessProbe", "/__anteroom/healthz")
+    if port not in allowed:
+        fail(f"{name} probes port {port}, but anteroom serves it on {allowed} (listen / admin_listen in the ConfigMap)")
+    return port
+# Readiness on the public listener (what visitors reach); liveness may be on the admin
+# listener, which a flood of the public one's connections cannot fill.
+probe("readinessProbe", "/__anteroom/readyz", [listen_port])
+live = [listen_port] + ([admin_port] if admin_port else [])
+live_port = probe("livenessProbe", "/__anteroom/healthz", live)
 if "startupProbe" in c:
-    probe("startupProbe", "/__anteroom/healthz")
-print(f"probes: readiness on readyz, liveness on healthz, port {listen_port} (the config's listen)")
+    probe("startupProbe", "/__anteroom/healthz", live)
+print(f"probes: readiness on readyz, port {listen_port} (listen); liveness on healthz, port {live_port}")
 
 tgp = pod.get("terminationGracePeriodSeconds", 30)
 if not tgp > need:

@@ -242,19 +242,18 @@ impl App {
     }
 
     /// `asset_paths` and another site's embeds ([`super::classify::Class::Embedded`]): for
-    /// admitted visitors; with `while_free` (an asset) also for anyone while nobody waits
-    /// and the room is open; otherwise a small 503, never the waiting page. An embed gets
-    /// no such pass: its header is a browser's promise, and a script can send it anywhere.
+    /// admitted visitors, and anyone while nobody waits and the room is open (and in its
+    /// queue or passthrough mode, its store answering); otherwise a small 503, never the
+    /// waiting page.
     pub(super) async fn asset(
         &self,
         room: &Room,
         req: Request<Incoming>,
         identity: &Identity,
-        while_free: bool,
     ) -> Response<Body> {
         match self.standing(room, identity).await {
             Standing::OnSite(admitted) => self.to_origin(room, req, identity, admitted).await,
-            Standing::Nobody if while_free && self.room_is_free(room) => {
+            Standing::Nobody if self.room_is_free(room) => {
                 self.to_origin(room, req, identity, None).await
             }
             _ => not_admitted(),

@@ -72,9 +72,8 @@ pub enum Class {
     Asset,
     /// Another site's page embedding the shop (`Sec-Fetch-Site: cross-site`, not a
     /// top-level navigation), outside `asset_paths`: not the visitor's act, so it never
-    /// joins the line or takes a slot, and it reaches the origin only for a visitor already
-    /// on the site. Unlike an asset it is not let through while nobody waits: the header
-    /// is a browser's promise, and a script can send it to any path.
+    /// joins the line or takes a slot; answered like an asset, under a label of its own in
+    /// the access log.
     Embedded,
     /// A WebSocket upgrade or an event stream to the origin: admitted sessions only.
     Stream,

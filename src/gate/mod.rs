@@ -339,10 +339,7 @@ impl App {
                 None => self.error(Kind::UnknownSite, &identity),
             },
             Class::Asset | Class::Embedded => match room {
-                Some(room) => {
-                    let while_free = class == Class::Asset;
-                    Box::pin(self.asset(room, req, &identity, while_free)).await
-                }
+                Some(room) => Box::pin(self.asset(room, req, &identity)).await,
                 None => self.error(Kind::UnknownSite, &identity),
             },
             Class::Stream => match room {

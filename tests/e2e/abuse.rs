@@ -656,26 +656,34 @@ async fn another_sites_page_cannot_get_a_visitor_banned() {
 }
 
 /// `Sec-Fetch-Site` is a browser's promise, and a script can send it to any path: a
-/// request claiming to be another site's embed earns no strike, and no pass to the origin
-/// either, even while nobody waits (when an asset would pass). A visitor on the site still
-/// gets what another site's page embeds.
+/// request claiming to be another site's embed is answered like an asset. It never joins
+/// the line or earns a strike, and while a line exists it never reaches the origin without
+/// a session; a visitor on the site still gets what another site's page embeds.
 #[tokio::test]
-async fn a_claimed_cross_site_embed_never_reaches_the_origin_without_a_session() {
+async fn a_claimed_cross_site_embed_joins_nobody_and_passes_no_line() {
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let room = "    asset_paths: [\"/static/**\"]\n";
+    // One visitor in (the fast path), then nobody for 100 s.
+    let room = "    rate: 0.01\n    max_active: 1000\n";
     let ar = common::start(&abuse_config(&origin.url(), dir.path(), None, room)).await;
-    let anyone = from("127.0.0.41");
-    // Nobody waits: an asset passes without a session, once the room's statistics say so.
-    until_status(
-        &anyone,
-        &url(&ar, "/static/app.css"),
-        200,
-        Duration::from_secs(10),
-    )
+    let visitor = from("127.0.0.41");
+    let first = visitor.get(url(&ar, "/")).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let cookie = visitor_cookie(&first).unwrap();
+    let waiting = from("127.0.0.42").get(url(&ar, "/")).send().await.unwrap();
+    assert_eq!(status_header(&waiting).as_deref(), Some("waiting"));
+    // The line is in the room's statistics (read every second).
+    let anyone = from("127.0.0.44");
+    poll_until(Duration::from_secs(5), "the line seen", async || {
+        let r = cross_site(anyone.get(url(&ar, "/pic.png")), "image")
+            .send()
+            .await
+            .unwrap();
+        (r.status() == 503).then_some(())
+    })
     .await;
     let hits = origin.hits();
-    let bot = from("127.0.0.42");
+    let bot = from("127.0.0.43");
     for path in ["/checkout", "/", "/api/cart"] {
         for dest in ["empty", "image", "iframe"] {
             let r = cross_site(bot.post(url(&ar, path)), dest)
@@ -689,18 +697,10 @@ async fn a_claimed_cross_site_embed_never_reaches_the_origin_without_a_session()
             );
         }
     }
-    assert_eq!(origin.hits(), hits, "no claimed embed reached the origin");
-    // The asset still passes, and a visitor on the site gets another site's embeds.
-    let r = cross_site(anyone.get(url(&ar, "/static/app.css")), "style")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let visitor = from("127.0.0.43");
-    let first = visitor.get(url(&ar, "/")).send().await.unwrap();
-    assert_eq!(first.status(), 200);
-    let cookie = visitor_cookie(&first).unwrap();
-    let hits = origin.hits();
+    assert_eq!(origin.hits(), hits, "no claimed embed passed the line");
+    let bans = admin_json(&client(), &ar, "bans").await;
+    assert!(!bans.to_string().contains("127.0.0.43"), "{bans}");
+    // The visitor on the site gets another site's embeds when their cookie comes along.
     let r = cross_site(visitor.get(url(&ar, "/pic.png")), "image")
         .visitor(&cookie)
         .send()

@@ -7,9 +7,9 @@
 //! A request that already carries the cookie of a visitor in line or on the site (a
 //! second tab that solved after the first joined) spends nothing and gets that visitor's
 //! status: no second place, no loop. A client in the shadow line (`shadow_after`) gets its
-//! shadow page here as at the site, whatever it sends: the door has no side entrance. A refused answer gets its reason and a fresh
-//! challenge to start again with. Answers from another site's page are refused before
-//! anything is read.
+//! shadow page here as at the site, whatever it sends: the door has no side entrance. A
+//! refused answer gets its reason and a fresh challenge to start again with. Answers from
+//! another site's page are refused before anything is read.
 
 use std::borrow::Cow;
 use std::time::SystemTime;

@@ -112,8 +112,9 @@ impl App {
     /// `shadow_after`): the door's other routes (an answer to a challenge, the time lock)
     /// lead it there too, so the shadow line has no way out but its strikes' expiry.
     pub(super) fn shadowed(&self, room: &Room, identity: &Identity) -> bool {
+        // Off (0): no strikes lookup.
         let shadow_after = room.live().config.shadow_after;
-        shadow_after > 0 && shadowed_at(shadow_after, self.abuse.strikes(identity.client_ip))
+        shadow_after != 0 && shadowed_at(shadow_after, self.abuse.strikes(identity.client_ip))
     }
 
     /// Whether a newcomer to `room` would join now: the queue mode, the line open (or the

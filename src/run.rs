@@ -241,6 +241,7 @@ pub async fn start(
         max_connections_per_client: config.server.max_connections_per_client,
         trusted_proxies: config.trusted_proxies.clone().into(),
         http2_max_streams: config.server.http2_max_streams,
+        max_header_bytes: config.server.max_header_bytes,
         shutdown_grace: config.server.shutdown_grace,
         census: app.metrics.census(Listener::Public),
     };

@@ -153,12 +153,13 @@ impl Config {
         let s = &self.server;
         let _ = writeln!(
             o,
-            "server:           max {} connections ({} per client), {} waiting-page streams ({} per client), {} h2 streams per connection, {} workers; header read {}, body {}, idle {}, origin connect {}, origin {}, shutdown grace {}, drain delay {}",
+            "server:           max {} connections ({} per client), {} waiting-page streams ({} per client), {} h2 streams per connection, heads up to {} bytes, {} workers; header read {}, body {}, idle {}, origin connect {}, origin {}, shutdown grace {}, drain delay {}",
             s.max_connections,
             s.max_connections_per_client,
             s.max_streams,
             s.max_streams_per_client,
             s.http2_max_streams,
+            s.max_header_bytes,
             s.workers,
             dur(s.header_read_timeout),
             dur(s.body_timeout),

@@ -120,6 +120,7 @@ pub(super) struct RawServer {
     pub max_streams: Option<V>,
     pub max_streams_per_client: Option<V>,
     pub http2_max_streams: Option<V>,
+    pub max_header_bytes: Option<V>,
     pub workers: Option<V>,
     pub body_timeout: Option<V>,
     pub shutdown_grace: Option<V>,

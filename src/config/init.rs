@@ -105,6 +105,7 @@ kafka:
 #   max_streams: 5000            # open waiting-page streams; below max_connections (default: half)
 #   max_streams_per_client: 64   # waiting-page streams + tunnels + origin event streams, one client
 #   http2_max_streams: 100       # concurrent requests on one HTTP/2 connection
+#   max_header_bytes: 16384      # largest request head (request line + headers); more is a 431
 #   workers: 2                   # serving threads (default: one per CPU)
 #   body_timeout: 60s            # a request body must arrive in full within this
 #   shutdown_grace: 30s          # time in-flight requests get to finish at shutdown

@@ -209,6 +209,9 @@ pub struct ServerConfig {
     pub max_streams_per_client: usize,
     /// Concurrent streams one HTTP/2 connection may carry.
     pub http2_max_streams: u32,
+    /// Largest request head: an HTTP/1 request line and headers, or an HTTP/2 header list
+    /// as RFC 9113 counts it (each field 32 bytes more); larger gets a 431.
+    pub max_header_bytes: usize,
     /// Threads serving the public listener, each its own runtime and origin pool
     /// (default: one per CPU the process may use).
     pub workers: usize,
@@ -233,6 +236,7 @@ impl Default for ServerConfig {
             max_streams: 5_000,
             max_streams_per_client: 64,
             http2_max_streams: 100,
+            max_header_bytes: 16 * 1024,
             workers: default_workers(),
             body_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(30),

@@ -8,8 +8,9 @@ use std::time::Duration;
 use super::file::{RawFile, line_of_key};
 use super::sections::{validate_abuse, validate_room};
 use super::values::{
-    MAX_DRAIN_DELAY, MAX_WORKERS, bearer_token, boolean, ca_file, count, duration, page_file,
-    parse_listen, parse_net, positive_duration, validate_redis_url,
+    MAX_DRAIN_DELAY, MAX_HEADER_BYTES, MAX_WORKERS, MIN_HEADER_BYTES, bearer_token, boolean,
+    ca_file, count, duration, page_file, parse_listen, parse_net, positive_duration,
+    validate_redis_url,
 };
 use super::{
     Config, ConfigError, KafkaConfig, RedisConfig, RoomConfig, Secret, ServerConfig,
@@ -418,6 +419,18 @@ impl RawFile {
                 u32::try_from(n).map_err(|_| {
                     cx.fail("server.http2_max_streams", &v, "must be at most 4294967295")
                 })?
+            },
+            max_header_bytes: {
+                let v = or_default(&d.server.max_header_bytes, "16384");
+                let n = count(&cx, "server.max_header_bytes", &v, MIN_HEADER_BYTES)?;
+                if n > MAX_HEADER_BYTES {
+                    return Err(cx.fail(
+                        "server.max_header_bytes",
+                        &v,
+                        format!("must be at most {MAX_HEADER_BYTES}"),
+                    ));
+                }
+                n
             },
             workers: match &d.server.workers {
                 None => super::default_workers(),

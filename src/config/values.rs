@@ -12,10 +12,14 @@ use crate::invalid::Invalid;
 
 pub use crate::clock::MAX_DURATION;
 
-/// Longest `server.drain_delay` accepted.
 /// More serving threads than this is a typo, not a machine.
 pub(super) const MAX_WORKERS: usize = 1024;
+/// Longest `server.drain_delay` accepted.
 pub(super) const MAX_DRAIN_DELAY: Duration = Duration::from_secs(300);
+/// Smallest `server.max_header_bytes`: hyper's smallest HTTP/1 read buffer.
+pub(super) const MIN_HEADER_BYTES: usize = 8 * 1024;
+/// Largest `server.max_header_bytes`: past this a head is an attack, not a cookie jar.
+pub(super) const MAX_HEADER_BYTES: usize = 1024 * 1024;
 
 pub(super) fn duration(cx: &Ctx<'_>, key: &str, v: &V) -> Result<Duration, ConfigError> {
     let d = humantime::parse_duration(v.text.trim()).map_err(|e| {

@@ -23,11 +23,10 @@ use tokio::task::JoinSet;
 
 use super::caps::{Accepted, Caps, accept_counted};
 use super::handoff;
+use super::heads::Metered;
 use super::idle::Activity;
 use super::seats::{Seat, handed_to};
-use super::{
-    ACCEPT_ERROR_LOG_INTERVAL, ConnectionSlot, MAX_H2_HEADER_LIST, MAX_HEAD_BYTES, ServerLimits,
-};
+use super::{ACCEPT_ERROR_LOG_INTERVAL, ConnectionSlot, ServerLimits};
 use crate::http::body::{Body, Watched};
 use crate::log_limiter::LogLimiter;
 
@@ -129,7 +128,7 @@ where
         let builder = builder.clone();
         let handler = handler.clone();
         let watcher = graceful.watcher();
-        let first_request_deadline = limits.header_read_timeout;
+        let head_timeout = limits.header_read_timeout;
         let idle_timeout = limits.idle_timeout;
         let census = limits.census.clone();
         connections.spawn(async move {
@@ -158,7 +157,8 @@ where
                     }
                 })
             };
-            let io = TokioIo::new(handoff::HandoffIo::new(stream, slot.clone()));
+            let io = handoff::HandoffIo::new(stream, slot.clone());
+            let io = TokioIo::new(Metered::new(io, activity.clone()));
             let conn = builder.serve_connection_with_upgrades(io, service);
             let conn = watcher.watch(conn);
             tokio::select! {
@@ -167,7 +167,7 @@ where
                         tracing::debug!(%peer, %error, "connection ended with an error");
                     }
                 }
-                () = activity.expired(first_request_deadline, idle_timeout) => {
+                () = activity.expired(head_timeout, idle_timeout) => {
                     tracing::debug!(%peer, "closing idle connection");
                 }
             }
@@ -200,14 +200,17 @@ fn builder(limits: &ServerLimits) -> auto::Builder<TokioExecutor> {
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
+        // The connection's watchdog times heads (`idle.rs`): hyper's timer would also
+        // run while a keep-alive connection waits, and cut it at `header_read_timeout`.
+        .header_read_timeout(None)
         .keep_alive(true)
-        .max_buf_size(MAX_HEAD_BYTES);
+        // hyper's floor; the configuration refuses less.
+        .max_buf_size(limits.max_header_bytes.max(8 * 1024));
     builder
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(limits.http2_max_streams.max(1))
-        .max_header_list_size(MAX_H2_HEADER_LIST);
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     builder
 }
 

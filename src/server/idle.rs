@@ -1,23 +1,35 @@
 //! A connection's idle watchdog: the requests in flight on it (a request counts until its
-//! response body has been sent or dropped) and when it last had none, so a connection is
-//! closed after `idle_timeout` without a request, or `header_read_timeout` before its first.
+//! response body has been sent or dropped), when it last had none, and whether a request
+//! head is on its way. A connection is closed
+//! - `header_read_timeout` after it was accepted, if no request has begun by then;
+//! - `idle_timeout` after its last request ended, if it has stayed quiet;
+//! - `header_read_timeout` after a request head began to arrive, if that head has not been
+//!   read in full by then (what counts as a head beginning is `heads.rs`'s to tell).
+//!
+//! The third is ours rather than hyper's. hyper's HTTP/1 header-read timer starts the moment
+//! a connection waits for its next request, so it would close every keep-alive connection
+//! after `header_read_timeout`, ahead of a load balancer that reuses it for longer (the race
+//! `docs/operations.md` warns about); and hyper has no such timer for HTTP/2, whose client
+//! could otherwise hold an unfinished header block (up to the header list limit, buffered
+//! twice) for as long as the connection lives.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::Context;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::census::OpenStream;
 use crate::http::body::{BoxError, Watch};
 
 /// What the idle watchdog of one connection needs to know, kept in atomics so a request
-/// costs two counter updates and no wake-up: the watchdog sleeps until the earliest moment
-/// the connection could be idle long enough and only then looks again.
+/// costs a few counter updates and no wake-up: the watchdog sleeps until the earliest moment
+/// the connection could be idle long enough, or until a head begins to arrive.
 #[derive(Debug)]
 struct ActivityState {
-    /// The watchdog's time origin; `idle_since_ms` counts from it.
+    /// The watchdog's time origin; the `_ms` stamps count from it.
     origin: Instant,
     /// Requests whose response has not been fully sent yet.
     in_flight: AtomicUsize,
@@ -25,9 +37,26 @@ struct ActivityState {
     idle_since_ms: AtomicU64,
     /// Whether the connection has carried a request yet.
     served: AtomicBool,
+    /// Whether a request beginning means its head has been read (HTTP/1, one head at a
+    /// time); on HTTP/2 the frames say when a header block ends.
+    http1: AtomicBool,
+    /// When the request head on its way began to arrive, plus one (0: none is).
+    head_since_ms: AtomicU64,
+    /// Wakes the watchdog when a head begins to arrive.
+    head_started: Notify,
 }
 
-/// One connection's watchdog, shared by its requests and the task that closes it.
+impl ActivityState {
+    fn now_ms(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.origin + Duration::from_millis(ms)
+    }
+}
+
+/// One connection's watchdog, shared by its requests, its I/O and the task that closes it.
 #[derive(Debug, Clone)]
 pub(super) struct Activity(Arc<ActivityState>);
 
@@ -39,49 +68,103 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             idle_since_ms: AtomicU64::new(0),
             served: AtomicBool::new(false),
+            http1: AtomicBool::new(false),
+            head_since_ms: AtomicU64::new(0),
+            head_started: Notify::new(),
         }))
     }
 
     /// A request begins: in flight until the returned guard drops, and with it `stream`
     /// (its count among the listener's open HTTP/2 streams, for one on HTTP/2).
     pub(super) fn begin(&self, stream: Option<OpenStream>) -> InFlight {
-        self.0.in_flight.fetch_add(1, Ordering::AcqRel);
-        self.0.served.store(true, Ordering::Release);
+        let state = &self.0;
+        state.in_flight.fetch_add(1, Ordering::AcqRel);
+        state.served.store(true, Ordering::Release);
+        if state.http1.load(Ordering::Relaxed) {
+            state.head_since_ms.store(0, Ordering::Release);
+        }
         InFlight {
-            state: self.0.clone(),
+            state: state.clone(),
             _stream: stream,
         }
     }
 
-    /// Resolves once the connection has had no request in flight for `idle` (or, before
-    /// its first request, for `first`).
-    pub(super) async fn expired(&self, first: Duration, idle: Duration) {
+    /// The connection speaks HTTP/1: a request beginning ends the head on its way.
+    pub(super) fn speaks_http1(&self) {
+        self.0.http1.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether no request is in flight.
+    pub(super) fn is_idle(&self) -> bool {
+        self.0.in_flight.load(Ordering::Acquire) == 0
+    }
+
+    /// A request head began to arrive (unless one already is on its way).
+    pub(super) fn head_began(&self) {
+        let state = &self.0;
+        let now = state.now_ms() + 1;
+        if state
+            .head_since_ms
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            state.head_started.notify_one();
+        }
+    }
+
+    /// Whether a request head is on its way.
+    #[cfg(test)]
+    pub(super) fn head_pending(&self) -> bool {
+        self.0.head_since_ms.load(Ordering::Acquire) > 0
+    }
+
+    /// The head on its way has been read in full.
+    pub(super) fn head_ended(&self) {
+        self.0.head_since_ms.store(0, Ordering::Release);
+    }
+
+    /// When the connection should close as things stand: `idle` (before its first request,
+    /// `head`) after it was last idle, if nothing is in flight; `head` after a head began
+    /// to arrive, in flight or not.
+    fn deadline(&self, head: Duration, idle: Duration) -> Option<Instant> {
+        let state = &self.0;
+        let idle_deadline = (state.in_flight.load(Ordering::Acquire) == 0).then(|| {
+            let served = state.served.load(Ordering::Acquire);
+            state.at(state.idle_since_ms.load(Ordering::Acquire)) + if served { idle } else { head }
+        });
+        let head_since = state.head_since_ms.load(Ordering::Acquire);
+        let head_deadline = (head_since > 0).then(|| state.at(head_since - 1) + head);
+        match (idle_deadline, head_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Resolves once the connection should close (see the module doc).
+    pub(super) async fn expired(&self, head: Duration, idle: Duration) {
         let state = &self.0;
         loop {
-            let served = state.served.load(Ordering::Acquire);
-            if state.in_flight.load(Ordering::Acquire) > 0 {
-                // Busy: once this request ends, the connection has `idle` to go.
-                tokio::time::sleep(idle).await;
-                continue;
-            }
-            let since = Duration::from_millis(state.idle_since_ms.load(Ordering::Acquire));
-            let deadline = state.origin + since + if served { idle } else { first };
+            // Registered before the state is read, so a head beginning after the read
+            // still wakes this.
+            let head_started = state.head_started.notified();
             let now = Instant::now();
+            // Busy with no head on its way: once the request ends, the connection has
+            // `idle` to go; look again then, or when a head begins.
+            let deadline = self.deadline(head, idle).unwrap_or(now + idle);
             if now >= deadline {
-                // Re-read the count: a request that began meanwhile keeps the connection.
-                if state.in_flight.load(Ordering::Acquire) == 0 {
+                // Read again: a request that began meanwhile keeps the connection.
+                if self.deadline(head, idle).is_some_and(|again| now >= again) {
                     return;
                 }
                 continue;
             }
-            // Before its first request the limit drops from `first` to `idle` the moment one
+            // Before its first request the limit drops from `head` to `idle` the moment one
             // is served, so look again within `idle`.
-            let wake = if served {
-                deadline
-            } else {
-                deadline.min(now + idle)
-            };
-            tokio::time::sleep_until(wake).await;
+            let wake = deadline.min(now + idle);
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => {}
+                () = head_started => {}
+            }
         }
     }
 }
@@ -98,7 +181,7 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         let state = &self.state;
         // Stamp before the count drops, so the watchdog never sees zero with an old stamp.
-        let now = state.origin.elapsed().as_millis() as u64;
+        let now = state.now_ms();
         state.idle_since_ms.fetch_max(now, Ordering::AcqRel);
         state.in_flight.fetch_sub(1, Ordering::AcqRel);
     }

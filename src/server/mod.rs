@@ -8,15 +8,14 @@
 //! - **Connection cap**: a semaphore of `max_connections` permits. A permit is taken
 //!   *before* `accept`, so when the cap is reached the loop simply stops accepting and the
 //!   kernel backlog absorbs the excess (backpressure) until a connection closes.
-//! - **Header-read timeout**: hyper's own HTTP/1 timer (driven by hyper-util's
-//!   `TokioTimer`), plus a first-request deadline of our own for the bytes hyper-util reads
-//!   before it knows the protocol (a client that connects and sends nothing is closed after
-//!   `header_read_timeout`).
+//! - **Header-read timeout**: a connection whose first request has not begun
+//!   `header_read_timeout` after accept is closed, and so is one whose next request head
+//!   (HTTP/1) or header block (HTTP/2) began to arrive that long ago and is still
+//!   unfinished. Our own watchdog, not hyper's HTTP/1 timer, which would also cut idle
+//!   keep-alive connections (`idle.rs`, `heads.rs`).
 //! - **Idle timeout**: a connection with no request in flight for `idle_timeout` is closed. A
 //!   request counts as in flight until its response body has been sent (or dropped), so slow
-//!   downloads and long-lived streams are never cut by this timer. Note that hyper (1.x)
-//!   also runs its header-read timer while an HTTP/1 connection waits for the next request,
-//!   so the effective keep-alive idle time is `min(idle_timeout, header_read_timeout)`.
+//!   downloads and long-lived streams are never cut by this timer.
 //! - **Accept errors** (running out of file descriptors, aborted handshakes, ...) are logged
 //!   at most once per [`ACCEPT_ERROR_LOG_INTERVAL`] and survived; the loop never exits on one.
 //! - **Graceful shutdown**: when `shutdown` resolves the listener is closed, every connection
@@ -48,6 +47,7 @@
 //! | `caps.rs` | the process-wide caps: the `max_connections` permits and the per-client counts |
 //! | `seats.rs` | spreading connections over the workers (which worker serves one) |
 //! | `idle.rs` | a connection's idle watchdog and the requests it counts as in flight |
+//! | `heads.rs` | a connection's reads followed to tell when a request head is on its way |
 //! | `handoff.rs` | a long-lived HTTP/1.1 response taken back from hyper |
 //! | `census.rs` | what a listener has open (connections, HTTP/2 streams), for the metrics |
 
@@ -66,6 +66,7 @@ mod accept;
 mod caps;
 mod census;
 mod handoff;
+mod heads;
 mod idle;
 mod seats;
 
@@ -78,10 +79,6 @@ use accept::accept_loop;
 use caps::{Caps, PeerCount};
 use seats::{Seat, SeatTaken, Seats};
 
-/// Largest HTTP/1 request head (request line + headers) accepted; larger gets a 431.
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
-/// Largest HTTP/2 header list accepted.
-pub const MAX_H2_HEADER_LIST: u32 = 64 * 1024;
 /// Accept errors are logged at most once per this interval (the rest are counted).
 pub const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -100,6 +97,10 @@ pub struct ServerLimits {
     pub trusted_proxies: TrustedProxies,
     /// Concurrent streams one HTTP/2 connection may carry.
     pub http2_max_streams: u32,
+    /// Largest request head: an HTTP/1 request line and headers (hyper's read buffer, at
+    /// least 8 KiB), or an HTTP/2 header list; larger gets a 431. What a client holding an
+    /// unfinished head costs is about this much (twice on HTTP/2), so it sizes memory too.
+    pub max_header_bytes: usize,
     /// After shutdown is signalled, in-flight requests get this long to finish.
     pub shutdown_grace: Duration,
     /// Where the listener counts what it has open; each listener its own (see [`Census`]).
@@ -115,6 +116,7 @@ impl Default for ServerLimits {
             max_connections_per_client: 512,
             trusted_proxies: TrustedProxies::default(),
             http2_max_streams: 100,
+            max_header_bytes: 16 * 1024,
             shutdown_grace: Duration::from_secs(30),
             census: Census::default(),
         }

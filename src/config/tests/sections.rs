@@ -176,7 +176,8 @@ fn durations_are_bounded_so_no_deadline_overflows() {
 fn connection_budget_keys_parse_and_are_checked() {
     let c = parse(&format!(
         "server:\n  max_connections: 100\n  max_connections_per_client: 8\n  max_streams: 30\n  \
-         max_streams_per_client: 4\n  http2_max_streams: 16\n  body_timeout: 5s\n{}",
+         max_streams_per_client: 4\n  http2_max_streams: 16\n  body_timeout: 5s\n  \
+         max_header_bytes: 32768\n{}",
         minimal("")
     ))
     .unwrap();
@@ -187,10 +188,12 @@ fn connection_budget_keys_parse_and_are_checked() {
             s.max_streams,
             s.max_streams_per_client,
             s.http2_max_streams,
-            s.body_timeout
+            s.body_timeout,
+            s.max_header_bytes
         ),
-        (8, 30, 4, 16, Duration::from_secs(5))
+        (8, 30, 4, 16, Duration::from_secs(5), 32768)
     );
+    assert_eq!(parse(&minimal("")).unwrap().server.max_header_bytes, 16384);
     // max_streams defaults to half of max_connections.
     let c = parse(&format!("server:\n  max_connections: 40\n{}", minimal(""))).unwrap();
     assert_eq!(c.server.max_streams, 20);
@@ -209,6 +212,8 @@ fn connection_budget_keys_parse_and_are_checked() {
         ("http2_max_streams", "0"),
         ("http2_max_streams", "99999999999"),
         ("body_timeout", "0s"),
+        ("max_header_bytes", "4096"),
+        ("max_header_bytes", "2000000"),
     ] {
         let e = err(&format!("server:\n  {key}: {value}\n{}", minimal("")));
         assert!(

@@ -21,7 +21,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use super::caps::{Accepted, Caps, accept_counted};
+use super::caps::{Accepted, Caps, Entrance};
 use super::handoff;
 use super::heads::Metered;
 use super::idle::Activity;
@@ -50,10 +50,7 @@ where
 {
     let mut shutdown = pin!(shutdown);
     let builder = Arc::new(builder(&limits));
-    let Caps {
-        permits,
-        peer_counts,
-    } = caps;
+    let mut entrance = Entrance::default();
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let accept_errors = LogLimiter::new(ACCEPT_ERROR_LOG_INTERVAL);
@@ -67,7 +64,7 @@ where
             biased;
             () = &mut shutdown => break,
             Some(handed) = handed_to(seat.as_mut()) => Err(handed),
-            accepted = accept_counted(&listener, &limits, &permits, &peer_counts) => Ok(accepted),
+            accepted = entrance.next(&listener, &limits, &caps) => Ok(accepted),
         };
         let ((stream, peer, permit, peer_count), seat_taken) = match next {
             Ok(Accepted::Failed(error)) => {
@@ -131,8 +128,10 @@ where
         let head_timeout = limits.header_read_timeout;
         let idle_timeout = limits.idle_timeout;
         let census = limits.census.clone();
+        let evictable = caps.evictable.clone();
         connections.spawn(async move {
             let activity = Activity::new();
+            let _listed = evictable.list(activity.clone());
             let service = {
                 let activity = activity.clone();
                 let slot = slot.clone();

@@ -42,8 +42,10 @@ struct ActivityState {
     http1: AtomicBool,
     /// When the request head on its way began to arrive, plus one (0: none is).
     head_since_ms: AtomicU64,
-    /// Wakes the watchdog when a head begins to arrive.
-    head_started: Notify,
+    /// Whether the connection was told to close to make room (`evict.rs`).
+    evicted: AtomicBool,
+    /// Wakes the watchdog when a head begins to arrive or the connection is evicted.
+    wake: Notify,
 }
 
 impl ActivityState {
@@ -70,7 +72,8 @@ impl Activity {
             served: AtomicBool::new(false),
             http1: AtomicBool::new(false),
             head_since_ms: AtomicU64::new(0),
-            head_started: Notify::new(),
+            evicted: AtomicBool::new(false),
+            wake: Notify::new(),
         }))
     }
 
@@ -108,8 +111,30 @@ impl Activity {
             .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
-            state.head_started.notify_one();
+            state.wake.notify_one();
         }
+    }
+
+    /// How long the connection has gone without a request in flight, or `None` if one is
+    /// in flight or it was already evicted.
+    pub(super) fn idle_for(&self, now: Instant) -> Option<Duration> {
+        let state = &self.0;
+        if state.in_flight.load(Ordering::Acquire) > 0 || state.evicted.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(now.saturating_duration_since(state.at(state.idle_since_ms.load(Ordering::Acquire))))
+    }
+
+    /// Tells the connection to close (its watchdog's [`Activity::expired`] resolves).
+    pub(super) fn evict(&self) {
+        self.0.evicted.store(true, Ordering::Release);
+        self.0.wake.notify_one();
+    }
+
+    /// Whether the connection was told to close to make room.
+    #[cfg(test)]
+    pub(super) fn is_evicted(&self) -> bool {
+        self.0.evicted.load(Ordering::Acquire)
     }
 
     /// Whether a request head is on its way.
@@ -140,13 +165,17 @@ impl Activity {
         }
     }
 
-    /// Resolves once the connection should close (see the module doc).
+    /// Resolves once the connection should close (see the module doc), or at once when it is
+    /// evicted to make room.
     pub(super) async fn expired(&self, head: Duration, idle: Duration) {
         let state = &self.0;
         loop {
             // Registered before the state is read, so a head beginning after the read
             // still wakes this.
-            let head_started = state.head_started.notified();
+            let woken = state.wake.notified();
+            if state.evicted.load(Ordering::Acquire) {
+                return;
+            }
             let now = Instant::now();
             // Busy with no head on its way: once the request ends, the connection has
             // `idle` to go; look again then, or when a head begins.
@@ -163,7 +192,7 @@ impl Activity {
             let wake = deadline.min(now + idle);
             tokio::select! {
                 () = tokio::time::sleep_until(wake) => {}
-                () = head_started => {}
+                () = woken => {}
             }
         }
     }

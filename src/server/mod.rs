@@ -5,9 +5,10 @@
 //! header-read timeout would be silently off) and has no connection cap. What this loop adds
 //! around hyper-util's `auto::Builder` (HTTP/1.1 and h2c on the same port):
 //!
-//! - **Connection cap**: a semaphore of `max_connections` permits. A permit is taken
-//!   *before* `accept`, so when the cap is reached the loop simply stops accepting and the
-//!   kernel backlog absorbs the excess (backpressure) until a connection closes.
+//! - **Connection cap**: a semaphore of `max_connections` permits, taken *before* `accept`.
+//!   At the cap a loop accepts one client more and makes room for it by closing the
+//!   connection idle longest (at least a second, no request in flight); the rest wait in
+//!   the kernel's queue (backpressure) until room is made or a connection closes.
 //! - **Header-read timeout**: a connection whose first request has not begun
 //!   `header_read_timeout` after accept is closed, and so is one whose next request head
 //!   (HTTP/1) or header block (HTTP/2) began to arrive that long ago and is still
@@ -44,7 +45,8 @@
 //! |---|---|
 //! | `mod.rs` | [`ServerLimits`], [`ConnectionSlot`], [`serve`], [`serve_on_workers`] (the worker threads) |
 //! | `accept.rs` | one worker's accept loop: accept, serve a connection, back off on errors, drain |
-//! | `caps.rs` | the process-wide caps: the `max_connections` permits and the per-client counts |
+//! | `caps.rs` | the process-wide caps (the `max_connections` permits, the per-client counts) and the way in under them |
+//! | `evict.rs` | the open connections, and closing the longest-idle one to make room |
 //! | `seats.rs` | spreading connections over the workers (which worker serves one) |
 //! | `idle.rs` | a connection's idle watchdog and the requests it counts as in flight |
 //! | `heads.rs` | a connection's reads followed to tell when a request head is on its way |
@@ -65,6 +67,7 @@ use tokio_util::sync::CancellationToken;
 mod accept;
 mod caps;
 mod census;
+mod evict;
 mod handoff;
 mod heads;
 mod idle;

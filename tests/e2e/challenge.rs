@@ -16,7 +16,7 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use crate::common::{
-    AsVisitor, Origin, admin_metrics, config_with, from, poll_until, redis_config, start,
+    AsVisitor, Origin, admin_metrics, config_with, from, metric, poll_until, redis_config, start,
     start_with_store, status_header, visitor_cookie,
 };
 
@@ -107,13 +107,6 @@ fn forged_cookie() -> String {
         "main",
         std::time::SystemTime::now(),
     )
-}
-
-/// The value of a metric line `name{labels}` in Prometheus text, 0 when absent.
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// An embedded anteroom whose store (and its clock) the test holds.

@@ -17,6 +17,7 @@ mod binary;
 mod challenge;
 mod chaos;
 mod classes;
+mod connections;
 mod core;
 mod draw;
 mod events;

@@ -4,6 +4,9 @@
 
 #[cfg(feature = "kafka")]
 pub mod kafka;
+mod nginx;
+
+pub use nginx::Nginx;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -163,6 +166,13 @@ pub async fn admin_metrics(http: &reqwest::Client, addr: SocketAddr) -> String {
         .text()
         .await
         .unwrap()
+}
+
+/// The value of a metric line `name{labels}` in Prometheus text, 0 when absent.
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// The `ar_visitor` cookie value a response set.

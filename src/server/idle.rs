@@ -4,7 +4,9 @@
 //! - `header_read_timeout` after it was accepted, if no request has begun by then;
 //! - `idle_timeout` after its last request ended, if it has stayed quiet;
 //! - `header_read_timeout` after a request head began to arrive, if that head has not been
-//!   read in full by then (what counts as a head beginning is `heads.rs`'s to tell).
+//!   read in full by then (what counts as a head beginning is `heads.rs`'s to tell), give
+//!   or take half of it: the watchdog looks that often rather than being woken per request;
+//! - at once when it is evicted to make room (`evict.rs`).
 //!
 //! The third is ours rather than hyper's. hyper's HTTP/1 header-read timer starts the moment
 //! a connection waits for its next request, so it would close every keep-alive connection
@@ -44,7 +46,7 @@ struct ActivityState {
     head_since_ms: AtomicU64,
     /// Whether the connection was told to close to make room (`evict.rs`).
     evicted: AtomicBool,
-    /// Wakes the watchdog when a head begins to arrive or the connection is evicted.
+    /// Wakes the watchdog when the connection is evicted.
     wake: Notify,
 }
 
@@ -102,17 +104,14 @@ impl Activity {
         self.0.in_flight.load(Ordering::Acquire) == 0
     }
 
-    /// A request head began to arrive (unless one already is on its way).
+    /// A request head began to arrive (unless one already is on its way). The watchdog is
+    /// not woken for it (that would cost every request a wake-up); it looks often enough.
     pub(super) fn head_began(&self) {
         let state = &self.0;
         let now = state.now_ms() + 1;
-        if state
+        let _ = state
             .head_since_ms
-            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
-            state.wake.notify_one();
-        }
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
     }
 
     /// How long the connection has gone without a request in flight, or `None` if one is
@@ -170,15 +169,15 @@ impl Activity {
     pub(super) async fn expired(&self, head: Duration, idle: Duration) {
         let state = &self.0;
         loop {
-            // Registered before the state is read, so a head beginning after the read
-            // still wakes this.
+            // Registered before the flag is read, so an eviction after the read still
+            // wakes this.
             let woken = state.wake.notified();
             if state.evicted.load(Ordering::Acquire) {
                 return;
             }
             let now = Instant::now();
             // Busy with no head on its way: once the request ends, the connection has
-            // `idle` to go; look again then, or when a head begins.
+            // `idle` to go.
             let deadline = self.deadline(head, idle).unwrap_or(now + idle);
             if now >= deadline {
                 // Read again: a request that began meanwhile keeps the connection.
@@ -187,9 +186,10 @@ impl Activity {
                 }
                 continue;
             }
-            // Before its first request the limit drops from `head` to `idle` the moment one
-            // is served, so look again within `idle`.
-            let wake = deadline.min(now + idle);
+            // A head may begin unseen at any moment: look again within half of `head`, so
+            // one is cut at most half a `head` late. (Before its first request the limit
+            // drops from `head` to `idle` the moment one is served, which this covers too.)
+            let wake = deadline.min(now + head / 2);
             tokio::select! {
                 () = tokio::time::sleep_until(wake) => {}
                 () = woken => {}

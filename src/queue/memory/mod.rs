@@ -56,6 +56,7 @@ const TOUCH_GRANULARITY_MS: u64 = 1_000;
 
 mod clients;
 mod line;
+mod reap;
 mod sessions;
 mod snapshot;
 mod store;
@@ -161,6 +162,9 @@ struct Room {
     /// [`store::MAX_SPENT_CHALLENGES`]), kept with the room so a join spends under the
     /// room's own lock. Not snapshotted: a challenge lives five minutes.
     challenges: SpentGrants<IdKey>,
+    /// How many of each kind the next pass may reap: [`REAP_BUDGET`], doubled after every
+    /// pass that used all of it (up to [`reap::MAX_REAP_BUDGET`]). Not snapshotted.
+    reap_budget: usize,
 }
 
 impl Room {
@@ -188,6 +192,7 @@ impl Room {
             adaptive_claim_ms: None,
             origin_reports: HashMap::new(),
             challenges: SpentGrants::default(),
+            reap_budget: REAP_BUDGET,
         }
     }
 
@@ -618,38 +623,7 @@ impl Room {
         let phase = self.phase(now);
         let mut report = PassReport::default();
 
-        let ttl = ms(self.settings.session_ttl);
-        while report.expired.len() < REAP_BUDGET {
-            let Some((visitor, session)) = self.sessions.pop_due(ttl, now) else {
-                break;
-            };
-            self.session_counts.remove(session.clients.first().copied());
-            self.lengths.ended(&session, now);
-            report.expired.push(visitor);
-        }
-        self.counters.total_expired += report.expired.len() as u64;
-
-        let abandon_after = ms(self.settings.abandon_after);
-        while report.abandoned.len() < REAP_BUDGET {
-            let Some((place, w)) = self.line.oldest_seen() else {
-                break;
-            };
-            if w.seen_ms().saturating_add(abandon_after) > now {
-                break;
-            }
-            let w = self.line.remove(place);
-            self.places.release(w.client);
-            report.abandoned.push(w.visitor);
-        }
-        let budget = REAP_BUDGET - report.abandoned.len();
-        for (seen, visitor) in due(&self.draw_by_seen, abandon_after, now, budget) {
-            self.draw_by_seen.remove(&(seen, visitor));
-            if let Some(e) = self.draw.remove(&visitor) {
-                self.places.release(e.client);
-            }
-            report.abandoned.push(visitor);
-        }
-        self.counters.total_abandoned += report.abandoned.len() as u64;
+        self.reap(now, &mut report);
         self.joins
             .prune(now, ms(self.policy.join_limit_window), REAP_BUDGET);
 
@@ -773,22 +747,6 @@ impl Room {
         self.places.clear();
         removed
     }
-}
-
-/// The oldest entries of a by-time index whose time plus `after` has come by `now`, at
-/// most `budget` of them: what one pass reaps from it.
-fn due<K: Copy + Ord>(
-    index: &BTreeSet<(u64, K)>,
-    after: u64,
-    now: u64,
-    budget: usize,
-) -> Vec<(u64, K)> {
-    index
-        .iter()
-        .take_while(|(at, _)| at.saturating_add(after) <= now)
-        .take(budget)
-        .copied()
-        .collect()
 }
 
 /// A draw entrant's lottery score: the first 8 bytes of SHA-256(salt ‖ visitor id), i.e.

@@ -2,12 +2,13 @@
 //! bans they earn, embedded or shared between replicas through Redis. Its parts: the
 //! snapshot's structure (`ban_set`), the embedded state (`local`), what the admin API
 //! asks of it (`operator`), its timers, persistence and counts (`upkeep`), and with Redis
-//! the bounds on strikes in flight (`pending`) and on the totals remembered (`reported`).
+//! the bound on the totals remembered (`reported`); the bound on strikes in flight is a
+//! semaphore here ([`MAX_PENDING_STRIKES`]).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -27,14 +28,15 @@ use crate::clock::{Clock, ms};
 mod ban_set;
 mod local;
 mod operator;
-mod pending;
 mod reported;
 mod upkeep;
 
 use ban_set::{BanSet, lasts_longer};
 use local::{Full, Local};
-pub use pending::MAX_PENDING_STRIKES;
-use pending::Pending;
+/// The most strikes recorded in the background at once (with Redis): at a round trip of
+/// a millisecond, a thousand strikes a second each; with Redis away, what a second of a
+/// flood would pile up.
+pub const MAX_PENDING_STRIKES: usize = 1024;
 use reported::make_room;
 
 /// Events waiting for the forwarder; beyond this they are dropped and counted, because
@@ -132,7 +134,7 @@ pub struct AbuseRegistry {
     full_warning: crate::log_limiter::LogLimiter,
     /// With Redis: strikes recorded in the background and not yet answered (see
     /// [`MAX_PENDING_STRIKES`]).
-    pending_strikes: Arc<AtomicUsize>,
+    pending_strikes: Arc<tokio::sync::Semaphore>,
     /// At most one warning a minute about strikes dropped at that bound.
     dropped_warning: crate::log_limiter::LogLimiter,
     /// With Redis: the latest total the shared strike table reported for each client
@@ -168,7 +170,7 @@ impl AbuseRegistry {
             bans_displaced: AtomicU64::new(0),
             bans_refused: AtomicU64::new(0),
             full_warning: crate::log_limiter::LogLimiter::new(Duration::from_secs(60)),
-            pending_strikes: Arc::default(),
+            pending_strikes: Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_STRIKES)),
             dropped_warning: crate::log_limiter::LogLimiter::new(Duration::from_secs(60)),
             reported: Mutex::default(),
         }
@@ -429,7 +431,7 @@ impl AbuseRegistry {
     /// [`MAX_PENDING_STRIKES`] at once: with Redis away each waits out its timeout, and a
     /// flood of bad requests would otherwise pile up tasks that cannot count anyway.
     fn strike_later(self: &Arc<Self>, ip: IpAddr, reason: StrikeReason) {
-        let Some(pending) = Pending::take(&self.pending_strikes) else {
+        let Ok(pending) = self.pending_strikes.clone().try_acquire_owned() else {
             if let Some(more) = self.dropped_warning.allow_counted() {
                 tracing::warn!(
                     pending = MAX_PENDING_STRIKES,
@@ -449,7 +451,7 @@ impl AbuseRegistry {
     /// Background strikes not yet answered (for tests).
     #[cfg(test)]
     pub(super) fn pending_strikes(&self) -> usize {
-        self.pending_strikes.load(Ordering::Acquire)
+        MAX_PENDING_STRIKES - self.pending_strikes.available_permits()
     }
 
     /// The embedded strike, synchronously; `None` with Redis (the caller spawns

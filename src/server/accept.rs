@@ -128,7 +128,7 @@ where
         let head_timeout = limits.header_read_timeout;
         let idle_timeout = limits.idle_timeout;
         let census = limits.census.clone();
-        let evictable = caps.evictable.clone();
+        let evictable = entrance.evictable.clone();
         connections.spawn(async move {
             let activity = Activity::new();
             let _listed = evictable.list(activity.clone());

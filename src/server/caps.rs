@@ -30,8 +30,6 @@ const MAKE_ROOM_EVERY: Duration = Duration::from_millis(250);
 pub(super) struct Caps {
     pub(super) permits: Arc<Semaphore>,
     pub(super) peer_counts: PeerCounts,
-    /// Every open connection, to close the longest-idle one when a client needs room.
-    pub(super) evictable: Evictable,
 }
 
 impl Caps {
@@ -39,14 +37,14 @@ impl Caps {
         Caps {
             permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
             peer_counts: Arc::default(),
-            evictable: Evictable::default(),
         }
     }
 
-    /// A permit, once one is free; meanwhile closing idle connections to free one.
-    async fn make_room(&self) -> OwnedSemaphorePermit {
+    /// A permit, once one is free; meanwhile closing idle connections of `evictable` to
+    /// free one.
+    async fn make_room(&self, evictable: &Evictable) -> OwnedSemaphorePermit {
         loop {
-            self.evictable.evict_one();
+            evictable.evict_one();
             tokio::select! {
                 permit = self.permits.clone().acquire_owned() => return permit.expect(NEVER_CLOSED),
                 () = tokio::time::sleep(MAKE_ROOM_EVERY) => {}
@@ -76,6 +74,11 @@ pub(super) enum Accepted {
 /// One accept loop's way in under the caps.
 #[derive(Debug, Default)]
 pub(super) struct Entrance {
+    /// This loop's open connections, to close the longest-idle one when a client needs
+    /// room. Each loop (worker) lists its own: its connections stay on its thread, so the
+    /// list's lock is never contended, and the workers' shares of connections are even
+    /// (`seats.rs`), so each has idle ones when any has.
+    pub(super) evictable: Evictable,
     /// A client accepted while the server was full, waiting for room. Kept here rather than
     /// in the future that waits, so [`Entrance::next`] stays cancel-safe.
     waiting: Option<(TcpStream, SocketAddr, Option<PeerCount>)>,
@@ -92,7 +95,7 @@ impl Entrance {
     ) -> Accepted {
         let permit = match caps.permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
-            Err(_) if self.waiting.is_some() => caps.make_room().await,
+            Err(_) if self.waiting.is_some() => caps.make_room(&self.evictable).await,
             Err(_) => {
                 // Full: a permit coming back, or a client arriving that needs one.
                 tokio::select! {
@@ -106,7 +109,7 @@ impl Entrance {
                             Ok(count) => self.waiting = Some((stream, peer, count)),
                             Err(ip) => return Accepted::OverPeerCap(ip),
                         }
-                        caps.make_room().await
+                        caps.make_room(&self.evictable).await
                     }
                 }
             }

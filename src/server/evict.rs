@@ -1,6 +1,7 @@
-//! Making room at `max_connections`: every open connection's [`Activity`] is listed here,
-//! and when a client is waiting for a slot the connection that has gone longest without a
-//! request in flight (at least [`MIN_IDLE_TO_EVICT`]) is closed for it.
+//! Making room at `max_connections`: the open connections of an accept loop (one worker)
+//! are listed here by their [`Activity`], and when a client is waiting for a slot the one
+//! that has gone longest without a request in flight (at least [`MIN_IDLE_TO_EVICT`]) is
+//! closed for it.
 //!
 //! Why: the cap is there for memory and file descriptors, and a full server that only waits
 //! for a connection to close leaves every newcomer (a visitor, a load balancer's health
@@ -27,7 +28,7 @@ pub(super) const MIN_IDLE_TO_EVICT: Duration = Duration::from_secs(1);
 /// Listed connections looked at per search.
 const SCAN: usize = 64;
 
-/// The open connections of a listener (every worker's), for making room.
+/// The open connections of one accept loop, for making room.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Evictable(Arc<Mutex<Listed>>);
 

@@ -187,9 +187,9 @@ impl Activity {
                 continue;
             }
             // A head may begin unseen at any moment: look again within half of `head`, so
-            // one is cut at most half a `head` late. (Before its first request the limit
-            // drops from `head` to `idle` the moment one is served, which this covers too.)
-            let wake = deadline.min(now + head / 2);
+            // one is cut at most half a `head` late; and within `idle`, since before its
+            // first request the limit drops from `head` to `idle` the moment one is served.
+            let wake = deadline.min(now + (head / 2).min(idle));
             tokio::select! {
                 () = tokio::time::sleep_until(wake) => {}
                 () = woken => {}

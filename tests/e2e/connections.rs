@@ -10,6 +10,16 @@ use common::*;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+/// A real origin and an anteroom in front of it in passthrough (everybody straight
+/// through), `top` added to the configuration's top level.
+async fn passthrough(top: &str) -> (Origin, tempfile::TempDir, anteroom::run::Running) {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with(&origin.url(), dir.path(), top, "    mode: passthrough\n");
+    let ar = start(&config).await;
+    (origin, dir, ar)
+}
+
 /// The public listener's open connections, read through the admin listener when there is
 /// one (else the public one, whose request is then one of them).
 async fn open_public_connections(ar: &anteroom::run::Running) -> f64 {
@@ -21,16 +31,8 @@ async fn open_public_connections(ar: &anteroom::run::Running) -> f64 {
 async fn behind_nginx_an_idle_upstream_connection_lasts_idle_timeout() {
     // nginx keeps idle upstream connections for 50 s (docs/operations.md). Closed sooner,
     // the one it reuses races the close, and a POST (never retried) is the visitor's 502.
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
     let top = "trusted_proxies: [127.0.0.1/32]\nserver:\n  header_read_timeout: 1s\n  idle_timeout: 30s\n";
-    let ar = start(&config_with(
-        &origin.url(),
-        dir.path(),
-        top,
-        "    mode: passthrough\n",
-    ))
-    .await;
+    let (_origin, _dir, ar) = passthrough(top).await;
     let nginx = Nginx::start(ar.addr).await;
     let front = format!("http://{}/", nginx.addr);
     let http = client();
@@ -49,17 +51,9 @@ async fn behind_nginx_an_idle_upstream_connection_lasts_idle_timeout() {
 
 #[tokio::test]
 async fn a_listener_full_of_half_sent_requests_still_lets_a_visitor_in() {
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
     // Half-sent heads last `header_read_timeout` (10 s); a newcomer must not wait that long.
     let top = "admin_listen: \"127.0.0.1:0\"\nserver:\n  max_connections: 40\n";
-    let ar = start(&config_with(
-        &origin.url(),
-        dir.path(),
-        top,
-        "    mode: passthrough\n",
-    ))
-    .await;
+    let (_origin, _dir, ar) = passthrough(top).await;
     let mut held = Vec::new();
     for _ in 0..40 {
         let mut stream = TcpStream::connect(ar.addr).await.unwrap();

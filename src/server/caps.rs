@@ -1,7 +1,7 @@
-//! The caps every accept loop of the process takes from, and the way in under them:
-//! `max_connections` permits, the open connections per client (an IPv4 address or an IPv6
-//! /64) of direct peers that are not trusted proxies, and the connections that may be closed
-//! to make room (`evict.rs`).
+//! The caps every accept loop of the process takes from (`max_connections` permits, and the
+//! open connections per client, an IPv4 address or an IPv6 /64, of direct peers that are
+//! not trusted proxies), and each loop's way in under them ([`Entrance`], with its own
+//! connections that may be closed to make room, `evict.rs`).
 //!
 //! A permit is taken before `accept` while there are permits. When there are none, the loop
 //! accepts one client anyway and holds it while it makes room: it closes the longest-idle

@@ -1,14 +1,16 @@
 //! What this replica is and what its listeners have open: `anteroom_build_info` (always 1,
 //! its labels say which build is running, so a rollout shows as two series and a
 //! dashboard can join on it) and, per listener, the open client connections and HTTP/2
-//! streams ([`Census`], counted by the accept loop and only read here).
+//! streams, and the connections the server closed by reason ([`Census`], counted by the
+//! accept loop and only read here).
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
-use crate::server::Census;
+use crate::server::{Census, Closed};
 
 /// A listener of this replica, as the `listener` label names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +82,19 @@ impl Collector for ReplicaCollector {
                 let value = i64::try_from(read(census)).unwrap_or(i64::MAX);
                 let labels = [("listener", listener.as_str())];
                 ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let mut closed = encoder.encode_descriptor(
+            "anteroom_connections_closed",
+            "Client connections the server closed, by listener and reason: head_timeout, idle_timeout, made_room (at max_connections), head_too_large (431), malformed (400), over_client_cap (at accept).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (listener, census) in Listener::ALL.iter().zip(&self.censuses) {
+            // Every reason from the start, at 0, so a rate over the first ones is right.
+            for reason in Closed::ALL {
+                let labels = [("listener", listener.as_str()), ("reason", reason.as_str())];
+                ConstCounter::new(census.closed(reason)).encode(closed.encode_family(&labels)?)?;
             }
         }
         Ok(())

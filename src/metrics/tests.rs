@@ -158,7 +158,7 @@ async fn until(metrics: &Metrics, series: &str, want: f64) {
 }
 
 #[tokio::test]
-async fn listeners_count_their_open_connections_and_http2_streams() {
+async fn listeners_count_their_open_connections_http2_streams_and_closes() {
     let (_, metrics) = metrics_on(room(1.0, 10).await).await;
     let metrics = Arc::new(metrics);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -225,6 +225,28 @@ async fn listeners_count_their_open_connections_and_http2_streams() {
     drop(sender);
     let _ = conn.await;
     until(&metrics, connections, 0.0).await;
+    // Both closed by their clients: no reason of the server's counted.
+    let closed = |listener: &str, reason: &str| {
+        format!("anteroom_connections_closed_total{{listener=\"{listener}\",reason=\"{reason}\"}}")
+    };
+    for listener in ["public", "admin"] {
+        for reason in crate::server::Closed::ALL {
+            let series = closed(listener, reason.as_str());
+            assert_eq!(value(&metrics.render(0), &series), Some(0.0), "{series}");
+        }
+    }
+    // A head over the limit is closed by the server, and counted on its listener.
+    let mut big = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(64 * 1024)
+    );
+    let _ = tokio::io::AsyncWriteExt::write_all(&mut big, head.as_bytes()).await;
+    until(&metrics, &closed("public", "head_too_large"), 1.0).await;
+    assert_eq!(
+        value(&metrics.render(0), &closed("admin", "head_too_large")),
+        Some(0.0)
+    );
     stop.cancel();
     served.await.unwrap().unwrap();
 }

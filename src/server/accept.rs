@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use super::caps::{Accepted, Caps, Entrance};
+use super::census::Closed;
 use super::handoff;
 use super::heads::Metered;
 use super::idle::Activity;
@@ -89,6 +90,7 @@ where
             }
             Ok(Accepted::OverPeerCap(ip)) => {
                 // Closed at once (dropped): the permit went back with it.
+                limits.census.close(Closed::OverClientCap);
                 if let Some(suppressed) = over_peer_cap.allow_counted() {
                     tracing::warn!(
                         %ip,
@@ -135,6 +137,7 @@ where
             let service = {
                 let activity = activity.clone();
                 let slot = slot.clone();
+                let census = census.clone();
                 service_fn(move |mut req: Request<Incoming>| {
                     // Only an upgrade can take the slot (its tunnel outlives the request,
                     // see `proxy`); a first extension costs every other request two
@@ -163,11 +166,15 @@ where
             tokio::select! {
                 result = conn => {
                     if let Err(error) = result {
+                        if let Some(reason) = refused_head(&*error) {
+                            census.close(reason);
+                        }
                         tracing::debug!(%peer, %error, "connection ended with an error");
                     }
                 }
-                () = activity.expired(head_timeout, idle_timeout) => {
-                    tracing::debug!(%peer, "closing idle connection");
+                reason = activity.expired(head_timeout, idle_timeout) => {
+                    census.close(reason);
+                    tracing::debug!(%peer, reason = reason.as_str(), "closing the connection");
                 }
             }
             drop(slot);
@@ -211,6 +218,20 @@ fn builder(limits: &ServerLimits) -> auto::Builder<TokioExecutor> {
         .max_concurrent_streams(limits.http2_max_streams.max(1))
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     builder
+}
+
+/// Why hyper closed a connection whose request head it refused (after answering it 431 or
+/// 400), if that is how it ended; `None` for any other end (the client went away, a
+/// protocol error on HTTP/2, ...).
+fn refused_head(error: &(dyn std::error::Error + 'static)) -> Option<Closed> {
+    let hyper = error.downcast_ref::<hyper::Error>()?;
+    if hyper.is_parse_too_large() {
+        Some(Closed::HeadTooLarge)
+    } else if hyper.is_parse() {
+        Some(Closed::Malformed)
+    } else {
+        None
+    }
 }
 
 /// Errors that mean this process (or the machine) is out of something; backing off gives

@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::census::OpenStream;
+use super::census::{Closed, OpenStream};
 use crate::http::body::{BoxError, Watch};
 
 /// What the idle watchdog of one connection needs to know, kept in atomics so a request
@@ -164,16 +164,28 @@ impl Activity {
         }
     }
 
+    /// Which timer closes a connection whose deadline has passed: the head timer while a
+    /// head is on its way or before the first request, else the idle timer.
+    fn timed_out(&self) -> Closed {
+        let state = &self.0;
+        if state.head_since_ms.load(Ordering::Acquire) > 0 || !state.served.load(Ordering::Acquire)
+        {
+            Closed::HeadTimeout
+        } else {
+            Closed::IdleTimeout
+        }
+    }
+
     /// Resolves once the connection should close (see the module doc), or at once when it is
-    /// evicted to make room.
-    pub(super) async fn expired(&self, head: Duration, idle: Duration) {
+    /// evicted to make room, with why.
+    pub(super) async fn expired(&self, head: Duration, idle: Duration) -> Closed {
         let state = &self.0;
         loop {
             // Registered before the flag is read, so an eviction after the read still
             // wakes this.
             let woken = state.wake.notified();
             if state.evicted.load(Ordering::Acquire) {
-                return;
+                return Closed::MadeRoom;
             }
             let now = Instant::now();
             // Busy with no head on its way: once the request ends, the connection has
@@ -182,7 +194,7 @@ impl Activity {
             if now >= deadline {
                 // Read again: a request that began meanwhile keeps the connection.
                 if self.deadline(head, idle).is_some_and(|again| now >= again) {
-                    return;
+                    return self.timed_out();
                 }
                 continue;
             }

@@ -51,7 +51,7 @@
 //! | `idle.rs` | a connection's idle watchdog and the requests it counts as in flight |
 //! | `heads.rs` | a connection's reads followed to tell when a request head is on its way |
 //! | `handoff.rs` | a long-lived HTTP/1.1 response taken back from hyper |
-//! | `census.rs` | what a listener has open (connections, HTTP/2 streams), for the metrics |
+//! | `census.rs` | what a listener has open (connections, HTTP/2 streams) and what it closed, for the metrics |
 
 use std::future::Future;
 use std::io;
@@ -73,7 +73,7 @@ mod heads;
 mod idle;
 mod seats;
 
-pub use census::Census;
+pub use census::{Census, Closed};
 pub use handoff::LongLived;
 
 use crate::http::body::Body;

@@ -1,6 +1,6 @@
 //! Connections kept and made room for, on the real binary's listener: behind a real nginx
 //! its idle upstream connection lasts `idle_timeout`, and a listener filled with half-sent
-//! requests still lets a visitor in.
+//! requests still lets a visitor in (and says so in its metrics).
 
 use crate::common;
 
@@ -83,6 +83,10 @@ async fn a_listener_full_of_half_sent_requests_still_lets_a_visitor_in() {
         "{:?}",
         asked.elapsed()
     );
+    // The operator sees why: connections closed to make room, counted on the listener.
+    let text = admin_metrics(&client(), ar.admin_addr.unwrap()).await;
+    let made_room = "anteroom_connections_closed_total{listener=\"public\",reason=\"made_room\"}";
+    assert!(metric(&text, made_room) >= 1.0, "{made_room} not counted");
     drop(held);
     ar.shutdown().await.unwrap();
 }

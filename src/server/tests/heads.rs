@@ -14,28 +14,6 @@ fn long_keep_alive() -> ServerLimits {
     }
 }
 
-/// Sends one HTTP/1.1 request on `stream`, reads its whole response ("hello ...") and
-/// checks it is a 200.
-async fn http1_round_trip(stream: &mut TcpStream) -> String {
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !seen.ends_with(b"127.0.0.1") {
-        let n = tokio::time::timeout(Duration::from_secs(3), stream.read(&mut buf))
-            .await
-            .expect("the response arrives")
-            .unwrap();
-        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&seen));
-        seen.extend_from_slice(&buf[..n]);
-    }
-    let response = String::from_utf8_lossy(&seen).into_owned();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    response
-}
-
 #[tokio::test]
 async fn a_keep_alive_connection_waits_idle_timeout_not_the_header_read_timeout() {
     // A load balancer keeps its idle upstream connections for up to `idle_timeout`; closed

@@ -68,6 +68,28 @@ async fn read_to_eof(stream: &mut TcpStream, limit: Duration) -> (String, bool) 
     (String::from_utf8_lossy(&out).into_owned(), result.is_ok())
 }
 
+/// Sends one HTTP/1.1 request on `stream`, reads its whole response ("hello ...") and
+/// checks it is a 200.
+async fn http1_round_trip(stream: &mut TcpStream) -> String {
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !seen.ends_with(b"127.0.0.1") {
+        let n = tokio::time::timeout(Duration::from_secs(3), stream.read(&mut buf))
+            .await
+            .expect("the response arrives")
+            .unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let response = String::from_utf8_lossy(&seen).into_owned();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
 #[tokio::test]
 async fn a_burst_of_connections_is_spread_over_the_workers() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -579,4 +601,5 @@ fn classifies_resource_exhaustion() {
     assert!(!is_resource_exhaustion(&io::Error::from_raw_os_error(103)));
 }
 
+mod closed;
 mod heads;

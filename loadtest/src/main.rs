@@ -18,6 +18,7 @@ mod infra;
 mod micro;
 mod pass;
 mod proxy;
+mod reap;
 mod report;
 mod scenarios;
 mod sitebound;
@@ -203,6 +204,12 @@ enum Cmd {
         #[arg(long)]
         smoke: bool,
     },
+    /// A flood of abandoned places reaped by the Redis store's passes: each pass's time
+    /// and count (not part of `all`).
+    Reap {
+        #[arg(long, default_value_t = 200_000)]
+        depth: u64,
+    },
     /// Joins, admissions and held waiting pages for SECS → RSS and fds at start and end
     /// (a leak check; not part of `all`).
     Soak {
@@ -370,6 +377,7 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?
         }
+        Cmd::Reap { depth } => reap::reap(depth).await?,
         Cmd::Pass {
             store,
             depths,

@@ -79,7 +79,7 @@ pub async fn pass(store: Store, depths: &[u64], passes: usize) -> anyhow::Result
     Ok(rows)
 }
 
-fn room_seed() -> RoomSettings {
+pub(crate) fn room_seed() -> RoomSettings {
     RoomSettings {
         rate: 10_000.0,
         max_active: 1_000_000_000,
@@ -224,6 +224,6 @@ async fn pass_redis(url: &str, depth: u64, passes: usize) -> anyhow::Result<Vec<
 }
 
 /// The one client address the pass benchmarks join from (their rooms set no join limit).
-fn bench_client() -> anteroom::queue::ClientKey {
+pub(crate) fn bench_client() -> anteroom::queue::ClientKey {
     anteroom::queue::ClientKey::from(std::net::Ipv4Addr::LOCALHOST)
 }

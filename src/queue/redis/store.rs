@@ -472,6 +472,11 @@ impl QueueStore for RedisStore {
         let cursor = self.admitted_cursor(room);
         let result = self
             .call_with(&ADMIT_PASS, room, &[Self::admitted_key(room)], |inv| {
+                // Fixed, unlike the embedded store's: a pass holds Redis for its whole
+                // length (about 4 µs a place reaped), and a join costs Redis ten times
+                // what reaping its place does, so a flood of joins saturates Redis before
+                // this budget falls behind (BENCHMARKS.md, "Reaping a flood of abandoned
+                // places with Redis").
                 inv.arg(REAP_BUDGET)
                     .arg(if forgive { "1" } else { "0" })
                     .arg(cursor.as_str());

@@ -303,11 +303,12 @@ pub fn parse_body(id: &str, body: &Value, file: &RoomConfig) -> Result<Event, Li
             None => Ok(None),
             Some(v) => v
                 .as_str()
+                .ok_or(super::TimeError::Format)
                 .and_then(super::parse_rfc3339)
                 .map(|t| Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_ms(t))))
-                .ok_or_else(|| LiveError {
+                .map_err(|e| LiveError {
                     field: key.to_owned(),
-                    reason: format!("must be an RFC 3339 time like 2030-06-01T10:00:00Z (got {v})"),
+                    reason: format!("{e} (got {v})"),
                 }),
         }
     };

@@ -39,7 +39,7 @@ pub use describe::redact_url;
 pub use init::init_yaml;
 pub use load::{Generated, Loaded, Overrides, from_yaml_str, load};
 pub use secrets::ADMIN_TOKEN_NAME;
-pub use values::{MAX_DURATION, parse_listen, parse_rfc3339};
+pub use values::{MAX_DURATION, TimeError, parse_listen, parse_rfc3339};
 
 /// The whole validated configuration.
 #[derive(Clone, Debug)]

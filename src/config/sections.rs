@@ -300,15 +300,11 @@ pub(super) fn validate_room(cx: &Ctx<'_>, r: &RawRoom) -> Result<RoomConfig, Con
             None => Ok(None),
             Some(v) if v.text.trim().is_empty() => Ok(None),
             Some(v) => match parse_rfc3339(&v.text) {
-                Some(t) => Ok(Some((t, v.clone()))),
-                None => Err(cx.fail(
+                Ok(t) => Ok(Some((t, v.clone()))),
+                Err(e) => Err(cx.fail(
                     &k(&format!("schedule.{field}")),
                     v,
-                    format!(
-                        "must be an RFC 3339 time like 2025-06-01T10:00:00Z or \
-                         2025-06-01T12:00:00+02:00 (got {:?})",
-                        v.text
-                    ),
+                    format!("{e} (got {:?})", v.text),
                 )),
             },
         }

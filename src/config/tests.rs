@@ -396,6 +396,11 @@ fn semantic_errors_name_key_and_line() {
             "",
         ),
         (
+            "    schedule:\n      queue_opens_at: 1969-07-20T20:17:00Z\n",
+            "anteroom.yaml:7: rooms.main.schedule.queue_opens_at: must be 1970-01-01T00:00:00Z or later",
+            "",
+        ),
+        (
             "    schedule:\n      queue_opens_at: next tuesday\n",
             "anteroom.yaml:7: rooms.main.schedule.queue_opens_at: must be an RFC 3339 time",
             "",

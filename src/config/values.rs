@@ -242,93 +242,26 @@ pub(super) fn validate_redis_url(url: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// RFC 3339 (`2025-06-01T10:00:00Z`, `2025-06-01T12:00:00.5+02:00`) to `SystemTime`.
-pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
-    let s = text.trim();
-    let b = s.as_bytes();
-    if b.len() < 20 || !s.is_ascii() {
-        return None;
-    }
-    let num = |from: usize, to: usize| -> Option<i64> {
-        let part = &s[from..to];
-        if part.bytes().all(|c| c.is_ascii_digit()) {
-            part.parse().ok()
-        } else {
-            None
-        }
-    };
-    let year = num(0, 4)?;
-    let month = num(5, 7)?;
-    let day = num(8, 10)?;
-    let hour = num(11, 13)?;
-    let min = num(14, 16)?;
-    let sec = num(17, 19)?;
-    if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
-        return None;
-    }
-    if b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    let days_in_month = match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if leap => 29,
-        2 => 28,
-        _ => return None,
-    };
-    if day < 1 || day > days_in_month || hour > 23 || min > 59 || sec > 60 {
-        return None;
-    }
-    let mut rest = &s[19..];
-    let mut nanos: u32 = 0;
-    if let Some(r) = rest.strip_prefix('.') {
-        let digits = r.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let frac = &r[..digits.min(9)];
-        nanos = format!("{frac:0<9}").parse().ok()?;
-        rest = &r[digits..];
-    }
-    let offset = match rest {
-        "Z" | "z" => 0,
-        _ => {
-            let rb = rest.as_bytes();
-            if rb.len() != 6 || rb[3] != b':' {
-                return None;
-            }
-            let sign = match rb[0] {
-                b'+' => 1,
-                b'-' => -1,
-                _ => return None,
-            };
-            let oh: i64 = rest[1..3].parse().ok()?;
-            let om: i64 = rest[4..6].parse().ok()?;
-            if oh > 23 || om > 59 {
-                return None;
-            }
-            sign * (oh * 3600 + om * 60)
-        }
-    };
-    let days = days_from_civil(year, month, day);
-    let secs = days * 86_400 + hour * 3600 + min * 60 + sec.min(59) - offset;
-    if secs >= 0 {
-        Some(UNIX_EPOCH + Duration::new(secs as u64, nanos))
-    } else {
-        UNIX_EPOCH
-            .checked_sub(Duration::from_secs(secs.unsigned_abs()))
-            .map(|t| t + Duration::from_nanos(nanos.into()))
-    }
+/// Why a configured time was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TimeError {
+    /// Not a time with a date, a time of day and an offset.
+    #[error("must be an RFC 3339 time like 2030-06-01T10:00:00Z or 2030-06-01T12:00:00+02:00")]
+    Format,
+    /// Before 1970: the store keeps times as unix milliseconds, which start there.
+    #[error("must be 1970-01-01T00:00:00Z or later")]
+    BeforeEpoch,
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-pub(super) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+/// RFC 3339 (`2025-06-01T10:00:00Z`, `2025-06-01T12:00:00.5+02:00`, a space or a lower-case
+/// `t` or `z` as RFC 3339 allows) to `SystemTime`, through `jiff`'s timestamp parser, which
+/// also takes the rest of ISO 8601's forms with an offset (`20250601T100000Z`). A time
+/// without an offset is refused: it would mean a different moment on every replica's zone.
+pub fn parse_rfc3339(text: &str) -> Result<SystemTime, TimeError> {
+    let at: jiff::Timestamp = text.trim().parse().map_err(|_| TimeError::Format)?;
+    let (secs, nanos) = (at.as_second(), at.subsec_nanosecond());
+    let (Ok(secs), Ok(nanos)) = (u64::try_from(secs), u32::try_from(nanos)) else {
+        return Err(TimeError::BeforeEpoch);
+    };
+    Ok(UNIX_EPOCH + Duration::new(secs, nanos))
 }

@@ -165,6 +165,17 @@ fn a_bad_body_names_its_field() {
         let e = parse_body("ev-1", &body, &file).unwrap_err();
         assert_eq!(e.field, field, "{body}: {e}");
     }
+    // A time before 1970 is said to be one, not clamped to 1970 and refused for an order
+    // it never had.
+    let early =
+        json!({"queue_opens_at": "1969-12-31T10:00:00Z", "admits_at": "1969-12-31T11:00:00Z"});
+    let e = parse_body("ev-1", &early, &file).unwrap_err();
+    assert_eq!(e.field, "queue_opens_at");
+    assert!(
+        e.reason
+            .starts_with("must be 1970-01-01T00:00:00Z or later"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -118,7 +118,7 @@ fn abuse_section_parses_and_its_errors_name_key_and_line() {
 
 #[test]
 fn rfc3339_parsing() {
-    assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(UNIX_EPOCH));
+    assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Ok(UNIX_EPOCH));
     for s in [
         "2030-01-01T10:00:00Z",
         "2000-02-29T23:59:59Z",
@@ -127,26 +127,42 @@ fn rfc3339_parsing() {
     ] {
         assert_eq!(
             parse_rfc3339(s),
-            Some(humantime::parse_rfc3339(s).unwrap()),
+            Ok(humantime::parse_rfc3339(s).unwrap()),
             "{s}"
         );
     }
-    assert_eq!(
-        parse_rfc3339("2030-01-01T12:00:00+02:00"),
-        parse_rfc3339("2030-01-01T10:00:00Z")
-    );
-    assert_eq!(
-        parse_rfc3339("2030-01-01T00:00:00-05:30"),
-        parse_rfc3339("2030-01-01T05:30:00Z")
-    );
+    for (with_offset, utc) in [
+        ("2030-01-01T12:00:00+02:00", "2030-01-01T10:00:00Z"),
+        ("2030-01-01T00:00:00-05:30", "2030-01-01T05:30:00Z"),
+        // RFC 3339 allows a space and lower case.
+        ("2030-01-01 10:00:00z", "2030-01-01T10:00:00Z"),
+        (" 2030-01-01t10:00:00.5+00:00 ", "2030-01-01T10:00:00.5Z"),
+    ] {
+        assert_eq!(
+            parse_rfc3339(with_offset),
+            parse_rfc3339(utc),
+            "{with_offset}"
+        );
+        assert!(parse_rfc3339(utc).is_ok(), "{utc}");
+    }
     for bad in [
         "2030-02-30T00:00:00Z",
         "2030-01-01",
         "2030-01-01T25:00:00Z",
         "tomorrow",
+        "",
+        // No offset: a different moment in every replica's zone.
         "2030-01-01T00:00:00",
     ] {
-        assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        assert_eq!(parse_rfc3339(bad), Err(TimeError::Format), "{bad}");
+    }
+    // Before 1970 is a time, but not one the store can keep: said so, not clamped.
+    for early in [
+        "1969-12-31T23:59:59Z",
+        "1969-12-31T23:59:59.5Z",
+        "0001-01-01T00:00:00Z",
+    ] {
+        assert_eq!(parse_rfc3339(early), Err(TimeError::BeforeEpoch), "{early}");
     }
 }
 

@@ -22,6 +22,8 @@
 //!   connection (outages, and why each repeat is safe);
 //! - [`reply`]: reading the scripts' replies;
 //! - `store`: the [`QueueStore`](super::QueueStore) operations on top of all this;
+//! - `reads`: what is read outside the scripts, in short steps (the lottery salt, the
+//!   draw's hashes, a search of the line by reference);
 //! - `tests`: the conformance suite on every deployment shape, and Redis's own cases.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,6 +34,7 @@ use super::{StoreError, StoreResult};
 
 mod calls;
 mod keys;
+mod reads;
 mod reply;
 mod scripts;
 mod store;

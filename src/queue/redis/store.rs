@@ -1,6 +1,5 @@
 //! [`QueueStore`] on Redis: each operation's arguments to its script, and its reply back
-//! to the store's types; plus what is read outside the scripts (the lottery salt, the
-//! draw's published hashes, a search of the line by reference in steps).
+//! to the store's types. What is read outside the scripts is `reads.rs`'s.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -24,17 +23,9 @@ use crate::queue::{
     Spent, StoreError, StoreResult, VisitorId, VisitorRef, VisitorState, WaitingEntry,
 };
 
-/// How many fields of a draw's record one `HSCAN` step asks for: a draw of any size is
-/// read in steps of well under a millisecond of Redis time each.
-const DRAW_SCAN_STEP: usize = 1_000;
-
 /// How old this replica's last pass of a room may be for the next to read the other
 /// replicas' admissions since (see [`RedisStore::admitted_cursor`]): a few heartbeats.
 const ADMITTED_HORIZON: Duration = Duration::from_secs(10);
-
-/// How many of the line one step of a search by reference reads: a few milliseconds of
-/// Redis time, so an admin's search never blocks the room's admissions for long.
-const FIND_STEP: usize = 20_000;
 
 impl RedisStore {
     /// This replica's cursor in `room`'s admissions stream; empty before its first pass,
@@ -81,81 +72,6 @@ impl RedisStore {
                 .checked_sub(by)
                 .expect("a machine up longer than the test's age");
         }
-    }
-
-    /// The room's lottery salt: cached, else read from the store (and cached once there).
-    /// Empty when the room was never opened.
-    async fn salt(&self, room: &str) -> StoreResult<Vec<u8>> {
-        if let Some(salt) = self
-            .salts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(room)
-        {
-            return Ok(salt.clone());
-        }
-        let mut conn = self.conn.clone();
-        let key = format!("ar:{{{room}}}:state");
-        let salt: Option<Vec<u8>> = once_more!(Repeat::Safe, |_again| {
-            redis::cmd("HGET")
-                .arg(&key)
-                .arg("salt")
-                .query_async(&mut conn)
-                .await
-        })
-        .map_err(|e| {
-            self.recovering.store(true, Ordering::SeqCst);
-            unavailable(e)
-        })?;
-        let salt = salt.unwrap_or_default();
-        if !salt.is_empty() {
-            self.salts
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(room.to_owned(), salt.clone());
-        }
-        Ok(salt)
-    }
-
-    /// Every field of the draw's record (`ar:{room}:drawh`), read in `HSCAN` steps of
-    /// [`DRAW_SCAN_STEP`]; the record no longer changes once the doors are open, so the
-    /// scan sees all of it. Sorted, without the repeats a scan may return.
-    async fn drawn_hashes(&self, room: &str) -> StoreResult<Vec<DrawHash>> {
-        let key = format!("ar:{{{room}}}:drawh");
-        let mut conn = self.conn.clone();
-        let mut cursor = 0u64;
-        let mut hashes = Vec::new();
-        loop {
-            let (next, pairs): (u64, Vec<Vec<u8>>) = once_more!(Repeat::Safe, |_again| {
-                redis::cmd("HSCAN")
-                    .arg(&key)
-                    .arg(cursor)
-                    .arg("COUNT")
-                    .arg(DRAW_SCAN_STEP)
-                    .query_async(&mut conn)
-                    .await
-            })
-            .map_err(|e| {
-                self.recovering.store(true, Ordering::SeqCst);
-                unavailable(e)
-            })?;
-            for value in pairs.chunks_exact(2).map(|pair| &pair[1]) {
-                let bytes = <[u8; 32]>::try_from(value.as_slice()).map_err(|_| {
-                    StoreError::Unavailable(format!(
-                        "redis: bad data: a draw hash of {} bytes in {key} (expected 32)",
-                        value.len()
-                    ))
-                })?;
-                hashes.push(DrawHash(bytes));
-            }
-            cursor = next;
-            if cursor == 0 {
-                break;
-            }
-        }
-        hashes.sort_unstable();
-        hashes.dedup();
-        Ok(hashes)
     }
 
     /// One run of the `resolve` script: `join` as [`QueueStore::resolve_with`] takes it,
@@ -223,39 +139,6 @@ impl RedisStore {
             other => return Err(bad_reply("resolve", other)),
         };
         Ok(Spent::Resolved(resolution))
-    }
-
-    /// The waiting visitor with `reference`: the line from its head, then the draw, in
-    /// steps of [`FIND_STEP`] (each one script, so Redis is never blocked for long; a
-    /// visitor moving between steps may be missed, and the admin simply searches again).
-    /// Chosen over an index by reference, which would cost memory per waiting visitor
-    /// against the ≤ 120 B goal for a rare admin search.
-    async fn find(&self, room: &str, reference: VisitorRef) -> StoreResult<WaitingEntry> {
-        let prefix = reference.prefix();
-        for key in ["line", "draw"] {
-            let mut first = 0i64;
-            loop {
-                let reply = self
-                    .call(&QUEUE, room, |inv| {
-                        inv.arg("find")
-                            .arg(key)
-                            .arg(first)
-                            .arg(FIND_STEP)
-                            .arg(&prefix[..]);
-                    })
-                    .await?;
-                let Value::Array(items) = reply else {
-                    return Err(bad_reply("queue", reply));
-                };
-                match items.split_first() {
-                    Some((Value::Int(1), entry)) => return waiting_entry(entry),
-                    Some((Value::Int(0), [Value::Int(next)])) if *next > first => first = *next,
-                    Some((Value::Int(2), [])) => break,
-                    _ => return Err(bad_reply("queue", items)),
-                }
-            }
-        }
-        Err(StoreError::NotWaiting(reference))
     }
 }
 

@@ -1,8 +1,9 @@
 //! What reaping a flood of abandoned places costs Redis: `depth` waiters join at one
 //! moment and never come back, the store's clock moves past `abandon_after`, and admission
 //! passes run until the line is empty. Each pass's time (the script runs in one piece, so
-//! this is how long it holds Redis) and what it reaped are reported, which is what sizes
-//! the reap budget (`queue::MAX_REAP_BUDGET`).
+//! this is close to how long it holds Redis: timed from here, it includes the round trip
+//! and reading the reaped ids) and what it reaped are reported: what sizes the Redis
+//! store's reap budget (`queue::REAP_BUDGET`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

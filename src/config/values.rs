@@ -245,7 +245,7 @@ pub(super) fn validate_redis_url(url: &str) -> Result<(), Invalid> {
 /// Why a configured time was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TimeError {
-    /// Not a time with a date, a time of day and an offset.
+    /// Not a time with a date, a time of day and an offset (and no zone annotation).
     #[error("must be an RFC 3339 time like 2030-06-01T10:00:00Z or 2030-06-01T12:00:00+02:00")]
     Format,
     /// Before 1970: the store keeps times as unix milliseconds, which start there.
@@ -255,10 +255,16 @@ pub enum TimeError {
 
 /// RFC 3339 (`2025-06-01T10:00:00Z`, `2025-06-01T12:00:00.5+02:00`, a space or a lower-case
 /// `t` or `z` as RFC 3339 allows) to `SystemTime`, through `jiff`'s timestamp parser, which
-/// also takes the rest of ISO 8601's forms with an offset (`20250601T100000Z`). A time
-/// without an offset is refused: it would mean a different moment on every replica's zone.
+/// also takes ISO 8601's other forms with an offset (`20250601T100000Z`, `…T10:00+02`).
+/// Refused: a time without an offset (a different moment in every replica's zone), and a
+/// time zone annotation (`…Z[Europe/Paris]`), which jiff would take and ignore, so that
+/// the zone an operator wrote never silently means nothing.
 pub fn parse_rfc3339(text: &str) -> Result<SystemTime, TimeError> {
-    let at: jiff::Timestamp = text.trim().parse().map_err(|_| TimeError::Format)?;
+    let text = text.trim();
+    if text.contains('[') {
+        return Err(TimeError::Format);
+    }
+    let at: jiff::Timestamp = text.parse().map_err(|_| TimeError::Format)?;
     let (secs, nanos) = (at.as_second(), at.subsec_nanosecond());
     let (Ok(secs), Ok(nanos)) = (u64::try_from(secs), u32::try_from(nanos)) else {
         return Err(TimeError::BeforeEpoch);

@@ -86,7 +86,7 @@ impl Collector for ReplicaCollector {
         }
         let mut closed = encoder.encode_descriptor(
             "anteroom_connections_closed",
-            "Client connections the server closed, by listener and reason: head_timeout, idle_timeout, made_room (at max_connections), head_too_large (431), malformed (400), over_client_cap (at accept).",
+            "Client connections the server closed before or between requests, by listener and reason: head_timeout, idle_timeout, made_room (at max_connections), head_too_large (431 or 414), malformed (400), over_client_cap (at accept).",
             None,
             MetricType::Counter,
         )?;

@@ -23,8 +23,9 @@ struct Counts {
 }
 
 /// Why the server closed a client connection (the `reason` label of
-/// `anteroom_connections_closed_total`). A connection its client closed, or one that
-/// ended with its last response, is not counted.
+/// `anteroom_connections_closed_total`): only closes before or between requests. A
+/// connection its client closed, one the drain at shutdown ended, and a tunnel or held
+/// stream (which outlive their request) are not counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Closed {
     /// No request began within `header_read_timeout` of accept, or a request head (an
@@ -34,9 +35,11 @@ pub enum Closed {
     IdleTimeout,
     /// Closed at `max_connections`, idle, to make room for a newcomer.
     MadeRoom,
-    /// An HTTP/1 request head over `max_header_bytes`: answered 431, then closed.
+    /// An HTTP/1 request head too large (over `max_header_bytes` or 100 header fields,
+    /// answered 431; a request line too long, 414), then closed.
     HeadTooLarge,
-    /// An HTTP/1 request head that does not parse: answered 400, then closed.
+    /// An HTTP/1 request head that does not parse: answered 400 where hyper can answer at
+    /// all, then closed.
     Malformed,
     /// From a peer already at `max_connections_per_client`: closed at accept.
     OverClientCap,

@@ -2,7 +2,8 @@
 //! response body has been sent or dropped), when it last had none, and whether a request
 //! head is on its way. A connection is closed
 //! - `header_read_timeout` after it was accepted, if no request has begun by then;
-//! - `idle_timeout` after its last request ended, if it has stayed quiet;
+//! - `idle_timeout` after its last request ended, if it has stayed quiet (no head has
+//!   begun to arrive since: then the next rule holds instead);
 //! - `header_read_timeout` after a request head began to arrive, if that head has not been
 //!   read in full by then (what counts as a head beginning is `heads.rs`'s to tell), give
 //!   or take half of it: the watchdog looks that often rather than being woken per request;
@@ -147,32 +148,31 @@ impl Activity {
         self.0.head_since_ms.store(0, Ordering::Release);
     }
 
-    /// When the connection should close as things stand: `idle` (before its first request,
-    /// `head`) after it was last idle, if nothing is in flight; `head` after a head began
-    /// to arrive, in flight or not.
-    fn deadline(&self, head: Duration, idle: Duration) -> Option<Instant> {
+    /// When the connection should close as things stand, and which timer that is: `head`
+    /// after a head began to arrive, in flight or not; else, if nothing is in flight,
+    /// `idle` after it was last idle (before its first request, `head` after accept, and
+    /// the earlier of that and the head's own).
+    fn deadline(&self, head: Duration, idle: Duration) -> Option<(Instant, Closed)> {
         let state = &self.0;
         let idle_deadline = (state.in_flight.load(Ordering::Acquire) == 0).then(|| {
-            let served = state.served.load(Ordering::Acquire);
-            state.at(state.idle_since_ms.load(Ordering::Acquire)) + if served { idle } else { head }
+            let since = state.at(state.idle_since_ms.load(Ordering::Acquire));
+            if state.served.load(Ordering::Acquire) {
+                (since + idle, Closed::IdleTimeout)
+            } else {
+                (since + head, Closed::HeadTimeout)
+            }
         });
         let head_since = state.head_since_ms.load(Ordering::Acquire);
-        let head_deadline = (head_since > 0).then(|| state.at(head_since - 1) + head);
+        let head_deadline =
+            (head_since > 0).then(|| (state.at(head_since - 1) + head, Closed::HeadTimeout));
         match (idle_deadline, head_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
+            // A served connection whose next head has begun has `head` from its first byte,
+            // whatever the idle timer says: a client that has started a request (a load
+            // balancer reusing its connection near `idle_timeout`) is not cut off mid-head
+            // for having waited before it. It gains at most `head` on a quiet connection.
+            (Some((_, Closed::IdleTimeout)), Some(head)) => Some(head),
+            (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
             (a, b) => a.or(b),
-        }
-    }
-
-    /// Which timer closes a connection whose deadline has passed: the head timer while a
-    /// head is on its way or before the first request, else the idle timer.
-    fn timed_out(&self) -> Closed {
-        let state = &self.0;
-        if state.head_since_ms.load(Ordering::Acquire) > 0 || !state.served.load(Ordering::Acquire)
-        {
-            Closed::HeadTimeout
-        } else {
-            Closed::IdleTimeout
         }
     }
 
@@ -190,13 +190,13 @@ impl Activity {
             let now = Instant::now();
             // Busy with no head on its way: once the request ends, the connection has
             // `idle` to go.
-            let deadline = self.deadline(head, idle).unwrap_or(now + idle);
+            let deadline = self.deadline(head, idle).map_or(now + idle, |(at, _)| at);
             if now >= deadline {
                 // Read again: a request that began meanwhile keeps the connection.
-                if self.deadline(head, idle).is_some_and(|again| now >= again) {
-                    return self.timed_out();
+                match self.deadline(head, idle) {
+                    Some((again, reason)) if now >= again => return reason,
+                    _ => continue,
                 }
-                continue;
             }
             // A head may begin unseen at any moment: look again within half of `head`, so
             // one is cut at most half a `head` late; and within `idle`, since before its

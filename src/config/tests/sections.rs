@@ -153,6 +153,10 @@ fn rfc3339_parsing() {
         "",
         // No offset: a different moment in every replica's zone.
         "2030-01-01T00:00:00",
+        // A zone jiff would take and ignore (it has no zone database here): refused, so
+        // an operator's zone never silently means nothing.
+        "2030-01-01T10:00:00Z[Europe/Paris]",
+        "2030-01-01T10:00:00+01:00[Bogus/Zone]",
     ] {
         assert_eq!(parse_rfc3339(bad), Err(TimeError::Format), "{bad}");
     }

@@ -134,3 +134,35 @@ async fn a_connection_closed_for_a_newcomer_at_the_cap_is_made_room() {
     closed_once_for(&census, Closed::MadeRoom).await;
     server.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_head_begun_near_the_idle_timeout_is_not_cut_off_by_it() {
+    // A load balancer reusing its connection just before `idle_timeout`: once its head has
+    // begun, the head has `header_read_timeout` from its first byte.
+    let (server, census) = counted(ServerLimits {
+        header_read_timeout: Duration::from_secs(3),
+        idle_timeout: Duration::from_millis(400),
+        ..limits()
+    })
+    .await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    http1_round_trip(&mut stream).await;
+    // The conditions under test are times: the head begins before `idle_timeout` and ends
+    // well after it.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    stream.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    stream.write_all(b"Host: x\r\n\r\n").await.unwrap();
+    let mut response = vec![0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(3), stream.read(&mut response))
+        .await
+        .expect("an answer")
+        .unwrap();
+    assert!(
+        response[..n].starts_with(b"HTTP/1.1 200"),
+        "cut off mid-head: {:?}",
+        String::from_utf8_lossy(&response[..n])
+    );
+    assert_eq!(counts(&census), [0; Closed::ALL.len()]);
+    server.stop().await.unwrap();
+}

@@ -11,13 +11,12 @@ use std::time::Duration;
 
 use anteroom::queue::{MemoryStore, QueueStore};
 use anteroom::run::Running;
-use anteroom_fixtures::RedisServer;
 use base64::Engine as _;
 use serde_json::Value;
 
 use crate::common::{
-    AsVisitor, Origin, admin_metrics, config_with, from, metric, poll_until, redis_config, start,
-    start_with_store, status_header, visitor_cookie,
+    AsVisitor, Origin, admin_metrics, config_with, from, metric, poll_until, start_with_store,
+    status_header, visitor_cookie,
 };
 
 fn url(ar: &Running, path: &str) -> String {

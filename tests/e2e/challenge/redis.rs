@@ -2,7 +2,10 @@
 //! a replay is refused on the other, the shadow line adds no key, and strikes through one
 //! replica raise the door (and shadow) on the other.
 
+use anteroom_fixtures::RedisServer;
+
 use super::*;
+use crate::common::{redis_config, start};
 
 /// What `N` replicas on one Redis stand on, kept for the test's length.
 struct OnRedis {

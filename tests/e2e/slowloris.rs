@@ -269,6 +269,45 @@ async fn slow_clients_are_cut_off_while_a_real_visitor_is_served() {
         "the real visitor: {served} requests served during the attack, slowest {:.0} ms",
         slowest.as_secs_f64() * 1000.0
     );
+    // The operator sees the attack by its kind: the silent and dribbling heads as
+    // `head_timeout`, the idle keep-alives as `idle_timeout` (with the visitor's own
+    // pooled connection and the metrics reader's, at most two more), nothing else.
+    let closed = |text: &str, reason: &str| {
+        metric(
+            text,
+            &format!(
+                "anteroom_connections_closed_total{{listener=\"public\",reason=\"{reason}\"}}"
+            ),
+        )
+    };
+    let heads = (2 * PER_KIND) as f64;
+    let text = poll_until(
+        Duration::from_secs(5),
+        "every slow head counted",
+        async || {
+            let text = admin_metrics(&client(), addr).await;
+            (closed(&text, "head_timeout") >= heads).then_some(text)
+        },
+    )
+    .await;
+    let idle = closed(&text, "idle_timeout");
+    println!(
+        "closed by the server: head_timeout {}, idle_timeout {idle}",
+        closed(&text, "head_timeout")
+    );
+    assert_eq!(closed(&text, "head_timeout"), heads);
+    assert!(
+        (PER_KIND as f64..=PER_KIND as f64 + 2.0).contains(&idle),
+        "idle_timeout {idle}"
+    );
+    for reason in [
+        "made_room",
+        "head_too_large",
+        "malformed",
+        "over_client_cap",
+    ] {
+        assert_eq!(closed(&text, reason), 0.0, "{reason}");
+    }
     // Every slow connection's descriptors are gone.
     let deadline = Instant::now() + Duration::from_secs(5);
     while open_fds() > baseline + 10 && Instant::now() < deadline {

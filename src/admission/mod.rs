@@ -82,9 +82,9 @@ pub struct Admission {
     /// Each pass's admissions, for this replica's live streams to tell at once (see
     /// [`Admission::passes`]).
     passes: tokio::sync::broadcast::Sender<PassAdmitted>,
-    /// The readiness probe's last ping of the store: when, and what it said (see
-    /// [`Admission::ping`]).
-    last_ping: tokio::sync::Mutex<Option<(tokio::time::Instant, Result<(), String>)>>,
+    /// The readiness probe's last ping of the store: when, and why it failed if it did
+    /// (see [`Admission::ping`]).
+    last_ping: tokio::sync::Mutex<Option<(tokio::time::Instant, Option<String>)>>,
 }
 
 /// How long one readiness ping of the store answers for every probe that follows.
@@ -260,18 +260,21 @@ impl Admission {
     /// one ping at a time, and its answer stands for [`PING_REUSE`].
     pub async fn ping(&self) -> StoreResult<()> {
         let mut last = self.last_ping.lock().await;
-        if let Some((at, said)) = &*last
+        if let Some((at, failure)) = &*last
             && at.elapsed() < PING_REUSE
         {
-            return said.clone().map_err(StoreError::Unavailable);
+            return match failure {
+                None => Ok(()),
+                Some(reason) => Err(StoreError::Unavailable(reason.clone())),
+            };
         }
         let result = self.observe(self.store.ping().await);
-        let said = match &result {
-            Ok(()) => Ok(()),
-            Err(StoreError::Unavailable(reason)) => Err(reason.clone()),
-            Err(e) => Err(e.to_string()),
+        let failure = match &result {
+            Ok(()) => None,
+            Err(StoreError::Unavailable(reason)) => Some(reason.clone()),
+            Err(e) => Some(e.to_string()),
         };
-        *last = Some((tokio::time::Instant::now(), said));
+        *last = Some((tokio::time::Instant::now(), failure));
         result
     }
 

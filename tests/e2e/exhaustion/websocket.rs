@@ -29,8 +29,29 @@ async fn ws_origin() -> SocketAddr {
 
 type Ws = tokio_tungstenite::WebSocketStream<TcpStream>;
 
+/// Why a WebSocket was not opened.
+#[derive(Debug)]
+enum NotOpened {
+    /// The handshake failed: refused (an HTTP status) or broken.
+    Handshake(tokio_tungstenite::tungstenite::Error),
+    /// Not answered within the limit.
+    TimedOut,
+}
+
+impl NotOpened {
+    /// The HTTP status the upgrade was refused with, if it was.
+    fn status(&self) -> Option<u16> {
+        match self {
+            NotOpened::Handshake(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                Some(response.status().as_u16())
+            }
+            _ => None,
+        }
+    }
+}
+
 /// A WebSocket through anteroom from 127.0.0.1 as the visitor `cookie`.
-async fn ws_connect(addr: SocketAddr, cookie: &str, limit: Duration) -> Result<Ws, String> {
+async fn ws_connect(addr: SocketAddr, cookie: &str, limit: Duration) -> Result<Ws, NotOpened> {
     ws_connect_from(addr, "127.0.0.1", cookie, limit).await
 }
 
@@ -39,7 +60,7 @@ async fn ws_connect_from(
     ip: &str,
     cookie: &str,
     limit: Duration,
-) -> Result<Ws, String> {
+) -> Result<Ws, NotOpened> {
     let mut request = format!("ws://{addr}/socket").into_client_request().unwrap();
     request
         .headers_mut()
@@ -47,8 +68,8 @@ async fn ws_connect_from(
     let stream = connect_from(addr, ip).await;
     match tokio::time::timeout(limit, tokio_tungstenite::client_async(request, stream)).await {
         Ok(Ok((ws, _))) => Ok(ws),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("not answered in time".into()),
+        Ok(Err(e)) => Err(NotOpened::Handshake(e)),
+        Err(_) => Err(NotOpened::TimedOut),
     }
 }
 
@@ -143,7 +164,7 @@ async fn websocket_tunnels_count_against_the_caps() {
     let refused = ws_connect(ar.addr, &cookie, Duration::from_secs(2))
         .await
         .unwrap_err();
-    assert!(refused.contains("429"), "{refused}");
+    assert_eq!(refused.status(), Some(429), "{refused:?}");
     // Closing one gives its share back.
     let mut first = alive.remove(0);
     first.close(None).await.unwrap();

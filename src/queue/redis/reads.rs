@@ -2,8 +2,6 @@
 //! long: the lottery salt (once per room), the draw's published hashes, and a search of
 //! the line by reference.
 
-use std::sync::atomic::Ordering;
-
 use redis::Value;
 
 use super::RedisStore;
@@ -43,7 +41,7 @@ impl RedisStore {
                 .await
         })
         .map_err(|e| {
-            self.recovering.store(true, Ordering::SeqCst);
+            self.failed();
             unavailable(e)
         })?;
         let salt = salt.unwrap_or_default();
@@ -75,7 +73,7 @@ impl RedisStore {
                     .await
             })
             .map_err(|e| {
-                self.recovering.store(true, Ordering::SeqCst);
+                self.failed();
                 unavailable(e)
             })?;
             for value in pairs.chunks_exact(2).map(|pair| &pair[1]) {

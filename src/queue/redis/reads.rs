@@ -20,6 +20,17 @@ const DRAW_SCAN_STEP: usize = 1_000;
 const FIND_STEP: usize = 20_000;
 
 impl RedisStore {
+    /// One read-only command on the shared connection, sent once more after a broken
+    /// connection (a read is always safe to repeat); a failure marks the store recovering,
+    /// as a failed script call does.
+    async fn read<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> StoreResult<T> {
+        let mut conn = self.conn.clone();
+        once_more!(Repeat::Safe, |_again| command.query_async(&mut conn).await).map_err(|e| {
+            self.failed();
+            unavailable(e)
+        })
+    }
+
     /// The room's lottery salt: cached, else read from the store (and cached once there).
     /// Empty when the room was never opened.
     pub(super) async fn salt(&self, room: &str) -> StoreResult<Vec<u8>> {
@@ -31,19 +42,8 @@ impl RedisStore {
         {
             return Ok(salt.clone());
         }
-        let mut conn = self.conn.clone();
         let key = format!("ar:{{{room}}}:state");
-        let salt: Option<Vec<u8>> = once_more!(Repeat::Safe, |_again| {
-            redis::cmd("HGET")
-                .arg(&key)
-                .arg("salt")
-                .query_async(&mut conn)
-                .await
-        })
-        .map_err(|e| {
-            self.failed();
-            unavailable(e)
-        })?;
+        let salt: Option<Vec<u8>> = self.read(redis::cmd("HGET").arg(&key).arg("salt")).await?;
         let salt = salt.unwrap_or_default();
         if !salt.is_empty() {
             self.salts
@@ -59,23 +59,12 @@ impl RedisStore {
     /// scan sees all of it. Sorted, without the repeats a scan may return.
     pub(super) async fn drawn_hashes(&self, room: &str) -> StoreResult<Vec<DrawHash>> {
         let key = format!("ar:{{{room}}}:drawh");
-        let mut conn = self.conn.clone();
         let mut cursor = 0u64;
         let mut hashes = Vec::new();
         loop {
-            let (next, pairs): (u64, Vec<Vec<u8>>) = once_more!(Repeat::Safe, |_again| {
-                redis::cmd("HSCAN")
-                    .arg(&key)
-                    .arg(cursor)
-                    .arg("COUNT")
-                    .arg(DRAW_SCAN_STEP)
-                    .query_async(&mut conn)
-                    .await
-            })
-            .map_err(|e| {
-                self.failed();
-                unavailable(e)
-            })?;
+            let mut scan = redis::cmd("HSCAN");
+            scan.arg(&key).arg(cursor).arg("COUNT").arg(DRAW_SCAN_STEP);
+            let (next, pairs): (u64, Vec<Vec<u8>>) = self.read(&scan).await?;
             for value in pairs.chunks_exact(2).map(|pair| &pair[1]) {
                 let bytes = <[u8; 32]>::try_from(value.as_slice()).map_err(|_| {
                     StoreError::Unavailable(format!(

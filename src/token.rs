@@ -294,17 +294,27 @@ fn cookie_pairs(header: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     })
 }
 
-/// The first `ar_visitor` value in any `Cookie` header. Headers that are not visible
-/// ASCII are ignored.
-pub fn find_cookie(headers: &HeaderMap) -> Option<&str> {
+/// Every `ar_visitor` value in the `Cookie` headers, in the order the browser sent them.
+/// Headers that are not visible ASCII are ignored.
+///
+/// A browser can hold more than one: its own (host-only, set by anteroom) and one set for
+/// the parent domain by a sibling subdomain ("cookie tossing"), which it may send first.
+/// The caller looks for the one that verifies, so a tossed cookie can neither take a
+/// visitor's place from them nor get them struck while their own is there.
+pub fn visitor_cookies(headers: &HeaderMap) -> impl Iterator<Item = &str> {
     headers
         .get_all(COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| cookie_pairs(v.as_bytes()))
-        .find(|(name, _)| *name == COOKIE_NAME.as_bytes())
+        .filter(|(name, _)| *name == COOKIE_NAME.as_bytes())
         // The value is a slice of a `&str` split on ASCII bytes, so it is UTF-8.
-        .and_then(|(_, value)| std::str::from_utf8(value).ok())
+        .filter_map(|(_, value)| std::str::from_utf8(value).ok())
+}
+
+/// The first `ar_visitor` value in any `Cookie` header (see [`visitor_cookies`]).
+pub fn find_cookie(headers: &HeaderMap) -> Option<&str> {
+    visitor_cookies(headers).next()
 }
 
 /// Removes `ar_visitor` from every `Cookie` header, keeping the other cookies in order.
@@ -672,6 +682,15 @@ mod tests {
         assert_eq!(find_cookie(&h), Some("good"));
         let h = cookie_headers(&[b"ar_visitor=first", b"ar_visitor=second"]);
         assert_eq!(find_cookie(&h), Some("first"));
+        // Every one, in order (a tossed cookie beside the visitor's own).
+        let h = cookie_headers(&[
+            b"ar_visitor=tossed; a=1; ar_visitor=own",
+            b"ar_visitor=third",
+        ]);
+        assert_eq!(
+            visitor_cookies(&h).collect::<Vec<_>>(),
+            ["tossed", "own", "third"]
+        );
         // Non-ASCII headers are ignored; the next header still counts.
         let h = cookie_headers(&[b"ar_visitor=\xe9\xe9", b"a=1;ar_visitor=ok"]);
         assert_eq!(find_cookie(&h), Some("ok"));

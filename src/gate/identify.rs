@@ -83,25 +83,7 @@ impl App {
             .flatten();
         let visitor = room
             .filter(|_| banned.is_none() && !bad_forwarded)
-            .and_then(|i| {
-                let value = crate::token::find_cookie(req.headers())?;
-                match self.cookies.verify(value, SystemTime::now()) {
-                    Ok(claim) if claim.room.as_str() == rooms.get(i).name => Some(claim.visitor),
-                    Ok(_) => None,
-                    Err(e) => {
-                        tracing::debug!(%client_ip, error = %e, "visitor cookie rejected");
-                        // A forged cookie is a strike; an expired one is not, and
-                        // a cross-site request is nobody's strike: another site's page chose
-                        // to send it.
-                        if matches!(e, CookieError::BadSignature | CookieError::UnknownKey)
-                            && !fetch.cross_site
-                        {
-                            self.strike(client_ip, StrikeReason::BadCookie);
-                        }
-                        None
-                    }
-                }
-            });
+            .and_then(|i| self.visitor(req, rooms.get(i), client_ip, fetch));
         let trusted_peer = self.trusted.contains(peer.ip());
         let proto = trusted_peer
             .then(|| forwarded_proto(req.headers()))
@@ -129,7 +111,43 @@ impl App {
             lang: i18n::negotiate(req.headers().get(header::ACCEPT_LANGUAGE)),
         }
     }
+
+    /// The visitor `room`'s cookie names: the first `ar_visitor` value that verifies for
+    /// this room, of at most [`MAX_VISITOR_COOKIES`] (see `token::visitor_cookies` for why
+    /// there can be several). A forged one (bad signature, unknown key) is a strike only
+    /// when none of them verifies, and never for a cross-site request (another site's page
+    /// chose to send it); an expired one is no strike.
+    fn visitor<B>(
+        &self,
+        req: &Request<B>,
+        room: &super::Room,
+        client_ip: IpAddr,
+        fetch: FetchSite,
+    ) -> Option<VisitorId> {
+        let now = SystemTime::now();
+        let mut verified_any = false;
+        let mut forged = false;
+        for value in crate::token::visitor_cookies(req.headers()).take(MAX_VISITOR_COOKIES) {
+            match self.cookies.verify(value, now) {
+                Ok(claim) if claim.room.as_str() == room.name => return Some(claim.visitor),
+                Ok(_) => verified_any = true,
+                Err(e) => {
+                    tracing::debug!(%client_ip, error = %e, "visitor cookie rejected");
+                    forged |= matches!(e, CookieError::BadSignature | CookieError::UnknownKey);
+                }
+            }
+        }
+        if forged && !verified_any && !fetch.cross_site {
+            self.strike(client_ip, StrikeReason::BadCookie);
+        }
+        None
+    }
 }
+
+/// The most `ar_visitor` values of one request checked: a browser sends its own and
+/// perhaps one or two a sibling subdomain set; each costs an HMAC, so a header stuffed
+/// with hundreds costs no more than this many.
+const MAX_VISITOR_COOKIES: usize = 8;
 
 /// A browser's fetch metadata (`Sec-Fetch-Site`, `Sec-Fetch-Dest`): whether another site's
 /// page made the request, and whether it is a top-level navigation. Browsers set these

@@ -545,3 +545,62 @@ async fn one_admitted_cookie_cannot_be_shared_by_a_crowd() {
     assert_eq!(as_client(&ar, owner, Some(&cookie)).await.status(), 200);
     assert_eq!(origin.hits(), 2 + 3 + 1);
 }
+
+/// A sibling subdomain's page can set `ar_visitor` for the parent domain ("cookie
+/// tossing"), and the browser then sends it beside the visitor's own, first if it was set
+/// first. The visitor keeps their place, and nobody is struck while their own cookie is
+/// there; alone, a forged cookie is still a strike.
+#[tokio::test]
+async fn a_tossed_cookie_beside_the_visitors_own_takes_nothing_and_strikes_nobody() {
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let rooms = format!("  main:\n    origin: {}\n{ONE_THEN_QUEUE}\n", origin.url());
+    let ar = start(&rooms_config(dir.path(), "", &rooms)).await;
+    let http = client();
+    let url = format!("http://{}/", ar.addr);
+    let json = |cookies: &str| {
+        http.get(&url)
+            .header("accept", "application/json")
+            .header("cookie", cookies.to_owned())
+    };
+    // Someone on the site, so the visitor waits in line.
+    assert_eq!(http.get(&url).send().await.unwrap().status(), 200);
+    let joined = json("").send().await.unwrap();
+    let own = visitor_cookie(&joined).unwrap();
+    let place: serde_json::Value = joined.json().await.unwrap();
+    assert_eq!(place["status"], "waiting", "{place}");
+    // What a sibling page can toss: a cookie of the right shape whose MAC does not verify
+    // (it cannot read the visitor's own, which is HttpOnly).
+    let mut tossed = own.clone();
+    let last = tossed.pop().unwrap();
+    tossed.push(if last == 'A' { 'B' } else { 'A' });
+    let bad_cookie_strikes = async || {
+        let text = admin_metrics(&client(), ar.addr).await;
+        metric(&text, "anteroom_strikes_total{reason=\"bad_cookie\"}")
+    };
+
+    for _ in 0..6 {
+        let r = json(&format!("ar_visitor={tossed}; ar_visitor={own}"))
+            .send()
+            .await
+            .unwrap();
+        assert!(visitor_cookie(&r).is_none_or(|c| c == own));
+        let now: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(
+            (&now["status"], &now["ref"], &now["position"]),
+            (&place["status"], &place["ref"], &place["position"]),
+            "the visitor lost their place to a tossed cookie: {now}"
+        );
+    }
+    assert_eq!(
+        bad_cookie_strikes().await,
+        0.0,
+        "struck for a tossed cookie"
+    );
+
+    // Alone, the same cookie is a forgery, and a strike.
+    let r = json(&format!("ar_visitor={tossed}")).send().await.unwrap();
+    assert_ne!(visitor_cookie(&r), Some(own));
+    assert_eq!(bad_cookie_strikes().await, 1.0);
+    ar.shutdown().await.unwrap();
+}

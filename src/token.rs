@@ -294,8 +294,8 @@ fn cookie_pairs(header: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     })
 }
 
-/// Every `ar_visitor` value in the `Cookie` headers, in the order the browser sent them.
-/// Headers that are not visible ASCII are ignored.
+/// Every `ar_visitor` value in the `Cookie` headers, in the order the browser sent them;
+/// a value that is not visible ASCII is skipped (the other cookies of its header are not).
 ///
 /// A browser can hold more than one: its own (host-only, set by anteroom) and one set for
 /// the parent domain by a sibling subdomain ("cookie tossing"), which it may send first.
@@ -305,10 +305,12 @@ pub fn visitor_cookies(headers: &HeaderMap) -> impl Iterator<Item = &str> {
     headers
         .get_all(COOKIE)
         .iter()
-        .filter_map(|v| v.to_str().ok())
+        // Split on bytes, as `strip_cookie` does: another cookie's non-ASCII value in the
+        // same header (a browser sends them all in one) must not hide ours.
         .flat_map(|v| cookie_pairs(v.as_bytes()))
         .filter(|(name, _)| *name == COOKIE_NAME.as_bytes())
-        // The value is a slice of a `&str` split on ASCII bytes, so it is UTF-8.
+        // Ours is visible ASCII; a value that is not is not ours.
+        .filter(|(_, value)| value.iter().all(|b| b.is_ascii_graphic()))
         .filter_map(|(_, value)| std::str::from_utf8(value).ok())
 }
 
@@ -691,9 +693,13 @@ mod tests {
             visitor_cookies(&h).collect::<Vec<_>>(),
             ["tossed", "own", "third"]
         );
-        // Non-ASCII headers are ignored; the next header still counts.
+        // A value of ours that is not ASCII is skipped; the next still counts.
         let h = cookie_headers(&[b"ar_visitor=\xe9\xe9", b"a=1;ar_visitor=ok"]);
         assert_eq!(find_cookie(&h), Some("ok"));
+        // Another cookie's non-ASCII value (a tossed `x=\xe9`) does not hide ours in the
+        // same header.
+        let h = cookie_headers(&[b"x=\xe9; ar_visitor=own; y=\xff"]);
+        assert_eq!(find_cookie(&h), Some("own"));
         // Odd shapes.
         let h = cookie_headers(&[b";;ar_visitor;", b" ; ar_visitor=v=w "]);
         assert_eq!(find_cookie(&h), Some(""));

@@ -115,8 +115,8 @@ impl App {
     /// The visitor `room`'s cookie names: the first `ar_visitor` value that verifies for
     /// this room, of at most [`MAX_VISITOR_COOKIES`] (see `token::visitor_cookies` for why
     /// there can be several). A forged one (bad signature, unknown key) is a strike only
-    /// when none of them verifies, and never for a cross-site request (another site's page
-    /// chose to send it); an expired one is no strike.
+    /// when every value was read and none verifies, and never for a cross-site request
+    /// (another site's page chose to send it); an expired one is no strike.
     fn visitor<B>(
         &self,
         req: &Request<B>,
@@ -127,7 +127,8 @@ impl App {
         let now = SystemTime::now();
         let mut verified_any = false;
         let mut forged = false;
-        for value in crate::token::visitor_cookies(req.headers()).take(MAX_VISITOR_COOKIES) {
+        let mut values = crate::token::visitor_cookies(req.headers());
+        for value in values.by_ref().take(MAX_VISITOR_COOKIES) {
             match self.cookies.verify(value, now) {
                 Ok(claim) if claim.room.as_str() == room.name => return Some(claim.visitor),
                 Ok(_) => verified_any = true,
@@ -137,17 +138,21 @@ impl App {
                 }
             }
         }
-        if forged && !verified_any && !fetch.cross_site {
+        // Values left unread may hold the visitor's own: no strike then.
+        let all_read = values.next().is_none();
+        if forged && !verified_any && all_read && !fetch.cross_site {
             self.strike(client_ip, StrikeReason::BadCookie);
         }
         None
     }
 }
 
-/// The most `ar_visitor` values of one request checked: a browser sends its own and
-/// perhaps one or two a sibling subdomain set; each costs an HMAC, so a header stuffed
-/// with hundreds costs no more than this many.
-const MAX_VISITOR_COOKIES: usize = 8;
+/// The most `ar_visitor` values of one request checked. A browser sends its own and what
+/// sibling subdomains set, those for longer paths first, so a sibling can push the
+/// visitor's own back by tossing one per path; each checked value may cost an HMAC
+/// (about 0.3 µs), so a header stuffed with hundreds costs no more than this many. A
+/// request with more is never struck (the unread ones may hold the visitor's own).
+const MAX_VISITOR_COOKIES: usize = 32;
 
 /// A browser's fetch metadata (`Sec-Fetch-Site`, `Sec-Fetch-Dest`): whether another site's
 /// page made the request, and whether it is a top-level navigation. Browsers set these

@@ -148,32 +148,36 @@ impl Activity {
         self.0.head_since_ms.store(0, Ordering::Release);
     }
 
-    /// When the connection should close as things stand, and which timer that is: `head`
-    /// after a head began to arrive, in flight or not; else, if nothing is in flight,
-    /// `idle` after it was last idle (before its first request, `head` after accept, and
-    /// the earlier of that and the head's own).
+    /// When the connection should close as things stand, and which timer that is:
+    /// - a head on its way has `head` from its first byte, in flight or not;
+    /// - with nothing in flight and no head on its way, a served connection has `idle`
+    ///   from when it was last idle;
+    /// - a connection not yet served has `head` from accept (its first head, the earlier
+    ///   of that and its own `head`).
+    ///
+    /// A served connection whose next head has begun is timed by the head alone, whatever
+    /// the idle timer says: a client that has started a request (a load balancer reusing
+    /// its connection near `idle_timeout`) is not cut off mid-head for having waited
+    /// before it. It gains at most `head` on a quiet connection.
     fn deadline(&self, head: Duration, idle: Duration) -> Option<(Instant, Closed)> {
         let state = &self.0;
-        let idle_deadline = (state.in_flight.load(Ordering::Acquire) == 0).then(|| {
-            let since = state.at(state.idle_since_ms.load(Ordering::Acquire));
-            if state.served.load(Ordering::Acquire) {
-                (since + idle, Closed::IdleTimeout)
-            } else {
-                (since + head, Closed::HeadTimeout)
-            }
-        });
         let head_since = state.head_since_ms.load(Ordering::Acquire);
-        let head_deadline =
-            (head_since > 0).then(|| (state.at(head_since - 1) + head, Closed::HeadTimeout));
-        match (idle_deadline, head_deadline) {
-            // A served connection whose next head has begun has `head` from its first byte,
-            // whatever the idle timer says: a client that has started a request (a load
-            // balancer reusing its connection near `idle_timeout`) is not cut off mid-head
-            // for having waited before it. It gains at most `head` on a quiet connection.
-            (Some((_, Closed::IdleTimeout)), Some(head)) => Some(head),
-            (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
-            (a, b) => a.or(b),
+        let head_deadline = (head_since > 0).then(|| state.at(head_since - 1) + head);
+        if state.in_flight.load(Ordering::Acquire) > 0 {
+            return head_deadline.map(|at| (at, Closed::HeadTimeout));
         }
+        let idle_since = state.at(state.idle_since_ms.load(Ordering::Acquire));
+        if state.served.load(Ordering::Acquire) {
+            return Some(match head_deadline {
+                Some(at) => (at, Closed::HeadTimeout),
+                None => (idle_since + idle, Closed::IdleTimeout),
+            });
+        }
+        let first = idle_since + head;
+        Some((
+            head_deadline.map_or(first, |at| at.min(first)),
+            Closed::HeadTimeout,
+        ))
     }
 
     /// Resolves once the connection should close (see the module doc), or at once when it is
